@@ -1,0 +1,99 @@
+//! # bub-abi — the stable plugin ABI and SDK of bub-rs
+//!
+//! [Bub](https://pypi.org/project/bub/) grows everything from hooks. bub-rs
+//! hosts those hooks in Rust, with plugins as native `cdylib` libraries
+//! loaded at run time. This crate is the contract between the two sides:
+//!
+//! - [`hooks`]: the hook table, the single list from which everything else
+//!   is generated (ABI slots, the [`Plugin`] trait, argument views, the host's
+//!   dispatch and `bub hooks`).
+//! - [`abi`]: the FFI-safe types (checked with `abi_stable` at load time):
+//!   the root module, the hook table, calls, returns, the state handle,
+//!   objects and host services.
+//! - [`types`]: typed payloads (envelopes, prompts, LLM and tool calls,
+//!   decisions, model options, …).
+//! - the SDK: [`Plugin`], [`#[plugin]`](plugin), [`export_plugin!`],
+//!   [`TurnState`], [`Object`].
+//!
+//! The crate version is the ABI version ([`ABI_VERSION`]), separate from the
+//! host's version: a plugin built against `bub-abi 1.x` loads in every host
+//! speaking ABI 1.y; hooks added in a later minor are simply absent from it.
+//!
+//! ## A complete plugin
+//!
+//! `Cargo.toml`: `crate-type = ["cdylib"]`, with `bub-abi` (and `tokio` 1.x
+//! if the plugin awaits timers or sockets) as dependencies. Then:
+//!
+//! ```
+//! use bub_abi::{types::{Envelope, Prompt}, BoxError, Plugin, PluginContext, TurnState};
+//!
+//! pub struct Greeter {
+//!     greeting: String,
+//! }
+//!
+//! #[bub_abi::plugin]
+//! impl Plugin for Greeter {
+//!     fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+//!         let greeting = ctx.config.get("greeting").and_then(|v| v.as_str()).unwrap_or("hello");
+//!         Ok(Greeter { greeting: greeting.to_owned() })
+//!     }
+//!
+//!     /// One session per chat. A hook declares only the arguments it reads.
+//!     #[tryfirst]
+//!     fn resolve_session(&self, message: Envelope) -> Option<String> {
+//!         let chat = message.get("chat_id")?.as_str()?;
+//!         Some(format!("greeter:{chat}"))
+//!     }
+//!
+//!     /// An `async fn` hook may use tokio freely; `tracing` reaches the host.
+//!     async fn run_model(&self, prompt: Prompt, state: TurnState) -> Result<Option<String>, BoxError> {
+//!         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+//!         state.set("greeted", &true)?;
+//!         tracing::info!(%prompt, "answering");
+//!         Ok(Some(format!("{}: {prompt}", self.greeting)))
+//!     }
+//! }
+//!
+//! bub_abi::export_plugin!(Greeter);
+//! # fn main() {}
+//! ```
+//!
+//! Panics in a hook, a constructor or a future never cross the boundary:
+//! they become errors naming the plugin and hook on the host's side.
+
+#![warn(missing_docs)]
+
+#[macro_use]
+pub mod hooks;
+pub mod abi;
+pub mod sdk;
+pub mod types;
+
+pub use abi::{HookError, HookMarker, ABI_VERSION};
+pub use hooks::{HookId, HookKind, HOOK_COUNT};
+pub use sdk::{
+    args::hook_args as args,
+    hook::{Hook, IntoHookValue, RawJson, ToHookValue},
+    object::{Object, ObjectFuture, ObjectImpl},
+    plugin::{BoxError, HookDecl, Plugin, PluginContext},
+    state::TurnState,
+};
+
+pub use bub_abi_macros::plugin;
+#[doc(hidden)]
+pub use bub_abi_macros::__root_symbol;
+
+pub use abi_stable;
+pub use async_ffi;
+pub use serde_json;
+pub use tokio;
+pub use tracing;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use abi_stable::{
+        library::{CheckTypeLayout, LibHeader, RootModuleResult, __call_root_module_loader},
+        prefix_type::WithMetadata,
+        std_types::RStr,
+    };
+}

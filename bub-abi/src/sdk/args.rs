@@ -1,0 +1,178 @@
+//! Lazily parsed views of a hook's arguments.
+//!
+//! Each hook has a module under [`crate::args`] with an `Args` view and its
+//! `Return` type. An argument is parsed only when the plugin reads it, so a
+//! plugin that declares no parameters pays nothing for them.
+
+use std::marker::PhantomData;
+
+use abi_stable::std_types::ROption;
+use serde::de::DeserializeOwned;
+
+use crate::{
+    abi::{HookCall, HookError},
+    Object, TurnState,
+};
+
+/// A JSON argument; `S` is its standard type.
+pub struct JsonArg<'a, S> {
+    json: Option<&'a str>,
+    hook: &'static str,
+    name: &'static str,
+    _s: PhantomData<fn() -> S>,
+}
+
+impl<'a, S: DeserializeOwned> JsonArg<'a, S> {
+    #[doc(hidden)]
+    pub fn __new(call: &'a HookCall<'a>, index: usize, hook: &'static str, name: &'static str) -> Self {
+        JsonArg {
+            json: call.args.get(index).map(|s| s.as_str()),
+            hook,
+            name,
+            _s: PhantomData,
+        }
+    }
+
+    /// Parses the argument as its standard type.
+    pub fn get(self) -> Result<S, HookError> {
+        self.parse()
+    }
+
+    /// Parses the argument as any deserializable type.
+    pub fn parse<T: DeserializeOwned>(self) -> Result<T, HookError> {
+        let json = self.json()?;
+        serde_json::from_str(json).map_err(|e| {
+            HookError::new(
+                "args",
+                format!("argument `{}` of `{}` could not be read: {e}", self.name, self.hook),
+            )
+        })
+    }
+
+    /// The raw JSON text.
+    pub fn json(&self) -> Result<&'a str, HookError> {
+        self.json.ok_or_else(|| {
+            HookError::new("args", format!("the host passed no argument `{}` to `{}`", self.name, self.hook))
+        })
+    }
+}
+
+/// The `state` argument: the live [`TurnState`].
+pub struct StateArg<'a> {
+    call: &'a HookCall<'a>,
+    hook: &'static str,
+}
+
+impl<'a> StateArg<'a> {
+    #[doc(hidden)]
+    pub fn __new(call: &'a HookCall<'a>, hook: &'static str) -> Self {
+        StateArg { call, hook }
+    }
+
+    /// The state handle.
+    pub fn get(self) -> Result<TurnState, HookError> {
+        match self.call.state {
+            ROption::RSome(h) => Ok(TurnState::from_handle(h.clone())),
+            ROption::RNone => Err(HookError::new("args", format!("the host passed no state to `{}`", self.hook))),
+        }
+    }
+
+    /// Same as [`get`](Self::get); lets generated code treat every argument alike.
+    pub fn parse<T: From<TurnState>>(self) -> Result<T, HookError> {
+        self.get().map(T::from)
+    }
+}
+
+/// An object argument (the CLI app, a message handler).
+pub struct ObjectArg<'a> {
+    call: &'a HookCall<'a>,
+    hook: &'static str,
+}
+
+impl<'a> ObjectArg<'a> {
+    #[doc(hidden)]
+    pub fn __new(call: &'a HookCall<'a>, hook: &'static str) -> Self {
+        ObjectArg { call, hook }
+    }
+
+    /// The object.
+    pub fn get(self) -> Result<Object, HookError> {
+        match self.call.object {
+            ROption::RSome(h) => Ok(Object::from_handle(h.clone())),
+            ROption::RNone => Err(HookError::new("args", format!("the host passed no object to `{}`", self.hook))),
+        }
+    }
+
+    /// Same as [`get`](Self::get); lets generated code treat every argument alike.
+    pub fn parse<T: From<Object>>(self) -> Result<T, HookError> {
+        self.get().map(T::from)
+    }
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __arg_accessor {
+    ($hook:ident, json $idx:literal $arg:ident : $aty:ty) => {
+        #[doc = concat!("Argument `", stringify!($arg), "` (parsed when read).")]
+        pub fn $arg(&self) -> $crate::sdk::args::JsonArg<'a, $aty> {
+            $crate::sdk::args::JsonArg::__new(self.call, $idx, stringify!($hook), stringify!($arg))
+        }
+    };
+    ($hook:ident, state $idx:literal $arg:ident : $aty:ty) => {
+        #[doc = concat!("Argument `", stringify!($arg), "`: the live turn state.")]
+        pub fn $arg(&self) -> $crate::sdk::args::StateArg<'a> {
+            $crate::sdk::args::StateArg::__new(self.call, stringify!($hook))
+        }
+    };
+    ($hook:ident, object $idx:literal $arg:ident : $aty:ty) => {
+        #[doc = concat!("Argument `", stringify!($arg), "`: a host object.")]
+        pub fn $arg(&self) -> $crate::sdk::args::ObjectArg<'a> {
+            $crate::sdk::args::ObjectArg::__new(self.call, stringify!($hook))
+        }
+    };
+}
+
+macro_rules! gen_arg_views {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        /// Argument views and return types, one module per hook.
+        pub mod hook_args {
+            $(
+                #[doc = $doc]
+                pub mod $name {
+                    #[allow(unused_imports)]
+                    use super::super::*;
+
+                    /// What the hook's SDK method returns.
+                    pub type Return = $ret;
+
+                    #[doc = concat!("The arguments of `", stringify!($name), "`.")]
+                    #[derive(Clone, Copy)]
+                    pub struct Args<'a> {
+                        #[allow(dead_code)]
+                        call: &'a $crate::abi::HookCall<'a>,
+                    }
+
+                    impl<'a> Args<'a> {
+                        #[doc(hidden)]
+                        pub fn __new(call: &'a $crate::abi::HookCall<'a>) -> Self {
+                            Args { call }
+                        }
+
+                        /// The raw call, for plugins that read arguments themselves.
+                        pub fn raw(&self) -> &'a $crate::abi::HookCall<'a> {
+                            self.call
+                        }
+
+                        $( $crate::__arg_accessor!($name, $ak $idx $arg : $aty); )*
+                    }
+                }
+            )*
+        }
+    };
+}
+for_each_hook!(gen_arg_views);

@@ -1,0 +1,170 @@
+//! Builds a plugin's root module: the hook table, the constructor and the
+//! exported symbol. Used through [`crate::export_plugin!`].
+
+use std::sync::OnceLock;
+
+use abi_stable::std_types::{ROption, RResult};
+use serde_json::{Map, Value};
+
+use crate::{
+    abi::{HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
+    hooks::{HookId, HOOK_COUNT},
+    sdk::{guard, logging, plugin::PluginContext},
+    Plugin,
+};
+
+/// Implemented by [`crate::export_plugin!`] for the exported type.
+#[doc(hidden)]
+pub trait ExportedPlugin: Plugin {
+    /// Whether the plugin is a separate library (then it forwards its logs
+    /// and panics to the host) or compiled into the host.
+    const CDYLIB: bool;
+    /// The one instance of the plugin.
+    fn cell() -> &'static OnceLock<Self>;
+}
+
+/// The constructor exported in the root module.
+pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<(), HookError> {
+    let result = guard::guard("init", || {
+        let name = args.name.as_str();
+        if P::CDYLIB {
+            logging::install(host, name);
+        }
+        if P::cell().get().is_some() {
+            return Ok(());
+        }
+        let config = match args.config.as_str().trim() {
+            "" | "null" => Map::new(),
+            text => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(m)) => m,
+                Ok(other) => {
+                    return Err(HookError::new("init", format!("plugin config must be a JSON object, got {other}")))
+                }
+                Err(e) => return Err(HookError::new("init", format!("plugin config is not valid JSON: {e}"))),
+            },
+        };
+        let ctx = PluginContext { name: name.to_owned(), config };
+        let plugin = P::new(&ctx).map_err(|e| HookError::new("init", e.to_string()))?;
+        let _ = P::cell().set(plugin);
+        Ok(())
+    });
+    result.into()
+}
+
+fn not_initialised() -> HookReturn {
+    HookReturn::Ready(RResult::RErr(HookError::new(
+        "init",
+        "hook called before the plugin was initialised",
+    )))
+}
+
+macro_rules! gen_thunks {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        /// One `extern "C"` entry point per hook, generic over the plugin type.
+        pub mod thunks {
+            use super::*;
+            $(
+                #[doc = concat!("Entry point of `", stringify!($name), "`.")]
+                pub extern "C" fn $name<P: ExportedPlugin>(call: &HookCall<'_>) -> HookReturn {
+                    guard::guard_hook(|| match P::cell().get() {
+                        Some(plugin) => {
+                            let args = $crate::sdk::args::hook_args::$name::Args::__new(call);
+                            Plugin::$name(plugin, args).into_return(call.mode)
+                        }
+                        None => not_initialised(),
+                    })
+                }
+            )*
+        }
+
+        const fn thunk_for<P: ExportedPlugin>(id: HookId) -> extern "C" fn(&HookCall<'_>) -> HookReturn {
+            match id {
+                $(HookId::$Pascal => thunks::$name::<P>,)*
+            }
+        }
+    };
+}
+for_each_hook!(gen_thunks);
+
+/// The hook table of plugin `P`, built at compile time from `P::HOOKS`.
+pub const fn hook_table<P: ExportedPlugin>() -> HookTable {
+    let mut slots = [HookSlot::EMPTY; HOOK_COUNT];
+    let decls = P::HOOKS;
+    let mut i = 0;
+    while i < decls.len() {
+        let d = decls[i];
+        slots[d.id as usize] = HookSlot {
+            call: ROption::RSome(thunk_for::<P>(d.id)),
+            marker: d.marker,
+            is_async: d.is_async,
+        };
+        i += 1;
+    }
+    HookTable::__from_slots(&slots)
+}
+
+/// Defines `ExportedPlugin` for `$ty` and a function returning its root module.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __plugin_module {
+    ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr) => {
+        impl $crate::sdk::export::ExportedPlugin for $ty {
+            const CDYLIB: bool = $cdylib;
+            fn cell() -> &'static ::std::sync::OnceLock<Self> {
+                static CELL: ::std::sync::OnceLock<$ty> = ::std::sync::OnceLock::new();
+                &CELL
+            }
+        }
+
+        #[doc(hidden)]
+        pub fn $fn_name() -> $crate::abi::PluginModRef {
+            use $crate::__private::{RStr, WithMetadata};
+            const HOOKS: &WithMetadata<$crate::abi::HookTable> =
+                &WithMetadata::new($crate::sdk::export::hook_table::<$ty>());
+            const MODULE: &WithMetadata<$crate::abi::PluginMod> = &WithMetadata::new($crate::abi::PluginMod {
+                abi_version: RStr::from_str($crate::abi::ABI_VERSION),
+                name: RStr::from_str($name),
+                version: RStr::from_str($version),
+                description: RStr::from_str($description),
+                init: $crate::sdk::export::init::<$ty>,
+                hooks: $crate::abi::HookTableRef(HOOKS.static_as_prefix()),
+            });
+            $crate::abi::PluginModRef(MODULE.static_as_prefix())
+        }
+    };
+}
+
+/// Exports a [`Plugin`] type as the root module of this `cdylib`.
+///
+/// `export_plugin!(MyPlugin);` takes name, version and description from
+/// `Cargo.toml`; override them with
+/// `export_plugin!(MyPlugin, name = "x", version = "1.0.0", description = "…")`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ty $(,)?) => {
+        $crate::export_plugin!(
+            $ty,
+            name = env!("CARGO_PKG_NAME"),
+            version = env!("CARGO_PKG_VERSION"),
+            description = env!("CARGO_PKG_DESCRIPTION")
+        );
+    };
+    ($ty:ty, name = $name:expr, version = $version:expr, description = $description:expr $(,)?) => {
+        $crate::__plugin_module!($ty, true, __bub_plugin_module, $name, $version, $description);
+        $crate::__root_symbol!($crate, __bub_plugin_module);
+    };
+}
+
+/// A plugin compiled into the host (like Bub's builtin): defines
+/// `pub fn $fn_name() -> PluginModRef`, with no library and no exported symbol.
+#[macro_export]
+macro_rules! static_plugin {
+    ($ty:ty, fn $fn_name:ident, name = $name:expr, version = $version:expr, description = $description:expr $(,)?) => {
+        $crate::__plugin_module!($ty, false, $fn_name, $name, $version, $description);
+    };
+}

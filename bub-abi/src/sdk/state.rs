@@ -1,0 +1,158 @@
+//! [`TurnState`]: the live turn state handle, and the standard in-memory store.
+
+use std::sync::{Arc, Mutex};
+
+use abi_stable::{
+    sabi_trait::TD_Opaque,
+    std_types::{RArc, ROption, RResult, RStr, RString, RVec},
+};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::{Map, Value};
+
+use crate::abi::{HookError, StateHandle, StateStore, StateStore_TO};
+
+/// The turn state shared by every hook of one turn (Bub's `TurnState`).
+///
+/// It is a handle: cloning it is cheap and every clone sees the same map, so
+/// a value set by one hook is seen by later hooks, in this plugin or another.
+#[derive(Clone)]
+pub struct TurnState {
+    handle: StateHandle,
+}
+
+impl std::fmt::Debug for TurnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnState").field("keys", &self.keys()).finish()
+    }
+}
+
+impl TurnState {
+    /// Wraps an FFI handle.
+    pub fn from_handle(handle: StateHandle) -> Self {
+        TurnState { handle }
+    }
+
+    /// A new, empty in-memory state.
+    pub fn new() -> Self {
+        Self::from_map(Map::new())
+    }
+
+    /// A new in-memory state holding `map`.
+    pub fn from_map(map: Map<String, Value>) -> Self {
+        let store = MemoryState { map: Arc::new(Mutex::new(map)) };
+        TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_Opaque) }
+    }
+
+    /// The FFI handle.
+    pub fn handle(&self) -> &StateHandle {
+        &self.handle
+    }
+
+    /// Reads `key` as `T`; `Ok(None)` when absent.
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HookError> {
+        match self.handle.get(RStr::from_str(key)) {
+            ROption::RNone => Ok(None),
+            ROption::RSome(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
+                HookError::new("type", format!("state[{key:?}] has an unexpected type: {e}"))
+            }),
+        }
+    }
+
+    /// Reads `key` as a JSON value.
+    pub fn get_value(&self, key: &str) -> Option<Value> {
+        self.get::<Value>(key).ok().flatten()
+    }
+
+    /// Stores `value` under `key`.
+    pub fn set<T: Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<(), HookError> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| HookError::new("type", format!("state[{key:?}] not serializable: {e}")))?;
+        match self.handle.set(RStr::from_str(key), RStr::from_str(&json)) {
+            RResult::ROk(()) => Ok(()),
+            RResult::RErr(e) => Err(HookError::new("type", e.into_string())),
+        }
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(&self, key: &str) -> bool {
+        self.handle.remove(RStr::from_str(key))
+    }
+
+    /// Whether `key` is present.
+    pub fn contains(&self, key: &str) -> bool {
+        self.handle.get(RStr::from_str(key)).is_some()
+    }
+
+    /// Every key, in insertion order.
+    pub fn keys(&self) -> Vec<String> {
+        self.handle.keys().into_iter().map(RString::into_string).collect()
+    }
+
+    /// The whole state as a JSON object.
+    pub fn to_map(&self) -> Map<String, Value> {
+        serde_json::from_str(&self.handle.snapshot()).unwrap_or_default()
+    }
+
+    /// Merges `map` into the state; existing keys are overwritten.
+    pub fn extend(&self, map: Map<String, Value>) -> Result<(), HookError> {
+        for (k, v) in map {
+            self.set(&k, &v)?;
+        }
+        Ok(())
+    }
+}
+
+impl Default for TurnState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The standard state store: a JSON map behind a mutex.
+#[derive(Clone)]
+struct MemoryState {
+    map: Arc<Mutex<Map<String, Value>>>,
+}
+
+impl MemoryState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map<String, Value>> {
+        // A panic while holding the lock cannot leave the map half-written
+        // (every operation is a single map call), so poisoning is ignored.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl StateStore for MemoryState {
+    fn get(&self, key: RStr<'_>) -> ROption<RString> {
+        let map = self.lock();
+        match map.get(key.as_str()) {
+            Some(v) => ROption::RSome(RString::from(v.to_string())),
+            None => ROption::RNone,
+        }
+    }
+
+    fn set(&self, key: RStr<'_>, json: RStr<'_>) -> RResult<(), RString> {
+        match serde_json::from_str::<Value>(json.as_str()) {
+            Ok(v) => {
+                self.lock().insert(key.as_str().to_owned(), v);
+                RResult::ROk(())
+            }
+            Err(e) => RResult::RErr(RString::from(format!(
+                "state[{:?}]: value is not valid JSON: {e}",
+                key.as_str()
+            ))),
+        }
+    }
+
+    fn remove(&self, key: RStr<'_>) -> bool {
+        self.lock().remove(key.as_str()).is_some()
+    }
+
+    fn keys(&self) -> RVec<RString> {
+        self.lock().keys().map(|k| RString::from(k.as_str())).collect()
+    }
+
+    fn snapshot(&self) -> RString {
+        RString::from(Value::Object(self.lock().clone()).to_string())
+    }
+}

@@ -1,0 +1,296 @@
+//! Typed payloads of Bub's hooks (serde structs; they cross as JSON).
+//!
+//! Names and fields follow Bub (`bub.core.events`, `bub.types`), so a JSON
+//! payload written by a Python tool reads the same here.
+
+use serde::{Deserialize, Serialize};
+pub use serde_json::{Map, Value};
+
+/// Any message value (Bub's `Envelope`): usually a JSON object with
+/// `content`, `channel`, `chat_id`, `session_id`, ….
+pub type Envelope = Value;
+
+/// A JSON object: turn-state fragments, config dicts.
+pub type StateMap = Map<String, Value>;
+
+/// A prompt: a string (legacy text), or a list of content parts
+/// (strings and `{type, media_type, url|data}` blocks).
+pub type Prompt = Value;
+
+/// What `render_outbound` returns: a list of envelopes or a single envelope.
+pub type Outbound = Value;
+
+/// An error as seen by `on_error` observers and in results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ErrorInfo {
+    /// Error class or kind (`RuntimeError`, `TypeError`, `provider`, `tool`, …).
+    pub kind: String,
+    /// The message.
+    pub message: String,
+    /// Extra structured detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl std::fmt::Display for ErrorInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// The tape passed to `continue_prompt` (by name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TapeInfo {
+    /// The tape's name.
+    pub name: String,
+}
+
+/// A stream's state (`StreamState`): its error and usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StreamState {
+    /// The error the stream ended with, if any.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// Token usage reported by the provider.
+    #[serde(default)]
+    pub usage: Option<Value>,
+}
+
+/// One event of a model stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamEvent {
+    /// `text`, `reasoning`, `tool_call`, `tool_result`, `usage`, `error`, `final`.
+    pub kind: String,
+    /// The event's data (`{"delta": …}` for text).
+    #[serde(default)]
+    pub data: Value,
+}
+
+/// One model choice offered by `provide_model_options`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelChoice {
+    /// `provider:model`.
+    pub id: String,
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Free-form metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// Model choices (`ModelOptions`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelOptions {
+    /// Offered models.
+    #[serde(default)]
+    pub models: Vec<ModelChoice>,
+    /// The current model, if the provider knows it.
+    #[serde(default)]
+    pub current_model: Option<String>,
+}
+
+/// How a message is scheduled while a turn runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmitAction {
+    /// Run now, concurrently.
+    Process,
+    /// Discard.
+    Drop,
+    /// Queue after the running turn.
+    FollowUp,
+    /// Inject into the running turn through the steering inbox.
+    Steer,
+}
+
+/// `AdmitDecision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdmitDecision {
+    /// The action.
+    pub action: AdmitAction,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `TurnSnapshot`: what is running in a session when a message arrives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TurnSnapshot {
+    /// The session.
+    pub session_id: String,
+    /// Whether a turn is running.
+    pub is_running: bool,
+    /// Running turns.
+    pub running_count: u32,
+    /// Queued messages.
+    pub pending_count: u32,
+    /// Messages in the steering inbox.
+    #[serde(default)]
+    pub steering_count: u32,
+}
+
+/// `LLMCallRequest`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LlmCallRequest {
+    /// Run id (`run-YYYYMMDDTHHMMSSffffffZ`).
+    pub run_id: String,
+    /// `provider:model`.
+    pub model: String,
+    /// Chat messages.
+    #[serde(default)]
+    pub messages: Vec<Value>,
+    /// Tools offered (observational).
+    #[serde(default)]
+    pub tool_names: Vec<String>,
+    /// Output token limit.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+}
+
+/// `LLMCallDecision`: finish without calling the provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmCallDecision {
+    /// Always `finish`.
+    pub action: String,
+    /// The text to answer with.
+    #[serde(default)]
+    pub text: String,
+}
+
+impl LlmCallDecision {
+    /// `LLMCallDecision.finish(text)`.
+    pub fn finish(text: impl Into<String>) -> Self {
+        LlmCallDecision {
+            action: "finish".into(),
+            text: text.into(),
+        }
+    }
+}
+
+/// What `before_llm_call` may return: a rewritten request or a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BeforeLlmCall {
+    /// Replace the request (later implementations see it).
+    Request(LlmCallRequest),
+    /// Stop the chain and skip the provider.
+    Decision(LlmCallDecision),
+}
+
+/// `LLMCallResult`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LlmCallResult {
+    /// Run id.
+    pub run_id: String,
+    /// The answer text (None if empty).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Tool calls requested by the model.
+    #[serde(default)]
+    pub tool_calls: Vec<Value>,
+    /// Usage.
+    #[serde(default)]
+    pub usage: Option<Value>,
+    /// The error the call failed with.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// Duration.
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+/// `ToolCall`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCall {
+    /// Run id.
+    pub run_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Arguments.
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+}
+
+/// `ToolCallDecision.action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolAction {
+    /// Continue (maybe with new arguments).
+    #[default]
+    Proceed,
+    /// Skip the handler and use `result`.
+    Replace,
+    /// Skip the handler and fail with `message`.
+    Deny,
+}
+
+/// `ToolCallDecision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCallDecision {
+    /// The action.
+    #[serde(default)]
+    pub action: ToolAction,
+    /// New arguments (proceed).
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+    /// The replacement result (replace).
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// The denial message (deny).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl ToolCallDecision {
+    /// `ToolCallDecision.proceed(arguments)`.
+    pub fn proceed(arguments: Option<Map<String, Value>>) -> Self {
+        ToolCallDecision {
+            action: ToolAction::Proceed,
+            arguments,
+            ..Default::default()
+        }
+    }
+
+    /// `ToolCallDecision.replace(result)`.
+    pub fn replace(result: Value) -> Self {
+        ToolCallDecision {
+            action: ToolAction::Replace,
+            result: Some(result),
+            ..Default::default()
+        }
+    }
+
+    /// `ToolCallDecision.deny(message)`.
+    pub fn deny(message: impl Into<String>) -> Self {
+        ToolCallDecision {
+            action: ToolAction::Deny,
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+}
+
+/// `ToolCallResult` (shared by all `after_tool_call` implementations).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCallResult {
+    /// Run id.
+    pub run_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// The arguments the tool ran with.
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+    /// The result passed on to the model.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// The original failure, if any.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// Duration.
+    #[serde(default)]
+    pub duration_ms: u64,
+}

@@ -1,0 +1,80 @@
+//! `bub`: one file per subcommand; this file holds the shared options.
+
+mod hooks;
+mod plugins;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use bub_host::{
+    discovery::{absolute, SearchPath},
+    Host,
+};
+use clap::{Parser, Subcommand};
+
+/// bub — Bub's hook host, with native plugins.
+#[derive(Debug, Parser)]
+#[command(name = "bub", version, about, propagate_version = true)]
+struct Cli {
+    /// Bub's home (plugins, config, tapes). Overrides BUB_HOME; default ~/.bub.
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+
+    /// More logs (-v info, -vv debug, -vvv trace). RUST_LOG takes precedence.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show which plugins implement which hooks.
+    Hooks(hooks::HooksArgs),
+    /// Inspect installed plugins.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
+}
+
+/// Options every subcommand shares, resolved.
+pub struct Context {
+    /// The plugin search path.
+    pub search: SearchPath,
+}
+
+impl Context {
+    /// Discovers, loads and registers every plugin.
+    pub fn host(&self) -> Host {
+        Host::discover(&self.search)
+    }
+}
+
+/// Parses the command line and runs the command.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let ctx = Context { search: SearchPath::from_env(cli.home.map(absolute).as_deref()) };
+    let result = match cli.command {
+        Command::Hooks(args) => hooks::run(&ctx, &args),
+        Command::Plugins(cmd) => plugins::run(&ctx, &cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
+}

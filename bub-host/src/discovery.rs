@@ -1,0 +1,88 @@
+//! Finds installed plugins, the way Python finds entry points.
+//!
+//! An installed plugin is a folder `<root>/<name>/` holding a
+//! [`plugin.json`](crate::manifest) and the library it names. The roots are
+//! searched in this order:
+//!
+//! 1. `$BUB_HOME/plugins` (`BUB_HOME` defaults to `~/.bub`);
+//! 2. each folder of `BUB_PLUGIN_PATH` (`:`-separated), in order.
+//!
+//! Within a root, folders are taken in byte order of their names. That order
+//! is the registration order, hence the priority order (later registered runs
+//! first). Only absolute roots are searched: a relative entry in
+//! `BUB_PLUGIN_PATH` is ignored with a warning, so nothing is ever loaded from
+//! the working directory by accident.
+
+use std::path::{Path, PathBuf};
+
+/// Where to look for plugins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchPath {
+    /// Roots, in search order.
+    pub roots: Vec<PathBuf>,
+    /// Entries that were refused, with why.
+    pub ignored: Vec<(String, &'static str)>,
+}
+
+impl SearchPath {
+    /// `<home>/plugins` followed by the entries of `plugin_path` (the value of
+    /// `BUB_PLUGIN_PATH`).
+    pub fn new(home: &Path, plugin_path: Option<&str>) -> SearchPath {
+        let mut roots = vec![home.join("plugins")];
+        let mut ignored = Vec::new();
+        for entry in plugin_path.unwrap_or_default().split(':') {
+            if entry.is_empty() {
+                continue;
+            }
+            let p = PathBuf::from(entry);
+            if p.is_absolute() {
+                if !roots.contains(&p) {
+                    roots.push(p);
+                }
+            } else {
+                ignored.push((entry.to_owned(), "BUB_PLUGIN_PATH entries must be absolute paths"));
+            }
+        }
+        SearchPath { roots, ignored }
+    }
+
+    /// From the environment: `BUB_HOME` (or `home_override`) and `BUB_PLUGIN_PATH`.
+    pub fn from_env(home_override: Option<&Path>) -> SearchPath {
+        let home = home_override.map(Path::to_path_buf).unwrap_or_else(bub_home);
+        SearchPath::new(&home, std::env::var("BUB_PLUGIN_PATH").ok().as_deref())
+    }
+
+    /// Every candidate plugin folder, in registration order.
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for root in &self.roots {
+            let Ok(entries) = std::fs::read_dir(root) else { continue };
+            let mut dirs: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
+            dirs.sort();
+            out.extend(dirs);
+        }
+        out
+    }
+}
+
+/// `$BUB_HOME`, or `~/.bub`.
+pub fn bub_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("BUB_HOME").filter(|h| !h.is_empty()) {
+        return absolute(PathBuf::from(h));
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    home.join(".bub")
+}
+
+/// Makes `p` absolute against the current directory (without touching disk).
+pub fn absolute(p: PathBuf) -> PathBuf {
+    if p.is_absolute() {
+        p
+    } else {
+        std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+    }
+}

@@ -1,0 +1,136 @@
+//! Typed errors of the host library.
+
+use std::path::PathBuf;
+
+use bub_abi::{HookError, HookId};
+
+/// Why a plugin could not be discovered or loaded. Every message says what
+/// failed, where, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The manifest is missing or unreadable.
+    #[error("cannot read manifest {path}: {source}. Reinstall the plugin, or remove the folder")]
+    ManifestRead {
+        /// Manifest path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The manifest is not valid.
+    #[error("manifest {path} is not valid: {detail}. Reinstall the plugin")]
+    ManifestInvalid {
+        /// Manifest path.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The library file the manifest names does not exist.
+    #[error("library {path} (named by the manifest) does not exist. Reinstall the plugin")]
+    LibraryMissing {
+        /// Library path.
+        path: PathBuf,
+    },
+    /// dlopen failed.
+    #[error("cannot open {path} as a shared library: {detail}. Is it a `cdylib` built for this platform?")]
+    Open {
+        /// Library path.
+        path: PathBuf,
+        /// The loader's message.
+        detail: String,
+    },
+    /// The library does not export a bub root module.
+    #[error("{path} is not a bub plugin: it exports no plugin root module. Build it with `bub_abi::export_plugin!`")]
+    NoRootModule {
+        /// Library path.
+        path: PathBuf,
+    },
+    /// abi_stable's own header is incompatible.
+    #[error("{path} was built with an incompatible abi_stable: {detail}. Rebuild it against bub-abi {host}")]
+    AbiHeader {
+        /// Library path.
+        path: PathBuf,
+        /// Detail.
+        detail: String,
+        /// Host ABI version.
+        host: &'static str,
+    },
+    /// The plugin's ABI version is not compatible with the host's.
+    #[error("{path} was built for plugin ABI {plugin}, but this host speaks ABI {host} ({why}). Rebuild the plugin against bub-abi {host_major}.x")]
+    AbiVersion {
+        /// Library path.
+        path: PathBuf,
+        /// The plugin's ABI version.
+        plugin: String,
+        /// The host's ABI version.
+        host: &'static str,
+        /// The host's major version.
+        host_major: u64,
+        /// Why.
+        why: &'static str,
+    },
+    /// The plugin's types do not match the host's.
+    #[error("{path} has an incompatible ABI layout (built for ABI {plugin}): {detail}. Rebuild it against bub-abi {host}")]
+    Layout {
+        /// Library path.
+        path: PathBuf,
+        /// The plugin's ABI version.
+        plugin: String,
+        /// The host's ABI version.
+        host: &'static str,
+        /// The first mismatch.
+        detail: String,
+    },
+    /// abi_stable refused the root module.
+    #[error("{path}: the root module could not be initialised: {detail}")]
+    RootModule {
+        /// Library path.
+        path: PathBuf,
+        /// Detail.
+        detail: String,
+    },
+    /// The plugin's constructor failed or panicked.
+    #[error("plugin '{name}' failed to initialise: {error}")]
+    Init {
+        /// Plugin name.
+        name: String,
+        /// The error.
+        error: HookError,
+    },
+    /// Another plugin of the same name came first.
+    #[error("plugin name '{name}' is already taken by {first}; this copy is ignored. Remove or rename one of them")]
+    Shadowed {
+        /// Plugin name.
+        name: String,
+        /// Where the first one is.
+        first: PathBuf,
+    },
+}
+
+/// A plugin failed inside a hook; in Bub this is the exception that stops the
+/// dispatch and propagates to the caller.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", describe(.plugin, .hook, .error))]
+pub struct HookFailure {
+    /// The plugin's registered name.
+    pub plugin: String,
+    /// The hook.
+    pub hook: HookId,
+    /// What the plugin reported.
+    pub error: HookError,
+}
+
+fn describe(plugin: &str, hook: &HookId, error: &HookError) -> String {
+    match error.kind.as_str() {
+        "panic" => format!("plugin '{plugin}' panicked in hook '{hook}': {}", error.message),
+        "args" => format!("plugin '{plugin}' could not read the arguments of hook '{hook}': {}", error.message),
+        "type" => format!("plugin '{plugin}' returned an invalid value from hook '{hook}': {}", error.message),
+        _ => format!("plugin '{plugin}' failed in hook '{hook}': {}", error.message),
+    }
+}
+
+impl HookFailure {
+    /// A failure attributed to `plugin` in `hook`.
+    pub fn new(plugin: &str, hook: HookId, error: HookError) -> Self {
+        HookFailure { plugin: plugin.to_owned(), hook, error }
+    }
+}

@@ -1,0 +1,185 @@
+//! [`Host`]: discovery → load → register, then dispatch through [`Runtime`].
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use bub_abi::abi::PluginModRef;
+use serde_json::Map;
+
+use crate::{
+    builtin,
+    discovery::SearchPath,
+    error::LoadError,
+    loader::{self, Library},
+    manifest::Manifest,
+    registry::{PluginRecord, PluginStatus, Registry},
+    runtime::Runtime,
+};
+
+/// A plugin to register: compiled in, or a library file.
+pub enum PluginSource {
+    /// Compiled into the host (like `builtin`).
+    Static(PluginModRef),
+    /// An installed plugin folder (manifest + library).
+    Folder(PathBuf),
+    /// A library file, registered under `name` with `config`.
+    Library {
+        /// Registered name.
+        name: String,
+        /// Library path.
+        path: PathBuf,
+        /// Constructor config.
+        config: Map<String, serde_json::Value>,
+    },
+}
+
+/// Builds a [`Host`] from plugin sources, in registration order.
+#[derive(Default)]
+pub struct HostBuilder {
+    sources: Vec<(String, PluginSource)>,
+}
+
+impl HostBuilder {
+    /// An empty builder (no builtin).
+    pub fn new() -> Self {
+        HostBuilder::default()
+    }
+
+    /// Adds the builtin plugin, registered as `builtin`.
+    pub fn builtin(mut self) -> Self {
+        self.sources.push(("builtin".into(), PluginSource::Static(builtin::module())));
+        self
+    }
+
+    /// Adds every installed plugin found on `search`, in discovery order.
+    pub fn discovered(mut self, search: &SearchPath) -> Self {
+        for (entry, why) in &search.ignored {
+            tracing::warn!(target: "bub::plugin", "plugin.path_ignored entry={entry:?}: {why}");
+        }
+        for dir in search.candidates() {
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            self.sources.push((name, PluginSource::Folder(dir)));
+        }
+        self
+    }
+
+    /// Adds one source.
+    pub fn source(mut self, name: impl Into<String>, source: PluginSource) -> Self {
+        self.sources.push((name.into(), source));
+        self
+    }
+
+    /// Adds a library file under `name`.
+    pub fn library(self, name: impl Into<String>, path: impl Into<PathBuf>, config: Map<String, serde_json::Value>) -> Self {
+        let name = name.into();
+        self.source(name.clone(), PluginSource::Library { name, path: path.into(), config })
+    }
+
+    /// Loads everything and registers what loaded. Failures are recorded on
+    /// the plugin's status (and logged); the host always comes up.
+    pub fn build(self) -> Host {
+        let mut registry = Registry::new();
+        let mut taken: HashMap<String, PathBuf> = HashMap::new();
+        for (fallback_name, source) in self.sources {
+            let record = load_source(fallback_name, source, &taken);
+            if let PluginStatus::Failed { detail } = &record.status {
+                tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
+            }
+            // The first plugin discovered under a name claims it, even if it
+            // failed: the order stays deterministic and the failure visible.
+            taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
+            registry.register(record);
+        }
+        Host { registry: Arc::new(registry) }
+    }
+}
+
+fn load_source(fallback_name: String, source: PluginSource, taken: &HashMap<String, PathBuf>) -> PluginRecord {
+    match source {
+        PluginSource::Static(module) => {
+            let lib = Library { module };
+            register_library(fallback_name, None, lib, &Map::new())
+        }
+        PluginSource::Library { name, path, config } => {
+            if let Some(first) = taken.get(&name) {
+                let detail = LoadError::Shadowed { name: name.clone(), first: first.clone() }.to_string();
+                return PluginRecord::failed(name, Some(path), detail);
+            }
+            match loader::open(&path) {
+                Ok(lib) => register_library(name, Some(path), lib, &config),
+                Err(e) => PluginRecord::failed(name, Some(path), e.to_string()),
+            }
+        }
+        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken),
+    }
+}
+
+fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBuf>) -> PluginRecord {
+    let manifest = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(e) => return PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string()),
+    };
+    let path = manifest.library_path(dir);
+    if let Some(first) = taken.get(&manifest.name) {
+        let detail = LoadError::Shadowed { name: manifest.name.clone(), first: first.clone() }.to_string();
+        return PluginRecord::failed(manifest.name, Some(path), detail);
+    }
+    if !manifest.enabled {
+        let mut r = PluginRecord::failed(manifest.name, Some(path), String::new());
+        r.version = manifest.version.unwrap_or_default();
+        r.abi_version = manifest.abi_version.unwrap_or_default();
+        r.status = PluginStatus::Disabled;
+        return r;
+    }
+    if !path.is_file() {
+        let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
+        return PluginRecord::failed(manifest.name, Some(path), detail);
+    }
+    match loader::open(&path) {
+        Ok(lib) => register_library(manifest.name, Some(path), lib, &manifest.config),
+        Err(e) => PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+    }
+}
+
+fn register_library(name: String, path: Option<PathBuf>, lib: Library, config: &Map<String, serde_json::Value>) -> PluginRecord {
+    let mut record = PluginRecord {
+        name,
+        version: lib.version().to_owned(),
+        abi_version: lib.abi_version().to_owned(),
+        description: lib.description().to_owned(),
+        path,
+        status: PluginStatus::Loaded,
+        hooks: None,
+    };
+    match loader::initialise(&lib, &record.name, config) {
+        Ok(()) => record.hooks = Some(lib.module.hooks()),
+        Err(e) => record.status = PluginStatus::Failed { detail: e.to_string() },
+    }
+    record
+}
+
+/// A host with its plugins loaded and registered.
+#[derive(Clone)]
+pub struct Host {
+    registry: Arc<Registry>,
+}
+
+impl Host {
+    /// The usual host: `builtin`, then every plugin found on `search`.
+    pub fn discover(search: &SearchPath) -> Host {
+        HostBuilder::new().builtin().discovered(search).build()
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The dispatcher.
+    pub fn runtime(&self) -> Runtime {
+        Runtime::new(self.registry.clone())
+    }
+}

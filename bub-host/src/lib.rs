@@ -1,0 +1,43 @@
+//! # bub-host — discovers, loads and dispatches native Bub plugins
+//!
+//! Data flows one way: **discover → load → register → dispatch**.
+//!
+//! - [`discovery`]: where installed plugins are looked for, in which order;
+//! - [`manifest`]: what an installed plugin folder declares;
+//! - [`loader`]: opening a library and checking its ABI before running it;
+//! - [`registry`]: registration order and pluggy's per-hook ordering;
+//! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
+//!   sync variants, `notify_error`, the agent interception chains);
+//! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
+//!
+//! ```no_run
+//! use bub_host::{discovery::SearchPath, runtime::CallArgs, Host};
+//! use bub_abi::HookId;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = Host::discover(&SearchPath::from_env(None));
+//! for plugin in host.registry().plugins() {
+//!     println!("{} {}", plugin.name, plugin.status.as_str());
+//! }
+//! let message = serde_json::json!({"channel": "cli", "chat_id": "42", "content": "hi"});
+//! let session = host.runtime().call_first(HookId::ResolveSession, &CallArgs::resolve_session(&message)?).await?;
+//! println!("{session:?}");
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod builtin;
+pub mod discovery;
+pub mod error;
+pub mod host;
+mod host_services;
+pub mod loader;
+pub mod manifest;
+pub mod registry;
+pub mod runtime;
+
+pub use error::{HookFailure, LoadError};
+pub use host::{Host, HostBuilder, PluginSource};
+pub use registry::{PluginRecord, PluginStatus, Registry};
+pub use runtime::{CallArgs, Reply, Runtime};

@@ -1,0 +1,201 @@
+//! Opens a plugin library and checks it before any of its code runs.
+//!
+//! The checks, in order, each with its own precise error:
+//!
+//! 1. `dlopen` (absolute paths only) — not a library, empty file, wrong platform;
+//! 2. abi_stable's header — the library exports no bub root module;
+//! 3. the ABI version (semver): the major must equal the host's;
+//! 4. the type layout, checked by abi_stable, made *tolerant* of one thing:
+//!    a plugin built against an older minor ABI has fewer hook slots.
+//!    abi_stable's stock check rejects that ("too many fields"), which would
+//!    make every new host refuse every plugin of the previous minor. We run
+//!    the check ourselves and accept exactly that case: field-count shortfalls
+//!    of prefix types. Inserting a slot mid-table or changing a signature is
+//!    still rejected;
+//! 5. the root module is initialised, then the plugin's constructor runs.
+//!
+//! Libraries are never unloaded: a plugin's statics, thread-locals and
+//! runtime threads must outlive every use, and `dlclose` with live TLS
+//! destructors is unsound. Reloading means a new process.
+
+use std::path::{Path, PathBuf};
+
+use abi_stable::{
+    abi_stability::abi_checking::{check_layout_compatibility, AbiInstability, AbiInstabilityErrors},
+    library::{lib_header_from_raw_library, LibraryError, RawLibrary},
+    std_types::{RResult, RStr},
+    type_layout::TLFieldOrFunction,
+    StableAbi,
+};
+use bub_abi::{
+    abi::{InitArgs, PluginModRef},
+    ABI_VERSION,
+};
+use serde_json::{Map, Value};
+
+use crate::{error::LoadError, host_services::host_services};
+
+/// A library that passed every check; its module is ready to initialise.
+#[derive(Clone, Copy)]
+pub struct Library {
+    /// The root module.
+    pub module: PluginModRef,
+}
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library").field("name", &self.name()).finish()
+    }
+}
+
+impl Library {
+    /// The plugin's own name (its crate name unless overridden).
+    pub fn name(&self) -> &'static str {
+        self.module.name().as_str()
+    }
+    /// The plugin's version.
+    pub fn version(&self) -> &'static str {
+        self.module.version().as_str()
+    }
+    /// The plugin's description.
+    pub fn description(&self) -> &'static str {
+        self.module.description().as_str()
+    }
+    /// The ABI version the plugin was built against.
+    pub fn abi_version(&self) -> &'static str {
+        self.module.abi_version().as_str()
+    }
+}
+
+/// The host's ABI version, parsed.
+pub fn host_abi() -> semver::Version {
+    semver::Version::parse(ABI_VERSION).expect("bub-abi's version is valid semver")
+}
+
+/// Opens and checks the library at `path` (steps 1–4).
+pub fn open(path: &Path) -> Result<Library, LoadError> {
+    let path = crate::discovery::absolute(path.to_path_buf());
+    let raw = RawLibrary::load_at(&path).map_err(|e| open_error(&path, e))?;
+    // SAFETY: the header is read from a library we never unload (the
+    // `forget` below), so its `'static` references stay valid. Reading the
+    // symbol trusts that a symbol with abi_stable's mangled root-module name
+    // is abi_stable's header; abi_stable validates the header's own magic and
+    // version before `upgrade` hands it out.
+    let header = unsafe { lib_header_from_raw_library(&raw) };
+    std::mem::forget(raw);
+    let header = header.map_err(|e| match e {
+        LibraryError::GetSymbolError { .. } => LoadError::NoRootModule { path: path.clone() },
+        other => LoadError::AbiHeader { path: path.clone(), detail: one_line(&other.to_string()), host: ABI_VERSION },
+    })?;
+
+    let plugin_version = header.version_strings().version.as_str().to_owned();
+    check_version(&path, &plugin_version)?;
+
+    let Some(found) = header.layout() else {
+        return Err(LoadError::Layout {
+            path,
+            plugin: plugin_version,
+            host: ABI_VERSION,
+            detail: "the library carries no layout information".into(),
+        });
+    };
+    if let Err(errors) = check_layout_compatibility(<PluginModRef as StableAbi>::LAYOUT, found) {
+        if !only_appended_slots_missing(&errors) {
+            return Err(LoadError::Layout {
+                path,
+                plugin: plugin_version,
+                host: ABI_VERSION,
+                detail: first_mismatch(&errors),
+            });
+        }
+    }
+
+    // SAFETY: the layout was checked just above; the only difference we
+    // accepted is a prefix type with fewer trailing fields, which abi_stable's
+    // prefix accessors handle (a missing slot reads as its default, "empty").
+    let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
+        .map_err(|e| LoadError::RootModule { path: path.clone(), detail: one_line(&e.to_string()) })?;
+    Ok(Library { module })
+}
+
+/// Runs the plugin's constructor (step 5).
+pub fn initialise(lib: &Library, name: &str, config: &Map<String, Value>) -> Result<(), LoadError> {
+    let config = Value::Object(config.clone()).to_string();
+    let args = InitArgs { name: RStr::from_str(name), config: RStr::from_str(&config) };
+    match (lib.module.init())(host_services(), &args) {
+        RResult::ROk(()) => Ok(()),
+        RResult::RErr(error) => Err(LoadError::Init { name: name.to_owned(), error }),
+    }
+}
+
+fn check_version(path: &Path, plugin: &str) -> Result<(), LoadError> {
+    let host = host_abi();
+    let err = |why| LoadError::AbiVersion {
+        path: path.to_path_buf(),
+        plugin: plugin.to_owned(),
+        host: ABI_VERSION,
+        host_major: host.major,
+        why,
+    };
+    let v = semver::Version::parse(plugin).map_err(|_| err("its version is not valid semver"))?;
+    if v.major != host.major {
+        return Err(err("major versions differ"));
+    }
+    if host.major == 0 && v.minor != host.minor {
+        return Err(err("0.x minor versions differ"));
+    }
+    Ok(())
+}
+
+/// True when every layout difference is a prefix type (the hook table,
+/// host services) that has fewer trailing fields in the plugin than in the
+/// host: the plugin predates hooks appended in a later minor.
+fn only_appended_slots_missing(errors: &AbiInstabilityErrors) -> bool {
+    !errors.errors.is_empty()
+        && errors.errors.iter().all(|e| {
+            let on_prefix_type = match e.stack_trace.last() {
+                Some(frame) => match &frame.expected {
+                    TLFieldOrFunction::Field(f) => {
+                        let layout = f.layout();
+                        layout.is_prefix_kind() || layout.name().ends_with("Ref")
+                    }
+                    TLFieldOrFunction::Function(_) => false,
+                },
+                None => false,
+            };
+            on_prefix_type
+                && !e.errs.is_empty()
+                && e.errs.iter().all(|x| matches!(x, AbiInstability::FieldCountMismatch(ef) if ef.expected > ef.found))
+        })
+}
+
+fn first_mismatch(errors: &AbiInstabilityErrors) -> String {
+    let Some(e) = errors.errors.first() else { return "unknown mismatch".into() };
+    let at: Vec<&str> = e
+        .stack_trace
+        .iter()
+        .map(|f| match &f.expected {
+            TLFieldOrFunction::Field(f) => f.name(),
+            TLFieldOrFunction::Function(_) => "<fn>",
+        })
+        .collect();
+    let what = e.errs.first().map(|x| format!("{x:?}")).unwrap_or_default();
+    format!("at `{}`: {}", at.join("."), one_line(&what))
+}
+
+fn open_error(path: &Path, e: LibraryError) -> LoadError {
+    let detail = match &e {
+        LibraryError::OpenError { err, .. } => err.to_string(),
+        other => other.to_string(),
+    };
+    let detail = match std::fs::metadata(path) {
+        Ok(m) if m.len() == 0 => format!("the file is empty ({})", one_line(&detail)),
+        Err(_) => format!("the file does not exist ({})", one_line(&detail)),
+        _ => one_line(&detail),
+    };
+    LoadError::Open { path: PathBuf::from(path), detail }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}

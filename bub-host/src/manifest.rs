@@ -1,0 +1,75 @@
+//! The manifest of an installed plugin (`plugin.json`).
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::LoadError;
+
+/// File name of the manifest inside a plugin folder.
+pub const MANIFEST_FILE: &str = "plugin.json";
+
+/// What an installed plugin folder declares about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The name the plugin is registered under (like a Python entry-point name).
+    pub name: String,
+    /// The library file, relative to the plugin folder (a plain file name).
+    pub library: String,
+    /// The plugin's version, as installed.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The ABI version the plugin was built for, as installed.
+    #[serde(default)]
+    pub abi_version: Option<String>,
+    /// sha256 of the library, hex.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// When it was installed (RFC 3339).
+    #[serde(default)]
+    pub installed_at: Option<String>,
+    /// Whether the plugin is loaded (a disabled plugin is listed, not loaded).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Configuration handed to the plugin's constructor.
+    #[serde(default)]
+    pub config: Map<String, Value>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Manifest {
+    /// Reads and validates `<dir>/plugin.json`.
+    pub fn read(dir: &Path) -> Result<Manifest, LoadError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::ManifestRead { path: path.clone(), source })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .map_err(|e| LoadError::ManifestInvalid { path: path.clone(), detail: e.to_string() })?;
+        manifest.validate(&path)?;
+        Ok(manifest)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), LoadError> {
+        let invalid = |detail: String| LoadError::ManifestInvalid { path: path.to_owned(), detail };
+        if self.name.trim().is_empty() {
+            return Err(invalid("`name` is empty".into()));
+        }
+        let lib = Path::new(&self.library);
+        let plain = lib.components().count() == 1 && matches!(lib.components().next(), Some(Component::Normal(_)));
+        if !plain {
+            return Err(invalid(format!(
+                "`library` must be a file name inside the plugin folder, got {:?}",
+                self.library
+            )));
+        }
+        Ok(())
+    }
+
+    /// The absolute path of the library inside `dir`.
+    pub fn library_path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.library)
+    }
+}

@@ -1,0 +1,187 @@
+//! Registered plugins and, per hook, their implementations in pluggy's order.
+//!
+//! pluggy keeps one list per hook, `[trylast…, normal…, tryfirst…]`:
+//! a normal implementation goes after the last normal one, a `tryfirst` one
+//! is appended, a `trylast` one is inserted at the *front*. Dispatch walks the
+//! list reversed. So: tryfirst first (last registered first), then normal
+//! (last registered first), then trylast in *registration* order. `bub hooks`
+//! prints the stored list, which is the reverse of the call order.
+
+use std::{path::PathBuf, sync::Arc};
+
+use bub_abi::{
+    abi::{HookCall, HookMarker, HookReturn, HookTableRef},
+    HookId, HOOK_COUNT,
+};
+
+/// Where a plugin stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginStatus {
+    /// Loaded and registered.
+    Loaded,
+    /// Discovered but not loaded; `detail` says why and what to do.
+    Failed {
+        /// The reason.
+        detail: String,
+    },
+    /// Installed but disabled in its manifest.
+    Disabled,
+}
+
+impl PluginStatus {
+    /// `loaded`, `failed` or `disabled`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PluginStatus::Loaded => "loaded",
+            PluginStatus::Failed { .. } => "failed",
+            PluginStatus::Disabled => "disabled",
+        }
+    }
+}
+
+/// One discovered plugin, loaded or not.
+#[derive(Clone)]
+pub struct PluginRecord {
+    /// The registered name.
+    pub name: String,
+    /// The plugin's version ("" when unknown).
+    pub version: String,
+    /// The ABI version it was built against ("" when unknown).
+    pub abi_version: String,
+    /// Its description.
+    pub description: String,
+    /// Its library (None for plugins compiled into the host).
+    pub path: Option<PathBuf>,
+    /// Loaded, failed or disabled.
+    pub status: PluginStatus,
+    pub(crate) hooks: Option<HookTableRef>,
+}
+
+impl std::fmt::Debug for PluginRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRecord")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("path", &self.path)
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+impl PluginRecord {
+    /// A plugin that was not loaded.
+    pub fn failed(name: String, path: Option<PathBuf>, detail: String) -> Self {
+        PluginRecord {
+            name,
+            version: String::new(),
+            abi_version: String::new(),
+            description: String::new(),
+            path,
+            status: PluginStatus::Failed { detail },
+            hooks: None,
+        }
+    }
+
+    /// Whether the plugin implements `hook`.
+    pub fn implements(&self, hook: HookId) -> bool {
+        self.hooks.is_some_and(|t| t.slot(hook).call.is_some())
+    }
+}
+
+/// One hook implementation, ready to call.
+#[derive(Clone)]
+pub struct Impl {
+    /// The plugin's registered name.
+    pub plugin: Arc<str>,
+    /// Index of the plugin in registration order.
+    pub plugin_index: usize,
+    /// The entry point.
+    pub call: extern "C" fn(&HookCall<'_>) -> HookReturn,
+    /// Its priority marker.
+    pub marker: HookMarker,
+    /// Declared `async fn`.
+    pub is_async: bool,
+}
+
+impl std::fmt::Debug for Impl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.plugin, self.marker.as_str())
+    }
+}
+
+/// Plugins in registration order and per-hook implementation lists.
+#[derive(Debug, Default)]
+pub struct Registry {
+    plugins: Vec<PluginRecord>,
+    stored: Vec<Vec<Impl>>,
+    calls: Vec<Vec<Impl>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry { plugins: Vec::new(), stored: vec![Vec::new(); HOOK_COUNT], calls: vec![Vec::new(); HOOK_COUNT] }
+    }
+
+    /// Records a plugin; a loaded one's hooks are registered after those of
+    /// every plugin recorded before it.
+    pub fn register(&mut self, record: PluginRecord) {
+        let index = self.plugins.len();
+        if let (PluginStatus::Loaded, Some(table)) = (&record.status, record.hooks) {
+            let name: Arc<str> = Arc::from(record.name.as_str());
+            for &hook in HookId::ALL {
+                let slot = table.slot(hook);
+                let Some(call) = slot.call.into_option() else { continue };
+                let imp = Impl { plugin: name.clone(), plugin_index: index, call, marker: slot.marker, is_async: slot.is_async };
+                insert_like_pluggy(&mut self.stored[hook as usize], imp);
+                let mut order = self.stored[hook as usize].clone();
+                order.reverse();
+                self.calls[hook as usize] = order;
+            }
+        }
+        self.plugins.push(record);
+    }
+
+    /// Every plugin in registration order.
+    pub fn plugins(&self) -> &[PluginRecord] {
+        &self.plugins
+    }
+
+    /// A plugin by registered name.
+    pub fn plugin(&self, name: &str) -> Option<&PluginRecord> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// Implementations of `hook` in call order.
+    pub fn impls(&self, hook: HookId) -> &[Impl] {
+        &self.calls[hook as usize]
+    }
+
+    /// Implementations of `hook` in pluggy's stored order (reverse of calls).
+    pub fn stored(&self, hook: HookId) -> &[Impl] {
+        &self.stored[hook as usize]
+    }
+
+    /// Bub's `hook_report()`: hook name → plugin names in stored order, for
+    /// hooks with implementations, sorted by hook name.
+    pub fn hook_report(&self) -> Vec<(&'static str, Vec<&str>)> {
+        let mut report: Vec<(&'static str, Vec<&str>)> = HookId::ALL
+            .iter()
+            .filter(|h| !self.stored(**h).is_empty())
+            .map(|h| (h.name(), self.stored(*h).iter().map(|i| &*i.plugin).collect()))
+            .collect();
+        report.sort_by_key(|(name, _)| *name);
+        report
+    }
+}
+
+fn insert_like_pluggy(list: &mut Vec<Impl>, imp: Impl) {
+    match imp.marker {
+        HookMarker::TryLast => list.insert(0, imp),
+        HookMarker::TryFirst => list.push(imp),
+        HookMarker::Normal => {
+            let at = list.iter().rposition(|i| i.marker != HookMarker::TryFirst).map_or(0, |i| i + 1);
+            list.insert(at, imp);
+        }
+    }
+}

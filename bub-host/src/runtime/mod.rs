@@ -1,0 +1,289 @@
+//! Dispatch with Bub's semantics: `call_first`, `call_many`, their `_sync`
+//! variants, `notify_error(_sync)`, and the agent interception adapter
+//! ([`agent`]).
+//!
+//! Rules (spec §3.3): implementations run in call order; `None` means "no
+//! answer"; an error from an implementation stops the dispatch and propagates
+//! (as a Python exception does in Bub), except in `on_error` observers and
+//! agent hooks, whose failures are logged and skipped. Sync dispatch drops a
+//! pending (async) result unpolled and logs `hook.async_not_supported`.
+
+pub mod agent;
+pub mod args;
+
+use std::sync::Arc;
+
+use abi_stable::std_types::RResult;
+use bub_abi::{
+    abi::{DispatchMode, HookReturn, HookValue, ObjectHandle},
+    types::{Envelope, ErrorInfo},
+    HookError, HookId, Object,
+};
+use serde::de::DeserializeOwned;
+
+pub use args::CallArgs;
+
+use crate::{
+    error::HookFailure,
+    registry::{Impl, Registry},
+};
+
+/// One implementation's non-None answer.
+pub struct Reply {
+    /// The plugin that answered.
+    pub plugin: Arc<str>,
+    /// The answer.
+    pub value: HookValue,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {:?}", self.plugin, self.value)
+    }
+}
+
+impl Reply {
+    /// The JSON text of a JSON answer.
+    pub fn json_text(&self) -> Option<&str> {
+        match &self.value {
+            HookValue::Json(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Parses a JSON answer as `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        match &self.value {
+            HookValue::Json(s) => serde_json::from_str(s).map_err(|e| e.to_string()),
+            other => Err(format!("expected a JSON value, got {}", value_type_name(other))),
+        }
+    }
+
+    /// An object answer.
+    pub fn object(&self) -> Option<Object> {
+        match &self.value {
+            HookValue::Object(o) => Some(Object::from_handle(o.clone())),
+            _ => None,
+        }
+    }
+
+    /// A list-of-objects answer.
+    pub fn objects(&self) -> Option<Vec<Object>> {
+        match &self.value {
+            HookValue::Objects(v) => Some(v.iter().map(|o: &ObjectHandle| Object::from_handle(o.clone())).collect()),
+            _ => None,
+        }
+    }
+}
+
+/// Python's type name of a value, for messages that match Bub's.
+pub fn value_type_name(value: &HookValue) -> &'static str {
+    match value {
+        HookValue::None => "NoneType",
+        HookValue::Object(_) => "object",
+        HookValue::Objects(_) => "list",
+        HookValue::Json(s) => match s.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'"') => "str",
+            Some(b'{') => "dict",
+            Some(b'[') => "list",
+            Some(b't' | b'f') => "bool",
+            Some(b'n') => "NoneType",
+            Some(b'-' | b'0'..=b'9') => {
+                if s.contains(['.', 'e', 'E']) {
+                    "float"
+                } else {
+                    "int"
+                }
+            }
+            _ => "invalid JSON",
+        },
+    }
+}
+
+/// Dispatches hooks over a [`Registry`].
+#[derive(Clone)]
+pub struct Runtime {
+    registry: Arc<Registry>,
+}
+
+enum Outcome {
+    Value(HookValue),
+    Skipped,
+    Failed(HookError),
+}
+
+impl Runtime {
+    /// A runtime over `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Runtime { registry }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    async fn run_async(imp: &Impl, call: &bub_abi::abi::HookCall<'_>) -> Outcome {
+        let r = match (imp.call)(call) {
+            HookReturn::Ready(r) => r,
+            HookReturn::Pending(fut) => fut.await,
+        };
+        match r {
+            RResult::ROk(v) => Outcome::Value(v),
+            RResult::RErr(e) => Outcome::Failed(e),
+        }
+    }
+
+    fn run_sync(hook: HookId, imp: &Impl, call: &bub_abi::abi::HookCall<'_>) -> Outcome {
+        match (imp.call)(call) {
+            HookReturn::Ready(RResult::ROk(v)) => Outcome::Value(v),
+            HookReturn::Ready(RResult::RErr(e)) => Outcome::Failed(e),
+            HookReturn::Pending(fut) => {
+                drop(fut);
+                tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
+                Outcome::Skipped
+            }
+        }
+    }
+
+    /// `call_first`: the first non-None answer in call order, awaiting async
+    /// implementations. Errors propagate.
+    pub async fn call_first(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
+        let impls = self.registry.impls(hook);
+        if impls.is_empty() {
+            return Ok(None);
+        }
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Async);
+        for imp in impls {
+            match Self::run_async(imp, &call).await {
+                Outcome::Value(HookValue::None) | Outcome::Skipped => {}
+                Outcome::Value(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// `call_many`: every implementation's answer, None included, in call
+    /// order. Errors propagate (later implementations do not run).
+    pub async fn call_many(&self, hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
+        let impls = self.registry.impls(hook);
+        let mut out = Vec::with_capacity(impls.len());
+        if impls.is_empty() {
+            return Ok(out);
+        }
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Async);
+        for imp in impls {
+            match Self::run_async(imp, &call).await {
+                Outcome::Value(HookValue::None) | Outcome::Skipped => out.push(None),
+                Outcome::Value(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `call_first_sync`: like [`call_first`](Self::call_first); a pending
+    /// answer is skipped with `hook.async_not_supported`.
+    pub fn call_first_sync(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
+        let impls = self.registry.impls(hook);
+        if impls.is_empty() {
+            return Ok(None);
+        }
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Sync);
+        for imp in impls {
+            match Self::run_sync(hook, imp, &call) {
+                Outcome::Value(HookValue::None) | Outcome::Skipped => {}
+                Outcome::Value(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// `call_many_sync`: like [`call_many`](Self::call_many); a pending
+    /// answer counts as None, with `hook.async_not_supported`.
+    pub fn call_many_sync(&self, hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
+        let impls = self.registry.impls(hook);
+        let mut out = Vec::with_capacity(impls.len());
+        if impls.is_empty() {
+            return Ok(out);
+        }
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Sync);
+        for imp in impls {
+            match Self::run_sync(hook, imp, &call) {
+                Outcome::Value(HookValue::None) | Outcome::Skipped => out.push(None),
+                Outcome::Value(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// By Bub's hook name; an unknown name answers None (behaviour 13).
+    pub async fn call_first_named(&self, hook: &str, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
+        match HookId::from_name(hook) {
+            Some(h) => self.call_first(h, args).await,
+            None => Ok(None),
+        }
+    }
+
+    /// By Bub's hook name; an unknown name answers `[]` (behaviour 13).
+    pub async fn call_many_named(&self, hook: &str, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
+        match HookId::from_name(hook) {
+            Some(h) => self.call_many(h, args).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// `notify_error`: tells every `on_error` observer; an observer's failure
+    /// is logged as `hook.on_error_failed` and never propagates.
+    pub async fn notify_error(&self, stage: &str, error: &ErrorInfo, message: Option<&Envelope>) {
+        let Some(args) = on_error_args(stage, error, message) else { return };
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Async);
+        for imp in self.registry.impls(HookId::OnError) {
+            if let Outcome::Failed(e) = Self::run_async(imp, &call).await {
+                on_error_failed(stage, imp, &e);
+            }
+        }
+    }
+
+    /// `notify_error_sync`: as [`notify_error`](Self::notify_error); async
+    /// observers are skipped with `hook.async_not_supported hook=on_error`.
+    pub fn notify_error_sync(&self, stage: &str, error: &ErrorInfo, message: Option<&Envelope>) {
+        let Some(args) = on_error_args(stage, error, message) else { return };
+        let views = args.views();
+        let call = args.call(&views, DispatchMode::Sync);
+        for imp in self.registry.impls(HookId::OnError) {
+            if let Outcome::Failed(e) = Self::run_sync(HookId::OnError, imp, &call) {
+                on_error_failed(stage, imp, &e);
+            }
+        }
+    }
+}
+
+fn on_error_args(stage: &str, error: &ErrorInfo, message: Option<&Envelope>) -> Option<CallArgs> {
+    let stage = stage.to_owned();
+    let message = message.cloned();
+    match CallArgs::on_error(&stage, error, &message) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!(target: "bub::hooks", "hook.on_error_failed stage={stage} adapter=<host>: arguments not serializable: {e}");
+            None
+        }
+    }
+}
+
+fn on_error_failed(stage: &str, imp: &Impl, e: &HookError) {
+    tracing::warn!(target: "bub::hooks", "hook.on_error_failed stage={stage} adapter={}: {e}", imp.plugin);
+}
+
+/// Reads a JSON reply as `T`, naming plugin and hook on failure.
+pub fn parse_reply<T: DeserializeOwned>(hook: HookId, reply: &Reply) -> Result<T, HookFailure> {
+    reply.parse().map_err(|detail| HookFailure::new(&reply.plugin, hook, HookError::new("type", detail)))
+}
