@@ -13,7 +13,6 @@
 
 use abi_stable::{
     library::RootModule,
-    package_version_strings,
     sabi_trait,
     sabi_types::VersionStrings,
     std_types::{RArc, ROption, RResult, RSlice, RStr, RString, RVec},
@@ -129,6 +128,10 @@ pub struct HookError {
     pub kind: RString,
     /// Human-readable detail.
     pub message: RString,
+    /// Test-only: a layout change that keeps the version number, to prove
+    /// the host's layout check refuses it.
+    #[cfg(feature = "__test-abi-broken-layout")]
+    pub code: u32,
 }
 
 impl HookError {
@@ -137,6 +140,8 @@ impl HookError {
         HookError {
             kind: kind.into(),
             message: RString::from(message.into()),
+            #[cfg(feature = "__test-abi-broken-layout")]
+            code: 0,
         }
     }
 
@@ -368,6 +373,6 @@ const fn version_strings() -> VersionStrings {
     }
     #[cfg(not(any(feature = "__test-abi-1-0", feature = "__test-abi-major-2")))]
     {
-        package_version_strings!()
+        abi_stable::package_version_strings!()
     }
 }

@@ -149,38 +149,44 @@ fn check_version(path: &Path, plugin: &str) -> Result<(), LoadError> {
 
 /// True when every layout difference is a prefix type (the hook table,
 /// host services) that has fewer trailing fields in the plugin than in the
-/// host: the plugin predates hooks appended in a later minor.
+/// host: the plugin predates hooks appended in a later minor. abi_stable
+/// also reports context entries without errors; those are ignored.
 fn only_appended_slots_missing(errors: &AbiInstabilityErrors) -> bool {
-    !errors.errors.is_empty()
-        && errors.errors.iter().all(|e| {
-            let on_prefix_type = match e.stack_trace.last() {
-                Some(frame) => match &frame.expected {
-                    TLFieldOrFunction::Field(f) => {
-                        let layout = f.layout();
-                        layout.is_prefix_kind() || layout.name().ends_with("Ref")
-                    }
-                    TLFieldOrFunction::Function(_) => false,
-                },
-                None => false,
+    let mut real = errors.errors.iter().filter(|e| !e.errs.is_empty()).peekable();
+    real.peek().is_some()
+        && real.all(|e| {
+            let on_prefix_type = match e.stack_trace.last().map(|f| &f.expected) {
+                Some(TLFieldOrFunction::Field(f)) => f.layout().is_prefix_kind(),
+                _ => false,
             };
             on_prefix_type
-                && !e.errs.is_empty()
                 && e.errs.iter().all(|x| matches!(x, AbiInstability::FieldCountMismatch(ef) if ef.expected > ef.found))
         })
 }
 
 fn first_mismatch(errors: &AbiInstabilityErrors) -> String {
-    let Some(e) = errors.errors.first() else { return "unknown mismatch".into() };
-    let at: Vec<&str> = e
+    let Some(e) = errors.errors.iter().find(|e| !e.errs.is_empty()) else {
+        return "the layouts differ".into();
+    };
+    let at: Vec<String> = e
         .stack_trace
         .iter()
         .map(|f| match &f.expected {
-            TLFieldOrFunction::Field(f) => f.name(),
-            TLFieldOrFunction::Function(_) => "<fn>",
+            TLFieldOrFunction::Field(f) => format!("{}: {}", f.name(), f.layout().full_type()),
+            TLFieldOrFunction::Function(_) => "<fn>".into(),
         })
         .collect();
-    let what = e.errs.first().map(|x| format!("{x:?}")).unwrap_or_default();
-    format!("at `{}`: {}", at.join("."), one_line(&what))
+    let what = match &e.errs[0] {
+        AbiInstability::FieldCountMismatch(ef) => {
+            format!("field count differs (expected {}, found {})", ef.expected, ef.found)
+        }
+        other => {
+            let mut s = one_line(&format!("{other:?}"));
+            s.truncate(300);
+            s
+        }
+    };
+    format!("in {}: {what}", at.join(" -> "))
 }
 
 fn open_error(path: &Path, e: LibraryError) -> LoadError {
@@ -188,6 +194,9 @@ fn open_error(path: &Path, e: LibraryError) -> LoadError {
         LibraryError::OpenError { err, .. } => err.to_string(),
         other => other.to_string(),
     };
+    // dlerror() repeats the path; the message already names it.
+    let prefix = format!("{}: ", path.display());
+    let detail = detail.strip_prefix(&prefix).map(str::to_owned).unwrap_or(detail);
     let detail = match std::fs::metadata(path) {
         Ok(m) if m.len() == 0 => format!("the file is empty ({})", one_line(&detail)),
         Err(_) => format!("the file does not exist ({})", one_line(&detail)),

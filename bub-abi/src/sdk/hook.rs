@@ -14,6 +14,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, HookError>> + Send + '
 
 enum Inner<T> {
     NotImplemented,
+    Raw(HookReturn),
     Ready(Result<T, HookError>),
     Future(BoxFuture<T>),
 }
@@ -77,6 +78,12 @@ impl<T: IntoHookValue> Hook<T> {
         }
     }
 
+    /// Returns exactly this FFI value, bypassing the typed conversion. For
+    /// plugins that build results themselves (and tests of malformed ones).
+    pub fn from_return(ret: HookReturn) -> Self {
+        Hook { inner: Inner::Raw(ret), _t: PhantomData }
+    }
+
     /// Whether this is the "not implemented" default.
     pub fn is_not_implemented(&self) -> bool {
         matches!(self.inner, Inner::NotImplemented)
@@ -87,6 +94,7 @@ impl<T: IntoHookValue> Hook<T> {
     pub fn into_return(self, _mode: DispatchMode) -> HookReturn {
         match self.inner {
             Inner::NotImplemented => HookReturn::NONE,
+            Inner::Raw(r) => r,
             Inner::Ready(r) => HookReturn::Ready(to_result(r)),
             Inner::Future(f) => HookReturn::Pending(bridge::to_ffi(async move { to_result(f.await) })),
         }

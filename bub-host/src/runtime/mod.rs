@@ -205,7 +205,8 @@ impl Runtime {
     }
 
     /// `call_many_sync`: like [`call_many`](Self::call_many); a pending
-    /// answer counts as None, with `hook.async_not_supported`.
+    /// answer is left out of the results (as Bub does), with
+    /// `hook.async_not_supported`.
     pub fn call_many_sync(&self, hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
         let impls = self.registry.impls(hook);
         let mut out = Vec::with_capacity(impls.len());
@@ -216,7 +217,8 @@ impl Runtime {
         let call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
             match Self::run_sync(hook, imp, &call) {
-                Outcome::Value(HookValue::None) | Outcome::Skipped => out.push(None),
+                Outcome::Skipped => {}
+                Outcome::Value(HookValue::None) => out.push(None),
                 Outcome::Value(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
                 Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
             }

@@ -1,0 +1,200 @@
+// The scripted test plugin, shared by tp-scripted (normal), tp-scripted-first
+// (tryfirst) and tp-scripted-last (trylast): each crate sets `MARKER` and
+// includes this file. It implements every hook; what a hook does comes from
+// the plugin's config (its manifest), so one library, copied into several
+// plugin folders, plays every part a test needs:
+//
+// {"trace": "/path/file",                    every call appends "<name>:<hook>"
+//  "init": "error" | "panic",                the constructor fails
+//  "hooks": {"<hook>": {
+//     "return": <json>, "raw": "<text>",     answer (raw: verbatim, maybe not JSON)
+//     "error": "msg", "panic": "msg",        fail
+//     "async": true, "sleep_ms": n,          answer from a tokio future
+//     "panic_in_future": "msg",
+//     "connect": "127.0.0.1:port",           async: send a line over TCP, return the reply
+//     "set_state": {k: v}, "get_state": "k", write / read the live turn state
+//     "echo_arg": i,                         return argument i as received
+//     "trace_arg": i,                        trace argument i too
+//     "log": "text",                         emit tracing::info!
+//     "request_ops": {...}, "tool_ops": {...}, "prefix_result": "p", "finish": "t"
+//  }}}
+
+use std::{io::Write as _, time::Duration};
+
+use bub_abi::{
+    abi::{HookCall, HookReturn, HookValue},
+    abi_stable::std_types::{RResult, RString},
+    sdk::bridge,
+    BoxError, Hook, HookDecl, HookError, HookId, Plugin, PluginContext, TurnState,
+};
+use serde_json::{json, Map, Value};
+
+pub struct Scripted {
+    name: String,
+    hooks: Map<String, Value>,
+    trace: Option<String>,
+}
+
+fn answer(value: Value) -> RResult<HookValue, HookError> {
+    if value.is_null() {
+        RResult::ROk(HookValue::None)
+    } else {
+        RResult::ROk(HookValue::Json(RString::from(value.to_string())))
+    }
+}
+
+impl Scripted {
+    fn trace(&self, line: &str) {
+        if let Some(path) = &self.trace {
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("trace file");
+            writeln!(f, "{}:{line}", self.name).expect("trace write");
+        }
+    }
+
+    fn arg(call: &HookCall<'_>, i: usize) -> Value {
+        call.args.get(i).and_then(|s| serde_json::from_str(s.as_str()).ok()).unwrap_or(Value::Null)
+    }
+
+    fn run(&'static self, hook: &'static str, call: &HookCall<'_>) -> HookReturn {
+        let Some(script) = self.hooks.get(hook) else {
+            self.trace(hook);
+            return HookReturn::NONE;
+        };
+        match script.get("trace_arg").and_then(Value::as_u64) {
+            Some(i) => self.trace(&format!("{hook}:{}", Self::arg(call, i as usize))),
+            None => self.trace(hook),
+        }
+        if let Some(text) = script.get("log").and_then(Value::as_str) {
+            tracing::info!(hook, "{text}");
+        }
+        let state = call.state.into_option().map(|h| TurnState::from_handle(h.clone()));
+        if let (Some(state), Some(Value::Object(set))) = (&state, script.get("set_state")) {
+            for (k, v) in set {
+                state.set(k, v).expect("state set");
+            }
+        }
+        if let Some(msg) = script.get("panic").and_then(Value::as_str) {
+            panic!("{msg}");
+        }
+        let args: Vec<Value> = (0..call.args.len()).map(|i| Self::arg(call, i)).collect();
+        let raw_args: Vec<String> = call.args.iter().map(|s| s.as_str().to_owned()).collect();
+        if script.get("async") == Some(&Value::Bool(true)) {
+            let script = script.clone();
+            return HookReturn::Pending(bridge::to_ffi(async move {
+                if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                if let Some(addr) = script.get("connect").and_then(Value::as_str) {
+                    return match self.ping(addr).await {
+                        Ok(reply) => answer(Value::String(reply)),
+                        Err(e) => RResult::RErr(HookError::plugin(e.to_string())),
+                    };
+                }
+                if let Some(msg) = script.get("panic_in_future").and_then(Value::as_str) {
+                    panic!("{msg}");
+                }
+                self.trace(&format!("{hook}:done"));
+                self.respond(&script, &args, &raw_args, state.as_ref())
+            }));
+        }
+        HookReturn::Ready(self.respond(script, &args, &raw_args, state.as_ref()))
+    }
+
+    async fn ping(&self, addr: &str) -> std::io::Result<String> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(format!("ping {}\n", self.name).as_bytes()).await?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).await?;
+        Ok(line.trim_end().to_owned())
+    }
+
+    fn respond(&self, script: &Value, args: &[Value], raw: &[String], state: Option<&TurnState>) -> RResult<HookValue, HookError> {
+        if let Some(msg) = script.get("error").and_then(Value::as_str) {
+            return RResult::RErr(HookError::plugin(msg));
+        }
+        if let Some(text) = script.get("raw").and_then(Value::as_str) {
+            return RResult::ROk(HookValue::Json(RString::from(text)));
+        }
+        if let Some(i) = script.get("echo_arg").and_then(Value::as_u64) {
+            return RResult::ROk(HookValue::Json(RString::from(raw[i as usize].as_str())));
+        }
+        if let (Some(key), Some(state)) = (script.get("get_state").and_then(Value::as_str), state) {
+            return answer(state.get_value(key).unwrap_or(Value::Null));
+        }
+        if let Some(text) = script.get("finish").and_then(Value::as_str) {
+            return answer(json!({"decision": {"action": "finish", "text": text}}));
+        }
+        if let Some(Value::Object(ops)) = script.get("request_ops") {
+            let mut request = args[0].clone();
+            if let Some(m) = ops.get("set_model") {
+                request["model"] = m.clone();
+            }
+            if let Some(t) = ops.get("set_max_tokens") {
+                request["max_tokens"] = t.clone();
+            }
+            if let Some(msg) = ops.get("append_message") {
+                request["messages"].as_array_mut().expect("messages").push(msg.clone());
+            }
+            return answer(json!({"request": request}));
+        }
+        if let Some(Value::Object(ops)) = script.get("tool_ops") {
+            let call = &args[0];
+            if let Some(msg) = ops.get("deny") {
+                return answer(json!({"action": "deny", "message": msg}));
+            }
+            if let Some(result) = ops.get("replace") {
+                return answer(json!({"action": "replace", "result": result}));
+            }
+            let mut arguments = call["arguments"].as_object().cloned().unwrap_or_default();
+            if let Some(Value::Object(set)) = ops.get("set_args") {
+                arguments.extend(set.clone());
+            }
+            if ops.get("hops") == Some(&Value::Bool(true)) {
+                let hops = arguments.get("hops").and_then(Value::as_u64).unwrap_or(0);
+                arguments.insert("hops".into(), json!(hops + 1));
+            }
+            return answer(json!({"action": "proceed", "arguments": arguments}));
+        }
+        if let Some(prefix) = script.get("prefix_result").and_then(Value::as_str) {
+            let current = args[1]["result"].as_str().unwrap_or_default().to_owned();
+            return answer(Value::String(format!("{prefix}{current}")));
+        }
+        answer(script.get("return").cloned().unwrap_or(Value::Null))
+    }
+}
+
+macro_rules! scripted_hooks {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        impl Plugin for Scripted {
+            const HOOKS: &'static [HookDecl] = &[$(HookDecl::new(HookId::$Pascal, MARKER, false)),*];
+
+            fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+                match ctx.config.get("init").and_then(Value::as_str) {
+                    Some("error") => return Err(format!("{} refuses to start (scripted)", ctx.name).into()),
+                    Some("panic") => panic!("{} panics in its constructor (scripted)", ctx.name),
+                    _ => {}
+                }
+                Ok(Scripted {
+                    name: ctx.name.clone(),
+                    hooks: ctx.config.get("hooks").and_then(Value::as_object).cloned().unwrap_or_default(),
+                    trace: ctx.config.get("trace").and_then(Value::as_str).map(str::to_owned),
+                })
+            }
+
+            $(
+                fn $name(&'static self, args: bub_abi::args::$name::Args<'_>) -> Hook<bub_abi::args::$name::Return> {
+                    Hook::from_return(self.run(stringify!($name), args.raw()))
+                }
+            )*
+        }
+    };
+}
+bub_abi::for_each_hook!(scripted_hooks);
+
+bub_abi::export_plugin!(Scripted);

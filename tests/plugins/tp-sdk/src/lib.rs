@@ -1,0 +1,81 @@
+//! A test plugin written as plugin authors write them: `#[bub_abi::plugin]`,
+//! plain and `async fn` hooks declaring only the parameters they read,
+//! markers, `tracing`, the live turn state, and typed errors.
+
+use std::time::Duration;
+
+use bub_abi::{
+    types::{Envelope, Prompt, StateMap},
+    BoxError, Plugin, PluginContext, TurnState,
+};
+use serde::Deserialize;
+
+pub struct Sdk {
+    name: String,
+}
+
+/// A plugin may read an argument as its own type.
+#[derive(Deserialize)]
+struct Chat {
+    chat_id: String,
+}
+
+#[bub_abi::plugin]
+impl Plugin for Sdk {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        tracing::info!(name = %ctx.name, "tp-sdk initialised");
+        Ok(Sdk { name: ctx.name.clone() })
+    }
+
+    /// Reads the message as its own struct.
+    #[tryfirst]
+    fn resolve_session(&self, message: Chat) -> Option<String> {
+        Some(format!("{}:{}", self.name, message.chat_id))
+    }
+
+    /// Declares no parameters: never parses any.
+    fn load_state(&self) -> Option<StateMap> {
+        let mut m = StateMap::new();
+        m.insert("from_sdk".into(), serde_json::json!(true));
+        Some(m)
+    }
+
+    /// Reads the live state another hook may have written.
+    fn build_prompt(&self, message: Envelope, state: TurnState) -> Result<Option<Prompt>, BoxError> {
+        let seen: Option<String> = state.get("note")?;
+        state.set("built_by", &self.name)?;
+        let content = message.get("content").and_then(|c| c.as_str()).unwrap_or_default();
+        Ok(Some(Prompt::String(format!("{content} [note={}]", seen.unwrap_or_default()))))
+    }
+
+    /// An async hook using tokio's timer inside the plugin.
+    async fn run_model(&self, prompt: Prompt, _session_id: String) -> Result<Option<String>, BoxError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tracing::info!(plugin = %self.name, "model answered after sleeping");
+        Ok(Some(format!("echo: {}", prompt.as_str().unwrap_or_default())))
+    }
+
+    /// Async: skipped by sync dispatch.
+    async fn system_prompt(&self) -> Option<String> {
+        Some("from an async fn".into())
+    }
+
+    /// Panics on demand (sync).
+    #[trylast]
+    fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
+        if message.get("content").and_then(|c| c.as_str()) == Some("boom") {
+            panic!("tp-sdk was asked to explode");
+        }
+        Some(true)
+    }
+
+    /// An error through `Result`.
+    fn render_outbound(&self, model_output: String) -> Result<Option<bub_abi::types::Outbound>, String> {
+        if model_output == "fail" {
+            return Err("cannot render 'fail'".into());
+        }
+        Ok(Some(serde_json::json!([{"content": model_output}])))
+    }
+}
+
+bub_abi::export_plugin!(Sdk);
