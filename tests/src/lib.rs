@@ -1,1 +1,202 @@
+//! Test support: build the test plugins once per test run, install them into
+//! temporary Bub homes, load them through the real loader, capture logs.
+//!
+//! Plugins are built by running cargo (the same profile and target directory
+//! as the tests), because `cargo test` does not produce `cdylib` files of
+//! other packages. The ABI fixtures under `tests/fixtures` are built in their
+//! own invocations: they enable test-only features of `bub-abi`.
 
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use bub_host::{discovery::SearchPath, Host};
+use serde_json::{json, Value};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
+}
+
+/// The shared target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
+}
+
+/// Workspace test plugins.
+pub const TEST_PLUGINS: &[&str] = &["tp-scripted", "tp-scripted-first", "tp-scripted-last", "tp-nosymbol", "tp-sdk"];
+
+/// ABI fixtures (each built alone).
+pub const FIXTURES: &[&str] = &["legacy-abi-plugin", "abi-major-2-plugin", "broken-layout-plugin"];
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn run(mut cmd: Command, what: &str) {
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo to build {what}: {e}"));
+    assert!(status.success(), "building {what} failed ({status}); run the command above to see why");
+}
+
+/// Builds every test plugin and fixture (debug profile), once per process.
+pub fn build_plugins(release: bool) -> &'static Path {
+    static DEBUG: OnceLock<PathBuf> = OnceLock::new();
+    static RELEASE: OnceLock<PathBuf> = OnceLock::new();
+    let cell = if release { &RELEASE } else { &DEBUG };
+    cell.get_or_init(|| {
+        let target = target_dir();
+        let mut cmd = cargo();
+        cmd.current_dir(workspace()).arg("build").arg("--quiet");
+        if release {
+            cmd.arg("--release");
+        }
+        for p in TEST_PLUGINS {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(["-p", "bub-host"]);
+        run(cmd, "the test plugins");
+        for f in FIXTURES {
+            let mut cmd = cargo();
+            cmd.current_dir(workspace()).args(["build", "--quiet", "--manifest-path", "tests/fixtures/Cargo.toml", "-p", f]);
+            cmd.arg("--target-dir").arg(&target);
+            if release {
+                cmd.arg("--release");
+            }
+            run(cmd, f);
+        }
+        target.join(if release { "release" } else { "debug" })
+    })
+}
+
+/// The built library of package `package` (debug profile).
+pub fn lib(package: &str) -> PathBuf {
+    let dir = build_plugins(false);
+    let path = dir.join(format!("{}{}{}", std::env::consts::DLL_PREFIX, package.replace('-', "_"), std::env::consts::DLL_SUFFIX));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// The `bub` binary (debug profile).
+pub fn bub_bin() -> PathBuf {
+    build_plugins(false).join(format!("bub{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// A temporary Bub home with helpers to install plugins into it.
+pub struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Home {
+    /// An empty home.
+    pub fn new() -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        Home { dir }
+    }
+
+    /// The home's path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A file for plugins to trace their calls into.
+    pub fn trace_file(&self) -> PathBuf {
+        self.path().join("trace.log")
+    }
+
+    /// The trace lines written so far.
+    pub fn trace(&self) -> Vec<String> {
+        std::fs::read_to_string(self.trace_file()).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+
+    /// Clears the trace.
+    pub fn clear_trace(&self) {
+        let _ = std::fs::remove_file(self.trace_file());
+    }
+
+    /// Installs `library` as plugin `name` with `config` (a copy: every copy
+    /// is loaded as a separate library with its own statics).
+    pub fn install(&self, name: &str, library: &Path, config: Value) -> PathBuf {
+        install_into(&self.path().join("plugins"), name, library, config)
+    }
+
+    /// Installs the scripted plugin with `marker` ("", "first" or "last").
+    pub fn scripted(&self, name: &str, marker: &str, hooks: Value) -> PathBuf {
+        let package = match marker {
+            "" => "tp-scripted",
+            "first" => "tp-scripted-first",
+            "last" => "tp-scripted-last",
+            other => panic!("unknown marker {other}"),
+        };
+        let config = json!({"trace": self.trace_file(), "hooks": hooks});
+        self.install(name, &lib(package), config)
+    }
+
+    /// The search path of this home (no BUB_PLUGIN_PATH).
+    pub fn search(&self) -> SearchPath {
+        SearchPath::new(self.path(), None)
+    }
+
+    /// A host over this home: builtin, then the installed plugins.
+    pub fn host(&self) -> Host {
+        Host::discover(&self.search())
+    }
+}
+
+/// Installs `library` as `<root>/<name>/` with a manifest.
+pub fn install_into(root: &Path, name: &str, library: &Path, config: Value) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).expect("plugin dir");
+    let file = library.file_name().expect("library file name");
+    std::fs::copy(library, dir.join(file)).expect("copy library");
+    let manifest = json!({"name": name, "library": file.to_string_lossy(), "config": config});
+    std::fs::write(dir.join("plugin.json"), serde_json::to_string_pretty(&manifest).unwrap()).expect("manifest");
+    dir
+}
+
+/// Runs `f` with a subscriber that records every log line (`target: message fields`).
+pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let writer = CaptureWriter(lines.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .without_time()
+        .with_writer(move || writer.clone())
+        .finish();
+    let r = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+    (r, text.lines().map(str::to_owned).collect())
+}
+
+#[derive(Clone)]
+struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs a future to completion on a current-thread runtime (so a
+/// thread-local log capture sees everything the dispatch logs).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
+}
+
+/// A message envelope.
+pub fn message(chat: &str) -> Value {
+    json!({"content": "hello", "channel": "test", "chat_id": chat})
+}

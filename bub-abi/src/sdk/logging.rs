@@ -67,13 +67,11 @@ impl Subscriber for Forwarder {
 
     fn register_callsite(
         &self,
-        metadata: &'static Metadata<'static>,
+        _metadata: &'static Metadata<'static>,
     ) -> tracing::subscriber::Interest {
-        if self.enabled(metadata) {
-            tracing::subscriber::Interest::always()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
+        // Ask the host each time: its filter may differ per thread (a test's
+        // scoped subscriber) and may change after this callsite registers.
+        tracing::subscriber::Interest::sometimes()
     }
 
     fn new_span(&self, _span: &span::Attributes<'_>) -> span::Id {

@@ -60,9 +60,14 @@ impl Scripted {
             self.trace(hook);
             return HookReturn::NONE;
         };
-        match script.get("trace_arg").and_then(Value::as_u64) {
-            Some(i) => self.trace(&format!("{hook}:{}", Self::arg(call, i as usize))),
-            None => self.trace(hook),
+        // Like a Python coroutine, an async hook does nothing until awaited.
+        let line = match script.get("trace_arg").and_then(Value::as_u64) {
+            Some(i) => format!("{hook}:{}", Self::arg(call, i as usize)),
+            None => hook.to_owned(),
+        };
+        let is_async = script.get("async") == Some(&Value::Bool(true));
+        if !is_async {
+            self.trace(&line);
         }
         if let Some(text) = script.get("log").and_then(Value::as_str) {
             tracing::info!(hook, "{text}");
@@ -78,9 +83,10 @@ impl Scripted {
         }
         let args: Vec<Value> = (0..call.args.len()).map(|i| Self::arg(call, i)).collect();
         let raw_args: Vec<String> = call.args.iter().map(|s| s.as_str().to_owned()).collect();
-        if script.get("async") == Some(&Value::Bool(true)) {
+        if is_async {
             let script = script.clone();
             return HookReturn::Pending(bridge::to_ffi(async move {
+                self.trace(&line);
                 if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }

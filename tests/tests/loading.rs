@@ -1,0 +1,162 @@
+//! Discovery and loading: every broken input gets a precise status and the
+//! host carries on (spec §3.1). Plugins are real cdylibs through the real loader.
+
+use bub_host::{discovery::SearchPath, HostBuilder, PluginStatus};
+use bub_tests::{block_on, install_into, lib, message, Home};
+use serde_json::json;
+
+fn status_of(host: &bub_host::Host, name: &str) -> PluginStatus {
+    host.registry().plugin(name).unwrap_or_else(|| panic!("plugin {name} not listed")).status.clone()
+}
+
+fn failure_of(host: &bub_host::Host, name: &str) -> String {
+    match status_of(host, name) {
+        PluginStatus::Failed { detail } => detail,
+        other => panic!("{name} should have failed, is {other:?}"),
+    }
+}
+
+fn write_junk(home: &Home, name: &str, bytes: &[u8]) {
+    let dir = home.path().join("plugins").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("libjunk.so"), bytes).unwrap();
+    std::fs::write(dir.join("plugin.json"), json!({"name": name, "library": "libjunk.so"}).to_string()).unwrap();
+}
+
+/// A good plugin still loads and answers beside every kind of broken one.
+#[test]
+fn host_survives_every_broken_input() {
+    let home = Home::new();
+    write_junk(&home, "a-text", b"this is not a shared library\n");
+    write_junk(&home, "b-empty", b"");
+    home.install("c-nosymbol", &lib("tp-nosymbol"), json!({}));
+    home.install("d-major2", &lib("abi-major-2-plugin"), json!({}));
+    home.install("e-layout", &lib("broken-layout-plugin"), json!({}));
+    home.install("f-init-error", &lib("tp-scripted"), json!({"init": "error"}));
+    home.install("g-init-panic", &lib("tp-scripted"), json!({"init": "panic"}));
+    home.scripted("z-good", "", json!({"resolve_session": {"return": "good"}}));
+
+    let host = home.host();
+    let names: Vec<&str> = host.registry().plugins().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["builtin", "a-text", "b-empty", "c-nosymbol", "d-major2", "e-layout", "f-init-error", "g-init-panic", "z-good"]
+    );
+
+    let text = failure_of(&host, "a-text");
+    assert!(text.contains("cannot open") && text.contains("shared library") && text.contains("cdylib"), "{text}");
+    let empty = failure_of(&host, "b-empty");
+    assert!(empty.contains("the file is empty"), "{empty}");
+    let nosym = failure_of(&host, "c-nosymbol");
+    assert!(nosym.contains("is not a bub plugin") && nosym.contains("export_plugin!"), "{nosym}");
+    let major = failure_of(&host, "d-major2");
+    assert!(major.contains("ABI 2.0.0") && major.contains("major versions differ") && major.contains("bub-abi 1.x"), "{major}");
+    let layout = failure_of(&host, "e-layout");
+    assert!(layout.contains("incompatible ABI layout") && layout.contains("RResult"), "{layout}");
+    let init = failure_of(&host, "f-init-error");
+    assert!(init.contains("failed to initialise") && init.contains("refuses to start"), "{init}");
+    let panic = failure_of(&host, "g-init-panic");
+    assert!(panic.contains("failed to initialise") && panic.contains("panics in its constructor"), "{panic}");
+
+    assert_eq!(status_of(&host, "z-good"), PluginStatus::Loaded);
+    let rt = host.runtime();
+    let args = bub_host::CallArgs::resolve_session(&message("1")).unwrap();
+    let reply = block_on(rt.call_first(bub_abi::HookId::ResolveSession, &args)).unwrap().unwrap();
+    assert_eq!(reply.parse::<String>().unwrap(), "good");
+}
+
+/// A plugin built against the previous minor ABI (1.0, no `provide_tools`
+/// slot) loads in this 1.1 host; its missing hook is simply absent.
+#[test]
+fn plugin_of_previous_minor_abi_loads() {
+    let home = Home::new();
+    home.install("legacy", &lib("legacy-abi-plugin"), json!({}));
+    let host = home.host();
+    let record = host.registry().plugin("legacy").unwrap();
+    assert_eq!(record.status, PluginStatus::Loaded);
+    assert_eq!(record.abi_version, "1.0.0");
+    assert!(record.implements(bub_abi::HookId::ResolveSession));
+    assert!(!record.implements(bub_abi::HookId::ProvideTools));
+
+    let rt = host.runtime();
+    let args = bub_host::CallArgs::resolve_session(&message("42")).unwrap();
+    let reply = block_on(rt.call_first(bub_abi::HookId::ResolveSession, &args)).unwrap().unwrap();
+    assert_eq!(reply.parse::<String>().unwrap(), "fixture:42");
+    let tools = rt.call_many_sync(bub_abi::HookId::ProvideTools, &bub_host::CallArgs::provide_tools().unwrap()).unwrap();
+    assert!(tools.is_empty());
+    let prompt = rt
+        .call_many_sync(
+            bub_abi::HookId::SystemPrompt,
+            &bub_host::CallArgs::system_prompt(&json!("hi"), &bub_abi::TurnState::new()).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(prompt[0].as_ref().unwrap().parse::<String>().unwrap(), "built for ABI 1.0.0");
+}
+
+/// Manifest problems are reported with the file and what to do.
+#[test]
+fn manifest_problems_are_precise() {
+    let home = Home::new();
+    let root = home.path().join("plugins");
+    std::fs::create_dir_all(root.join("no-manifest")).unwrap();
+    std::fs::create_dir_all(root.join("bad-json")).unwrap();
+    std::fs::write(root.join("bad-json/plugin.json"), "{ not json").unwrap();
+    std::fs::create_dir_all(root.join("escape")).unwrap();
+    std::fs::write(root.join("escape/plugin.json"), json!({"name": "escape", "library": "../x.so"}).to_string()).unwrap();
+    std::fs::create_dir_all(root.join("missing-lib")).unwrap();
+    std::fs::write(root.join("missing-lib/plugin.json"), json!({"name": "missing-lib", "library": "libgone.so"}).to_string()).unwrap();
+
+    let host = home.host();
+    let none = failure_of(&host, "no-manifest");
+    assert!(none.contains("cannot read manifest") && none.contains("plugin.json"), "{none}");
+    let bad = failure_of(&host, "bad-json");
+    assert!(bad.contains("is not valid"), "{bad}");
+    let esc = failure_of(&host, "escape");
+    assert!(esc.contains("must be a file name inside the plugin folder"), "{esc}");
+    let gone = failure_of(&host, "missing-lib");
+    assert!(gone.contains("does not exist") && gone.contains("libgone.so"), "{gone}");
+}
+
+/// Registration order: builtin, then `$BUB_HOME/plugins` by folder name, then
+/// each absolute `BUB_PLUGIN_PATH` folder; relative entries are ignored; a
+/// name already taken is refused (the first one wins).
+#[test]
+fn discovery_order_and_shadowing() {
+    let home = Home::new();
+    let extra = tempfile::tempdir().unwrap();
+    let scripted = lib("tp-scripted");
+    install_into(&home.path().join("plugins"), "zeta", &scripted, json!({}));
+    install_into(&home.path().join("plugins"), "alpha", &scripted, json!({}));
+    install_into(extra.path(), "beta", &scripted, json!({}));
+    install_into(extra.path(), "alpha", &scripted, json!({}));
+
+    let path_var = format!("relative/dir:{}", extra.path().display());
+    let search = SearchPath::new(home.path(), Some(&path_var));
+    assert_eq!(search.ignored.len(), 1, "relative entries are ignored");
+    let host = HostBuilder::new().builtin().discovered(&search).build();
+    let order: Vec<(&str, &str)> =
+        host.registry().plugins().iter().map(|p| (p.name.as_str(), p.status.as_str())).collect();
+    assert_eq!(
+        order,
+        [("builtin", "loaded"), ("alpha", "loaded"), ("zeta", "loaded"), ("alpha", "failed"), ("beta", "loaded")]
+    );
+    let shadowed = &host.registry().plugins()[3];
+    match &shadowed.status {
+        PluginStatus::Failed { detail } => assert!(detail.contains("already taken"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A disabled plugin is listed, not loaded.
+#[test]
+fn disabled_plugin_is_listed_not_loaded() {
+    let home = Home::new();
+    let dir = home.scripted("off", "", json!({"resolve_session": {"return": "x"}}));
+    let manifest = dir.join("plugin.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["enabled"] = json!(false);
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let host = home.host();
+    assert_eq!(status_of(&host, "off"), PluginStatus::Disabled);
+    assert!(host.registry().impls(bub_abi::HookId::ResolveSession).is_empty());
+}
