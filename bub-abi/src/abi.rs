@@ -91,11 +91,7 @@ pub struct HookSlot {
 
 impl HookSlot {
     /// An empty slot.
-    pub const EMPTY: HookSlot = HookSlot {
-        call: ROption::RNone,
-        marker: HookMarker::Normal,
-        is_async: false,
-    };
+    pub const EMPTY: HookSlot = HookSlot { call: ROption::RNone, marker: HookMarker::Normal, is_async: false };
 }
 
 impl Default for HookSlot {

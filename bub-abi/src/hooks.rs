@@ -288,15 +288,33 @@ impl HookKind {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __hook_kind {
-    (first) => { $crate::hooks::HookKind::First };
-    (many) => { $crate::hooks::HookKind::Many };
-    (first_sync) => { $crate::hooks::HookKind::FirstSync };
-    (many_sync) => { $crate::hooks::HookKind::ManySync };
-    (model) => { $crate::hooks::HookKind::Model };
-    (chain) => { $crate::hooks::HookKind::Chain };
-    (observer) => { $crate::hooks::HookKind::Observer };
-    (notify) => { $crate::hooks::HookKind::Notify };
-    (onboard) => { $crate::hooks::HookKind::Onboard };
+    (first) => {
+        $crate::hooks::HookKind::First
+    };
+    (many) => {
+        $crate::hooks::HookKind::Many
+    };
+    (first_sync) => {
+        $crate::hooks::HookKind::FirstSync
+    };
+    (many_sync) => {
+        $crate::hooks::HookKind::ManySync
+    };
+    (model) => {
+        $crate::hooks::HookKind::Model
+    };
+    (chain) => {
+        $crate::hooks::HookKind::Chain
+    };
+    (observer) => {
+        $crate::hooks::HookKind::Observer
+    };
+    (notify) => {
+        $crate::hooks::HookKind::Notify
+    };
+    (onboard) => {
+        $crate::hooks::HookKind::Onboard
+    };
 }
 
 /// Static facts about one hook, derived from the table.

@@ -79,9 +79,9 @@ pub use sdk::{
     state::TurnState,
 };
 
-pub use bub_abi_macros::plugin;
 #[doc(hidden)]
 pub use bub_abi_macros::__root_symbol;
+pub use bub_abi_macros::plugin;
 
 pub use abi_stable;
 pub use async_ffi;
@@ -92,7 +92,7 @@ pub use tracing;
 #[doc(hidden)]
 pub mod __private {
     pub use abi_stable::{
-        library::{CheckTypeLayout, LibHeader, RootModuleResult, __call_root_module_loader},
+        library::{__call_root_module_loader, CheckTypeLayout, LibHeader, RootModuleResult},
         prefix_type::WithMetadata,
         std_types::RStr,
     };

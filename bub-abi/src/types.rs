@@ -164,10 +164,7 @@ pub struct LlmCallDecision {
 impl LlmCallDecision {
     /// `LLMCallDecision.finish(text)`.
     pub fn finish(text: impl Into<String>) -> Self {
-        LlmCallDecision {
-            action: "finish".into(),
-            text: text.into(),
-        }
+        LlmCallDecision { action: "finish".into(), text: text.into() }
     }
 }
 
@@ -248,29 +245,17 @@ pub struct ToolCallDecision {
 impl ToolCallDecision {
     /// `ToolCallDecision.proceed(arguments)`.
     pub fn proceed(arguments: Option<Map<String, Value>>) -> Self {
-        ToolCallDecision {
-            action: ToolAction::Proceed,
-            arguments,
-            ..Default::default()
-        }
+        ToolCallDecision { action: ToolAction::Proceed, arguments, ..Default::default() }
     }
 
     /// `ToolCallDecision.replace(result)`.
     pub fn replace(result: Value) -> Self {
-        ToolCallDecision {
-            action: ToolAction::Replace,
-            result: Some(result),
-            ..Default::default()
-        }
+        ToolCallDecision { action: ToolAction::Replace, result: Some(result), ..Default::default() }
     }
 
     /// `ToolCallDecision.deny(message)`.
     pub fn deny(message: impl Into<String>) -> Self {
-        ToolCallDecision {
-            action: ToolAction::Deny,
-            message: Some(message.into()),
-            ..Default::default()
-        }
+        ToolCallDecision { action: ToolAction::Deny, message: Some(message.into()), ..Default::default() }
     }
 }
 

@@ -57,11 +57,8 @@ impl SearchPath {
         let mut out = Vec::new();
         for root in &self.roots {
             let Ok(entries) = std::fs::read_dir(root) else { continue };
-            let mut dirs: Vec<PathBuf> = entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.is_dir())
-                .collect();
+            let mut dirs: Vec<PathBuf> =
+                entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect();
             dirs.sort();
             out.extend(dirs);
         }

@@ -69,7 +69,9 @@ pub enum LoadError {
         why: &'static str,
     },
     /// The plugin's types do not match the host's.
-    #[error("{path} has an incompatible ABI layout (built for ABI {plugin}): {detail}. Rebuild it against bub-abi {host}")]
+    #[error(
+        "{path} has an incompatible ABI layout (built for ABI {plugin}): {detail}. Rebuild it against bub-abi {host}"
+    )]
     Layout {
         /// Library path.
         path: PathBuf,

@@ -73,7 +73,12 @@ impl HostBuilder {
     }
 
     /// Adds a library file under `name`.
-    pub fn library(self, name: impl Into<String>, path: impl Into<PathBuf>, config: Map<String, serde_json::Value>) -> Self {
+    pub fn library(
+        self,
+        name: impl Into<String>,
+        path: impl Into<PathBuf>,
+        config: Map<String, serde_json::Value>,
+    ) -> Self {
         let name = name.into();
         self.source(name.clone(), PluginSource::Library { name, path: path.into(), config })
     }
@@ -144,7 +149,12 @@ fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBu
     }
 }
 
-fn register_library(name: String, path: Option<PathBuf>, lib: Library, config: &Map<String, serde_json::Value>) -> PluginRecord {
+fn register_library(
+    name: String,
+    path: Option<PathBuf>,
+    lib: Library,
+    config: &Map<String, serde_json::Value>,
+) -> PluginRecord {
     let mut record = PluginRecord {
         name,
         version: lib.version().to_owned(),

@@ -10,11 +10,8 @@ use abi_stable::{prefix_type::WithMetadata, std_types::RStr};
 use bub_abi::abi::{HostServices, HostServicesRef, LogLevel};
 use tracing::Level;
 
-const SERVICES: &WithMetadata<HostServices> = &WithMetadata::new(HostServices {
-    abi_version: RStr::from_str(bub_abi::ABI_VERSION),
-    log_enabled,
-    log,
-});
+const SERVICES: &WithMetadata<HostServices> =
+    &WithMetadata::new(HostServices { abi_version: RStr::from_str(bub_abi::ABI_VERSION), log_enabled, log });
 
 /// The host services handed to plugins.
 pub fn host_services() -> HostServicesRef {

@@ -45,7 +45,8 @@ impl Manifest {
     /// Reads and validates `<dir>/plugin.json`.
     pub fn read(dir: &Path) -> Result<Manifest, LoadError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::ManifestRead { path: path.clone(), source })?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| LoadError::ManifestRead { path: path.clone(), source })?;
         let manifest: Manifest = serde_json::from_str(&text)
             .map_err(|e| LoadError::ManifestInvalid { path: path.clone(), detail: e.to_string() })?;
         manifest.validate(&path)?;

@@ -132,7 +132,13 @@ impl Registry {
             for &hook in HookId::ALL {
                 let slot = table.slot(hook);
                 let Some(call) = slot.call.into_option() else { continue };
-                let imp = Impl { plugin: name.clone(), plugin_index: index, call, marker: slot.marker, is_async: slot.is_async };
+                let imp = Impl {
+                    plugin: name.clone(),
+                    plugin_index: index,
+                    call,
+                    marker: slot.marker,
+                    is_async: slot.is_async,
+                };
                 insert_like_pluggy(&mut self.stored[hook as usize], imp);
                 let mut order = self.stored[hook as usize].clone();
                 order.reverse();

@@ -59,7 +59,14 @@ pub fn build_plugins(release: bool) -> &'static Path {
         run(cmd, "the test plugins");
         for f in FIXTURES {
             let mut cmd = cargo();
-            cmd.current_dir(workspace()).args(["build", "--quiet", "--manifest-path", "tests/fixtures/Cargo.toml", "-p", f]);
+            cmd.current_dir(workspace()).args([
+                "build",
+                "--quiet",
+                "--manifest-path",
+                "tests/fixtures/Cargo.toml",
+                "-p",
+                f,
+            ]);
             cmd.arg("--target-dir").arg(&target);
             if release {
                 cmd.arg("--release");
@@ -73,7 +80,12 @@ pub fn build_plugins(release: bool) -> &'static Path {
 /// The built library of package `package` (debug profile).
 pub fn lib(package: &str) -> PathBuf {
     let dir = build_plugins(false);
-    let path = dir.join(format!("{}{}{}", std::env::consts::DLL_PREFIX, package.replace('-', "_"), std::env::consts::DLL_SUFFIX));
+    let path = dir.join(format!(
+        "{}{}{}",
+        std::env::consts::DLL_PREFIX,
+        package.replace('-', "_"),
+        std::env::consts::DLL_SUFFIX
+    ));
     assert!(path.is_file(), "{} was not built", path.display());
     path
 }

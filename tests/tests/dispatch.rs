@@ -115,7 +115,13 @@ fn b07_b08_pluggy_priority_order() {
     assert!(block_on(rt.call_first(HookId::ResolveSession, &resolve_args())).unwrap().is_none());
     assert_eq!(
         home.trace(),
-        ["3-b:resolve_session", "2-a:resolve_session", "1-base:resolve_session", "4-c:resolve_session", "5-e:resolve_session"]
+        [
+            "3-b:resolve_session",
+            "2-a:resolve_session",
+            "1-base:resolve_session",
+            "4-c:resolve_session",
+            "5-e:resolve_session"
+        ]
     );
 
     // call_many collects in call order.
@@ -150,7 +156,11 @@ fn b12_errors_and_panics_propagate_and_stop_dispatch() {
         (json!({"async": true, "panic_in_future": "async boom"}), "panicked in hook 'resolve_session'", "async boom"),
     ] {
         let home = Home::new();
-        home.scripted("1-later", "", json!({"resolve_session": {"return": "later"}, "load_state": {"return": {"a": 1}}}));
+        home.scripted(
+            "1-later",
+            "",
+            json!({"resolve_session": {"return": "later"}, "load_state": {"return": {"a": 1}}}),
+        );
         home.scripted("2-first", "", json!({"resolve_session": script.clone(), "load_state": script}));
         let rt = home.host().runtime();
 
@@ -195,7 +205,10 @@ fn b09_b10_only_declared_arguments_are_read() {
 
     let err = block_on(rt.call_first(HookId::ResolveSession, &garbage)).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("could not read the arguments of hook 'resolve_session'") && msg.contains("`message`"), "{msg}");
+    assert!(
+        msg.contains("could not read the arguments of hook 'resolve_session'") && msg.contains("`message`"),
+        "{msg}"
+    );
 }
 
 /// Malformed results: a JSON text that is not JSON, or JSON of the wrong

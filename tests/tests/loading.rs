@@ -40,7 +40,17 @@ fn host_survives_every_broken_input() {
     let names: Vec<&str> = host.registry().plugins().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
-        ["builtin", "a-text", "b-empty", "c-nosymbol", "d-major2", "e-layout", "f-init-error", "g-init-panic", "z-good"]
+        [
+            "builtin",
+            "a-text",
+            "b-empty",
+            "c-nosymbol",
+            "d-major2",
+            "e-layout",
+            "f-init-error",
+            "g-init-panic",
+            "z-good"
+        ]
     );
 
     let text = failure_of(&host, "a-text");
@@ -50,7 +60,10 @@ fn host_survives_every_broken_input() {
     let nosym = failure_of(&host, "c-nosymbol");
     assert!(nosym.contains("is not a bub plugin") && nosym.contains("export_plugin!"), "{nosym}");
     let major = failure_of(&host, "d-major2");
-    assert!(major.contains("ABI 2.0.0") && major.contains("major versions differ") && major.contains("bub-abi 1.x"), "{major}");
+    assert!(
+        major.contains("ABI 2.0.0") && major.contains("major versions differ") && major.contains("bub-abi 1.x"),
+        "{major}"
+    );
     let layout = failure_of(&host, "e-layout");
     assert!(layout.contains("incompatible ABI layout") && layout.contains("RResult"), "{layout}");
     let init = failure_of(&host, "f-init-error");
@@ -82,7 +95,8 @@ fn plugin_of_previous_minor_abi_loads() {
     let args = bub_host::CallArgs::resolve_session(&message("42")).unwrap();
     let reply = block_on(rt.call_first(bub_abi::HookId::ResolveSession, &args)).unwrap().unwrap();
     assert_eq!(reply.parse::<String>().unwrap(), "fixture:42");
-    let tools = rt.call_many_sync(bub_abi::HookId::ProvideTools, &bub_host::CallArgs::provide_tools().unwrap()).unwrap();
+    let tools =
+        rt.call_many_sync(bub_abi::HookId::ProvideTools, &bub_host::CallArgs::provide_tools().unwrap()).unwrap();
     assert!(tools.is_empty());
     let prompt = rt
         .call_many_sync(
@@ -102,9 +116,14 @@ fn manifest_problems_are_precise() {
     std::fs::create_dir_all(root.join("bad-json")).unwrap();
     std::fs::write(root.join("bad-json/plugin.json"), "{ not json").unwrap();
     std::fs::create_dir_all(root.join("escape")).unwrap();
-    std::fs::write(root.join("escape/plugin.json"), json!({"name": "escape", "library": "../x.so"}).to_string()).unwrap();
+    std::fs::write(root.join("escape/plugin.json"), json!({"name": "escape", "library": "../x.so"}).to_string())
+        .unwrap();
     std::fs::create_dir_all(root.join("missing-lib")).unwrap();
-    std::fs::write(root.join("missing-lib/plugin.json"), json!({"name": "missing-lib", "library": "libgone.so"}).to_string()).unwrap();
+    std::fs::write(
+        root.join("missing-lib/plugin.json"),
+        json!({"name": "missing-lib", "library": "libgone.so"}).to_string(),
+    )
+    .unwrap();
 
     let host = home.host();
     let none = failure_of(&host, "no-manifest");

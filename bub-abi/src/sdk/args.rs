@@ -25,12 +25,7 @@ pub struct JsonArg<'a, S> {
 impl<'a, S: DeserializeOwned> JsonArg<'a, S> {
     #[doc(hidden)]
     pub fn __new(call: &'a HookCall<'a>, index: usize, hook: &'static str, name: &'static str) -> Self {
-        JsonArg {
-            json: call.args.get(index).map(|s| s.as_str()),
-            hook,
-            name,
-            _s: PhantomData,
-        }
+        JsonArg { json: call.args.get(index).map(|s| s.as_str()), hook, name, _s: PhantomData }
     }
 
     /// Parses the argument as its standard type.
@@ -42,10 +37,7 @@ impl<'a, S: DeserializeOwned> JsonArg<'a, S> {
     pub fn parse<T: DeserializeOwned>(self) -> Result<T, HookError> {
         let json = self.json()?;
         serde_json::from_str(json).map_err(|e| {
-            HookError::new(
-                "args",
-                format!("argument `{}` of `{}` could not be read: {e}", self.name, self.hook),
-            )
+            HookError::new("args", format!("argument `{}` of `{}` could not be read: {e}", self.name, self.hook))
         })
     }
 

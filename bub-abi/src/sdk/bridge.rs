@@ -38,8 +38,7 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime, HookError> {
             .build()
             .map_err(|e| e.to_string())
     });
-    rt.as_ref()
-        .map_err(|e| HookError::new("init", format!("plugin tokio runtime could not start: {e}")))
+    rt.as_ref().map_err(|e| HookError::new("init", format!("plugin tokio runtime could not start: {e}")))
 }
 
 /// A future output that can carry a panic as an error.

@@ -52,10 +52,7 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
 }
 
 fn not_initialised() -> HookReturn {
-    HookReturn::Ready(RResult::RErr(HookError::new(
-        "init",
-        "hook called before the plugin was initialised",
-    )))
+    HookReturn::Ready(RResult::RErr(HookError::new("init", "hook called before the plugin was initialised")))
 }
 
 macro_rules! gen_thunks {
@@ -98,11 +95,8 @@ pub const fn hook_table<P: ExportedPlugin>() -> HookTable {
     let mut i = 0;
     while i < decls.len() {
         let d = decls[i];
-        slots[d.id as usize] = HookSlot {
-            call: ROption::RSome(thunk_for::<P>(d.id)),
-            marker: d.marker,
-            is_async: d.is_async,
-        };
+        slots[d.id as usize] =
+            HookSlot { call: ROption::RSome(thunk_for::<P>(d.id)), marker: d.marker, is_async: d.is_async };
         i += 1;
     }
     HookTable::__from_slots(&slots)

@@ -25,10 +25,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 pub fn guard_hook(f: impl FnOnce() -> HookReturn) -> HookReturn {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => HookReturn::Ready(RResult::RErr(HookError::new(
-            "panic",
-            panic_message(&*payload),
-        ))),
+        Err(payload) => HookReturn::Ready(RResult::RErr(HookError::new("panic", panic_message(&*payload)))),
     }
 }
 

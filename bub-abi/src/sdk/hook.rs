@@ -41,10 +41,7 @@ impl<T: IntoHookValue> Hook<T> {
 
     /// A fallible result available now; `Err` becomes a hook error.
     pub fn ready_result<E: std::fmt::Display>(value: Result<T, E>) -> Self {
-        Hook {
-            inner: Inner::Ready(value.map_err(|e| HookError::plugin(e.to_string()))),
-            _t: PhantomData,
-        }
+        Hook { inner: Inner::Ready(value.map_err(|e| HookError::plugin(e.to_string()))), _t: PhantomData }
     }
 
     /// An error.
@@ -58,10 +55,7 @@ impl<T: IntoHookValue> Hook<T> {
     where
         F: Future<Output = T> + Send + 'static,
     {
-        Hook {
-            inner: Inner::Future(Box::pin(async move { Ok(future.await) })),
-            _t: PhantomData,
-        }
+        Hook { inner: Inner::Future(Box::pin(async move { Ok(future.await) })), _t: PhantomData }
     }
 
     /// A fallible async result; `Err` becomes a hook error.
@@ -71,9 +65,7 @@ impl<T: IntoHookValue> Hook<T> {
         E: std::fmt::Display,
     {
         Hook {
-            inner: Inner::Future(Box::pin(async move {
-                future.await.map_err(|e| HookError::plugin(e.to_string()))
-            })),
+            inner: Inner::Future(Box::pin(async move { future.await.map_err(|e| HookError::plugin(e.to_string())) })),
             _t: PhantomData,
         }
     }

@@ -36,12 +36,7 @@ pub fn install(host: HostServicesRef, plugin: &str) {
 /// Sends one record to the host, if the SDK was initialised by a host.
 pub fn emit(level: LogLevel, target: &str, message: &str) {
     if let Some(h) = HOST_LOG.get() {
-        (h.host.log())(
-            RStr::from_str(&h.plugin),
-            level,
-            RStr::from_str(target),
-            RStr::from_str(message),
-        );
+        (h.host.log())(RStr::from_str(&h.plugin), level, RStr::from_str(target), RStr::from_str(message));
     }
 }
 
@@ -65,10 +60,7 @@ impl Subscriber for Forwarder {
         }
     }
 
-    fn register_callsite(
-        &self,
-        _metadata: &'static Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
+    fn register_callsite(&self, _metadata: &'static Metadata<'static>) -> tracing::subscriber::Interest {
         // Ask the host each time: its filter may differ per thread (a test's
         // scoped subscriber) and may change after this callsite registers.
         tracing::subscriber::Interest::sometimes()

@@ -52,9 +52,9 @@ impl TurnState {
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HookError> {
         match self.handle.get(RStr::from_str(key)) {
             ROption::RNone => Ok(None),
-            ROption::RSome(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
-                HookError::new("type", format!("state[{key:?}] has an unexpected type: {e}"))
-            }),
+            ROption::RSome(json) => serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|e| HookError::new("type", format!("state[{key:?}] has an unexpected type: {e}"))),
         }
     }
 
@@ -137,10 +137,7 @@ impl StateStore for MemoryState {
                 self.lock().insert(key.as_str().to_owned(), v);
                 RResult::ROk(())
             }
-            Err(e) => RResult::RErr(RString::from(format!(
-                "state[{:?}]: value is not valid JSON: {e}",
-                key.as_str()
-            ))),
+            Err(e) => RResult::RErr(RString::from(format!("state[{:?}]: value is not valid JSON: {e}", key.as_str()))),
         }
     }
 

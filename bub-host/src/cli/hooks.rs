@@ -49,7 +49,9 @@ pub fn run(ctx: &Context, args: &HooksArgs) -> Result<()> {
                 let parts: Vec<String> = registry
                     .impls(h)
                     .iter()
-                    .map(|i| format!("{} [{}, {}]", i.plugin, i.marker.as_str(), if i.is_async { "async" } else { "sync" }))
+                    .map(|i| {
+                        format!("{} [{}, {}]", i.plugin, i.marker.as_str(), if i.is_async { "async" } else { "sync" })
+                    })
                     .collect();
                 writeln!(out, "{h}: {}", parts.join(" -> "))?;
             }

@@ -70,8 +70,15 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
     let line = |r: &[String; 5]| {
         format!(
             "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
-            r[0], r[1], r[2], r[3], r[4],
-            w0 = widths[0], w1 = widths[1], w2 = widths[2], w3 = widths[3]
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
         )
     };
     writeln!(out, "{}", line(&header).trim_end())?;

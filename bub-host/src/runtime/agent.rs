@@ -89,7 +89,8 @@ impl Runtime {
         if impls.is_empty() {
             return;
         }
-        let args = CallArgs::from_json(vec![to_json(request), to_json(result), "null".into()]).with_state(state.clone());
+        let args =
+            CallArgs::from_json(vec![to_json(request), to_json(result), "null".into()]).with_state(state.clone());
         for imp in impls {
             let _ = self.run_agent_hook(HOOK, imp, &args).await;
         }
@@ -129,13 +130,19 @@ impl Runtime {
 
     /// `after_tool_call`: every observer sees the shared result; a returned
     /// value replaces `result.result` for later observers and the model.
-    pub async fn after_tool_call(&self, call: &ToolCall, mut result: ToolCallResult, state: &TurnState) -> ToolCallResult {
+    pub async fn after_tool_call(
+        &self,
+        call: &ToolCall,
+        mut result: ToolCallResult,
+        state: &TurnState,
+    ) -> ToolCallResult {
         const HOOK: HookId = HookId::AfterToolCall;
         let impls = self.registry.impls(HOOK);
         if impls.is_empty() {
             return result;
         }
-        let mut args = CallArgs::from_json(vec![to_json(call), to_json(&result), "null".into()]).with_state(state.clone());
+        let mut args =
+            CallArgs::from_json(vec![to_json(call), to_json(&result), "null".into()]).with_state(state.clone());
         for imp in impls {
             let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             match &value {

@@ -1,0 +1,129 @@
+//! The `bub` binary as a user runs it: `bub hooks` (spec §3.4, behaviour 7)
+//! and `bub plugins list`.
+
+use std::process::Command;
+
+use bub_tests::{bub_bin, lib, Home};
+use serde_json::{json, Value};
+
+fn bub(home: &Home, args: &[&str]) -> (String, String, bool) {
+    let out = Command::new(bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("BUB_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bub");
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+}
+
+fn section_3_5(home: &Home) {
+    let hooks = json!({"resolve_session": {}, "load_state": {}, "system_prompt": {}, "provide_channels": {}});
+    home.scripted("a", "", hooks.clone()); // plays "builtin": registered first
+    home.scripted("b", "", hooks.clone()); // A
+    home.scripted("c", "first", hooks.clone()); // B (tryfirst)
+    home.scripted("d", "last", hooks); // C (trylast)
+}
+
+/// Behaviour 7: stored order C, base, A, B is printed; one line per hook with
+/// implementations, sorted by hook name.
+#[test]
+fn b07_bub_hooks_prints_pluggy_stored_order() {
+    let home = Home::new();
+    section_3_5(&home);
+    let (out, err, ok) = bub(&home, &["hooks"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 27, "the scripted plugin implements every hook:\n{out}");
+    assert!(lines.contains(&"resolve_session: d, a, b, c"), "{out}");
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+
+    let (json_out, _, ok) = bub(&home, &["hooks", "--json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(v["resolve_session"], json!(["d", "a", "b", "c"]));
+
+    let (order, _, ok) = bub(&home, &["hooks", "--call-order"]);
+    assert!(ok);
+    assert!(
+        order
+            .lines()
+            .any(|l| l
+                == "resolve_session: c [tryfirst, sync] -> b [normal, sync] -> a [normal, sync] -> d [trylast, sync]"),
+        "{order}"
+    );
+    let (order_json, _, _) = bub(&home, &["hooks", "--call-order", "--json"]);
+    let v: Value = serde_json::from_str(&order_json).unwrap();
+    assert_eq!(v["resolve_session"][0], json!({"plugin": "c", "marker": "tryfirst", "async": false}));
+}
+
+/// No implementations: Bub's exact line.
+#[test]
+fn bub_hooks_without_implementations() {
+    let home = Home::new();
+    let (out, _, ok) = bub(&home, &["hooks"]);
+    assert!(ok);
+    assert_eq!(out, "(no hook implementations)\n");
+    let (out, _, _) = bub(&home, &["hooks", "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!({}));
+}
+
+/// `bub plugins list` shows every plugin in registration order, with
+/// version, ABI, path, status and the failure detail; the command succeeds.
+#[test]
+fn plugins_list_shows_status_and_detail() {
+    let home = Home::new();
+    home.install("good", &lib("tp-sdk"), json!({}));
+    home.install("nosym", &lib("tp-nosymbol"), json!({}));
+    let (out, err, ok) = bub(&home, &["plugins", "list"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("STATUS"), "{out}");
+    assert!(lines[1].starts_with("builtin") && lines[1].contains("(built in)"), "{out}");
+    assert!(
+        lines[2].starts_with("good")
+            && lines[2].contains("0.3.1")
+            && lines[2].contains("1.1.0")
+            && lines[2].contains("loaded"),
+        "{out}"
+    );
+    assert!(lines[3].starts_with("nosym") && lines[3].contains("failed"), "{out}");
+    assert!(lines[4].trim_start().starts_with("error:") && lines[4].contains("is not a bub plugin"), "{out}");
+    assert!(err.contains("plugin.load_failed plugin=nosym"), "failures are logged too: {err}");
+
+    let (json_out, _, ok) = bub(&home, &["plugins", "list", "--json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(&json_out).unwrap();
+    let names: Vec<&str> = v.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["builtin", "good", "nosym"]);
+    assert_eq!(v[1]["status"], "loaded");
+    assert_eq!(v[1]["version"], "0.3.1");
+    assert_eq!(v[1]["abi_version"], "1.1.0");
+    assert!(v[1]["path"].as_str().unwrap().ends_with("libtp_sdk.so"));
+    assert_eq!(v[2]["status"], "failed");
+    assert!(v[2]["detail"].as_str().unwrap().contains("is not a bub plugin"));
+}
+
+/// `BUB_HOME` is honoured, `--home` overrides it.
+#[test]
+fn home_from_env_and_flag() {
+    let env_home = Home::new();
+    env_home.install("from-env", &lib("tp-sdk"), json!({}));
+    let flag_home = Home::new();
+    let run = |extra: &[&str]| {
+        let out = Command::new(bub_bin())
+            .args(extra)
+            .args(["plugins", "list", "--json"])
+            .env("BUB_HOME", env_home.path())
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(run(&[]), ["builtin", "from-env"]);
+    assert_eq!(run(&["--home", flag_home.path().to_str().unwrap()]), ["builtin"]);
+}

@@ -1,0 +1,126 @@
+//! The plugin SDK across the boundary: async hooks with tokio timers and
+//! sockets, cancellation, the live turn state, and plugin logs and panics
+//! reaching the host's subscriber.
+
+use std::time::{Duration, Instant};
+
+use bub_abi::{HookId, TurnState};
+use bub_host::CallArgs;
+use bub_tests::{block_on, capture_logs, lib, message, Home};
+use serde_json::json;
+
+/// An `async fn` hook using `tokio::time::sleep` works when the host awaits it,
+/// and its `tracing` events reach the host's subscriber.
+#[test]
+fn async_hook_with_tokio_timer_and_logs() {
+    let home = Home::new();
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let (host, init_logs) = capture_logs(|| home.host());
+    assert!(
+        init_logs
+            .iter()
+            .any(|l| l.contains("bub::plugin") && l.contains("tp-sdk initialised") && l.contains("plugin=\"sdk\"")),
+        "{init_logs:?}"
+    );
+    let rt = host.runtime();
+    let args = CallArgs::run_model(&json!("hi"), &"s".to_owned(), &TurnState::new()).unwrap();
+    let start = Instant::now();
+    let (reply, logs) = capture_logs(|| block_on(rt.call_first(HookId::RunModel, &args)).unwrap().unwrap());
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    assert_eq!(reply.parse::<String>().unwrap(), "echo: hi");
+    assert!(
+        logs.iter().any(|l| l.contains("model answered after sleeping") && l.contains("plugin=\"sdk\"")),
+        "{logs:?}"
+    );
+}
+
+/// tokio networking inside a plugin future, against a server in the test.
+#[test]
+fn async_hook_uses_tokio_networking() {
+    let home = Home::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+        writeln!(s, "pong for {}", line.trim()).unwrap();
+    });
+    home.scripted("net", "", json!({"resolve_session": {"async": true, "connect": addr.to_string()}}));
+    let rt = home.host().runtime();
+    let reply = block_on(rt.call_first(HookId::ResolveSession, &CallArgs::resolve_session(&message("1")).unwrap()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.parse::<String>().unwrap(), "pong for ping net");
+    server.join().unwrap();
+}
+
+/// Dropping a pending plugin future (the host cancels it) stops it: its
+/// timer is cancelled and the rest of its body never runs.
+#[test]
+fn dropping_a_plugin_future_cancels_it() {
+    let home = Home::new();
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 400, "return": {"late": true}}}));
+    let rt = home.host().runtime();
+    let args = CallArgs::load_state(&message("1"), &"s".to_owned()).unwrap();
+    let timed_out = block_on(async {
+        tokio::time::timeout(Duration::from_millis(50), rt.call_many(HookId::LoadState, &args)).await
+    });
+    assert!(timed_out.is_err(), "the dispatch should have been cancelled");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(home.trace(), ["slow:load_state"], "the body after the sleep must never run");
+}
+
+/// The turn state is one live object: a change made by one plugin's hook is
+/// seen by a later hook of another plugin, and by the host.
+#[test]
+fn turn_state_is_live_across_plugins() {
+    let home = Home::new();
+    home.scripted("writer", "", json!({"save_state": {"set_state": {"note": "from writer"}}}));
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let rt = home.host().runtime();
+    let state = TurnState::new();
+    let msg = message("1");
+    let args = CallArgs::save_state(&"s".to_owned(), &state, &msg, &"out".to_owned()).unwrap();
+    block_on(rt.call_many(HookId::SaveState, &args)).unwrap();
+    assert_eq!(state.get::<String>("note").unwrap().as_deref(), Some("from writer"));
+
+    let args = CallArgs::build_prompt(&msg, &"s".to_owned(), &state).unwrap();
+    let prompt = block_on(rt.call_first(HookId::BuildPrompt, &args)).unwrap().unwrap();
+    assert_eq!(prompt.parse::<String>().unwrap(), "hello [note=from writer]");
+    assert_eq!(state.get::<String>("built_by").unwrap().as_deref(), Some("sdk"));
+}
+
+/// A panic in a plugin reaches the host's log with its location, and comes
+/// back as an error naming plugin and hook (sync, and inside a future).
+#[test]
+fn panics_are_reported_with_plugin_and_hook() {
+    let home = Home::new();
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let rt = home.host().runtime();
+    let args = CallArgs::dispatch_outbound(&json!({"content": "boom"})).unwrap();
+    let (err, logs) = capture_logs(|| block_on(rt.call_many(HookId::DispatchOutbound, &args)).unwrap_err());
+    assert_eq!(err.to_string(), "plugin 'sdk' panicked in hook 'dispatch_outbound': tp-sdk was asked to explode");
+    assert!(logs.iter().any(|l| l.contains("plugin panicked") && l.contains("src/lib.rs")), "{logs:?}");
+
+    // A result error through `Result` is a plain failure.
+    let args =
+        CallArgs::render_outbound(&message("1"), &"s".to_owned(), &TurnState::new(), &"fail".to_owned()).unwrap();
+    let err = block_on(rt.call_many(HookId::RenderOutbound, &args)).unwrap_err();
+    assert_eq!(err.to_string(), "plugin 'sdk' failed in hook 'render_outbound': cannot render 'fail'");
+}
+
+/// An `async fn` written with the SDK is skipped by sync dispatch.
+#[test]
+fn sdk_async_fn_is_skipped_by_sync_dispatch() {
+    let home = Home::new();
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let rt = home.host().runtime();
+    let args = CallArgs::system_prompt(&json!("p"), &TurnState::new()).unwrap();
+    let (out, logs) = capture_logs(|| rt.call_many_sync(HookId::SystemPrompt, &args).unwrap());
+    assert!(out.is_empty());
+    assert!(logs.iter().any(|l| l.contains("hook.async_not_supported hook=system_prompt adapter=sdk")), "{logs:?}");
+    let out = block_on(rt.call_many(HookId::SystemPrompt, &args)).unwrap();
+    assert_eq!(out[0].as_ref().unwrap().parse::<String>().unwrap(), "from an async fn");
+}
