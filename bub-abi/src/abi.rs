@@ -15,7 +15,7 @@ use abi_stable::{
     library::RootModule,
     sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RArc, ROption, RResult, RSlice, RStr, RString, RVec},
+    std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec},
     StableAbi,
 };
 use async_ffi::FfiFuture;
@@ -159,10 +159,13 @@ impl std::fmt::Display for HookError {
 
 impl std::error::Error for HookError {}
 
-/// A ready hook result.
+/// A finished hook call: nothing, a value, or an error.
+///
+/// Kept small (40 bytes) and flat on purpose: it is returned by every
+/// implementation on every call, and the error, which is rare, is boxed.
 #[repr(C, u8)]
 #[derive(StableAbi)]
-pub enum HookValue {
+pub enum HookResult {
     /// Python's `None`: the implementation contributes nothing.
     None,
     /// A JSON value.
@@ -171,24 +174,32 @@ pub enum HookValue {
     Object(ObjectHandle),
     /// A list of objects (channels, tools).
     Objects(RVec<ObjectHandle>),
+    /// The implementation failed (an error it returned, a panic, unreadable
+    /// arguments, an unserializable result).
+    Error(RBox<HookError>),
 }
 
-impl std::fmt::Debug for HookValue {
+impl HookResult {
+    /// An error result.
+    pub fn error(error: HookError) -> Self {
+        HookResult::Error(RBox::new(error))
+    }
+}
+
+impl std::fmt::Debug for HookResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HookValue::None => f.write_str("None"),
-            HookValue::Json(s) => write!(f, "Json({})", s.as_str()),
-            HookValue::Object(o) => write!(f, "Object({})", o.kind()),
-            HookValue::Objects(v) => write!(f, "Objects({})", v.len()),
+            HookResult::None => f.write_str("None"),
+            HookResult::Json(s) => write!(f, "Json({})", s.as_str()),
+            HookResult::Object(o) => write!(f, "Object({})", o.kind()),
+            HookResult::Objects(v) => write!(f, "Objects({})", v.len()),
+            HookResult::Error(e) => write!(f, "Error({})", &**e),
         }
     }
 }
 
-/// The outcome of a finished hook call.
-pub type HookResult = RResult<HookValue, HookError>;
-
-/// What a hook implementation returns: a finished result (nothing, a value
-/// or an error), or a pending future the host may await.
+/// What a hook implementation returns: finished now, or a pending future
+/// (an `async fn`) that the host may await.
 #[repr(C, u8)]
 #[derive(StableAbi)]
 pub enum HookReturn {
@@ -200,7 +211,7 @@ pub enum HookReturn {
 
 impl HookReturn {
     /// The `None` result.
-    pub const NONE: HookReturn = HookReturn::Ready(RResult::ROk(HookValue::None));
+    pub const NONE: HookReturn = HookReturn::Ready(HookResult::None);
 }
 
 /// The live, mutable turn state shared by all hooks of one turn.

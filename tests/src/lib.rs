@@ -26,7 +26,8 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Workspace test plugins.
-pub const TEST_PLUGINS: &[&str] = &["tp-scripted", "tp-scripted-first", "tp-scripted-last", "tp-nosymbol", "tp-sdk"];
+pub const TEST_PLUGINS: &[&str] =
+    &["tp-scripted", "tp-scripted-first", "tp-scripted-last", "tp-nosymbol", "tp-sdk", "tp-bench"];
 
 /// ABI fixtures (each built alone).
 pub const FIXTURES: &[&str] = &["legacy-abi-plugin", "abi-major-2-plugin", "broken-layout-plugin"];
@@ -79,7 +80,15 @@ pub fn build_plugins(release: bool) -> &'static Path {
 
 /// The built library of package `package` (debug profile).
 pub fn lib(package: &str) -> PathBuf {
-    let dir = build_plugins(false);
+    lib_in(build_plugins(false), package)
+}
+
+/// The built library of package `package` (release profile, for benchmarks).
+pub fn lib_release(package: &str) -> PathBuf {
+    lib_in(build_plugins(true), package)
+}
+
+fn lib_in(dir: &Path, package: &str) -> PathBuf {
     let path = dir.join(format!(
         "{}{}{}",
         std::env::consts::DLL_PREFIX,

@@ -19,9 +19,10 @@ use std::{
 
 use abi_stable::std_types::{RResult, RString};
 use async_ffi::FfiFuture;
+use pin_project_lite::pin_project;
 
 use crate::{
-    abi::{HookError, HookValue},
+    abi::{HookError, HookResult},
     sdk::guard::panic_message,
 };
 
@@ -47,9 +48,9 @@ pub trait FromPanic {
     fn from_panic(message: String) -> Self;
 }
 
-impl FromPanic for RResult<HookValue, HookError> {
+impl FromPanic for HookResult {
     fn from_panic(message: String) -> Self {
-        RResult::RErr(HookError::new("panic", message))
+        HookResult::error(HookError::new("panic", message))
     }
 }
 
@@ -59,58 +60,62 @@ impl FromPanic for RResult<RString, HookError> {
     }
 }
 
-/// Wraps a plugin future for the host.
+/// Wraps a plugin future for the host (one allocation).
 pub fn to_ffi<T, F>(future: F) -> FfiFuture<T>
 where
     T: FromPanic + Send + 'static,
     F: Future<Output = T> + Send + 'static,
 {
-    FfiFuture::new(Bridged::<T> { inner: Some(Box::pin(future)) })
+    FfiFuture::new(Bridged { inner: Some(future), started: false })
 }
 
-struct Bridged<T> {
-    inner: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+pin_project! {
+    struct Bridged<F> {
+        #[pin]
+        inner: Option<F>,
+        // Whether the future was ever polled. An unstarted future holds only
+        // its captured values, so dropping it needs no runtime (the common
+        // case: sync dispatch skips an async implementation).
+        started: bool,
+    }
+
+    impl<F> PinnedDrop for Bridged<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            if this.inner.is_some() && *this.started {
+                // Drop inside the runtime (timers and sockets deregister
+                // there); a panicking destructor must not unwind into the host.
+                let _entered = runtime().ok().map(|rt| rt.enter());
+                let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
+            }
+        }
+    }
 }
 
-impl<T: FromPanic> Future for Bridged<T> {
+impl<T: FromPanic, F: Future<Output = T>> Future for Bridged<F> {
     type Output = T;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let this = &mut *self;
-        let Some(inner) = this.inner.as_mut() else {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut this = self.project();
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(T::from_panic("future polled after it finished".into()));
         };
         let rt = match runtime() {
             Ok(rt) => rt,
             Err(e) => return Poll::Ready(T::from_panic(e.message.into_string())),
         };
+        *this.started = true;
         let _entered = rt.enter();
-        match catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => {
-                this.drop_inner();
+                let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
                 Poll::Ready(v)
             }
             Err(payload) => {
-                this.drop_inner();
+                let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
                 Poll::Ready(T::from_panic(panic_message(&*payload)))
             }
         }
-    }
-}
-
-impl<T> Bridged<T> {
-    fn drop_inner(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            let _entered = runtime().ok().map(|rt| rt.enter());
-            // A panicking destructor must not unwind into the host.
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(inner)));
-        }
-    }
-}
-
-impl<T> Drop for Bridged<T> {
-    fn drop(&mut self) {
-        self.drop_inner();
     }
 }

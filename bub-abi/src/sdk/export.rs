@@ -7,7 +7,7 @@ use abi_stable::std_types::{ROption, RResult};
 use serde_json::{Map, Value};
 
 use crate::{
-    abi::{HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
+    abi::{HookCall, HookError, HookResult, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
     hooks::{HookId, HOOK_COUNT},
     sdk::{guard, logging, plugin::PluginContext},
     Plugin,
@@ -52,7 +52,7 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
 }
 
 fn not_initialised() -> HookReturn {
-    HookReturn::Ready(RResult::RErr(HookError::new("init", "hook called before the plugin was initialised")))
+    HookReturn::Ready(HookResult::error(HookError::new("init", "hook called before the plugin was initialised")))
 }
 
 macro_rules! gen_thunks {

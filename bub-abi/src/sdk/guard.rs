@@ -5,9 +5,7 @@ use std::{
     panic::{catch_unwind, AssertUnwindSafe},
 };
 
-use abi_stable::std_types::RResult;
-
-use crate::abi::{HookError, HookReturn};
+use crate::abi::{HookError, HookResult, HookReturn};
 
 /// The message of a panic payload.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -25,7 +23,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 pub fn guard_hook(f: impl FnOnce() -> HookReturn) -> HookReturn {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => HookReturn::Ready(RResult::RErr(HookError::new("panic", panic_message(&*payload)))),
+        Err(payload) => HookReturn::Ready(HookResult::error(HookError::new("panic", panic_message(&*payload)))),
     }
 }
 

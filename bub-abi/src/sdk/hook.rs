@@ -1,52 +1,47 @@
 //! [`Hook<T>`]: what an SDK hook method returns, and how values cross.
 
-use std::{future::Future, marker::PhantomData, pin::Pin};
+use std::{future::Future, marker::PhantomData};
 
-use abi_stable::std_types::{RResult, RString, RVec};
+use abi_stable::std_types::{RString, RVec};
 
 use crate::{
-    abi::{DispatchMode, HookError, HookReturn, HookValue},
+    abi::{DispatchMode, HookError, HookResult, HookReturn},
     sdk::bridge,
     Object,
 };
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, HookError>> + Send + 'static>>;
-
-enum Inner<T> {
-    NotImplemented,
-    Raw(HookReturn),
-    Ready(Result<T, HookError>),
-    Future(BoxFuture<T>),
-}
-
 /// The result of one SDK hook method: ready now, or a future.
 ///
 /// You rarely build it by hand: `#[bub_abi::plugin]` turns a plain `fn` into
-/// [`Hook::ready`] and an `async fn` into [`Hook::future`].
+/// [`Hook::ready`] and an `async fn` into [`Hook::future`]. The value is
+/// converted to its FFI form as soon as it is built, so returning it costs a
+/// move of a few words.
 pub struct Hook<T> {
-    inner: Inner<T>,
+    ret: HookReturn,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T: IntoHookValue> Hook<T> {
     /// The default of every trait method: the plugin does not implement it.
     pub fn not_implemented() -> Self {
-        Hook { inner: Inner::NotImplemented, _t: PhantomData }
+        Self::from_return(HookReturn::NONE)
     }
 
     /// A result available now.
+    #[inline]
     pub fn ready(value: T) -> Self {
-        Hook { inner: Inner::Ready(Ok(value)), _t: PhantomData }
+        Self::from_return(HookReturn::Ready(finish(value.into_hook_value())))
     }
 
     /// A fallible result available now; `Err` becomes a hook error.
     pub fn ready_result<E: std::fmt::Display>(value: Result<T, E>) -> Self {
-        Hook { inner: Inner::Ready(value.map_err(|e| HookError::plugin(e.to_string()))), _t: PhantomData }
+        let r = value.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value);
+        Self::from_return(HookReturn::Ready(finish(r)))
     }
 
     /// An error.
     pub fn error(error: HookError) -> Self {
-        Hook { inner: Inner::Ready(Err(error)), _t: PhantomData }
+        Self::from_return(HookReturn::Ready(HookResult::error(error)))
     }
 
     /// An async result. The future runs with the plugin's own tokio runtime
@@ -55,7 +50,7 @@ impl<T: IntoHookValue> Hook<T> {
     where
         F: Future<Output = T> + Send + 'static,
     {
-        Hook { inner: Inner::Future(Box::pin(async move { Ok(future.await) })), _t: PhantomData }
+        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move { finish(future.await.into_hook_value()) })))
     }
 
     /// A fallible async result; `Err` becomes a hook error.
@@ -64,64 +59,52 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = Result<T, E>> + Send + 'static,
         E: std::fmt::Display,
     {
-        Hook {
-            inner: Inner::Future(Box::pin(async move { future.await.map_err(|e| HookError::plugin(e.to_string())) })),
-            _t: PhantomData,
-        }
+        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move {
+            finish(future.await.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value))
+        })))
     }
 
     /// Returns exactly this FFI value, bypassing the typed conversion. For
     /// plugins that build results themselves (and tests of malformed ones).
+    #[inline]
     pub fn from_return(ret: HookReturn) -> Self {
-        Hook { inner: Inner::Raw(ret), _t: PhantomData }
-    }
-
-    /// Whether this is the "not implemented" default.
-    pub fn is_not_implemented(&self) -> bool {
-        matches!(self.inner, Inner::NotImplemented)
+        Hook { ret, _t: PhantomData }
     }
 
     /// Converts into the FFI return value.
     #[doc(hidden)]
+    #[inline]
     pub fn into_return(self, _mode: DispatchMode) -> HookReturn {
-        match self.inner {
-            Inner::NotImplemented => HookReturn::NONE,
-            Inner::Raw(r) => r,
-            Inner::Ready(r) => HookReturn::Ready(to_result(r)),
-            Inner::Future(f) => HookReturn::Pending(bridge::to_ffi(async move { to_result(f.await) })),
-        }
+        self.ret
     }
 }
 
-fn to_result<T: IntoHookValue>(r: Result<T, HookError>) -> RResult<HookValue, HookError> {
-    match r.and_then(IntoHookValue::into_hook_value) {
-        Ok(v) => RResult::ROk(v),
-        Err(e) => RResult::RErr(e),
+#[inline]
+fn finish(r: Result<HookResult, HookError>) -> HookResult {
+    match r {
+        Ok(v) => v,
+        Err(e) => HookResult::error(e),
     }
 }
 
 /// A value a hook may return. `None` (and `()`) is Python's `None`.
 pub trait IntoHookValue: Send + 'static {
     /// Converts into the FFI value.
-    fn into_hook_value(self) -> Result<HookValue, HookError>;
+    fn into_hook_value(self) -> Result<HookResult, HookError>;
 }
 
 impl IntoHookValue for () {
-    fn into_hook_value(self) -> Result<HookValue, HookError> {
-        Ok(HookValue::None)
-    }
-}
-
-impl IntoHookValue for HookValue {
-    fn into_hook_value(self) -> Result<HookValue, HookError> {
-        Ok(self)
+    #[inline]
+    fn into_hook_value(self) -> Result<HookResult, HookError> {
+        Ok(HookResult::None)
     }
 }
 
 impl<T: ToHookValue> IntoHookValue for Option<T> {
-    fn into_hook_value(self) -> Result<HookValue, HookError> {
+    #[inline]
+    fn into_hook_value(self) -> Result<HookResult, HookError> {
         match self {
-            None => Ok(HookValue::None),
+            None => Ok(HookResult::None),
             Some(v) => v.to_hook_value(),
         }
     }
@@ -130,20 +113,20 @@ impl<T: ToHookValue> IntoHookValue for Option<T> {
 /// A non-None value a hook may return.
 pub trait ToHookValue: Send + 'static {
     /// Converts into the FFI value.
-    fn to_hook_value(self) -> Result<HookValue, HookError>;
+    fn to_hook_value(self) -> Result<HookResult, HookError>;
 }
 
 /// Serializes a JSON-like value for the host.
-pub fn json_value<T: serde::Serialize>(value: &T) -> Result<HookValue, HookError> {
+pub fn json_value<T: serde::Serialize>(value: &T) -> Result<HookResult, HookError> {
     serde_json::to_string(value)
-        .map(|s| HookValue::Json(RString::from(s)))
+        .map(|s| HookResult::Json(RString::from(s)))
         .map_err(|e| HookError::new("type", format!("result could not be serialized: {e}")))
 }
 
 macro_rules! json_returns {
     ($($t:ty),* $(,)?) => {$(
         impl ToHookValue for $t {
-            fn to_hook_value(self) -> Result<HookValue, HookError> {
+            fn to_hook_value(self) -> Result<HookResult, HookError> {
                 json_value(&self)
             }
         }
@@ -165,24 +148,23 @@ json_returns!(
 );
 
 impl ToHookValue for Object {
-    fn to_hook_value(self) -> Result<HookValue, HookError> {
-        Ok(HookValue::Object(self.into_handle()))
+    fn to_hook_value(self) -> Result<HookResult, HookError> {
+        Ok(HookResult::Object(self.into_handle()))
     }
 }
 
 impl ToHookValue for Vec<Object> {
-    fn to_hook_value(self) -> Result<HookValue, HookError> {
-        Ok(HookValue::Objects(self.into_iter().map(Object::into_handle).collect::<RVec<_>>()))
+    fn to_hook_value(self) -> Result<HookResult, HookError> {
+        Ok(HookResult::Objects(self.into_iter().map(Object::into_handle).collect::<RVec<_>>()))
     }
 }
 
-/// A raw JSON text returned as-is (the host validates it). Lets a plugin
-/// return exactly the bytes it wants, e.g. in tests of malformed results.
+/// A raw JSON text returned as-is (the host validates it when it reads it).
 #[derive(Debug, Clone)]
 pub struct RawJson(pub String);
 
 impl ToHookValue for RawJson {
-    fn to_hook_value(self) -> Result<HookValue, HookError> {
-        Ok(HookValue::Json(RString::from(self.0)))
+    fn to_hook_value(self) -> Result<HookResult, HookError> {
+        Ok(HookResult::Json(RString::from(self.0)))
     }
 }

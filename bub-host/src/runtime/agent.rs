@@ -9,7 +9,7 @@
 //! to block a call.
 
 use bub_abi::{
-    abi::{DispatchMode, HookValue},
+    abi::{DispatchMode, HookResult},
     types::{
         BeforeLlmCall, LlmCallDecision, LlmCallRequest, LlmCallResult, ToolAction, ToolCall, ToolCallDecision,
         ToolCallResult,
@@ -17,14 +17,14 @@ use bub_abi::{
     HookError, HookId, TurnState,
 };
 
-use super::{value_type_name, CallArgs, Outcome, Runtime};
+use super::{finish, value_type_name, CallArgs, Runtime};
 use crate::registry::Impl;
 
 fn failed(hook: HookId, imp: &Impl, e: &HookError) {
     tracing::warn!(target: "bub::hooks", "hook.agent_hook_failed hook={hook} adapter={}: {e}", imp.plugin);
 }
 
-fn bad_return(hook: HookId, imp: &Impl, value: &HookValue, expected: &str) {
+fn bad_return(hook: HookId, imp: &Impl, value: &HookResult, expected: &str) {
     tracing::warn!(
         target: "bub::hooks",
         "hook.agent_hook_bad_return hook={hook} adapter={} got={} expected={expected}",
@@ -38,16 +38,16 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 }
 
 impl Runtime {
-    async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<HookValue> {
+    async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<HookResult> {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
-        match Self::run_async(imp, &call).await {
-            Outcome::Value(HookValue::None) | Outcome::Skipped => None,
-            Outcome::Value(v) => Some(v),
-            Outcome::Failed(e) => {
+        match finish(imp, &call).await {
+            HookResult::None => None,
+            HookResult::Error(e) => {
                 failed(hook, imp, &e);
                 None
             }
+            v => Some(v),
         }
     }
 
@@ -67,7 +67,7 @@ impl Runtime {
         for imp in impls {
             let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let parsed = match &value {
-                HookValue::Json(s) => serde_json::from_str::<BeforeLlmCall>(s).ok(),
+                HookResult::Json(s) => serde_json::from_str::<BeforeLlmCall>(s).ok(),
                 _ => None,
             };
             match parsed {
@@ -108,7 +108,7 @@ impl Runtime {
         for imp in impls {
             let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let decision = match &value {
-                HookValue::Json(s) => serde_json::from_str::<ToolCallDecision>(s).ok(),
+                HookResult::Json(s) => serde_json::from_str::<ToolCallDecision>(s).ok(),
                 _ => None,
             };
             let Some(decision) = decision else {
@@ -146,7 +146,7 @@ impl Runtime {
         for imp in impls {
             let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             match &value {
-                HookValue::Json(s) => match serde_json::from_str::<serde_json::Value>(s) {
+                HookResult::Json(s) => match serde_json::from_str::<serde_json::Value>(s) {
                     Ok(v) => {
                         result.result = Some(v);
                         args.set_json(1, to_json(&result));

@@ -13,9 +13,8 @@ pub mod args;
 
 use std::sync::Arc;
 
-use abi_stable::std_types::RResult;
 use bub_abi::{
-    abi::{DispatchMode, HookReturn, HookValue, ObjectHandle},
+    abi::{DispatchMode, HookCall, HookResult, HookReturn, ObjectHandle},
     types::{Envelope, ErrorInfo},
     HookError, HookId, Object,
 };
@@ -33,7 +32,7 @@ pub struct Reply {
     /// The plugin that answered.
     pub plugin: Arc<str>,
     /// The answer.
-    pub value: HookValue,
+    pub value: HookResult,
 }
 
 impl std::fmt::Debug for Reply {
@@ -46,7 +45,7 @@ impl Reply {
     /// The JSON text of a JSON answer.
     pub fn json_text(&self) -> Option<&str> {
         match &self.value {
-            HookValue::Json(s) => Some(s.as_str()),
+            HookResult::Json(s) => Some(s.as_str()),
             _ => None,
         }
     }
@@ -54,7 +53,7 @@ impl Reply {
     /// Parses a JSON answer as `T`.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
         match &self.value {
-            HookValue::Json(s) => serde_json::from_str(s).map_err(|e| e.to_string()),
+            HookResult::Json(s) => serde_json::from_str(s).map_err(|e| e.to_string()),
             other => Err(format!("expected a JSON value, got {}", value_type_name(other))),
         }
     }
@@ -62,7 +61,7 @@ impl Reply {
     /// An object answer.
     pub fn object(&self) -> Option<Object> {
         match &self.value {
-            HookValue::Object(o) => Some(Object::from_handle(o.clone())),
+            HookResult::Object(o) => Some(Object::from_handle(o.clone())),
             _ => None,
         }
     }
@@ -70,19 +69,20 @@ impl Reply {
     /// A list-of-objects answer.
     pub fn objects(&self) -> Option<Vec<Object>> {
         match &self.value {
-            HookValue::Objects(v) => Some(v.iter().map(|o: &ObjectHandle| Object::from_handle(o.clone())).collect()),
+            HookResult::Objects(v) => Some(v.iter().map(|o: &ObjectHandle| Object::from_handle(o.clone())).collect()),
             _ => None,
         }
     }
 }
 
 /// Python's type name of a value, for messages that match Bub's.
-pub fn value_type_name(value: &HookValue) -> &'static str {
+pub fn value_type_name(value: &HookResult) -> &'static str {
     match value {
-        HookValue::None => "NoneType",
-        HookValue::Object(_) => "object",
-        HookValue::Objects(_) => "list",
-        HookValue::Json(s) => match s.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
+        HookResult::None => "NoneType",
+        HookResult::Error(_) => "error",
+        HookResult::Object(_) => "object",
+        HookResult::Objects(_) => "list",
+        HookResult::Json(s) => match s.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'"') => "str",
             Some(b'{') => "dict",
             Some(b'[') => "list",
@@ -106,10 +106,31 @@ pub struct Runtime {
     registry: Arc<Registry>,
 }
 
-enum Outcome {
-    Value(HookValue),
-    Skipped,
-    Failed(HookError),
+/// Calls one implementation; awaits it if it is pending.
+#[inline]
+async fn finish(imp: &Impl, call: &HookCall<'_>) -> HookResult {
+    match (imp.call)(call) {
+        HookReturn::Ready(r) => r,
+        HookReturn::Pending(fut) => fut.await,
+    }
+}
+
+/// Calls one implementation under sync dispatch: a pending result is
+/// dropped unpolled (its body never runs) and reported; `None` is returned.
+#[inline]
+fn finish_sync(hook: HookId, imp: &Impl, call: &HookCall<'_>) -> Option<HookResult> {
+    match (imp.call)(call) {
+        HookReturn::Ready(r) => Some(r),
+        HookReturn::Pending(fut) => {
+            drop(fut);
+            tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
+            None
+        }
+    }
+}
+
+fn failure(imp: &Impl, hook: HookId, e: abi_stable::std_types::RBox<HookError>) -> HookFailure {
+    HookFailure::new(&imp.plugin, hook, abi_stable::std_types::RBox::into_inner(e))
 }
 
 impl Runtime {
@@ -123,29 +144,6 @@ impl Runtime {
         &self.registry
     }
 
-    async fn run_async(imp: &Impl, call: &bub_abi::abi::HookCall<'_>) -> Outcome {
-        let r = match (imp.call)(call) {
-            HookReturn::Ready(r) => r,
-            HookReturn::Pending(fut) => fut.await,
-        };
-        match r {
-            RResult::ROk(v) => Outcome::Value(v),
-            RResult::RErr(e) => Outcome::Failed(e),
-        }
-    }
-
-    fn run_sync(hook: HookId, imp: &Impl, call: &bub_abi::abi::HookCall<'_>) -> Outcome {
-        match (imp.call)(call) {
-            HookReturn::Ready(RResult::ROk(v)) => Outcome::Value(v),
-            HookReturn::Ready(RResult::RErr(e)) => Outcome::Failed(e),
-            HookReturn::Pending(fut) => {
-                drop(fut);
-                tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
-                Outcome::Skipped
-            }
-        }
-    }
-
     /// `call_first`: the first non-None answer in call order, awaiting async
     /// implementations. Errors propagate.
     pub async fn call_first(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
@@ -156,10 +154,14 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match Self::run_async(imp, &call).await {
-                Outcome::Value(HookValue::None) | Outcome::Skipped => {}
-                Outcome::Value(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
-                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            let r = match (imp.call)(&call) {
+                HookReturn::Ready(r) => r,
+                HookReturn::Pending(fut) => fut.await,
+            };
+            match r {
+                HookResult::None => {}
+                HookResult::Error(e) => return Err(failure(imp, hook, e)),
+                value => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(None)
@@ -176,10 +178,14 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match Self::run_async(imp, &call).await {
-                Outcome::Value(HookValue::None) | Outcome::Skipped => out.push(None),
-                Outcome::Value(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
-                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            let r = match (imp.call)(&call) {
+                HookReturn::Ready(r) => r,
+                HookReturn::Pending(fut) => fut.await,
+            };
+            match r {
+                HookResult::None => out.push(None),
+                HookResult::Error(e) => return Err(failure(imp, hook, e)),
+                value => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(out)
@@ -195,10 +201,10 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
-            match Self::run_sync(hook, imp, &call) {
-                Outcome::Value(HookValue::None) | Outcome::Skipped => {}
-                Outcome::Value(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
-                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            match finish_sync(hook, imp, &call) {
+                None | Some(HookResult::None) => {}
+                Some(HookResult::Error(e)) => return Err(failure(imp, hook, e)),
+                Some(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(None)
@@ -216,11 +222,11 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
-            match Self::run_sync(hook, imp, &call) {
-                Outcome::Skipped => {}
-                Outcome::Value(HookValue::None) => out.push(None),
-                Outcome::Value(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
-                Outcome::Failed(e) => return Err(HookFailure::new(&imp.plugin, hook, e)),
+            match finish_sync(hook, imp, &call) {
+                None => {}
+                Some(HookResult::None) => out.push(None),
+                Some(HookResult::Error(e)) => return Err(failure(imp, hook, e)),
+                Some(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(out)
@@ -249,7 +255,7 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in self.registry.impls(HookId::OnError) {
-            if let Outcome::Failed(e) = Self::run_async(imp, &call).await {
+            if let HookResult::Error(e) = finish(imp, &call).await {
                 on_error_failed(stage, imp, &e);
             }
         }
@@ -262,7 +268,7 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Sync);
         for imp in self.registry.impls(HookId::OnError) {
-            if let Outcome::Failed(e) = Self::run_sync(HookId::OnError, imp, &call) {
+            if let Some(HookResult::Error(e)) = finish_sync(HookId::OnError, imp, &call) {
                 on_error_failed(stage, imp, &e);
             }
         }

@@ -22,8 +22,8 @@
 use std::{io::Write as _, time::Duration};
 
 use bub_abi::{
-    abi::{HookCall, HookReturn, HookValue},
-    abi_stable::std_types::{RResult, RString},
+    abi::{HookCall, HookResult, HookReturn},
+    abi_stable::std_types::RString,
     sdk::bridge,
     BoxError, Hook, HookDecl, HookError, HookId, Plugin, PluginContext, TurnState,
 };
@@ -35,11 +35,11 @@ pub struct Scripted {
     trace: Option<String>,
 }
 
-fn answer(value: Value) -> RResult<HookValue, HookError> {
+fn answer(value: Value) -> HookResult {
     if value.is_null() {
-        RResult::ROk(HookValue::None)
+        HookResult::None
     } else {
-        RResult::ROk(HookValue::Json(RString::from(value.to_string())))
+        HookResult::Json(RString::from(value.to_string()))
     }
 }
 
@@ -93,7 +93,7 @@ impl Scripted {
                 if let Some(addr) = script.get("connect").and_then(Value::as_str) {
                     return match self.ping(addr).await {
                         Ok(reply) => answer(Value::String(reply)),
-                        Err(e) => RResult::RErr(HookError::plugin(e.to_string())),
+                        Err(e) => HookResult::error(HookError::plugin(e.to_string())),
                     };
                 }
                 if let Some(msg) = script.get("panic_in_future").and_then(Value::as_str) {
@@ -115,15 +115,15 @@ impl Scripted {
         Ok(line.trim_end().to_owned())
     }
 
-    fn respond(&self, script: &Value, args: &[Value], raw: &[String], state: Option<&TurnState>) -> RResult<HookValue, HookError> {
+    fn respond(&self, script: &Value, args: &[Value], raw: &[String], state: Option<&TurnState>) -> HookResult {
         if let Some(msg) = script.get("error").and_then(Value::as_str) {
-            return RResult::RErr(HookError::plugin(msg));
+            return HookResult::error(HookError::plugin(msg));
         }
         if let Some(text) = script.get("raw").and_then(Value::as_str) {
-            return RResult::ROk(HookValue::Json(RString::from(text)));
+            return HookResult::Json(RString::from(text));
         }
         if let Some(i) = script.get("echo_arg").and_then(Value::as_u64) {
-            return RResult::ROk(HookValue::Json(RString::from(raw[i as usize].as_str())));
+            return HookResult::Json(RString::from(raw[i as usize].as_str()));
         }
         if let (Some(key), Some(state)) = (script.get("get_state").and_then(Value::as_str), state) {
             return answer(state.get_value(key).unwrap_or(Value::Null));

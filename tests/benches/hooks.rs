@@ -1,0 +1,264 @@
+//! Dispatch and loading benchmarks, case for case with `shared/bench/hook_bench.py`.
+//!
+//! Every implementation lives in a real release-built cdylib (`tp-bench`),
+//! loaded through the real loader; N copies are N libraries. As in the Python
+//! harness: N plugins p0…p(N-1) registered in order (p(N-1) runs first), one
+//! checked call before timing, and after timing every plugin's call counter
+//! must equal the calls made times the expected pattern. Results are made
+//! usable inside the timed loop (JSON replies parsed), as Python's are objects.
+//! `scripts/bench.sh` turns criterion's estimates into hook_bench.py's JSON lines.
+
+use std::{
+    future::Future,
+    hint::black_box,
+    pin::pin,
+    task::{Context, Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use bub_abi::{
+    types::{StateMap, ToolCall},
+    HookId, TurnState,
+};
+use bub_host::{CallArgs, Host, HostBuilder, PluginStatus, Runtime};
+use bub_tests::{install_into, lib_release, Home};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+use serde_json::{json, Value};
+
+/// Drives a future that never really waits (every hook here finishes at once),
+/// like one coroutine on one event loop in the Python harness.
+fn run<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+struct Setup {
+    _home: Home,
+    host: Host,
+    rt: Runtime,
+    n: usize,
+}
+
+fn setup(n: usize, answer: impl Fn(usize) -> bool, is_async: bool) -> Setup {
+    let home = Home::new();
+    let lib = lib_release("tp-bench");
+    for i in 0..n {
+        home.install(&format!("p{i:03}"), &lib, json!({"idx": i, "answer": answer(i), "async": is_async}));
+    }
+    let host = HostBuilder::new().discovered(&home.search()).build();
+    assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
+    let rt = host.runtime();
+    Setup { _home: home, host, rt, n }
+}
+
+impl Setup {
+    /// Per-plugin call counters, indexed by plugin idx.
+    fn counts(&self) -> Vec<u64> {
+        let out = self
+            .rt
+            .call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&StateMap::new()).unwrap())
+            .unwrap();
+        let mut counts = vec![0; self.n];
+        for r in out.iter().flatten() {
+            let v: Value = r.parse().unwrap();
+            counts[v["idx"].as_u64().unwrap() as usize] = v["calls"].as_u64().unwrap();
+        }
+        counts
+    }
+
+    /// Times `call`; checks its result once first, then the call counts.
+    fn bench<R>(
+        &self,
+        c: &mut Criterion,
+        case: &str,
+        ran: impl Fn(usize) -> bool,
+        call: impl Fn(&Runtime) -> R,
+        check: impl Fn(&R),
+    ) {
+        let before = self.counts();
+        check(&call(&self.rt));
+        let mut made = 1u64;
+        let mut group = c.benchmark_group(case);
+        group.bench_function(BenchmarkId::from_parameter(self.n), |b| {
+            b.iter(|| {
+                made += 1;
+                black_box(call(&self.rt))
+            })
+        });
+        group.finish();
+        let after = self.counts();
+        for i in 0..self.n {
+            let expected = if ran(i) { made } else { 0 };
+            assert_eq!(
+                after[i] - before[i],
+                expected,
+                "{case} N={}: plugin {i} ran {} times",
+                self.n,
+                after[i] - before[i]
+            );
+        }
+        let _ = &self.host;
+    }
+}
+
+fn message() -> Value {
+    json!({"content": "hello", "channel": "bench", "chat_id": "42"})
+}
+
+fn call_first(c: &mut Criterion) {
+    for n in [1, 10, 100] {
+        let args = CallArgs::resolve_session(&message()).unwrap();
+        for (case, is_async) in [
+            ("call_first/resolve_session/all_run/sync_impl", false),
+            ("call_first/resolve_session/all_run/async_impl", true),
+        ] {
+            let s = setup(n, |i| i == 0, is_async);
+            s.bench(
+                c,
+                case,
+                |_| true,
+                |rt| run(rt.call_first(HookId::ResolveSession, &args)).unwrap().map(|r| r.parse::<String>().unwrap()),
+                |r| assert_eq!(r.as_deref(), Some("session-0")),
+            );
+        }
+        let s = setup(n, |_| true, false);
+        s.bench(
+            c,
+            "call_first/resolve_session/first_answers/sync_impl",
+            |i| i == n - 1,
+            |rt| run(rt.call_first(HookId::ResolveSession, &args)).unwrap().map(|r| r.parse::<String>().unwrap()),
+            |r| assert_eq!(r.as_deref(), Some(format!("session-{}", n - 1).as_str())),
+        );
+        let s = setup(n, |i| i == 0, false);
+        s.bench(
+            c,
+            "call_first_sync/resolve_session/all_run/sync_impl",
+            |_| true,
+            |rt| rt.call_first_sync(HookId::ResolveSession, &args).unwrap().map(|r| r.parse::<String>().unwrap()),
+            |r| assert_eq!(r.as_deref(), Some("session-0")),
+        );
+    }
+}
+
+fn call_many(c: &mut Criterion) {
+    for n in [1, 10, 100] {
+        let args = CallArgs::load_state(&message(), &"bench:42".to_owned()).unwrap();
+        for (case, is_async) in
+            [("call_many/load_state/small_dict/async_impl", true), ("call_many/load_state/small_dict/sync_impl", false)]
+        {
+            let s = setup(n, |_| true, is_async);
+            s.bench(
+                c,
+                case,
+                |_| true,
+                |rt| {
+                    let out = run(rt.call_many(HookId::LoadState, &args)).unwrap();
+                    out.iter().map(|r| r.as_ref().unwrap().parse::<StateMap>().unwrap()).collect::<Vec<_>>()
+                },
+                |r| {
+                    let expected: Vec<Value> = (0..n).rev().map(|i| json!({"plugin": i, "loaded": true})).collect();
+                    assert_eq!(r.iter().map(|m| Value::Object(m.clone())).collect::<Vec<_>>(), expected);
+                },
+            );
+        }
+        let state = TurnState::new();
+        state.set("session_id", "bench:42").unwrap();
+        let args = CallArgs::system_prompt(&json!("hello"), &state).unwrap();
+        let s = setup(n, |_| true, false);
+        s.bench(
+            c,
+            "call_many_sync/system_prompt/str/sync_impl",
+            |_| true,
+            |rt| {
+                let out = rt.call_many_sync(HookId::SystemPrompt, &args).unwrap();
+                out.iter().map(|r| r.as_ref().unwrap().parse::<String>().unwrap()).collect::<Vec<_>>()
+            },
+            |r| {
+                let expected: Vec<String> =
+                    (0..n).rev().map(|i| format!("<plugin_{i}>be helpful</plugin_{i}>")).collect();
+                assert_eq!(r, &expected);
+            },
+        );
+    }
+}
+
+fn before_tool_call(c: &mut Criterion) {
+    for n in [1, 10, 100] {
+        let call = ToolCall {
+            run_id: "run-1".into(),
+            tool: "fs.read".into(),
+            arguments: json!({"path": "README.md", "limit": 100, "hops": 0}).as_object().unwrap().clone(),
+        };
+        let state = TurnState::new();
+        state.set("session_id", "bench:42").unwrap();
+        for (case, is_async) in
+            [("before_tool_call/proceed_args/async_impl", true), ("before_tool_call/proceed_args/sync_impl", false)]
+        {
+            let s = setup(n, |_| true, is_async);
+            s.bench(
+                c,
+                case,
+                |_| true,
+                |rt| run(rt.before_tool_call(call.clone(), &state)),
+                |(out, decision)| {
+                    assert_eq!(
+                        Value::Object(out.arguments.clone()),
+                        json!({"path": "README.md", "limit": 100, "hops": n})
+                    );
+                    assert_eq!(decision.action, bub_abi::types::ToolAction::Proceed);
+                },
+            );
+        }
+    }
+}
+
+/// Loading N plugins: dlopen + ABI checks + constructor + registration, per
+/// batch of N, each batch from fresh files (a library is loaded once per
+/// process; the copies are made outside the timed region).
+fn loading(c: &mut Criterion) {
+    let lib = lib_release("tp-bench");
+    let mut group = c.benchmark_group("register/noop_plugin");
+    group.sampling_mode(SamplingMode::Flat).sample_size(10).warm_up_time(Duration::from_millis(50));
+    group.measurement_time(Duration::from_millis(200));
+    for n in [10usize, 100] {
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let home = Home::new();
+                    for i in 0..n {
+                        install_into(&home.path().join("plugins"), &format!("p{i:03}"), &lib, json!({"idx": i}));
+                    }
+                    let search = home.search();
+                    let start = Instant::now();
+                    let host = HostBuilder::new().discovered(&search).build();
+                    total += start.elapsed();
+                    assert_eq!(host.registry().impls(HookId::LoadState).len(), n);
+                    assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+    c.bench_function("plugin_manager/new+add_hookspecs/0", |b| {
+        b.iter(|| black_box(HostBuilder::new().builtin().build()))
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1500))
+        .sample_size(30)
+        .without_plots();
+    targets = call_first, call_many, before_tool_call, loading
+}
+criterion_main!(benches);
