@@ -26,8 +26,16 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Workspace test plugins.
-pub const TEST_PLUGINS: &[&str] =
-    &["tp-scripted", "tp-scripted-first", "tp-scripted-last", "tp-nosymbol", "tp-sdk", "tp-bench"];
+pub const TEST_PLUGINS: &[&str] = &[
+    "tp-scripted",
+    "tp-scripted-first",
+    "tp-scripted-last",
+    "tp-nosymbol",
+    "tp-sdk",
+    "tp-bench",
+    "echo-model",
+    "session-router",
+];
 
 /// ABI fixtures (each built alone).
 pub const FIXTURES: &[&str] = &["legacy-abi-plugin", "abi-major-2-plugin", "broken-layout-plugin"];
