@@ -60,6 +60,27 @@
 //!
 //! Panics in a hook, a constructor or a future never cross the boundary:
 //! they become errors naming the plugin and hook on the host's side.
+//!
+//! A hook parameter must be one of the hook's arguments (spec behaviour 14:
+//! an unknown parameter is refused at registration — here, at compile time):
+//!
+//! ```compile_fail
+//! use bub_abi::{BoxError, Plugin, PluginContext};
+//!
+//! pub struct Typo;
+//!
+//! #[bub_abi::plugin]
+//! impl Plugin for Typo {
+//!     fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
+//!         Ok(Typo)
+//!     }
+//!
+//!     fn resolve_session(&self, mesage: String) -> Option<String> {
+//!         Some(mesage)
+//!     }
+//! }
+//! # fn main() {}
+//! ```
 
 #![warn(missing_docs)]
 
