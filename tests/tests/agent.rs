@@ -174,3 +174,25 @@ fn b78_after_llm_call_observers_are_isolated() {
     let seen = home.trace().into_iter().find(|l| l.starts_with("1-record")).unwrap();
     assert!(seen.contains("\"text\":\"answer\""), "{seen}");
 }
+
+/// A `proceed` whose arguments are not an object is a bad return: logged,
+/// skipped, the call unchanged.
+#[test]
+fn proceed_with_non_object_arguments_is_a_bad_return() {
+    let home = Home::new();
+    home.scripted("1-ok", "", json!({"before_tool_call": {"tool_ops": {"set_args": {"safe": true}}}}));
+    home.scripted(
+        "2-bad",
+        "",
+        json!({"before_tool_call": {"raw": "{\"action\": \"proceed\", \"arguments\": [1, 2]}"}}),
+    );
+    let rt = home.host().runtime();
+    let ((call, decision), logs) =
+        capture_logs(|| block_on(rt.before_tool_call(tool_call(json!({"cmd": "ls"})), &TurnState::new())));
+    assert_eq!(decision.action, ToolAction::Proceed);
+    assert_eq!(Value::Object(call.arguments), json!({"cmd": "ls", "safe": true}));
+    assert!(
+        logs.iter().any(|l| l.contains("hook.agent_hook_bad_return hook=before_tool_call adapter=2-bad")),
+        "{logs:?}"
+    );
+}

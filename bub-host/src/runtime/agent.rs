@@ -33,6 +33,21 @@ fn bad_return(hook: HookId, imp: &Impl, value: &HookResult, expected: &str) {
     );
 }
 
+/// A decision as read by the chain: the arguments stay raw JSON.
+#[derive(serde::Deserialize)]
+struct DecisionView<'a> {
+    #[serde(default)]
+    action: ToolAction,
+    #[serde(borrow, default)]
+    arguments: Option<&'a serde_json::value::RawValue>,
+}
+
+fn apply_arguments(call: &mut ToolCall, raw: Option<&str>) {
+    if let Some(map) = raw.and_then(|r| serde_json::from_str(r).ok()) {
+        call.arguments = map;
+    }
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("payload types always serialize")
 }
@@ -98,33 +113,50 @@ impl Runtime {
 
     /// `before_tool_call`: returns the call as rewritten by `proceed`
     /// decisions and the final decision (`proceed()` when the chain ran out).
+    ///
+    /// Each implementation sees the arguments as rewritten by the earlier
+    /// ones. The host reads a decision through a borrowed view and splices
+    /// the new arguments' JSON into the next call, parsing them into a map
+    /// only once, at the end.
     pub async fn before_tool_call(&self, mut call: ToolCall, state: &TurnState) -> (ToolCall, ToolCallDecision) {
         const HOOK: HookId = HookId::BeforeToolCall;
         let impls = self.registry.impls(HOOK);
         if impls.is_empty() {
             return (call, ToolCallDecision::proceed(None));
         }
+        let head = format!("{{\"run_id\":{},\"tool\":{},\"arguments\":", to_json(&call.run_id), to_json(&call.tool));
         let mut args = CallArgs::from_json(vec![to_json(&call), "null".into()]).with_state(state.clone());
+        let mut rewritten: Option<String> = None;
         for imp in impls {
             let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
-            let decision = match &value {
-                HookResult::Json(s) => serde_json::from_str::<ToolCallDecision>(s).ok(),
-                _ => None,
+            let text = match &value {
+                HookResult::Json(s) => s.as_str(),
+                other => {
+                    bad_return(HOOK, imp, other, "ToolCallDecision | None");
+                    continue;
+                }
             };
-            let Some(decision) = decision else {
+            let Ok(view) = serde_json::from_str::<DecisionView<'_>>(text) else {
                 bad_return(HOOK, imp, &value, "ToolCallDecision | None");
                 continue;
             };
-            match decision.action {
-                ToolAction::Proceed => {
-                    if let Some(arguments) = decision.arguments {
-                        call.arguments = arguments;
-                        args.set_json(0, to_json(&call));
+            match view.action {
+                ToolAction::Proceed => match view.arguments.map(|raw| raw.get()) {
+                    None | Some("null") => {}
+                    Some(raw) if raw.starts_with('{') => {
+                        args.set_json(0, format!("{head}{raw}}}"));
+                        rewritten = Some(raw.to_owned());
                     }
+                    Some(_) => bad_return(HOOK, imp, &value, "ToolCallDecision(arguments: dict) | None"),
+                },
+                ToolAction::Replace | ToolAction::Deny => {
+                    apply_arguments(&mut call, rewritten.as_deref());
+                    let decision = serde_json::from_str::<ToolCallDecision>(text).unwrap_or_default();
+                    return (call, decision);
                 }
-                ToolAction::Replace | ToolAction::Deny => return (call, decision),
             }
         }
+        apply_arguments(&mut call, rewritten.as_deref());
         (call, ToolCallDecision::proceed(None))
     }
 

@@ -11,10 +11,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bub_abi::{
     args,
-    types::{StateMap, ToolCall, ToolCallDecision},
+    types::{StateMap, ToolCallDecision},
     BoxError, Hook, HookDecl, HookId, HookMarker, IntoHookValue, Plugin, PluginContext,
 };
 use serde_json::{json, Value};
+
+#[derive(serde::Deserialize)]
+struct CallArguments {
+    arguments: serde_json::Map<String, Value>,
+}
 
 pub struct Bench {
     idx: u64,
@@ -79,7 +84,8 @@ impl Plugin for Bench {
     }
 
     fn before_tool_call(&'static self, args: args::before_tool_call::Args<'_>) -> Hook<Option<ToolCallDecision>> {
-        let call: ToolCall = match args.call().get() {
+        // Read only what is needed: the arguments.
+        let call: CallArguments = match args.call().parse() {
             Ok(c) => c,
             Err(e) => return Hook::error(e),
         };
