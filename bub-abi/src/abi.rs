@@ -42,6 +42,34 @@ const fn abi_version_str() -> &'static str {
     }
 }
 
+/// A fingerprint of this ABI's layout: a hash of the source that defines it
+/// (`abi.rs`, `hooks.rs`), the test features that change it, and the pointer
+/// width. abi_stable and async-ffi are pinned exactly in `bub-abi`'s
+/// manifest, so equal fingerprints mean equal layouts, and the host can skip
+/// abi_stable's (expensive) structural check for such plugins. Any other
+/// plugin still gets the full check.
+pub const LAYOUT_FINGERPRINT: u64 = {
+    let mut h = fnv1a(0xcbf2_9ce4_8422_2325, include_str!("abi.rs").as_bytes());
+    h = fnv1a(h, include_str!("hooks.rs").as_bytes());
+    h = fnv1a(h, if cfg!(feature = "__test-abi-1-0") { b"abi-1-0" } else { b"-" });
+    h = fnv1a(h, if cfg!(feature = "__test-abi-major-2") { b"major-2" } else { b"-" });
+    h = fnv1a(h, if cfg!(feature = "__test-abi-broken-layout") { b"broken" } else { b"-" });
+    fnv1a(h, &(usize::BITS as u64).to_le_bytes())
+};
+
+/// Name of the exported symbol holding [`LAYOUT_FINGERPRINT`] (NUL-terminated).
+pub const LAYOUT_FINGERPRINT_SYMBOL: &[u8] = b"BUB_ABI_LAYOUT_FINGERPRINT\0";
+
+const fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
 /// Priority marker of one hook implementation (pluggy's `tryfirst` / `trylast`).
 #[repr(u8)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

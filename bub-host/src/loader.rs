@@ -14,11 +14,21 @@
 //!    still rejected;
 //! 5. the root module is initialised, then the plugin's constructor runs.
 //!
+//! Step 4 walks the whole type graph and costs ~0.3 ms per library, the
+//! largest part of loading. Plugins export a layout fingerprint (a hash of
+//! the `bub-abi` source that defines the layout, see
+//! `bub_abi::abi::LAYOUT_FINGERPRINT`); one equal to the host's, or to a
+//! plugin's that passed the full check in this process, skips the walk.
+//!
 //! Libraries are never unloaded: a plugin's statics, thread-locals and
 //! runtime threads must outlive every use, and `dlclose` with live TLS
 //! destructors is unsound. Reloading means a new process.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashSet,
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+};
 
 use abi_stable::{
     abi_stability::abi_checking::{check_layout_compatibility, AbiInstability, AbiInstabilityErrors},
@@ -28,7 +38,7 @@ use abi_stable::{
     StableAbi,
 };
 use bub_abi::{
-    abi::{InitArgs, PluginModRef},
+    abi::{InitArgs, PluginModRef, LAYOUT_FINGERPRINT, LAYOUT_FINGERPRINT_SYMBOL},
     ABI_VERSION,
 };
 use serde_json::{Map, Value};
@@ -82,6 +92,10 @@ pub fn open(path: &Path) -> Result<Library, LoadError> {
     // is abi_stable's header; abi_stable validates the header's own magic and
     // version before `upgrade` hands it out.
     let header = unsafe { lib_header_from_raw_library(&raw) };
+    // SAFETY: a symbol of this name is only defined by `bub_abi::export_plugin!`,
+    // as a `u64` static; `get` yields its address, which stays valid because
+    // the library is never unloaded.
+    let fingerprint = unsafe { raw.get::<*const u64>(LAYOUT_FINGERPRINT_SYMBOL) }.ok().map(|s| unsafe { **s });
     std::mem::forget(raw);
     let header = header.map_err(|e| match e {
         LibraryError::GetSymbolError { .. } => LoadError::NoRootModule { path: path.clone() },
@@ -99,14 +113,19 @@ pub fn open(path: &Path) -> Result<Library, LoadError> {
             detail: "the library carries no layout information".into(),
         });
     };
-    if let Err(errors) = check_layout_compatibility(<PluginModRef as StableAbi>::LAYOUT, found) {
-        if !only_appended_slots_missing(&errors) {
-            return Err(LoadError::Layout {
-                path,
-                plugin: plugin_version,
-                host: ABI_VERSION,
-                detail: first_mismatch(&errors),
-            });
+    if !already_verified(fingerprint) {
+        if let Err(errors) = check_layout_compatibility(<PluginModRef as StableAbi>::LAYOUT, found) {
+            if !only_appended_slots_missing(&errors) {
+                return Err(LoadError::Layout {
+                    path,
+                    plugin: plugin_version,
+                    host: ABI_VERSION,
+                    detail: first_mismatch(&errors),
+                });
+            }
+        }
+        if let Some(f) = fingerprint {
+            verified().insert(f);
         }
     }
 
@@ -116,6 +135,17 @@ pub fn open(path: &Path) -> Result<Library, LoadError> {
     let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() }
         .map_err(|e| LoadError::RootModule { path: path.clone(), detail: one_line(&e.to_string()) })?;
     Ok(Library { module })
+}
+
+/// Layout fingerprints known to pass the check: the host's own, and those of
+/// plugins checked in full earlier in this process.
+fn verified() -> std::sync::MutexGuard<'static, HashSet<u64>> {
+    static VERIFIED: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    VERIFIED.get_or_init(|| Mutex::new(HashSet::from([LAYOUT_FINGERPRINT]))).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn already_verified(fingerprint: Option<u64>) -> bool {
+    fingerprint.is_some_and(|f| verified().contains(&f))
 }
 
 /// Runs the plugin's constructor (step 5).

@@ -29,6 +29,9 @@ fn run<F: Future>(f: F) -> F::Output {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "load") {
+        return load_only();
+    }
     let n = 10;
     let home = Home::new();
     let lib = lib_release("tp-bench");
@@ -78,4 +81,48 @@ fn main() {
         std::hint::black_box(rt.call_first_sync(HookId::ResolveSession, &args).unwrap());
     }
     println!("call_first_sync N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
+}
+
+/// `microbench load`: where loading time goes.
+#[allow(dead_code)]
+fn load_only() {
+    let lib = lib_release("tp-bench");
+    let home = Home::new();
+    for i in 0..100 {
+        bub_tests::install_into(&home.path().join("plugins"), &format!("p{i:03}"), &lib, json!({"idx": i}));
+    }
+    let (mut open, mut header, mut layout, mut rest) = (0u128, 0u128, 0u128, 0u128);
+    for dir in home.search().candidates() {
+        let path = dir.join("libtp_bench.so");
+        let t0 = Instant::now();
+        let raw = abi_stable::library::RawLibrary::load_at(&path).unwrap();
+        let t1 = Instant::now();
+        let h = unsafe { abi_stable::library::lib_header_from_raw_library(&raw) }.unwrap();
+        std::mem::forget(raw);
+        let t2 = Instant::now();
+        let _ = abi_stable::abi_stability::abi_checking::check_layout_compatibility(
+            <bub_abi::abi::PluginModRef as abi_stable::StableAbi>::LAYOUT,
+            h.layout().unwrap(),
+        );
+        let t3 = Instant::now();
+        let lib = bub_host::loader::open(&path).unwrap();
+        bub_host::loader::initialise(&lib, "x", &serde_json::Map::new()).unwrap();
+        let t4 = Instant::now();
+        open += (t1 - t0).as_micros();
+        header += (t2 - t1).as_micros();
+        layout += (t3 - t2).as_micros();
+        rest += (t4 - t3).as_micros();
+    }
+    println!(
+        "100 plugins: dlopen {open} us, header {header} us, layout check {layout} us, open again + init {rest} us"
+    );
+    let home2 = Home::new();
+    for i in 0..100 {
+        bub_tests::install_into(&home2.path().join("plugins"), &format!("p{i:03}"), &lib, json!({"idx": i}));
+    }
+    let t = Instant::now();
+    let host = HostBuilder::new().discovered(&home2.search()).build();
+    println!("loaded {} plugins in {:?}", host.registry().plugins().len(), t.elapsed());
+    Box::leak(Box::new(home2));
+    Box::leak(Box::new(home));
 }

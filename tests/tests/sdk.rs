@@ -124,3 +124,19 @@ fn sdk_async_fn_is_skipped_by_sync_dispatch() {
     let out = block_on(rt.call_many(HookId::SystemPrompt, &args)).unwrap();
     assert_eq!(out[0].as_ref().unwrap().parse::<String>().unwrap(), "from an async fn");
 }
+
+/// After an async hook ran on a thread (the SDK made its runtime current
+/// there), a sync hook of the same plugin may still `block_on` a runtime of
+/// its own on that thread.
+#[test]
+fn sync_hook_can_block_on_after_async_hooks() {
+    let home = Home::new();
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let rt = home.host().runtime();
+    let args = CallArgs::run_model(&json!("hi"), &"s".to_owned(), &TurnState::new()).unwrap();
+    block_on(rt.call_first(HookId::RunModel, &args)).unwrap().unwrap();
+    let out =
+        rt.call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&Default::default()).unwrap()).unwrap();
+    let v: serde_json::Value = out[0].as_ref().unwrap().parse().unwrap();
+    assert_eq!(v, json!({"sdk": {"blocking": "slept"}}));
+}

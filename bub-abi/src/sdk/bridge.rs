@@ -42,6 +42,28 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime, HookError> {
     rt.as_ref().map_err(|e| HookError::new("init", format!("plugin tokio runtime could not start: {e}")))
 }
 
+thread_local! {
+    static ENTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the plugin's runtime the current tokio handle of this thread, once.
+///
+/// Entering on every poll costs an `Arc` clone and several thread-local
+/// accesses, which in a dlopen'd library go through `__tls_get_addr`. The
+/// guard is kept for the life of the thread instead. This only sets tokio's
+/// *current handle* (what `tokio::time`, `tokio::net` and `tokio::spawn`
+/// use); it does not mark the thread as running a runtime, so a sync hook may
+/// still `block_on` a runtime of its own. The handle is this plugin's copy of
+/// tokio only: the host and other plugins are unaffected.
+fn enter_once(rt: &'static tokio::runtime::Runtime) {
+    ENTERED.with(|entered| {
+        if !entered.get() {
+            std::mem::forget(rt.enter());
+            entered.set(true);
+        }
+    });
+}
+
 /// A future output that can carry a panic as an error.
 pub trait FromPanic {
     /// The value reporting `message`.
@@ -85,7 +107,9 @@ pin_project! {
             if this.inner.is_some() && *this.started {
                 // Drop inside the runtime (timers and sockets deregister
                 // there); a panicking destructor must not unwind into the host.
-                let _entered = runtime().ok().map(|rt| rt.enter());
+                if let Ok(rt) = runtime() {
+                    enter_once(rt);
+                }
                 let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
             }
         }
@@ -105,7 +129,7 @@ impl<T: FromPanic, F: Future<Output = T>> Future for Bridged<F> {
             Err(e) => return Poll::Ready(T::from_panic(e.message.into_string())),
         };
         *this.started = true;
-        let _entered = rt.enter();
+        enter_once(rt);
         match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => {

@@ -151,6 +151,12 @@ macro_rules! export_plugin {
     ($ty:ty, name = $name:expr, version = $version:expr, description = $description:expr $(,)?) => {
         $crate::__plugin_module!($ty, true, __bub_plugin_module, $name, $version, $description);
         $crate::__root_symbol!($crate, __bub_plugin_module);
+
+        /// The ABI layout fingerprint this plugin was built with (see
+        /// `bub_abi::abi::LAYOUT_FINGERPRINT`).
+        #[doc(hidden)]
+        #[unsafe(no_mangle)]
+        pub static BUB_ABI_LAYOUT_FINGERPRINT: u64 = $crate::abi::LAYOUT_FINGERPRINT;
     };
 }
 

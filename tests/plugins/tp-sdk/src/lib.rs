@@ -60,6 +60,18 @@ impl Plugin for Sdk {
         Some("from an async fn".into())
     }
 
+    /// A sync hook that runs async code on a runtime of its own.
+    fn onboard_config(&self) -> Result<Option<StateMap>, BoxError> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+        let waited = rt.block_on(async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            "slept"
+        });
+        let mut m = StateMap::new();
+        m.insert("sdk".into(), serde_json::json!({ "blocking": waited }));
+        Ok(Some(m))
+    }
+
     /// Panics on demand (sync).
     #[trylast]
     fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
