@@ -40,4 +40,4 @@ pub mod runtime;
 pub use error::{HookFailure, LoadError};
 pub use host::{Host, HostBuilder, PluginSource};
 pub use registry::{PluginRecord, PluginStatus, Registry};
-pub use runtime::{CallArgs, Reply, Runtime};
+pub use runtime::{CallArgs, ModelSelection, OnboardError, Reply, Runtime};

@@ -33,6 +33,13 @@ impl<T: IntoHookValue> Hook<T> {
         Self::from_return(HookReturn::Ready(finish(value.into_hook_value())))
     }
 
+    /// Any serializable value, sent as JSON for a hook whose standard return
+    /// type is JSON (a typed struct instead of a `serde_json::Map`, say).
+    /// The host checks the shape when it reads the value.
+    pub fn json<V: serde::Serialize + ?Sized>(value: &V) -> Self {
+        Self::from_return(HookReturn::Ready(finish(json_value(value))))
+    }
+
     /// A fallible result available now; `Err` becomes a hook error.
     pub fn ready_result<E: std::fmt::Display>(value: Result<T, E>) -> Self {
         let r = value.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value);
@@ -51,6 +58,15 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = T> + Send + 'static,
     {
         Self::from_return(HookReturn::Pending(bridge::to_ffi(async move { finish(future.await.into_hook_value()) })))
+    }
+
+    /// An async result of any serializable value (see [`json`](Self::json)).
+    pub fn future_json<F, V>(future: F) -> Self
+    where
+        F: Future<Output = V> + Send + 'static,
+        V: serde::Serialize,
+    {
+        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move { finish(json_value(&future.await)) })))
     }
 
     /// A fallible async result; `Err` becomes a hook error.
@@ -117,7 +133,7 @@ pub trait ToHookValue: Send + 'static {
 }
 
 /// Serializes a JSON-like value for the host.
-pub fn json_value<T: serde::Serialize>(value: &T) -> Result<HookResult, HookError> {
+pub fn json_value<T: serde::Serialize + ?Sized>(value: &T) -> Result<HookResult, HookError> {
     serde_json::to_string(value)
         .map(|s| HookResult::Json(RString::from(s)))
         .map_err(|e| HookError::new("type", format!("result could not be serialized: {e}")))

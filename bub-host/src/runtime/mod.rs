@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod args;
+pub mod special;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use bub_abi::{
 use serde::de::DeserializeOwned;
 
 pub use args::CallArgs;
+pub use special::{ModelSelection, OnboardError};
 
 use crate::{
     error::HookFailure,

@@ -16,6 +16,12 @@ use bub_abi::{
 };
 use serde_json::{json, Value};
 
+#[derive(serde::Serialize)]
+struct Loaded {
+    plugin: u64,
+    loaded: bool,
+}
+
 #[derive(serde::Deserialize)]
 struct CallArguments {
     arguments: serde_json::Map<String, Value>,
@@ -72,11 +78,16 @@ impl Plugin for Bench {
         self.reply(if self.answer { Some(self.session.clone()) } else { None })
     }
 
+    /// `{"plugin": idx, "loaded": true}`, built as Rust builds a small
+    /// record: a serde struct (Python builds a dict literal).
     fn load_state(&'static self, _args: args::load_state::Args<'_>) -> Hook<Option<StateMap>> {
-        let mut m = StateMap::new();
-        m.insert("plugin".into(), json!(self.idx));
-        m.insert("loaded".into(), json!(true));
-        self.reply(Some(m))
+        self.calls.store(self.calls.load(Relaxed) + 1, Relaxed);
+        let value = Loaded { plugin: self.idx, loaded: true };
+        if self.is_async {
+            Hook::future_json(async move { value })
+        } else {
+            Hook::json(&value)
+        }
     }
 
     fn system_prompt(&'static self, _args: args::system_prompt::Args<'_>) -> Hook<Option<String>> {
