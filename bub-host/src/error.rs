@@ -98,6 +98,24 @@ pub enum LoadError {
         /// The error.
         error: HookError,
     },
+    /// The folder or library is not safe to load.
+    #[error("refusing {path}: it {detail}. To fix: {fix}")]
+    Untrusted {
+        /// What was refused.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+        /// What to do.
+        fix: String,
+    },
+    /// The library does not match its manifest.
+    #[error("refusing {path}: it {detail}. Reinstall it with `bub plugins install`")]
+    Integrity {
+        /// The library.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// Another plugin of the same name came first.
     #[error("plugin name '{name}' is already taken by {first}; this copy is ignored. Remove or rename one of them")]
     Shadowed {

@@ -13,6 +13,7 @@ use crate::{
     builtin,
     discovery::SearchPath,
     error::LoadError,
+    integrity,
     loader::{self, Library},
     manifest::Manifest,
     registry::{PluginRecord, PluginStatus, Registry},
@@ -142,6 +143,11 @@ fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBu
     if !path.is_file() {
         let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
         return PluginRecord::failed(manifest.name, Some(path), detail);
+    }
+    let trusted = integrity::check_trust(dir, &path)
+        .and_then(|()| integrity::verify_sha256(dir, &path, manifest.sha256.as_deref()));
+    if let Err(e) = trusted {
+        return PluginRecord::failed(manifest.name, Some(path), e.to_string());
     }
     match loader::open(&path) {
         Ok(lib) => register_library(manifest.name, Some(path), lib, &manifest.config),

@@ -4,6 +4,8 @@
 //!
 //! - [`discovery`]: where installed plugins are looked for, in which order;
 //! - [`manifest`]: what an installed plugin folder declares;
+//! - [`integrity`]: trust and sha256 checks before a library is opened;
+//! - [`install`]: installing, replacing, removing, enabling plugins;
 //! - [`loader`]: opening a library and checking its ABI before running it;
 //! - [`registry`]: registration order and pluggy's per-hook ordering;
 //! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
@@ -32,6 +34,8 @@ pub mod discovery;
 pub mod error;
 pub mod host;
 mod host_services;
+pub mod install;
+pub mod integrity;
 pub mod loader;
 pub mod manifest;
 pub mod registry;

@@ -82,6 +82,18 @@ impl PluginRecord {
         }
     }
 
+    /// The hooks this plugin implements, with marker and whether declared async.
+    pub fn implementations(&self) -> Vec<(HookId, HookMarker, bool)> {
+        let Some(table) = self.hooks else { return Vec::new() };
+        HookId::ALL
+            .iter()
+            .filter_map(|&h| {
+                let slot = table.slot(h);
+                slot.call.is_some().then_some((h, slot.marker, slot.is_async))
+            })
+            .collect()
+    }
+
     /// Whether the plugin implements `hook`.
     pub fn implements(&self, hook: HookId) -> bool {
         self.hooks.is_some_and(|t| t.slot(hook).call.is_some())

@@ -185,9 +185,13 @@ pub fn install_into(root: &Path, name: &str, library: &Path, config: Value) -> P
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).expect("plugin dir");
     let file = library.file_name().expect("library file name");
-    std::fs::copy(library, dir.join(file)).expect("copy library");
-    let manifest = json!({"name": name, "library": file.to_string_lossy(), "config": config});
+    let dest = dir.join(file);
+    std::fs::copy(library, &dest).expect("copy library");
+    // As `bub plugins install` does: record the sha256, remember the check.
+    let sha256 = bub_host::integrity::sha256_file(&dest).expect("hash library");
+    let manifest = json!({"name": name, "library": file.to_string_lossy(), "sha256": sha256, "config": config});
     std::fs::write(dir.join("plugin.json"), serde_json::to_string_pretty(&manifest).unwrap()).expect("manifest");
+    bub_host::integrity::remember(&dir, &std::fs::metadata(&dest).unwrap(), &sha256);
     dir
 }
 

@@ -20,7 +20,9 @@ fn write_junk(home: &Home, name: &str, bytes: &[u8]) {
     let dir = home.path().join("plugins").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("libjunk.so"), bytes).unwrap();
-    std::fs::write(dir.join("plugin.json"), json!({"name": name, "library": "libjunk.so"}).to_string()).unwrap();
+    let sha256 = bub_host::integrity::sha256_file(&dir.join("libjunk.so")).unwrap();
+    let manifest = json!({"name": name, "library": "libjunk.so", "sha256": sha256});
+    std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
 }
 
 /// A good plugin still loads and answers beside every kind of broken one.

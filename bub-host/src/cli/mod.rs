@@ -6,7 +6,8 @@ mod plugins;
 use std::{path::PathBuf, process::ExitCode};
 
 use bub_host::{
-    discovery::{absolute, SearchPath},
+    discovery::{absolute, bub_home, SearchPath},
+    install::Installer,
     Host,
 };
 use clap::{Parser, Subcommand};
@@ -31,18 +32,25 @@ struct Cli {
 enum Command {
     /// Show which plugins implement which hooks.
     Hooks(hooks::HooksArgs),
-    /// Inspect installed plugins.
+    /// List, install, remove, enable, disable and inspect plugins.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
 }
 
 /// Options every subcommand shares, resolved.
 pub struct Context {
+    /// Bub's home.
+    pub home: PathBuf,
     /// The plugin search path.
     pub search: SearchPath,
 }
 
 impl Context {
+    /// The installer of `<home>/plugins`.
+    pub fn installer(&self) -> Installer {
+        Installer::new(&self.home)
+    }
+
     /// Discovers, loads and registers every plugin.
     pub fn host(&self) -> Host {
         Host::discover(&self.search)
@@ -53,7 +61,8 @@ impl Context {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let ctx = Context { search: SearchPath::from_env(cli.home.map(absolute).as_deref()) };
+    let home = cli.home.map(absolute).unwrap_or_else(bub_home);
+    let ctx = Context { search: SearchPath::from_env(Some(&home)), home };
     let result = match cli.command {
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),

@@ -1,4 +1,4 @@
-//! `bub plugins …`: what was discovered, in registration order, and its status.
+//! `bub plugins list`: what was discovered, in registration order, and its status.
 
 use std::io::Write;
 
@@ -6,25 +6,14 @@ use anyhow::Result;
 use bub_host::{PluginRecord, PluginStatus};
 use serde_json::{json, Value};
 
-use super::Context;
+use crate::cli::Context;
 
-#[derive(Debug, clap::Subcommand)]
-pub enum PluginsCommand {
-    /// List every discovered plugin in registration order, with its status.
-    List {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+/// `bub plugins list`: every discovered plugin, in registration order.
+pub fn run(ctx: &Context, as_json: bool) -> Result<()> {
+    list(ctx, as_json)
 }
 
-pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
-    match cmd {
-        PluginsCommand::List { json } => list(ctx, *json),
-    }
-}
-
-fn to_json(p: &PluginRecord) -> Value {
+pub(super) fn to_json(p: &PluginRecord) -> Value {
     let detail = match &p.status {
         PluginStatus::Failed { detail } => Value::String(detail.clone()),
         _ => Value::Null,

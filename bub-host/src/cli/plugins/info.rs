@@ -1,0 +1,64 @@
+//! `bub plugins info <name>`: manifest, status, and every hook implemented.
+
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+use crate::cli::Context;
+
+pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
+    let host = ctx.host();
+    let Some(record) = host.registry().plugin(name) else {
+        bail!("no plugin named '{name}' was discovered. See `bub plugins list`");
+    };
+    let manifest = if record.path.is_some() { ctx.installer().manifest(name).ok() } else { None };
+    let hooks: Vec<Value> = record
+        .implementations()
+        .into_iter()
+        .map(|(h, marker, is_async)| json!({"hook": h.name(), "marker": marker.as_str(), "async": is_async}))
+        .collect();
+    let mut info = super::list::to_json(record);
+    info["description"] = json!(record.description);
+    info["manifest"] = json!(manifest);
+    info["hooks"] = Value::Array(hooks.clone());
+
+    let mut out = std::io::stdout().lock();
+    if as_json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&info)?)?;
+        return Ok(());
+    }
+    let field = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| "-".into());
+    writeln!(out, "name:         {}", record.name)?;
+    writeln!(out, "version:      {}", field(&info["version"]))?;
+    writeln!(out, "ABI:          {}", field(&info["abi_version"]))?;
+    writeln!(out, "description:  {}", if record.description.is_empty() { "-" } else { &record.description })?;
+    writeln!(out, "status:       {}", record.status.as_str())?;
+    if let Some(detail) = info["detail"].as_str() {
+        writeln!(out, "error:        {detail}")?;
+    }
+    writeln!(out, "path:         {}", field(&info["path"]))?;
+    if let Some(m) = &manifest {
+        writeln!(out, "sha256:       {}", m.sha256.as_deref().unwrap_or("-"))?;
+        writeln!(out, "installed at: {}", m.installed_at.as_deref().unwrap_or("-"))?;
+        writeln!(out, "enabled:      {}", m.enabled)?;
+        if !m.config.is_empty() {
+            writeln!(out, "config:       {}", Value::Object(m.config.clone()))?;
+        }
+    }
+    if hooks.is_empty() {
+        writeln!(out, "hooks:        (none loaded)")?;
+    } else {
+        writeln!(out, "hooks:")?;
+        for h in hooks {
+            writeln!(
+                out,
+                "  {} [{}, {}]",
+                field(&h["hook"]),
+                field(&h["marker"]),
+                if h["async"] == true { "async" } else { "sync" }
+            )?;
+        }
+    }
+    Ok(())
+}

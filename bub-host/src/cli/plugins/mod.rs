@@ -1,0 +1,63 @@
+//! `bub plugins …`: one file per subcommand.
+
+mod info;
+mod install;
+mod list;
+mod remove;
+mod toggle;
+
+use anyhow::Result;
+
+use super::Context;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum PluginsCommand {
+    /// List every discovered plugin in registration order, with its status.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install a built plugin library, or build and install a plugin crate folder.
+    Install {
+        /// A shared library (.so) or a crate folder (built with `cargo build --release`).
+        path: std::path::PathBuf,
+        /// Install under this name (default: the plugin's own name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Remove an installed plugin.
+    Remove {
+        /// The plugin's name.
+        name: String,
+    },
+    /// Enable an installed plugin.
+    Enable {
+        /// The plugin's name.
+        name: String,
+    },
+    /// Disable an installed plugin (it stays installed and listed, but is not loaded).
+    Disable {
+        /// The plugin's name.
+        name: String,
+    },
+    /// Show a plugin's manifest, status and hooks.
+    Info {
+        /// The plugin's name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
+    match cmd {
+        PluginsCommand::List { json } => list::run(ctx, *json),
+        PluginsCommand::Install { path, name } => install::run(ctx, path, name.as_deref()),
+        PluginsCommand::Remove { name } => remove::run(ctx, name),
+        PluginsCommand::Enable { name } => toggle::run(ctx, name, true),
+        PluginsCommand::Disable { name } => toggle::run(ctx, name, false),
+        PluginsCommand::Info { name, json } => info::run(ctx, name, *json),
+    }
+}

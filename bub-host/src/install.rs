@@ -1,0 +1,294 @@
+//! Installing, replacing, removing, enabling and disabling plugins.
+//!
+//! An install is staged in a hidden folder next to the installed plugins,
+//! checked there (it must load and speak a compatible ABI: exactly what will
+//! be loaded is what was checked), then swapped in with renames. A failed
+//! install therefore leaves the previous version installed and working.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::SystemTime,
+};
+
+use serde_json::Value;
+
+use crate::{
+    error::LoadError,
+    integrity, loader,
+    manifest::{Manifest, MANIFEST_FILE},
+};
+
+/// Why an install, removal or toggle failed. Every message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The source path does not exist.
+    #[error("{path} does not exist. Pass a built plugin library (.so) or a plugin crate folder")]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// `cargo build` failed.
+    #[error("building {dir} failed ({status}); fix the errors above and try again")]
+    BuildFailed {
+        /// The crate folder.
+        dir: PathBuf,
+        /// cargo's exit status.
+        status: String,
+    },
+    /// The crate builds no cdylib.
+    #[error("{dir} builds no shared library. Add `[lib] crate-type = [\"cdylib\"]` to its Cargo.toml")]
+    NoLibrary {
+        /// The crate folder.
+        dir: PathBuf,
+    },
+    /// The crate builds several cdylibs.
+    #[error("{dir} builds several shared libraries ({libs}); pass the one to install")]
+    SeveralLibraries {
+        /// The crate folder.
+        dir: PathBuf,
+        /// Their paths.
+        libs: String,
+    },
+    /// The library failed the load checks; nothing was installed.
+    #[error("not installed: {0}")]
+    Check(#[from] LoadError),
+    /// The plugin name is not usable as a folder name.
+    #[error("invalid plugin name {name:?}: use letters, digits, '-', '_' or '.', not starting with '.'")]
+    InvalidName {
+        /// The name.
+        name: String,
+    },
+    /// No plugin of that name is installed.
+    #[error("no plugin named '{name}' is installed in {root}. See `bub plugins list`")]
+    NotInstalled {
+        /// The name.
+        name: String,
+        /// The plugins folder.
+        root: PathBuf,
+    },
+    /// A file operation failed.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InstallError {
+    let path = path.to_owned();
+    move |source| InstallError::Io { what, path, source }
+}
+
+/// What an install did.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// The plugin folder.
+    pub dir: PathBuf,
+    /// The version it replaced, if any ("" when unknown).
+    pub replaced: Option<String>,
+}
+
+/// Manages the plugins folder of one Bub home.
+#[derive(Debug, Clone)]
+pub struct Installer {
+    root: PathBuf,
+}
+
+impl Installer {
+    /// The installer of `<home>/plugins`.
+    pub fn new(home: &Path) -> Self {
+        Installer { root: home.join("plugins") }
+    }
+
+    /// The plugins folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn plugin_dir(&self, name: &str) -> Result<PathBuf, InstallError> {
+        let ok = !name.is_empty()
+            && !name.starts_with('.')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            return Err(InstallError::InvalidName { name: name.to_owned() });
+        }
+        Ok(self.root.join(name))
+    }
+
+    /// The manifest of installed plugin `name`.
+    pub fn manifest(&self, name: &str) -> Result<Manifest, InstallError> {
+        let dir = self.plugin_dir(name)?;
+        if !dir.join(MANIFEST_FILE).is_file() {
+            return Err(InstallError::NotInstalled { name: name.to_owned(), root: self.root.clone() });
+        }
+        Ok(Manifest::read(&dir)?)
+    }
+
+    /// Installs `source` (a library, or a crate folder that is built first
+    /// with `cargo build --release`) as `name` (default: the plugin's own
+    /// name). Replaces an installed version atomically, keeping its config
+    /// and enabled state.
+    pub fn install(&self, source: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
+        let source = crate::discovery::absolute(source.to_path_buf());
+        if !source.exists() {
+            return Err(InstallError::NotFound { path: source });
+        }
+        let library = if source.is_dir() { build_crate(&source)? } else { source };
+
+        std::fs::create_dir_all(&self.root).map_err(io("create", &self.root))?;
+        let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
+        let result = self.stage_and_swap(&library, &stage, name);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&stage);
+        }
+        result
+    }
+
+    fn stage_and_swap(&self, library: &Path, stage: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
+        std::fs::create_dir(stage).map_err(io("create", stage))?;
+        set_mode(stage, 0o755)?;
+        let file = library.file_name().ok_or_else(|| InstallError::NotFound { path: library.to_owned() })?;
+        let staged = stage.join(file);
+        std::fs::copy(library, &staged).map_err(io("copy the library to", &staged))?;
+        set_mode(&staged, 0o755)?;
+
+        // The check loads exactly the copy that will be installed.
+        let lib = loader::open(&staged)?;
+        let name = name.unwrap_or(lib.name()).to_owned();
+        let target = self.plugin_dir(&name)?;
+        let previous = Manifest::read(&target).ok();
+
+        let sha256 = integrity::sha256_file(&staged).map_err(io("hash", &staged))?;
+        let manifest = Manifest {
+            name: name.clone(),
+            library: file.to_string_lossy().into_owned(),
+            version: Some(lib.version().to_owned()),
+            abi_version: Some(lib.abi_version().to_owned()),
+            sha256: Some(sha256.clone()),
+            installed_at: Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
+            enabled: previous.as_ref().is_none_or(|m| m.enabled),
+            config: previous.as_ref().map(|m| m.config.clone()).unwrap_or_default(),
+        };
+        manifest.write(stage)?;
+
+        // Swap: the old folder moves aside, the new one takes its name; if
+        // that fails, the old one comes back.
+        let aside = self.root.join(format!(".old-{name}-{}-{}", std::process::id(), nanos()));
+        let had_old = target.exists();
+        if had_old {
+            std::fs::rename(&target, &aside).map_err(io("move aside", &target))?;
+        }
+        if let Err(e) = std::fs::rename(stage, &target) {
+            if had_old {
+                let _ = std::fs::rename(&aside, &target);
+            }
+            return Err(io("move into place", &target)(e));
+        }
+        if had_old {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+        let installed = target.join(&manifest.library);
+        if let Ok(meta) = std::fs::metadata(&installed) {
+            integrity::remember(&target, &meta, &sha256);
+        }
+        Ok(Installed { manifest, dir: target, replaced: previous.map(|m| m.version.unwrap_or_default()) })
+    }
+
+    /// Removes installed plugin `name`; returns its folder.
+    pub fn remove(&self, name: &str) -> Result<PathBuf, InstallError> {
+        let dir = self.plugin_dir(name)?;
+        if !dir.exists() {
+            return Err(InstallError::NotInstalled { name: name.to_owned(), root: self.root.clone() });
+        }
+        std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
+        Ok(dir)
+    }
+
+    /// Enables or disables installed plugin `name` (a disabled plugin is
+    /// discovered and listed, not loaded).
+    pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<Manifest, InstallError> {
+        let mut manifest = self.manifest(name)?;
+        manifest.enabled = enabled;
+        manifest.write(&self.plugin_dir(name)?)?;
+        Ok(manifest)
+    }
+
+    /// Replaces the configuration of installed plugin `name`.
+    pub fn set_config(&self, name: &str, config: serde_json::Map<String, Value>) -> Result<Manifest, InstallError> {
+        let mut manifest = self.manifest(name)?;
+        manifest.config = config;
+        manifest.write(&self.plugin_dir(name)?)?;
+        Ok(manifest)
+    }
+}
+
+impl Manifest {
+    /// Writes `<dir>/plugin.json` atomically (temp file + rename), mode 0644.
+    pub fn write(&self, dir: &Path) -> Result<(), InstallError> {
+        let path = dir.join(MANIFEST_FILE);
+        let tmp = dir.join(format!(".{MANIFEST_FILE}.{}", std::process::id()));
+        let text = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
+        std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
+        set_mode(&tmp, 0o644)?;
+        std::fs::rename(&tmp, &path).map_err(io("replace", &path))
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("set permissions of", path))
+}
+
+fn nanos() -> u128 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
+}
+
+/// Builds the crate in `dir` with `cargo build --release` (cargo's progress
+/// shown on stderr) and returns the cdylib it produced.
+fn build_crate(dir: &Path) -> Result<PathBuf, InstallError> {
+    let manifest = dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        return Err(InstallError::NotFound { path: manifest });
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["build", "--release", "--message-format=json-render-diagnostics", "--manifest-path"])
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(io("run cargo for", dir))?;
+    if !output.status.success() {
+        return Err(InstallError::BuildFailed { dir: dir.to_owned(), status: output.status.to_string() });
+    }
+    let suffix = std::env::consts::DLL_SUFFIX;
+    let mut libs = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else { continue };
+        let is_cdylib = msg["reason"] == "compiler-artifact"
+            && msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+            && msg["manifest_path"].as_str().is_some_and(|m| Path::new(m) == manifest);
+        if is_cdylib {
+            for f in msg["filenames"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if f.ends_with(suffix) {
+                    libs.push(PathBuf::from(f));
+                }
+            }
+        }
+    }
+    match libs.len() {
+        0 => Err(InstallError::NoLibrary { dir: dir.to_owned() }),
+        1 => Ok(libs.remove(0)),
+        _ => Err(InstallError::SeveralLibraries {
+            dir: dir.to_owned(),
+            libs: libs.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(", "),
+        }),
+    }
+}

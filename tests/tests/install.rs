@@ -1,0 +1,148 @@
+//! `bub plugins install | remove | enable | disable | info` as a user runs them.
+
+use std::process::Command;
+
+use bub_tests::{bub_bin, lib, workspace, Home};
+use serde_json::{json, Value};
+
+fn bub(home: &Home, args: &[&str]) -> (String, String, bool) {
+    let out = Command::new(bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("BUB_PLUGIN_PATH")
+        .output()
+        .expect("run bub");
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+}
+
+fn list(home: &Home) -> Vec<(String, String)> {
+    let (out, err, ok) = bub(home, &["plugins", "list", "--json"]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().into(), p["status"].as_str().unwrap().into()))
+        .collect()
+}
+
+fn entries(home: &Home) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(home.path().join("plugins"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Installing a built library writes the folder and a full manifest, and
+/// the plugin loads; `info` shows its hooks with marker and sync/async.
+#[test]
+fn install_library_then_info() {
+    let home = Home::new();
+    let (out, err, ok) = bub(&home, &["plugins", "install", lib("tp-sdk").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("installed tp-sdk 0.3.1 (ABI 1.1.0)"), "{out}");
+    assert_eq!(list(&home), [("builtin".into(), "loaded".into()), ("tp-sdk".into(), "loaded".into())]);
+
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("plugins/tp-sdk/plugin.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["name"], "tp-sdk");
+    assert_eq!(manifest["library"], "libtp_sdk.so");
+    assert_eq!(manifest["version"], "0.3.1");
+    assert_eq!(manifest["abi_version"], "1.1.0");
+    assert_eq!(manifest["sha256"].as_str().unwrap().len(), 64);
+    assert!(manifest["installed_at"].as_str().unwrap().ends_with('Z'));
+
+    let (out, _, ok) = bub(&home, &["plugins", "info", "tp-sdk", "--json"]);
+    assert!(ok);
+    let info: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["status"], "loaded");
+    assert!(info["hooks"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"hook": "resolve_session", "marker": "tryfirst", "async": false})));
+    assert!(info["hooks"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"hook": "run_model", "marker": "normal", "async": true})));
+    let (text, _, _) = bub(&home, &["plugins", "info", "tp-sdk"]);
+    assert!(text.contains("status:       loaded") && text.contains("  dispatch_outbound [trylast, sync]"), "{text}");
+}
+
+/// A library that fails the checks is not installed: clear message, nothing left behind.
+#[test]
+fn broken_library_is_not_installed() {
+    let home = Home::new();
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("tp-nosymbol").to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("not installed") && err.contains("is not a bub plugin"), "{err}");
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("abi-major-2-plugin").to_str().unwrap()]);
+    assert!(!ok && err.contains("major versions differ"), "{err}");
+    let (_, err, ok) = bub(&home, &["plugins", "install", "/no/such/lib.so"]);
+    assert!(!ok && err.contains("does not exist"), "{err}");
+    assert!(entries(&home).is_empty(), "{:?}", entries(&home));
+}
+
+/// A new version replaces the old one, keeping its config; a failed
+/// replacement leaves the previous version installed and working.
+#[test]
+fn replace_keeps_config_and_failed_replace_keeps_previous() {
+    let home = Home::new();
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("tp-sdk").to_str().unwrap(), "--name", "x"]);
+    assert!(ok, "{err}");
+    let manifest_path = home.path().join("plugins/x/plugin.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    m["config"] = json!({"prefix": "kept: "});
+    std::fs::write(&manifest_path, m.to_string()).unwrap();
+
+    let (out, err, ok) = bub(&home, &["plugins", "install", lib("echo-model").to_str().unwrap(), "--name", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("replaced x 0.3.1 with 0.1.0"), "{out}");
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    assert_eq!(m["library"], "libecho_model.so");
+    assert_eq!(m["config"], json!({"prefix": "kept: "}));
+
+    let (_, err, ok) =
+        bub(&home, &["plugins", "install", lib("broken-layout-plugin").to_str().unwrap(), "--name", "x"]);
+    assert!(!ok && err.contains("incompatible ABI layout"), "{err}");
+    assert_eq!(list(&home), [("builtin".into(), "loaded".into()), ("x".into(), "loaded".into())]);
+    assert_eq!(entries(&home), ["x"]);
+    let (hooks, _, _) = bub(&home, &["hooks"]);
+    assert!(hooks.contains("run_model: x"), "{hooks}");
+}
+
+/// Disable keeps the plugin listed but unloaded; enable brings it back; remove deletes it.
+#[test]
+fn disable_enable_remove() {
+    let home = Home::new();
+    assert!(bub(&home, &["plugins", "install", lib("echo-model").to_str().unwrap()]).2);
+    let (out, _, ok) = bub(&home, &["plugins", "disable", "echo-model"]);
+    assert!(ok && out.trim() == "disabled echo-model", "{out}");
+    assert_eq!(list(&home)[1], ("echo-model".into(), "disabled".into()));
+    assert_eq!(bub(&home, &["hooks"]).0, "(no hook implementations)\n");
+
+    assert!(bub(&home, &["plugins", "enable", "echo-model"]).2);
+    assert_eq!(list(&home)[1], ("echo-model".into(), "loaded".into()));
+
+    let (_, _, ok) = bub(&home, &["plugins", "remove", "echo-model"]);
+    assert!(ok);
+    assert_eq!(list(&home), [("builtin".into(), "loaded".into())]);
+    let (_, err, ok) = bub(&home, &["plugins", "remove", "echo-model"]);
+    assert!(!ok && err.contains("no plugin named 'echo-model' is installed"), "{err}");
+    let (_, err, ok) = bub(&home, &["plugins", "enable", "../etc"]);
+    assert!(!ok && err.contains("invalid plugin name"), "{err}");
+}
+
+/// A crate folder is built with `cargo build --release`, then installed.
+#[test]
+fn install_crate_folder_builds_it() {
+    let home = Home::new();
+    let crate_dir = workspace().join("plugins/session-router");
+    let (out, err, ok) = bub(&home, &["plugins", "install", crate_dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("installed session-router 0.1.0"), "{out}");
+    assert_eq!(list(&home)[1], ("session-router".into(), "loaded".into()));
+}

@@ -1,0 +1,81 @@
+//! Integrity and trust at load (issue 3): sha256 against the manifest,
+//! permissions, and the remembered verification.
+
+use std::os::unix::fs::PermissionsExt;
+
+use bub_host::PluginStatus;
+use bub_tests::{lib, Home};
+use serde_json::json;
+
+fn detail(home: &Home, name: &str) -> String {
+    match &home.host().registry().plugin(name).unwrap().status {
+        PluginStatus::Failed { detail } => detail.clone(),
+        other => panic!("{name} should have been refused, is {other:?}"),
+    }
+}
+
+/// A library changed after install is refused, with the hashes and the fix.
+#[test]
+fn changed_library_is_refused() {
+    let home = Home::new();
+    let dir = home.install("x", &lib("tp-sdk"), json!({}));
+    let library = dir.join("libtp_sdk.so");
+    let mut bytes = std::fs::read(&library).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&library, bytes).unwrap();
+    let d = detail(&home, "x");
+    assert!(d.contains("the library changed after it was installed") && d.contains("bub plugins install"), "{d}");
+}
+
+/// A manifest without a sha256 is refused.
+#[test]
+fn manifest_without_sha256_is_refused() {
+    let home = Home::new();
+    let dir = home.install("x", &lib("tp-sdk"), json!({}));
+    let path = dir.join("plugin.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("sha256");
+    std::fs::write(&path, m.to_string()).unwrap();
+    assert!(detail(&home, "x").contains("records no sha256"));
+}
+
+/// A folder or library writable by group or others is refused, with the chmod to run.
+#[test]
+fn writable_by_others_is_refused() {
+    let home = Home::new();
+    let dir = home.install("x", &lib("tp-sdk"), json!({}));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let d = detail(&home, "x");
+    assert!(d.contains("writable by group or others (mode 777)") && d.contains("chmod go-w"), "{d}");
+
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let library = dir.join("libtp_sdk.so");
+    std::fs::set_permissions(&library, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let d = detail(&home, "x");
+    assert!(d.contains("libtp_sdk.so") && d.contains("mode 775"), "{d}");
+
+    std::fs::set_permissions(&library, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded);
+}
+
+/// The remembered verification is dropped when the file changes, even if
+/// the change is undone in content only (same bytes, new ctime).
+#[test]
+fn verification_is_remembered_per_file_version() {
+    let home = Home::new();
+    let dir = home.install("x", &lib("tp-sdk"), json!({}));
+    let stamp = std::fs::read_to_string(dir.join(bub_host::integrity::VERIFIED_FILE)).unwrap();
+    assert!(home.host().registry().plugin("x").unwrap().status == PluginStatus::Loaded);
+    // Replace the file with the same bytes (a new inode, as any sane update
+    // does: rewriting a loaded library in place crashes the processes that
+    // have it mapped). The stamp no longer matches, so the hash is checked
+    // again and the stamp refreshed.
+    let library = dir.join("libtp_sdk.so");
+    let copy = dir.join("libtp_sdk.so.new");
+    std::fs::copy(&library, &copy).unwrap();
+    std::fs::rename(&copy, &library).unwrap();
+    assert!(home.host().registry().plugin("x").unwrap().status == PluginStatus::Loaded);
+    let again = std::fs::read_to_string(dir.join(bub_host::integrity::VERIFIED_FILE)).unwrap();
+    assert_ne!(stamp, again);
+}
