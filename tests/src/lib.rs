@@ -35,6 +35,8 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-bench",
     "echo-model",
     "session-router",
+    "tool-policy",
+    "audit-log",
 ];
 
 /// ABI fixtures (each built alone).

@@ -1,0 +1,102 @@
+//! `tool-policy`: a `before_tool_call` guard (tryfirst, so it decides before
+//! other plugins rewrite anything).
+//!
+//! Config (in the plugin's manifest), rules checked in order, first match wins:
+//!
+//! ```json
+//! {"rules": [
+//!   {"tool": "bash", "argument": "cmd", "contains": "rm -rf", "deny": "destructive command"},
+//!   {"tool": "web.*", "replace": "network access is disabled here"},
+//!   {"tool": "bash", "set": {"timeout": 30}}
+//! ]}
+//! ```
+//!
+//! `tool` matches a tool name exactly, or a prefix when it ends with `*`.
+//! `argument` + `contains` narrow the rule to calls whose argument (as text)
+//! contains the string. A rule either denies (`deny`: the reason), replaces
+//! the call's result (`replace`), or proceeds with arguments merged from `set`.
+//! A policy blocks by *returning* a decision: an error would only be logged.
+
+use bub_abi::{
+    types::{ToolCall, ToolCallDecision},
+    BoxError, Plugin, PluginContext,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// One rule.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    tool: String,
+    #[serde(default)]
+    argument: Option<String>,
+    #[serde(default)]
+    contains: Option<String>,
+    #[serde(default)]
+    deny: Option<String>,
+    #[serde(default)]
+    replace: Option<Value>,
+    #[serde(default)]
+    set: Option<Map<String, Value>>,
+}
+
+impl Rule {
+    fn matches(&self, call: &ToolCall) -> bool {
+        let tool_ok = match self.tool.strip_suffix('*') {
+            Some(prefix) => call.tool.starts_with(prefix),
+            None => call.tool == self.tool,
+        };
+        let arg_ok = match (&self.argument, &self.contains) {
+            (Some(arg), Some(needle)) => call.arguments.get(arg).is_some_and(|v| match v {
+                Value::String(s) => s.contains(needle.as_str()),
+                other => other.to_string().contains(needle.as_str()),
+            }),
+            _ => true,
+        };
+        tool_ok && arg_ok
+    }
+}
+
+/// The plugin.
+pub struct ToolPolicy {
+    rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+struct Config {
+    #[serde(default)]
+    rules: Vec<Rule>,
+}
+
+#[bub_abi::plugin]
+impl Plugin for ToolPolicy {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        let config: Config = serde_json::from_value(Value::Object(ctx.config.clone()))
+            .map_err(|e| format!("invalid tool-policy config: {e}"))?;
+        for (i, r) in config.rules.iter().enumerate() {
+            let actions = [r.deny.is_some(), r.replace.is_some(), r.set.is_some()].iter().filter(|b| **b).count();
+            if actions != 1 {
+                return Err(format!("rule {i} (tool {:?}) must have exactly one of deny, replace, set", r.tool).into());
+            }
+        }
+        Ok(ToolPolicy { rules: config.rules })
+    }
+
+    #[tryfirst]
+    fn before_tool_call(&self, call: ToolCall) -> Option<ToolCallDecision> {
+        let rule = self.rules.iter().find(|r| r.matches(&call))?;
+        if let Some(reason) = &rule.deny {
+            tracing::info!(tool = %call.tool, reason = %reason, "denied");
+            return Some(ToolCallDecision::deny(format!("blocked by policy: {reason}")));
+        }
+        if let Some(result) = &rule.replace {
+            return Some(ToolCallDecision::replace(result.clone()));
+        }
+        let mut arguments = call.arguments;
+        arguments.extend(rule.set.clone().unwrap_or_default());
+        Some(ToolCallDecision::proceed(Some(arguments)))
+    }
+}
+
+bub_abi::export_plugin!(ToolPolicy);
