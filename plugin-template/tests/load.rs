@@ -3,8 +3,8 @@
 
 use std::{path::PathBuf, process::Command};
 
-use bub_abi::HookId;
-use bub_host::{CallArgs, HostBuilder, PluginStatus};
+{% if hooks == "tool-policy" %}use bub_host::{HostBuilder, PluginStatus};{% else %}use bub_abi::HookId;
+use bub_host::{CallArgs, HostBuilder, PluginStatus};{% endif %}
 use serde_json::json;
 
 fn build() -> PathBuf {
