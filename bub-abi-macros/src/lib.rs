@@ -20,6 +20,8 @@ use syn::{
 ///   written. A name the hook does not have is a compile error.
 /// - `#[tryfirst]` / `#[trylast]` set the priority marker.
 /// - A hook returns its value directly, or `Result<value, E: Display>`.
+/// - `&self` is `&'static self`: the plugin instance lives as long as the
+///   process, so a hook may move `self` into a spawned task.
 #[proc_macro_attribute]
 pub fn plugin(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
@@ -106,6 +108,11 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
         let inner_name = format_ident!("__bub_hook_{}", hook);
         let mut inner = f.clone();
         inner.sig.ident = inner_name.clone();
+        // The instance lives as long as the library, which is never
+        // unloaded: hooks may hand `self` to spawned tasks.
+        if let Some(first) = inner.sig.inputs.first_mut() {
+            *first = syn::parse_quote!(&'static self);
+        }
         inner.vis = syn::Visibility::Inherited;
         inherent.push(quote! {
             #[allow(clippy::unused_async, clippy::unnecessary_wraps, dead_code)]

@@ -98,6 +98,7 @@ pub use sdk::{
     object::{Object, ObjectFuture, ObjectImpl},
     plugin::{BoxError, HookDecl, Plugin, PluginContext},
     state::TurnState,
+    stream::{EventSender, ModelStream, StreamClosed},
 };
 
 #[doc(hidden)]

@@ -37,6 +37,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "session-router",
     "tool-policy",
     "audit-log",
+    "openai-chat",
 ];
 
 /// ABI fixtures (each built alone).

@@ -87,3 +87,14 @@ fn b33_b35_model_hook_selection() {
 
     assert!(Home::new().host().runtime().select_model(false).is_none());
 }
+
+/// Behaviour 36: `run_model_stream` answering anything but a stream is a TypeError.
+#[test]
+fn b36_run_model_stream_must_return_a_stream() {
+    let home = Home::new();
+    home.scripted("bad", "", json!({"run_model_stream": {"return": "not a stream"}}));
+    let rt = home.host().runtime();
+    let args = bub_host::CallArgs::run_model_stream(&json!("p"), &"s".to_owned(), &bub_abi::TurnState::new()).unwrap();
+    let err = bub_tests::block_on(rt.run_model_stream(&args)).err().expect("a type error");
+    assert!(err.to_string().contains("hook.run_model_stream must return AsyncStreamEvents or None"), "{err}");
+}

@@ -9,3 +9,4 @@ pub mod logging;
 pub mod object;
 pub mod plugin;
 pub mod state;
+pub mod stream;

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod args;
 pub mod special;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use serde::de::DeserializeOwned;
 
 pub use args::CallArgs;
 pub use special::{ModelSelection, OnboardError};
+pub use stream::ModelStream;
 
 use crate::{
     error::HookFailure,

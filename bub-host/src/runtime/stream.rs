@@ -1,0 +1,88 @@
+//! Model streams on the host side: Bub's `AsyncStreamEvents`.
+
+use bub_abi::{
+    types::{ErrorInfo, StreamEvent},
+    HookError, HookId, Object,
+};
+use serde_json::Value;
+
+use super::{CallArgs, Runtime};
+use crate::error::HookFailure;
+
+/// A stream of model events from a plugin.
+pub struct ModelStream {
+    object: Object,
+    plugin: String,
+    closed: bool,
+}
+
+impl ModelStream {
+    /// Wraps a `stream` object answered by `plugin`.
+    pub fn new(object: Object, plugin: &str) -> Self {
+        ModelStream { object, plugin: plugin.to_owned(), closed: false }
+    }
+
+    /// The next event; `None` at the end (or after `close`).
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, HookFailure> {
+        if self.closed {
+            return Ok(None);
+        }
+        let fail = |e: HookError| HookFailure::new(&self.plugin, HookId::RunModelStream, e);
+        match self.object.invoke("next", &Value::Null).await.map_err(fail)? {
+            Value::Null => {
+                self.closed = true;
+                Ok(None)
+            }
+            v => serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| fail(HookError::new("type", format!("a stream event is malformed: {e}")))),
+        }
+    }
+
+    /// Closes the stream (idempotent); the plugin stops producing.
+    pub async fn close(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            let _ = self.object.invoke("close", &Value::Null).await;
+        }
+    }
+
+    /// Consumes the stream: the concatenated `text` deltas, and every `error`
+    /// event (Bub reports each through `on_error` and carries on).
+    pub async fn collect_text(mut self) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
+        let mut text = String::new();
+        let mut errors = Vec::new();
+        while let Some(event) = self.next().await? {
+            match event.kind.as_str() {
+                "text" => match &event.data["delta"] {
+                    Value::String(s) => text.push_str(s),
+                    Value::Null => {}
+                    other => text.push_str(&other.to_string()),
+                },
+                "error" => errors.push(ErrorInfo {
+                    kind: event.data["kind"].as_str().unwrap_or("unknown").to_owned(),
+                    message: event.data["message"].as_str().unwrap_or_default().to_owned(),
+                    details: event.data.get("details").cloned(),
+                }),
+                _ => {}
+            }
+        }
+        Ok((text, errors))
+    }
+}
+
+impl Runtime {
+    /// `call_first("run_model_stream")`: the first plugin's stream, or None.
+    /// Anything but a stream object is Bub's `TypeError`.
+    pub async fn run_model_stream(&self, args: &CallArgs) -> Result<Option<ModelStream>, HookFailure> {
+        let Some(reply) = self.call_first(HookId::RunModelStream, args).await? else { return Ok(None) };
+        match reply.object().filter(|o| o.kind() == "stream") {
+            Some(object) => Ok(Some(ModelStream::new(object, &reply.plugin))),
+            None => Err(HookFailure::new(
+                &reply.plugin,
+                HookId::RunModelStream,
+                HookError::new("type", "TypeError: hook.run_model_stream must return AsyncStreamEvents or None"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! `openai-chat`: an OpenAI-compatible chat model (`run_model_stream`).
+//!
+//! POSTs `{model, messages, stream: true}` to `<base_url>/chat/completions`
+//! and turns the server-sent events into Bub stream events: `text` deltas,
+//! `usage`, then `final {ok, text}`. Failures do not raise: an HTTP error, a
+//! broken connection or a timeout becomes an `error` event
+//! (`kind` = `provider` | `network` | `timeout`) followed by `final {ok: false}`,
+//! which the framework reports through `on_error` while the turn goes on.
+//!
+//! Settings, from the plugin's config, else the environment:
+//!
+//! | config | environment | default |
+//! |---|---|---|
+//! | `base_url` | `OPENAI_BASE_URL` | `https://api.openai.com/v1` |
+//! | `api_key` | the variable named by `api_key_env` (default `OPENAI_API_KEY`) | none |
+//! | `model` | `OPENAI_MODEL` | `gpt-4o-mini` |
+//! | `timeout_ms` (no byte for this long) | | 60000 |
+//! | `system` (a system message) | | none |
+
+use std::time::Duration;
+
+use bub_abi::{
+    types::{Prompt, StreamEvent},
+    BoxError, EventSender, ModelStream, Object, Plugin, PluginContext,
+};
+use serde_json::{json, Value};
+
+/// The plugin.
+pub struct OpenAiChat {
+    client: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    model: String,
+    idle_timeout: Duration,
+    system: Option<String>,
+}
+
+fn setting(ctx: &PluginContext, key: &str, env: &str) -> Option<String> {
+    ctx.config.get(key).and_then(Value::as_str).map(str::to_owned).or_else(|| std::env::var(env).ok())
+}
+
+/// The prompt as OpenAI message content: text, or content parts.
+fn content(prompt: &Prompt) -> Value {
+    match prompt {
+        Prompt::Array(parts) => Value::Array(
+            parts
+                .iter()
+                .map(|p| match p {
+                    Value::String(s) => json!({"type": "text", "text": s}),
+                    Value::Object(b) if b.get("type").and_then(Value::as_str) == Some("image") => {
+                        json!({"type": "image_url", "image_url": {"url": b.get("url").cloned().unwrap_or_default()}})
+                    }
+                    other => other.clone(),
+                })
+                .collect(),
+        ),
+        other => Value::String(other.as_str().map(str::to_owned).unwrap_or_else(|| other.to_string())),
+    }
+}
+
+fn event(kind: &str, data: Value) -> StreamEvent {
+    StreamEvent { kind: kind.into(), data }
+}
+
+impl OpenAiChat {
+    /// Runs one chat completion, sending events until done or closed.
+    async fn stream(&self, body: Value, tx: EventSender) {
+        let mut text = String::new();
+        let outcome = self.exchange(body, &tx, &mut text).await;
+        let ok = match outcome {
+            Ok(()) => true,
+            Err((kind, message)) => {
+                tracing::warn!(kind, %message, "chat completion failed");
+                let _ = tx.send(event("error", json!({"kind": kind, "message": message}))).await;
+                false
+            }
+        };
+        let _ = tx.send(event("final", json!({"ok": ok, "text": text}))).await;
+    }
+
+    async fn exchange(&self, body: Value, tx: &EventSender, text: &mut String) -> Result<(), (&'static str, String)> {
+        let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        let mut request = self.client.post(&url).json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let timeout = |what: &str| ("timeout", format!("no answer from {url} for {:?} ({what})", self.idle_timeout));
+        let mut response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
+            Err(_) => return Err(timeout("waiting for the response")),
+            Ok(Err(e)) => return Err(("network", format!("POST {url}: {e}"))),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let detail = response.text().await.unwrap_or_default();
+            let detail: String = detail.chars().take(500).collect();
+            return Err(("provider", format!("HTTP {status} from {url}: {detail}")));
+        }
+        let mut pending = String::new();
+        loop {
+            let chunk = match tokio::time::timeout(self.idle_timeout, response.chunk()).await {
+                Err(_) => return Err(timeout("reading the stream")),
+                Ok(Err(e)) => return Err(("network", format!("reading the stream from {url}: {e}"))),
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Ok(Some(bytes))) => bytes,
+            };
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = pending.find('\n') {
+                let line: String = pending.drain(..=end).collect();
+                let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim) else { continue };
+                if data == "[DONE]" {
+                    return Ok(());
+                }
+                let Ok(msg) = serde_json::from_str::<Value>(data) else {
+                    return Err(("provider", format!("malformed stream data: {data}")));
+                };
+                if let Some(err) = msg.get("error") {
+                    return Err(("provider", err.get("message").and_then(Value::as_str).unwrap_or("error").to_owned()));
+                }
+                if let Some(delta) = msg["choices"][0]["delta"]["content"].as_str() {
+                    text.push_str(delta);
+                    if tx.text(delta).await.is_err() {
+                        return Ok(()); // the host closed the stream
+                    }
+                }
+                if let Some(usage) = msg.get("usage").filter(|u| !u.is_null()) {
+                    let _ = tx.send(event("usage", json!({"usage": usage}))).await;
+                }
+            }
+        }
+    }
+}
+
+#[bub_abi::plugin]
+impl Plugin for OpenAiChat {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        let key_env = ctx.config.get("api_key_env").and_then(Value::as_str).unwrap_or("OPENAI_API_KEY");
+        let timeout_ms = ctx.config.get("timeout_ms").and_then(Value::as_u64).unwrap_or(60_000);
+        Ok(OpenAiChat {
+            client: reqwest::Client::builder().connect_timeout(Duration::from_millis(timeout_ms)).build()?,
+            base_url: setting(ctx, "base_url", "OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            api_key: setting(ctx, "api_key", key_env),
+            model: setting(ctx, "model", "OPENAI_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
+            idle_timeout: Duration::from_millis(timeout_ms),
+            system: ctx.config.get("system").and_then(Value::as_str).map(str::to_owned),
+        })
+    }
+
+    /// Streams the model's answer; returns at once, events follow.
+    async fn run_model_stream(&self, prompt: Prompt) -> Option<Object> {
+        let mut messages = Vec::new();
+        if let Some(system) = &self.system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": content(&prompt)}));
+        let body = json!({"model": self.model, "messages": messages, "stream": true});
+        let (tx, stream) = ModelStream::channel(64);
+        // The request runs on the plugin's runtime; when the host drops the
+        // stream, sending fails and the task ends (closing the connection).
+        tokio::spawn(async move { self.stream(body, tx).await });
+        Some(stream)
+    }
+}
+
+bub_abi::export_plugin!(OpenAiChat);
