@@ -11,8 +11,6 @@
 use std::{
     future::Future,
     hint::black_box,
-    pin::pin,
-    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 
@@ -28,14 +26,7 @@ use serde_json::{json, Value};
 /// Drives a future that never really waits (every hook here finishes at once),
 /// like one coroutine on one event loop in the Python harness.
 fn run<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::hint::spin_loop();
-    }
+    bub_tests::poll_ready(f)
 }
 
 struct Setup {

@@ -2,12 +2,7 @@
 //! the runtime's call_first, to see where per-implementation time goes.
 //! `cargo run --release -p bub-tests --example microbench`
 
-use std::{
-    future::Future,
-    pin::pin,
-    task::{Context, Poll, Waker},
-    time::Instant,
-};
+use std::{future::Future, time::Instant};
 
 use abi_stable::std_types::{RSlice, RStr};
 use bub_abi::{
@@ -19,13 +14,7 @@ use bub_tests::{lib_release, Home};
 use serde_json::json;
 
 fn run<F: Future>(f: F) -> F::Output {
-    let mut f = pin!(f);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
+    bub_tests::poll_ready(f)
 }
 
 fn main() {

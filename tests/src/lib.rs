@@ -232,6 +232,32 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
 }
 
+/// Runs `bub --home <home> <args>` (without BUB_PLUGIN_PATH): stdout, stderr, success.
+pub fn run_bub(home: &Home, args: &[&str]) -> (String, String, bool) {
+    let out = Command::new(bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("BUB_PLUGIN_PATH")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bub");
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+}
+
+/// Drives a future that never really waits (a no-op waker, polled in a
+/// loop): the benchmarks' equivalent of one coroutine on one event loop.
+pub fn poll_ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// A message envelope.
 pub fn message(chat: &str) -> Value {
     json!({"content": "hello", "channel": "test", "chat_id": chat})

@@ -7,15 +7,7 @@ use bub_tests::{bub_bin, lib, Home};
 use serde_json::{json, Value};
 
 fn bub(home: &Home, args: &[&str]) -> (String, String, bool) {
-    let out = Command::new(bub_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(args)
-        .env_remove("BUB_PLUGIN_PATH")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run bub");
-    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+    bub_tests::run_bub(home, args)
 }
 
 fn section_3_5(home: &Home) {

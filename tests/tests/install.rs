@@ -1,19 +1,10 @@
 //! `bub plugins install | remove | enable | disable | info` as a user runs them.
 
-use std::process::Command;
-
-use bub_tests::{bub_bin, lib, workspace, Home};
+use bub_tests::{lib, workspace, Home};
 use serde_json::{json, Value};
 
 fn bub(home: &Home, args: &[&str]) -> (String, String, bool) {
-    let out = Command::new(bub_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(args)
-        .env_remove("BUB_PLUGIN_PATH")
-        .output()
-        .expect("run bub");
-    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+    bub_tests::run_bub(home, args)
 }
 
 fn list(home: &Home) -> Vec<(String, String)> {
