@@ -10,15 +10,18 @@ cd "$(dirname "$0")/.."
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Building the bub host and the example plugins (release)"
-cargo build --release -p bub-host -p echo-model -p session-router
+cargo build --release -p bub-host -p echo-model -p session-router -p tool-policy -p audit-log -p openai-chat
 
 home="$PWD/target/demo-home"
 bub() { target/release/bub --home "$home" "$@"; }
 
 say "Installing them with \`bub plugins install\` into a fresh BUB_HOME: $home"
 rm -rf "$home"
-bub plugins install target/release/libecho_model.so
-bub plugins install plugins/session-router   # a crate folder: built, checked, installed
+bub plugins install target/release/libecho_model.so   # a built library
+bub plugins install plugins/session-router           # a crate folder: built, checked, installed
+bub plugins install target/release/libtool_policy.so
+bub plugins install target/release/libaudit_log.so
+bub plugins install target/release/libopenai_chat.so  # needs OPENAI_API_KEY only when it streams
 
 
 say "bub plugins list   (registration order: builtin first, then installed plugins)"

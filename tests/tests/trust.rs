@@ -79,3 +79,22 @@ fn verification_is_remembered_per_file_version() {
     let again = std::fs::read_to_string(dir.join(bub_host::integrity::VERIFIED_FILE)).unwrap();
     assert_ne!(stamp, again);
 }
+
+/// A plugin owned by another user (not root) is refused, with the fix.
+#[test]
+fn owned_by_another_user_is_refused() {
+    use std::os::unix::fs::chown;
+    let home = Home::new();
+    let dir = home.install("x", &lib("tp-sdk"), json!({}));
+    if rustix::process::geteuid().as_raw() != 0 {
+        // Only root can give a file away; elsewhere the check is covered by
+        // `bub plugins list` refusing foreign plugins in real use.
+        return;
+    }
+    chown(dir.join("libtp_sdk.so"), Some(12345), None).unwrap();
+    let d = detail(&home, "x");
+    assert!(d.contains("is owned by uid 12345, but bub runs as uid 0") && d.contains("reinstall"), "{d}");
+    // Root-owned files are accepted for anyone.
+    chown(dir.join("libtp_sdk.so"), Some(0), None).unwrap();
+    assert_eq!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded);
+}
