@@ -10,6 +10,7 @@
 //! - [`registry`]: registration order and pluggy's per-hook ordering;
 //! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
 //!   sync variants, `notify_error`, the agent interception chains);
+//! - [`framework`]: the turn pipeline (`process_inbound`);
 //! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
 //!
 //! ```no_run
@@ -32,6 +33,7 @@
 pub mod builtin;
 pub mod discovery;
 pub mod error;
+pub mod framework;
 pub mod host;
 mod host_services;
 pub mod install;

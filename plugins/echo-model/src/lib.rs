@@ -1,10 +1,14 @@
 //! `echo-model`: a deterministic offline model for demos and tests.
 //!
-//! `run_model` answers with the prompt's text behind a prefix
+//! `run_model` (and `run_model_stream`, word by word) answer with the prompt's text behind a prefix
 //! (config `prefix`, default `"echo: "`), so a turn through Bub can run
 //! without a network or an API key.
 
-use bub_abi::{types::Prompt, BoxError, Plugin, PluginContext};
+use bub_abi::{
+    types::{Prompt, StreamEvent},
+    BoxError, ModelStream, Object, Plugin, PluginContext,
+};
+use serde_json::json;
 
 /// The plugin.
 pub struct EchoModel {
@@ -35,6 +39,25 @@ impl Plugin for EchoModel {
     fn run_model(&self, prompt: Prompt) -> Option<String> {
         tracing::debug!(%prompt, "echoing");
         Some(format!("{}{}", self.prefix, prompt_text(&prompt)))
+    }
+
+    /// The same answer as a stream, one word per `text` event. A prompt
+    /// containing `[provider-error]` also yields an `error` event (for demos
+    /// of error reporting).
+    fn run_model_stream(&self, prompt: Prompt) -> Option<Object> {
+        let text = format!("{}{}", self.prefix, prompt_text(&prompt));
+        let mut events = Vec::new();
+        if text.contains("[provider-error]") {
+            events.push(StreamEvent {
+                kind: "error".into(),
+                data: json!({"kind": "provider", "message": "simulated provider error"}),
+            });
+        }
+        for word in text.split_inclusive(' ') {
+            events.push(StreamEvent { kind: "text".into(), data: json!({"delta": word}) });
+        }
+        events.push(StreamEvent { kind: "final".into(), data: json!({"ok": true, "text": text}) });
+        Some(ModelStream::from_events(events))
     }
 
     /// Tells the agent what it is talking to.
