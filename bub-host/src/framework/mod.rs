@@ -141,7 +141,7 @@ impl Framework {
 
         // 4. the model stage, with save_state in its `finally`.
         let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
-        let saved_output = model.as_ref().map(String::clone).unwrap_or_default();
+        let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
         let saved =
             rt.call_many(HookId::SaveState, &CallArgs::save_state(&session_id, &state, inbound, &saved_output)?).await;
         saved?;
