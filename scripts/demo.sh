@@ -13,7 +13,8 @@ say "Building the bub host and the example plugins (release)"
 cargo build --release -p bub-host -p echo-model -p session-router -p tool-policy -p audit-log -p openai-chat
 
 home="$PWD/target/demo-home"
-bub() { target/release/bub --home "$home" "$@"; }
+# BUB_HOME (rather than --home) so that plugins see the demo home too.
+bub() { BUB_HOME="$home" target/release/bub "$@"; }
 
 say "Installing them with \`bub plugins install\` into a fresh BUB_HOME: $home"
 rm -rf "$home"
@@ -21,7 +22,11 @@ bub plugins install target/release/libecho_model.so   # a built library
 bub plugins install plugins/session-router           # a crate folder: built, checked, installed
 bub plugins install target/release/libtool_policy.so
 bub plugins install target/release/libaudit_log.so
-bub plugins install target/release/libopenai_chat.so  # needs OPENAI_API_KEY only when it streams
+bub plugins install target/release/libopenai_chat.so
+# openai-chat would be the model of the turn below (the latest plugin with a
+# model hook decides) and needs a network and OPENAI_API_KEY: keep it off.
+# Enable it with `bub plugins enable openai-chat`.
+bub plugins disable openai-chat
 
 
 say "bub plugins list   (registration order: builtin first, then installed plugins)"
@@ -35,5 +40,8 @@ bub hooks --call-order
 
 say "bub plugins info session-router"
 bub plugins info session-router
+
+say "bub run \"hello from bub-rs\"   (one turn: session-router resolves, echo-model answers, audit-log records)"
+bub run "hello from bub-rs"
 
 say "Done. Try: target/release/bub --home $home plugins list --json"

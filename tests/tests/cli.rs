@@ -119,3 +119,23 @@ fn home_from_env_and_flag() {
     assert_eq!(run(&[]), ["builtin", "from-env"]);
     assert_eq!(run(&["--home", flag_home.path().to_str().unwrap()]), ["builtin"]);
 }
+
+/// Behaviour 94: `bub run hello` prints `[cli:local]` and the outbound content.
+#[test]
+fn b94_bub_run_prints_outbounds() {
+    let home = Home::new();
+    home.install("echo", &lib("echo-model"), json!({}));
+    let (out, err, ok) = bub(&home, &["run", "hello"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "[cli:local]\necho: hello\n");
+    let (out, _, ok) = bub(&home, &["run", "hi", "--channel", "tg", "--chat-id", "7", "--json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["session_id"].as_str(), v["model_output"].as_str()), (Some("tg:7"), Some("echo: hi")));
+
+    // A failing turn exits non-zero with the reason.
+    let failing = Home::new();
+    failing.scripted("bad", "", json!({"build_prompt": {"error": "cannot build"}}));
+    let (_, err, ok) = bub(&failing, &["run", "x"]);
+    assert!(!ok && err.contains("the turn failed") && err.contains("cannot build"), "{err}");
+}

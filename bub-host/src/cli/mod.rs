@@ -2,6 +2,7 @@
 
 mod hooks;
 mod plugins;
+mod run;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -30,6 +31,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Process one message through the plugins (one turn) and print the outbounds.
+    Run(run::RunArgs),
     /// Show which plugins implement which hooks.
     Hooks(hooks::HooksArgs),
     /// List, install, remove, enable, disable and inspect plugins.
@@ -64,6 +67,7 @@ pub fn run() -> ExitCode {
     let home = cli.home.map(absolute).unwrap_or_else(bub_home);
     let ctx = Context { search: SearchPath::from_env(Some(&home)), home };
     let result = match cli.command {
+        Command::Run(args) => run::run(&ctx, &args),
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),
     };

@@ -27,6 +27,9 @@ impl AuditLog {
         let mut line = record.to_string();
         line.push('\n');
         let _one_writer = self.write.lock().await;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir).await?;
+        }
         let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&self.path).await?;
         file.write_all(line.as_bytes()).await?;
         file.flush().await

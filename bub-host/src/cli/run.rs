@@ -1,0 +1,57 @@
+//! `bub run "<message>"`: one turn through the installed plugins.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use bub_host::framework::Framework;
+use serde_json::{json, Value};
+
+use super::Context;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The message to process.
+    message: String,
+    /// The channel the message comes from.
+    #[arg(long, default_value = "cli")]
+    channel: String,
+    /// The chat the message comes from.
+    #[arg(long, default_value = "local")]
+    chat_id: String,
+    /// The session (default: "<channel>:<chat_id>").
+    #[arg(long)]
+    session_id: Option<String>,
+    /// The workspace (default: the current directory).
+    #[arg(short, long)]
+    workspace: Option<PathBuf>,
+    /// Print the whole turn result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
+    let workspace = match &args.workspace {
+        Some(w) => std::fs::canonicalize(w).with_context(|| format!("workspace {} not found", w.display()))?,
+        None => std::env::current_dir()?,
+    };
+    let host = ctx.host();
+    let framework = Framework::new(&host, workspace);
+    let session = args.session_id.clone().unwrap_or_else(|| format!("{}:{}", args.channel, args.chat_id));
+    let mut inbound =
+        json!({"content": args.message, "channel": args.channel, "chat_id": args.chat_id, "session_id": session});
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let result = runtime.block_on(framework.process_inbound(&mut inbound, false)).context("the turn failed")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(());
+    }
+    for outbound in &result.outbounds {
+        let field = |k: &str, default: &str| match outbound.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) if !v.is_null() => v.to_string(),
+            _ => default.to_owned(),
+        };
+        println!("[{}:{}]\n{}", field("channel", "stdout"), field("chat_id", "local"), field("content", ""));
+    }
+    Ok(())
+}
