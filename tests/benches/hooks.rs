@@ -263,6 +263,77 @@ fn loading(c: &mut Criterion) {
     });
 }
 
+/// One `process_inbound` turn: a model plugin (echo-model, registered
+/// first) plus N no-op plugins (async load_state, sync render_outbound, both
+/// None), as hook_bench.py's `process_inbound/*model_plus_noops` cases. The
+/// framework's fallbacks handle resolve_session, build_prompt and
+/// render_outbound; a fresh envelope per turn.
+fn process_inbound(c: &mut Criterion) {
+    use bub_host::framework::Framework;
+    for n in [0usize, 10] {
+        let home = Home::new();
+        bub_tests::install_into(
+            &home.path().join("plugins"),
+            "0-model",
+            &lib_release("echo-model"),
+            json!({"prefix": ""}),
+        );
+        for i in 0..n {
+            bub_tests::install_into(
+                &home.path().join("plugins"),
+                &format!("noop{i:03}"),
+                &lib_release("tp-noop"),
+                json!({}),
+            );
+        }
+        let host = HostBuilder::new().discovered(&home.search()).build();
+        assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
+        let framework = Framework::new(&host, "/bench");
+        let counts = || -> Vec<(u64, u64)> {
+            let replies = host
+                .runtime()
+                .call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&StateMap::new()).unwrap())
+                .unwrap();
+            replies
+                .iter()
+                .flatten()
+                .map(|r| {
+                    let v: Value = r.parse().unwrap();
+                    (v["load"].as_u64().unwrap(), v["render"].as_u64().unwrap())
+                })
+                .collect()
+        };
+        for (case, stream) in
+            [("process_inbound/model_plus_noops", false), ("process_inbound/stream/model_plus_noops", true)]
+        {
+            let before = counts();
+            let turn = || {
+                let mut inbound = json!({"content": "hello", "channel": "bench", "chat_id": "42"});
+                run(framework.process_inbound(&mut inbound, stream)).unwrap()
+            };
+            let first = turn();
+            assert_eq!(first.model_output, "hello");
+            assert_eq!(first.session_id, "bench:42");
+            assert_eq!(
+                first.outbounds,
+                [json!({"content": "hello", "session_id": "bench:42", "channel": "bench", "chat_id": "42"})]
+            );
+            let mut made = 1u64;
+            let mut group = c.benchmark_group(case);
+            group.bench_function(BenchmarkId::from_parameter(n), |b| {
+                b.iter(|| {
+                    made += 1;
+                    black_box(turn())
+                })
+            });
+            group.finish();
+            for (b, a) in before.iter().zip(counts()) {
+                assert_eq!((a.0 - b.0, a.1 - b.1), (made, made), "{case} N={n}: every no-op ran once per turn");
+            }
+        }
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
@@ -270,6 +341,6 @@ criterion_group! {
         .measurement_time(Duration::from_millis(1500))
         .sample_size(30)
         .without_plots();
-    targets = call_first, call_many, before_tool_call, loading
+    targets = call_first, call_many, before_tool_call, loading, process_inbound
 }
 criterion_main!(benches);

@@ -33,6 +33,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-nosymbol",
     "tp-sdk",
     "tp-bench",
+    "tp-noop",
     "echo-model",
     "session-router",
     "tool-policy",

@@ -103,7 +103,11 @@ impl Framework {
         let rt = &self.runtime;
 
         // 1. resolve_session: the first non-None answer, falsy → the default.
-        let answer = rt.call_first(HookId::ResolveSession, &CallArgs::resolve_session(inbound)?).await?;
+        let answer = if rt.has(HookId::ResolveSession) {
+            rt.call_first(HookId::ResolveSession, &CallArgs::resolve_session(inbound)?).await?
+        } else {
+            None
+        };
         let session_id = match answer.map(|r| r.parse::<Value>()).transpose() {
             Ok(Some(v)) if truthy(&v) => py_str(&v),
             Ok(_) => default_session_id(inbound),
@@ -118,7 +122,11 @@ impl Framework {
         defaults.insert("_runtime_workspace".into(), json!(self.workspace.display().to_string()));
         defaults.insert("_runtime_steering_inbox".into(), Value::Null);
         let state = TurnState::from_map(defaults);
-        let loaded = rt.call_many(HookId::LoadState, &CallArgs::load_state(inbound, &session_id)?).await?;
+        let loaded = if rt.has(HookId::LoadState) {
+            rt.call_many(HookId::LoadState, &CallArgs::load_state(inbound, &session_id)?).await?
+        } else {
+            Vec::new()
+        };
         for reply in loaded.iter().rev().flatten() {
             if let Ok(Value::Object(fragment)) = reply.parse::<Value>() {
                 state.extend(fragment).map_err(|e| TurnError::InvalidInput(e.to_string()))?;
@@ -126,8 +134,12 @@ impl Framework {
         }
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
-        let args = CallArgs::build_prompt(inbound, &session_id, &state)?;
-        let built = match rt.call_first(HookId::BuildPrompt, &args).await? {
+        let built = if rt.has(HookId::BuildPrompt) {
+            rt.call_first(HookId::BuildPrompt, &CallArgs::build_prompt(inbound, &session_id, &state)?).await?
+        } else {
+            None
+        };
+        let built = match built {
             Some(reply) => Some(
                 reply
                     .parse::<Value>()
@@ -148,9 +160,14 @@ impl Framework {
         let model_output = model?;
 
         // 6. render_outbound: batches concatenated; none → one default outbound.
-        let args = CallArgs::render_outbound(inbound, &session_id, &state, &model_output)?;
         let mut outbounds = Vec::new();
-        for reply in rt.call_many(HookId::RenderOutbound, &args).await?.into_iter().flatten() {
+        let rendered = if rt.has(HookId::RenderOutbound) {
+            let args = CallArgs::render_outbound(inbound, &session_id, &state, &model_output)?;
+            rt.call_many(HookId::RenderOutbound, &args).await?
+        } else {
+            Vec::new()
+        };
+        for reply in rendered.into_iter().flatten() {
             let value = reply
                 .parse::<Value>()
                 .map_err(|e| TurnError::InvalidInput(format!("render_outbound returned invalid JSON: {e}")))?;
@@ -167,8 +184,10 @@ impl Framework {
         }
 
         // 7. dispatch_outbound: each outbound to every implementation.
-        for outbound in &outbounds {
-            rt.call_many(HookId::DispatchOutbound, &CallArgs::dispatch_outbound(outbound)?).await?;
+        if rt.has(HookId::DispatchOutbound) {
+            for outbound in &outbounds {
+                rt.call_many(HookId::DispatchOutbound, &CallArgs::dispatch_outbound(outbound)?).await?;
+            }
         }
 
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state: state.to_map() })

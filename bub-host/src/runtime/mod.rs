@@ -148,6 +148,12 @@ impl Runtime {
         &self.registry
     }
 
+    /// Whether any plugin implements `hook` (callers skip building
+    /// arguments for hooks nobody implements).
+    pub fn has(&self, hook: HookId) -> bool {
+        !self.registry.impls(hook).is_empty()
+    }
+
     /// `call_first`: the first non-None answer in call order, awaiting async
     /// implementations. Errors propagate.
     pub async fn call_first(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
