@@ -139,3 +139,29 @@ fn b94_bub_run_prints_outbounds() {
     let (_, err, ok) = bub(&failing, &["run", "x"]);
     assert!(!ok && err.contains("the turn failed") && err.contains("cannot build"), "{err}");
 }
+
+/// `bub onboard`: fragments merged low priority first into the existing
+/// config and saved; errors are Bub's ("Onboarding failed: …", exit 1).
+#[test]
+fn bub_onboard_collects_and_saves() {
+    let home = Home::new();
+    std::fs::write(home.path().join("config.json"), r#"{"kept": 1}"#).unwrap();
+    home.scripted("1-first", "", json!({"onboard_config": {"trace_arg": 0, "return": {"first": {"enabled": true}}}}));
+    home.scripted("2-second", "", json!({"onboard_config": {"return": {"second": true}}}));
+    let (out, err, ok) = bub(&home, &["onboard"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("Saved config to {}", home.path().join("config.json").display()));
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(saved, json!({"kept": 1, "first": {"enabled": true}, "second": true}));
+    assert_eq!(home.trace(), ["1-first:onboard_config:{\"kept\":1}", "2-second:onboard_config"]);
+
+    let (_, err, ok) = bub(&home, &["onboard", "nope"]);
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "Onboarding failed: No onboard_config hook found for plugin 'nope'. Available plugins: 1-first, 2-second"
+        ),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `bub`: one file per subcommand; this file holds the shared options.
 
 mod hooks;
+mod onboard;
 mod plugins;
 mod run;
 
@@ -33,6 +34,8 @@ struct Cli {
 enum Command {
     /// Process one message through the plugins (one turn) and print the outbounds.
     Run(run::RunArgs),
+    /// Collect the plugins' onboarding config and save it under BUB_HOME.
+    Onboard(onboard::OnboardArgs),
     /// Show which plugins implement which hooks.
     Hooks(hooks::HooksArgs),
     /// List, install, remove, enable, disable and inspect plugins.
@@ -68,6 +71,7 @@ pub fn run() -> ExitCode {
     let ctx = Context { search: SearchPath::from_env(Some(&home)), home };
     let result = match cli.command {
         Command::Run(args) => run::run(&ctx, &args),
+        Command::Onboard(args) => onboard::run(&ctx, &args),
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),
     };

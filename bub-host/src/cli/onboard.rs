@@ -1,0 +1,46 @@
+//! `bub onboard [PLUGIN]`: collect every plugin's `onboard_config` fragment
+//! (low priority first, each seeing the config so far) and save the result
+//! as `$BUB_HOME/config.json`.
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _, Result};
+use bub_abi::types::StateMap;
+use serde_json::Value;
+
+use super::Context;
+
+#[derive(Debug, clap::Args)]
+pub struct OnboardArgs {
+    /// Only this plugin's onboarding.
+    plugin: Option<String>,
+}
+
+/// Where the config lives.
+pub fn config_path(home: &Path) -> std::path::PathBuf {
+    home.join("config.json")
+}
+
+pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
+    let path = config_path(&ctx.home);
+    let current: StateMap = match std::fs::read_to_string(&path) {
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => m,
+            _ => bail!("Onboarding failed: {} is not a JSON object; fix or remove it", path.display()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateMap::new(),
+        Err(e) => bail!("Onboarding failed: cannot read {}: {e}", path.display()),
+    };
+    let host = ctx.host();
+    let config = match host.runtime().onboard_config(&current, args.plugin.as_deref()) {
+        Ok(c) => c,
+        Err(e) => bail!("Onboarding failed: {e}"),
+    };
+    std::fs::create_dir_all(&ctx.home).with_context(|| format!("cannot create {}", ctx.home.display()))?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&Value::Object(config))? + "\n")
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+    println!("Saved config to {}", path.display());
+    Ok(())
+}
