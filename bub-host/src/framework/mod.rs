@@ -103,11 +103,8 @@ impl Framework {
         let rt = &self.runtime;
 
         // 1. resolve_session: the first non-None answer, falsy → the default.
-        let answer = if rt.has(HookId::ResolveSession) {
-            rt.call_first(HookId::ResolveSession, &CallArgs::resolve_session(inbound)?).await?
-        } else {
-            None
-        };
+        let answer =
+            rt.call_first_with::<TurnError>(HookId::ResolveSession, || CallArgs::resolve_session(inbound)).await?;
         let session_id = match answer.map(|r| r.parse::<Value>()).transpose() {
             Ok(Some(v)) if truthy(&v) => py_str(&v),
             Ok(_) => default_session_id(inbound),
@@ -122,11 +119,8 @@ impl Framework {
         defaults.insert("_runtime_workspace".into(), json!(self.workspace.display().to_string()));
         defaults.insert("_runtime_steering_inbox".into(), Value::Null);
         let state = TurnState::from_map(defaults);
-        let loaded = if rt.has(HookId::LoadState) {
-            rt.call_many(HookId::LoadState, &CallArgs::load_state(inbound, &session_id)?).await?
-        } else {
-            Vec::new()
-        };
+        let loaded =
+            rt.call_many_with::<TurnError>(HookId::LoadState, || CallArgs::load_state(inbound, &session_id)).await?;
         for reply in loaded.iter().rev().flatten() {
             if let Ok(Value::Object(fragment)) = reply.parse::<Value>() {
                 state.extend(fragment).map_err(|e| TurnError::InvalidInput(e.to_string()))?;
@@ -134,11 +128,9 @@ impl Framework {
         }
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
-        let built = if rt.has(HookId::BuildPrompt) {
-            rt.call_first(HookId::BuildPrompt, &CallArgs::build_prompt(inbound, &session_id, &state)?).await?
-        } else {
-            None
-        };
+        let built = rt
+            .call_first_with::<TurnError>(HookId::BuildPrompt, || CallArgs::build_prompt(inbound, &session_id, &state))
+            .await?;
         let built = match built {
             Some(reply) => Some(
                 reply
@@ -154,19 +146,19 @@ impl Framework {
         // 4. the model stage, with save_state in its `finally`.
         let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
         let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
-        let saved =
-            rt.call_many(HookId::SaveState, &CallArgs::save_state(&session_id, &state, inbound, &saved_output)?).await;
-        saved?;
+        rt.call_many_with::<TurnError>(HookId::SaveState, || {
+            CallArgs::save_state(&session_id, &state, inbound, &saved_output)
+        })
+        .await?;
         let model_output = model?;
 
         // 6. render_outbound: batches concatenated; none → one default outbound.
         let mut outbounds = Vec::new();
-        let rendered = if rt.has(HookId::RenderOutbound) {
-            let args = CallArgs::render_outbound(inbound, &session_id, &state, &model_output)?;
-            rt.call_many(HookId::RenderOutbound, &args).await?
-        } else {
-            Vec::new()
-        };
+        let rendered = rt
+            .call_many_with::<TurnError>(HookId::RenderOutbound, || {
+                CallArgs::render_outbound(inbound, &session_id, &state, &model_output)
+            })
+            .await?;
         for reply in rendered.into_iter().flatten() {
             let value = reply
                 .parse::<Value>()
@@ -184,10 +176,8 @@ impl Framework {
         }
 
         // 7. dispatch_outbound: each outbound to every implementation.
-        if rt.has(HookId::DispatchOutbound) {
-            for outbound in &outbounds {
-                rt.call_many(HookId::DispatchOutbound, &CallArgs::dispatch_outbound(outbound)?).await?;
-            }
+        for outbound in &outbounds {
+            rt.call_many_with::<TurnError>(HookId::DispatchOutbound, || CallArgs::dispatch_outbound(outbound)).await?;
         }
 
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state: state.to_map() })

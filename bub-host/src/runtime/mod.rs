@@ -201,6 +201,39 @@ impl Runtime {
         Ok(out)
     }
 
+    /// [`call_first`](Self::call_first) with arguments built only when some
+    /// plugin implements `hook`: nobody pays for serializing arguments of a
+    /// hook nobody implements.
+    pub async fn call_first_with<E>(
+        &self,
+        hook: HookId,
+        args: impl FnOnce() -> Result<CallArgs, serde_json::Error>,
+    ) -> Result<Option<Reply>, E>
+    where
+        E: From<HookFailure> + From<serde_json::Error>,
+    {
+        if !self.has(hook) {
+            return Ok(None);
+        }
+        Ok(self.call_first(hook, &args()?).await?)
+    }
+
+    /// [`call_many`](Self::call_many) with arguments built only when some
+    /// plugin implements `hook`.
+    pub async fn call_many_with<E>(
+        &self,
+        hook: HookId,
+        args: impl FnOnce() -> Result<CallArgs, serde_json::Error>,
+    ) -> Result<Vec<Option<Reply>>, E>
+    where
+        E: From<HookFailure> + From<serde_json::Error>,
+    {
+        if !self.has(hook) {
+            return Ok(Vec::new());
+        }
+        Ok(self.call_many(hook, &args()?).await?)
+    }
+
     /// `call_first_sync`: like [`call_first`](Self::call_first); a pending
     /// answer is skipped with `hook.async_not_supported`.
     pub fn call_first_sync(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
