@@ -109,16 +109,10 @@ fn load_source(fallback_name: String, source: PluginSource, taken: &HashMap<Stri
             let lib = Library { module };
             register_library(fallback_name, None, lib, &Map::new())
         }
-        PluginSource::Library { name, path, config } => {
-            if let Some(first) = taken.get(&name) {
-                let detail = LoadError::Shadowed { name: name.clone(), first: first.clone() }.to_string();
-                return PluginRecord::failed(name, Some(path), detail);
-            }
-            match loader::open(&path) {
-                Ok(lib) => register_library(name, Some(path), lib, &config),
-                Err(e) => PluginRecord::failed(name, Some(path), e.to_string()),
-            }
-        }
+        PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
+            Some(record) => record,
+            None => open_and_register(name, path, &config),
+        },
         PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken),
     }
 }
@@ -129,9 +123,8 @@ fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBu
         Err(e) => return PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string()),
     };
     let path = manifest.library_path(dir);
-    if let Some(first) = taken.get(&manifest.name) {
-        let detail = LoadError::Shadowed { name: manifest.name.clone(), first: first.clone() }.to_string();
-        return PluginRecord::failed(manifest.name, Some(path), detail);
+    if let Some(record) = shadowed(&manifest.name, &path, taken) {
+        return record;
     }
     if !manifest.enabled {
         let mut r = PluginRecord::failed(manifest.name, Some(path), String::new());
@@ -149,9 +142,21 @@ fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBu
     if let Err(e) = trusted {
         return PluginRecord::failed(manifest.name, Some(path), e.to_string());
     }
+    open_and_register(manifest.name, path, &manifest.config)
+}
+
+/// The record of a plugin whose name an earlier plugin already took.
+fn shadowed(name: &str, path: &Path, taken: &HashMap<String, PathBuf>) -> Option<PluginRecord> {
+    let first = taken.get(name)?;
+    let detail = LoadError::Shadowed { name: name.to_owned(), first: first.clone() }.to_string();
+    Some(PluginRecord::failed(name.to_owned(), Some(path.to_path_buf()), detail))
+}
+
+/// Opens (and checks) the library at `path`, then initialises and records it.
+fn open_and_register(name: String, path: PathBuf, config: &Map<String, serde_json::Value>) -> PluginRecord {
     match loader::open(&path) {
-        Ok(lib) => register_library(manifest.name, Some(path), lib, &manifest.config),
-        Err(e) => PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+        Ok(lib) => register_library(name, Some(path), lib, config),
+        Err(e) => PluginRecord::failed(name, Some(path), e.to_string()),
     }
 }
 
