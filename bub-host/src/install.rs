@@ -234,12 +234,21 @@ impl Manifest {
     /// Writes `<dir>/plugin.json` atomically (temp file + rename), mode 0644.
     pub fn write(&self, dir: &Path) -> Result<(), InstallError> {
         let path = dir.join(MANIFEST_FILE);
-        let tmp = dir.join(format!(".{MANIFEST_FILE}.{}", std::process::id()));
         let text = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
-        std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
-        set_mode(&tmp, 0o644)?;
-        std::fs::rename(&tmp, &path).map_err(io("replace", &path))
+        write_atomically(&path, &text).map_err(io("write", &path))
     }
+}
+
+/// Writes `text` to `path` through a temporary file in the same folder and a
+/// rename (mode 0644): readers see the old file or the new one, never half.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 use bub_abi::types::StateMap;
+use bub_host::install::write_atomically;
 use serde_json::Value;
 
 use super::Context;
@@ -37,10 +38,8 @@ pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
         Err(e) => bail!("Onboarding failed: {e}"),
     };
     std::fs::create_dir_all(&ctx.home).with_context(|| format!("cannot create {}", ctx.home.display()))?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&Value::Object(config))? + "\n")
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+    let text = serde_json::to_string_pretty(&Value::Object(config))? + "\n";
+    write_atomically(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
     println!("Saved config to {}", path.display());
     Ok(())
 }
