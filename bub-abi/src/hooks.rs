@@ -94,8 +94,8 @@ macro_rules! for_each_hook {
         (0 register_cli_commands RegisterCliCommands {
             kind: many_sync,
             args: [0 object app: $crate::Object],
-            returns: (),
-            doc: "Add subcommands to the `bub` command line.",
+            returns: Option<Vec<$crate::Object>>,
+            doc: "Add subcommands to the `bub` command line (returned as command objects).",
         })
         (0 onboard_config OnboardConfig {
             kind: onboard,

@@ -92,6 +92,7 @@ pub mod types;
 
 pub use abi::{HookError, HookMarker, ABI_VERSION};
 pub use hooks::{HookId, HookKind, HOOK_COUNT};
+pub use sdk::resources;
 pub use sdk::{
     args::hook_args as args,
     hook::{Hook, IntoHookValue, RawJson, ToHookValue},

@@ -279,3 +279,151 @@ pub struct ToolCallResult {
     #[serde(default)]
     pub duration_ms: u64,
 }
+
+/// `TapeEntry`: one record of a tape. The store assigns `id` (1-based, per tape).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TapeEntry {
+    /// Position in the tape, from 1; `0` until the store assigns it.
+    #[serde(default)]
+    pub id: u64,
+    /// `message`, `system`, `anchor`, `tool_call`, `tool_result`, `error` or `event`.
+    pub kind: String,
+    /// The entry's content.
+    #[serde(default)]
+    pub payload: Map<String, Value>,
+    /// Metadata (`context: false` keeps an entry out of the model's context).
+    #[serde(default)]
+    pub meta: Map<String, Value>,
+    /// ISO-8601 UTC time the entry was made.
+    #[serde(default)]
+    pub date: String,
+}
+
+/// `TapeQuery`: what `fetch_all` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TapeQuery {
+    /// The tape.
+    pub tape: String,
+    /// Only entries whose payload contains this text.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Only entries after the anchor of this name.
+    #[serde(default)]
+    pub after_anchor: Option<String>,
+    /// Only entries after the last anchor.
+    #[serde(default)]
+    pub last_anchor: bool,
+    /// Only these kinds (all when empty).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// At most this many entries (the latest).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// A process to run in an [`Environment`](crate::resources::Environment).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ProcessRequest {
+    /// A shell command line (run by `sh -c`) …
+    #[serde(default)]
+    pub command: Option<String>,
+    /// … or an argv, run directly.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    /// Working directory, relative to the workspace.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: Map<String, Value>,
+    /// Kill the process group after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// What a finished process left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ProcessOutput {
+    /// Exit code; `None` when killed by a signal.
+    pub returncode: Option<i32>,
+    /// Standard output (lossy UTF-8).
+    pub stdout: String,
+    /// Standard error (lossy UTF-8).
+    pub stderr: String,
+    /// Whether the timeout killed it.
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// How a tool presents itself to the model (`Tool` minus the handler).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolSpec {
+    /// Unique name (`.` becomes `_` in model-facing names).
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: String,
+    /// JSON schema of the arguments.
+    #[serde(default)]
+    pub parameters: Map<String, Value>,
+    /// `auto`, `direct`, `code` or `command` (never offered to the model).
+    #[serde(default = "default_exposure")]
+    pub exposure: String,
+}
+
+fn default_exposure() -> String {
+    "auto".into()
+}
+
+/// A subcommand a plugin adds to `bub` (`register_cli_commands`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CommandSpec {
+    /// The subcommand's name.
+    pub name: String,
+    /// One-line help.
+    #[serde(default)]
+    pub about: String,
+    /// Its arguments, in order.
+    #[serde(default)]
+    pub args: Vec<CommandArg>,
+}
+
+/// One argument of a [`CommandSpec`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CommandArg {
+    /// Name; the key of the parsed value.
+    pub name: String,
+    /// Help text.
+    #[serde(default)]
+    pub help: String,
+    /// `--name VALUE` when true, a positional otherwise.
+    #[serde(default)]
+    pub option: bool,
+    /// `--name` without a value (a boolean); implies `option`.
+    #[serde(default)]
+    pub flag: bool,
+    /// Must be given.
+    #[serde(default)]
+    pub required: bool,
+    /// Value when not given.
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+/// Which tape entries an agent's context starts from (`TapeContext`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TapeContextSpec {
+    /// `"$last"` (the last anchor, Bub's default), `null` (the whole tape) or an anchor name.
+    pub anchor: Option<String>,
+}
+
+impl Default for TapeContextSpec {
+    fn default() -> Self {
+        TapeContextSpec { anchor: Some(TapeContextSpec::LAST_ANCHOR.into()) }
+    }
+}
+
+impl TapeContextSpec {
+    /// The anchor value meaning "the last anchor of the tape".
+    pub const LAST_ANCHOR: &'static str = "$last";
+}

@@ -10,7 +10,9 @@
 //! - [`registry`]: registration order and pluggy's per-hook ordering;
 //! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
 //!   sync variants, `notify_error`, the agent interception chains);
-//! - [`framework`]: the turn pipeline (`process_inbound`);
+//! - [`framework`]: the turn pipeline (`process_inbound`), the `running()`
+//!   scope and the app hooks; [`resources`]: typed handles over the objects
+//!   app hooks return;
 //! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
 //!
 //! ```no_run
@@ -41,6 +43,7 @@ pub mod integrity;
 pub mod loader;
 pub mod manifest;
 pub mod registry;
+pub mod resources;
 pub mod runtime;
 
 pub use error::{HookFailure, LoadError};

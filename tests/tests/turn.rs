@@ -2,7 +2,7 @@
 //! real plugins through the real loader.
 
 use bub_host::{
-    framework::{Framework, TurnError},
+    framework::{Framework, FrameworkError},
     HostBuilder,
 };
 use bub_tests::{block_on, capture_logs, lib, Home};
@@ -12,7 +12,11 @@ fn framework(home: &Home) -> Framework {
     Framework::new(&HostBuilder::new().discovered(&home.search()).build(), "/ws")
 }
 
-fn turn(home: &Home, mut inbound: Value, stream: bool) -> (Result<bub_host::framework::TurnResult, TurnError>, Value) {
+fn turn(
+    home: &Home,
+    mut inbound: Value,
+    stream: bool,
+) -> (Result<bub_host::framework::TurnResult, FrameworkError>, Value) {
     let fw = framework(home);
     let r = block_on(fw.process_inbound(&mut inbound, stream));
     (r, inbound)
@@ -148,7 +152,7 @@ fn b26_b28_model_type_error() {
     home.scripted("2-model", "last", json!({"run_model": {"return": 123}, "run_model_stream": {"return": null}}));
     let ((r, _), _) = capture_logs(|| turn(&home, json!({"content": "x"}), false));
     match r {
-        Err(TurnError::Type(m)) => assert_eq!(m, "hook.run_model must return str or None"),
+        Err(FrameworkError::Type(m)) => assert_eq!(m, "hook.run_model must return str or None"),
         other => panic!("{other:?}"),
     }
     let trace = home.trace();

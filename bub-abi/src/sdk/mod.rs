@@ -8,5 +8,6 @@ pub mod hook;
 pub mod logging;
 pub mod object;
 pub mod plugin;
+pub mod resources;
 pub mod state;
 pub mod stream;

@@ -16,7 +16,8 @@
 //     "echo_arg": i,                         return argument i as received
 //     "trace_arg": i,                        trace argument i too
 //     "log": "text",                         emit tracing::info!
-//     "request_ops": {...}, "tool_ops": {...}, "prefix_result": "p", "finish": "t"
+//     "request_ops": {...}, "tool_ops": {...}, "prefix_result": "p", "finish": "t",
+//     "object": {...}, "objects": [{...}]     answer a scripted object (see `object`)
 //  }}}
 
 use std::{io::Write as _, time::Duration};
@@ -25,7 +26,7 @@ use bub_abi::{
     abi::{HookCall, HookResult, HookReturn},
     abi_stable::std_types::RString,
     sdk::bridge,
-    BoxError, Hook, HookDecl, HookError, HookId, Plugin, PluginContext, TurnState,
+    BoxError, Hook, HookDecl, HookError, HookId, Object, ObjectFuture, ObjectImpl, Plugin, PluginContext, TurnState,
 };
 use serde_json::{json, Map, Value};
 
@@ -166,7 +167,70 @@ impl Scripted {
             let current = args[1]["result"].as_str().unwrap_or_default().to_owned();
             return answer(Value::String(format!("{prefix}{current}")));
         }
+        if let Some(spec) = script.get("object") {
+            return HookResult::Object(self.object(spec).into_handle());
+        }
+        if let Some(Value::Array(specs)) = script.get("objects") {
+            return HookResult::Objects(specs.iter().map(|s| self.object(s).into_handle()).collect());
+        }
         answer(script.get("return").cloned().unwrap_or(Value::Null))
+    }
+
+    // {"kind": k, "name": n, "methods": {"<m>": {"return": v, "error": "msg"}}}:
+    // every call is traced as "<plugin>:<name or kind>.<method>", `exit` with
+    // the error it was told ("…exit(none)" / "…exit(<message>)").
+    fn object(&self, spec: &Value) -> Object {
+        Object::new(ScriptedObject {
+            plugin: self.name.clone(),
+            trace: self.trace.clone(),
+            kind: spec["kind"].as_str().unwrap_or("object").to_owned(),
+            name: spec["name"].as_str().unwrap_or_default().to_owned(),
+            methods: spec.get("methods").and_then(Value::as_object).cloned().unwrap_or_default(),
+        })
+    }
+}
+
+struct ScriptedObject {
+    plugin: String,
+    trace: Option<String>,
+    kind: String,
+    name: String,
+    methods: Map<String, Value>,
+}
+
+impl ObjectImpl for ScriptedObject {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn invoke(&self, method: &str, args: Value) -> ObjectFuture {
+        let who = if self.name.is_empty() { &self.kind } else { &self.name };
+        let mut line = format!("{who}.{method}");
+        if method == "exit" {
+            let told = args["error"]["message"].as_str().unwrap_or("none");
+            line = format!("{line}({told})");
+        }
+        if let Some(path) = &self.trace {
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("trace file");
+            writeln!(f, "{}:{line}", self.plugin).expect("trace write");
+        }
+        let script = self.methods.get(method).cloned().unwrap_or(Value::Null);
+        Box::pin(async move {
+            if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            if let Some(msg) = script.get("error").and_then(Value::as_str) {
+                return Err(HookError::plugin(msg));
+            }
+            if script.get("echo_args") == Some(&Value::Bool(true)) {
+                return Ok(args);
+            }
+            Ok(script.get("return").cloned().unwrap_or(Value::Null))
+        })
     }
 }
 

@@ -1,0 +1,177 @@
+//! `process_inbound`: one turn (spec §1.1).
+
+use bub_abi::{
+    types::{Envelope, ErrorInfo, StateMap},
+    HookId, TurnState,
+};
+use serde_json::{json, Value};
+
+use super::{
+    envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
+    prompt, scope, Framework, FrameworkError, TurnResult,
+};
+use crate::runtime::CallArgs;
+
+impl Framework {
+    /// One turn for `inbound`. A map inbound gets `session_id` set if it
+    /// has none. On failure, `on_error(stage="turn")` is told first.
+    pub async fn process_inbound(
+        &self,
+        inbound: &mut Envelope,
+        stream_output: bool,
+    ) -> Result<TurnResult, FrameworkError> {
+        match self.turn(inbound, stream_output).await {
+            Ok(result) => Ok(result),
+            Err(e) => {
+                tracing::error!(target: "bub::framework", "Error processing inbound message: {e}");
+                self.runtime.notify_error("turn", &e.info(), Some(inbound)).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn turn(&self, inbound: &mut Envelope, stream_output: bool) -> Result<TurnResult, FrameworkError> {
+        let rt = &self.runtime;
+
+        // 1. resolve_session: the first non-None answer, falsy → the default.
+        let answer =
+            rt.call_first_with::<FrameworkError>(HookId::ResolveSession, || CallArgs::resolve_session(inbound)).await?;
+        let session_id = match answer.map(|r| r.parse::<Value>()).transpose() {
+            Ok(Some(v)) if truthy(&v) => py_str(&v),
+            Ok(_) => default_session_id(inbound),
+            Err(e) => return Err(FrameworkError::Type(format!("hook.resolve_session returned invalid JSON: {e}"))),
+        };
+        if let Value::Object(m) = inbound {
+            m.entry("session_id").or_insert_with(|| Value::String(session_id.clone()));
+        }
+
+        // 2. state: runtime defaults, then every load_state, low priority first.
+        let mut defaults = StateMap::new();
+        defaults.insert("_runtime_workspace".into(), json!(self.workspace.display().to_string()));
+        defaults.insert("_runtime_steering_inbox".into(), self.scope.inbox_ref());
+        if let Some(env) = self.get_environment(&session_id).await? {
+            defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
+        }
+        let state = TurnState::from_map(defaults);
+        let loaded = rt
+            .call_many_with::<FrameworkError>(HookId::LoadState, || CallArgs::load_state(inbound, &session_id))
+            .await?;
+        for reply in loaded.iter().rev().flatten() {
+            if let Ok(Value::Object(fragment)) = reply.parse::<Value>() {
+                state.extend(fragment).map_err(|e| FrameworkError::InvalidInput(e.to_string()))?;
+            }
+        }
+
+        // 3. build_prompt: the first non-None answer; falsy → the content.
+        let built = rt
+            .call_first_with::<FrameworkError>(HookId::BuildPrompt, || {
+                CallArgs::build_prompt(inbound, &session_id, &state)
+            })
+            .await?;
+        let built = match built {
+            Some(reply) => Some(
+                reply
+                    .parse::<Value>()
+                    .map_err(|e| FrameworkError::InvalidInput(format!("build_prompt returned invalid JSON: {e}")))?,
+            ),
+            None => None,
+        };
+        let prompt_value = built.filter(truthy).unwrap_or_else(|| Value::String(content_of(inbound)));
+        let content = prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)?;
+        let legacy = prompt::to_legacy_prompt(&content);
+
+        // 4. the model stage, with save_state in its `finally`.
+        let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
+        let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
+        rt.call_many_with::<FrameworkError>(HookId::SaveState, || {
+            CallArgs::save_state(&session_id, &state, inbound, &saved_output)
+        })
+        .await?;
+        let model_output = model?;
+
+        // 6. render_outbound: batches concatenated; none → one default outbound.
+        let mut outbounds = Vec::new();
+        let rendered = rt
+            .call_many_with::<FrameworkError>(HookId::RenderOutbound, || {
+                CallArgs::render_outbound(inbound, &session_id, &state, &model_output)
+            })
+            .await?;
+        for reply in rendered.into_iter().flatten() {
+            let value = reply
+                .parse::<Value>()
+                .map_err(|e| FrameworkError::InvalidInput(format!("render_outbound returned invalid JSON: {e}")))?;
+            outbounds.extend(unpack_batch(value));
+        }
+        if outbounds.is_empty() {
+            let mut default = json!({"content": model_output, "session_id": session_id});
+            for key in ["channel", "chat_id"] {
+                if let Some(v) = field_of(inbound, key) {
+                    default[key] = v.clone();
+                }
+            }
+            outbounds.push(default);
+        }
+
+        // 7. dispatch_outbound: each outbound to every implementation.
+        for outbound in &outbounds {
+            rt.call_many_with::<FrameworkError>(HookId::DispatchOutbound, || CallArgs::dispatch_outbound(outbound))
+                .await?;
+        }
+
+        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state: state.to_map() })
+    }
+
+    /// The model adapter (spec §2.1): the hook chosen by the latest plugin
+    /// declaring one; no output → `on_error(stage="run_model")` and the
+    /// prompt (or the inbound content) as output.
+    async fn model_stage(
+        &self,
+        inbound: &Envelope,
+        legacy: &Value,
+        session_id: &str,
+        state: &TurnState,
+        stream_output: bool,
+    ) -> Result<String, FrameworkError> {
+        let rt = &self.runtime;
+        let args = CallArgs::run_model(legacy, &session_id.to_owned(), state)?;
+        let output = match rt.select_model(stream_output).map(|s| s.hook) {
+            None => None,
+            Some(HookId::RunModel) => match rt.call_first(HookId::RunModel, &args).await? {
+                None => None,
+                Some(reply) => match reply.parse::<Value>() {
+                    Ok(Value::String(s)) => Some(s),
+                    _ => return Err(FrameworkError::Type("hook.run_model must return str or None".into())),
+                },
+            },
+            Some(_) => match rt.run_model_stream(&args).await {
+                Ok(None) => None,
+                Ok(Some(stream)) => {
+                    let (text, errors) = stream.collect_text().await?;
+                    for e in errors {
+                        rt.notify_error("run_model", &e, Some(inbound)).await;
+                    }
+                    Some(text)
+                }
+                Err(f) if f.error.kind.as_str() == "type" => {
+                    return Err(FrameworkError::Type(f.error.message.to_string()))
+                }
+                Err(f) => return Err(f.into()),
+            },
+        };
+        Ok(match output {
+            Some(text) => text,
+            None => {
+                let error = ErrorInfo {
+                    kind: "RuntimeError".into(),
+                    message: "no model skill returned output".into(),
+                    details: None,
+                };
+                rt.notify_error("run_model", &error, Some(inbound)).await;
+                match legacy {
+                    Value::String(s) => s.clone(),
+                    _ => content_of(inbound),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,316 @@
+//! Typed handles over the objects that app hooks return.
+//!
+//! A provider hands the host an [`Object`] (kind, name, methods by name; see
+//! `bub_abi::resources`). Here each kind gets a handle with typed methods, and
+//! [`Resource::from_reply`] is where Bub's `isinstance` checks live: a
+//! provider answering something else gets the `TypeError` Bub raises
+//! (`hook.provide_environment must return Environment or None`, …).
+
+use std::sync::Arc;
+
+use bub_abi::{
+    resources::{kinds, UNSUPPORTED},
+    types::{
+        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, TapeEntry, TapeQuery, ToolSpec,
+    },
+    HookError, Object,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use crate::runtime::{value_type_name, Reply};
+
+/// A resource method failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind} `{name}` of plugin '{plugin}' failed in `{method}`: {error}")]
+pub struct ResourceError {
+    /// The plugin that provided the resource.
+    pub plugin: String,
+    /// The resource kind.
+    pub kind: &'static str,
+    /// The resource's name (may be empty).
+    pub name: String,
+    /// The method.
+    pub method: String,
+    /// What the plugin reported.
+    pub error: HookError,
+}
+
+impl ResourceError {
+    /// As handed to `on_error` observers and `exit` methods.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo { kind: self.error.kind.to_string(), message: self.to_string(), details: None }
+    }
+}
+
+/// An object of a known kind, with the plugin that provided it.
+#[derive(Clone)]
+pub struct Resource {
+    object: Object,
+    plugin: Arc<str>,
+    kind: &'static str,
+    name: String,
+}
+
+impl std::fmt::Debug for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({}) from {}", self.kind, self.name, self.plugin)
+    }
+}
+
+impl Resource {
+    /// Checks that `object` is a `kind`.
+    pub fn new(object: Object, plugin: &str, kind: &'static str) -> Result<Resource, String> {
+        let actual = object.kind();
+        if actual != kind {
+            return Err(format!("got an object of kind `{actual}`"));
+        }
+        let name = object.name();
+        Ok(Resource { object, plugin: plugin.into(), kind, name })
+    }
+
+    /// The resource in `reply`, which must be a `kind` object; otherwise the
+    /// `TypeError` message Bub gives (`hook.<hook> must return <Type> or None`).
+    pub fn from_reply(reply: &Reply, kind: &'static str, bub_type_error: &str) -> Result<Resource, String> {
+        match reply.object() {
+            Some(o) => Resource::new(o, &reply.plugin, kind).map_err(|_| bub_type_error.to_owned()),
+            None => {
+                Err(format!("{bub_type_error} (plugin '{}' returned {})", reply.plugin, value_type_name(&reply.value)))
+            }
+        }
+    }
+
+    /// The provider.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The raw object.
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+
+    /// Calls `method` with named arguments and reads the result as `T`.
+    pub async fn call<T: DeserializeOwned>(&self, method: &str, args: Value) -> Result<T, ResourceError> {
+        let fail = |error| ResourceError {
+            plugin: self.plugin.to_string(),
+            kind: self.kind,
+            name: self.name.clone(),
+            method: method.to_owned(),
+            error,
+        };
+        let value = self.object.invoke(method, &args).await.map_err(fail)?;
+        serde_json::from_value(value).map_err(|e| fail(HookError::new("type", format!("unexpected result: {e}"))))
+    }
+
+    /// Calls an optional method (`enter`, `exit`, `close`): an object without
+    /// it is fine.
+    async fn call_optional(&self, method: &str, args: Value) -> Result<(), ResourceError> {
+        match self.call::<Value>(method, args).await {
+            Err(e) if e.error.kind.as_str() == UNSUPPORTED => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Enters a scoped resource.
+    pub async fn enter(&self) -> Result<(), ResourceError> {
+        self.call_optional("enter", json!({})).await
+    }
+
+    /// Exits a scoped resource, telling it the scope's error.
+    pub async fn exit(&self, error: Option<&ErrorInfo>) -> Result<(), ResourceError> {
+        self.call_optional("exit", json!({ "error": error })).await
+    }
+}
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $Name:ident, $kind:expr, $bub:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $Name(pub Resource);
+
+        impl $Name {
+            /// The object kind this handle wraps.
+            pub const KIND: &'static str = $kind;
+
+            /// Bub's `TypeError` message for a provider answering something else.
+            pub const TYPE_ERROR: &'static str = $bub;
+
+            /// The handle in a provider's reply (see [`Resource::from_reply`]).
+            pub fn from_reply(reply: &Reply) -> Result<Self, String> {
+                Resource::from_reply(reply, $kind, $bub).map($Name)
+            }
+
+            /// The underlying resource.
+            pub fn resource(&self) -> &Resource {
+                &self.0
+            }
+        }
+    };
+}
+
+handle!(
+    /// A `provide_lifespan` result.
+    Lifespan, kinds::LIFESPAN, "hook.provide_lifespan must return a lifespan or None"
+);
+handle!(
+    /// The scope's tape store (`provide_tape_store`).
+    TapeStore, kinds::TAPE_STORE, "hook.provide_tape_store must return TapeStore or None"
+);
+handle!(
+    /// The scope's steering inbox (`provide_steering_inbox`).
+    SteeringInbox, kinds::STEERING_INBOX, "hook.provide_steering_inbox must return SteeringInbox or None"
+);
+handle!(
+    /// A session's environment (`provide_environment`).
+    Environment, kinds::ENVIRONMENT, "hook.provide_environment must return Environment or None"
+);
+handle!(
+    /// A channel (`provide_channels`).
+    Channel, kinds::CHANNEL, "hook.provide_channels must return a list of Channel"
+);
+handle!(
+    /// A tool (`provide_tools`).
+    Tool, kinds::TOOL, "hook.provide_tools must return a list of Tool"
+);
+handle!(
+    /// A tape sidecar (`provide_tape_sidecar`).
+    TapeSidecar, kinds::TAPE_SIDECAR, "hook.provide_tape_sidecar must return TapeSidecar"
+);
+handle!(
+    /// The agent's tape context (`build_tape_context`).
+    TapeContext, kinds::TAPE_CONTEXT, "hook.build_tape_context must return TapeContext"
+);
+handle!(
+    /// A plugin subcommand (`register_cli_commands`).
+    CliCommand, kinds::CLI_COMMAND, "hook.register_cli_commands must return a list of commands or None"
+);
+
+impl TapeStore {
+    /// Names of every tape.
+    pub async fn list_tapes(&self) -> Result<Vec<String>, ResourceError> {
+        self.0.call("list_tapes", json!({})).await
+    }
+    /// Clears a tape.
+    pub async fn reset(&self, tape: &str) -> Result<(), ResourceError> {
+        self.0.call::<Value>("reset", json!({ "tape": tape })).await.map(drop)
+    }
+    /// The entries a query selects.
+    pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, ResourceError> {
+        self.0.call("fetch_all", json!({ "query": query })).await
+    }
+    /// Appends an entry; returns it with its id.
+    pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
+        self.0.call("append", json!({ "tape": tape, "entry": entry })).await
+    }
+}
+
+impl SteeringInbox {
+    /// Queues a message for the turn of `state`.
+    pub async fn enqueue_message(&self, message: &Envelope, state: &StateMap) -> Result<(), ResourceError> {
+        self.0.call::<Value>("enqueue_message", json!({ "message": message, "state": state })).await.map(drop)
+    }
+    /// Takes the queued messages of the turn of `state`.
+    pub async fn drain_messages(&self, state: &StateMap) -> Result<Vec<Envelope>, ResourceError> {
+        self.0.call("drain_messages", json!({ "state": state })).await
+    }
+    /// Counts the queued messages of the turn of `state`.
+    pub async fn message_count(&self, state: &StateMap) -> Result<usize, ResourceError> {
+        self.0.call("message_count", json!({ "state": state })).await
+    }
+}
+
+impl Environment {
+    /// The workspace.
+    pub async fn workspace(&self) -> Result<Option<String>, ResourceError> {
+        self.0.call("workspace", json!({})).await
+    }
+    /// Reads a text file.
+    pub async fn read_text(&self, path: &str) -> Result<String, ResourceError> {
+        self.0.call("read_text", json!({ "path": path })).await
+    }
+    /// Writes a text file.
+    pub async fn write_text(&self, path: &str, content: &str) -> Result<(), ResourceError> {
+        self.0.call::<Value>("write_text", json!({ "path": path, "content": content })).await.map(drop)
+    }
+    /// Resolves a path against the workspace.
+    pub async fn resolve_path(&self, path: &str) -> Result<String, ResourceError> {
+        self.0.call("resolve_path", json!({ "path": path })).await
+    }
+    /// Runs a process.
+    pub async fn run(&self, request: &ProcessRequest) -> Result<ProcessOutput, ResourceError> {
+        self.0.call("run", json!({ "request": request })).await
+    }
+    /// Releases the environment.
+    pub async fn close(&self) -> Result<(), ResourceError> {
+        self.0.call_optional("close", json!({})).await
+    }
+}
+
+impl Channel {
+    /// The channel's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+    /// Starts it.
+    pub async fn start(&self) -> Result<(), ResourceError> {
+        self.0.call::<Value>("start", json!({})).await.map(drop)
+    }
+    /// Stops it.
+    pub async fn stop(&self) -> Result<(), ResourceError> {
+        self.0.call_optional("stop", json!({})).await
+    }
+    /// Delivers a message.
+    pub async fn send(&self, message: &Envelope) -> Result<(), ResourceError> {
+        self.0.call_optional("send", json!({ "message": message })).await
+    }
+}
+
+impl Tool {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+    /// Its spec.
+    pub async fn spec(&self) -> Result<ToolSpec, ResourceError> {
+        self.0.call("spec", json!({})).await
+    }
+    /// Runs it.
+    pub async fn call(&self, arguments: &Map<String, Value>) -> Result<Value, ResourceError> {
+        self.0.call("call", json!({ "arguments": arguments })).await
+    }
+}
+
+impl CliCommand {
+    /// The command's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+    /// Its spec.
+    pub async fn spec(&self) -> Result<CommandSpec, ResourceError> {
+        self.0.call("spec", json!({})).await
+    }
+    /// Runs it with parsed arguments.
+    pub async fn run(&self, args: &Map<String, Value>) -> Result<Value, ResourceError> {
+        self.0.call("call", json!({ "arguments": args })).await
+    }
+}
+
+impl TapeSidecar {
+    /// The sidecar's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl TapeContext {
+    /// The context's settings.
+    pub async fn describe(&self) -> Result<Value, ResourceError> {
+        self.0.call("describe", json!({})).await
+    }
+}
