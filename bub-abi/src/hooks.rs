@@ -21,7 +21,9 @@
 //! Argument kinds: `json` arguments cross as one JSON text each (serialized
 //! once per dispatch, parsed by a plugin only if it declares the parameter);
 //! `state` is the live [`TurnState`](crate::TurnState) handle; `object` is a
-//! host object handed to the plugin (the CLI app, a message handler).
+//! host object handed to the plugin (the CLI app, a message handler, the
+//! framework `on_error` may dispatch through). An `Option<Object>` argument
+//! may be absent (added after the hook; older hosts do not pass it).
 
 /// Calls `$callback! { entries… }` with every hook of this ABI version.
 ///
@@ -118,7 +120,8 @@ macro_rules! for_each_hook {
         (0 on_error OnError {
             kind: notify,
             args: [0 json stage: String, 1 json error: $crate::types::ErrorInfo,
-                   2 json message: Option<$crate::types::Envelope>],
+                   2 json message: Option<$crate::types::Envelope>,
+                   3 object framework: Option<$crate::Object>],
             returns: (),
             doc: "Observe an error; observers never stop the host.",
         })

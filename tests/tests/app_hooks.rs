@@ -50,7 +50,11 @@ fn b42_channels_deduplicated() {
         channels.iter().map(|c| (c.name().to_owned(), c.resource().plugin().to_owned())).collect();
     assert_eq!(
         got,
-        [("shared".into(), "2-high".into()), ("high-only".into(), "2-high".into()), ("low-only".into(), "1-low".into())]
+        [
+            ("shared".into(), "2-high".into()),
+            ("high-only".into(), "2-high".into()),
+            ("low-only".into(), "1-low".into())
+        ]
     );
 }
 
@@ -58,8 +62,16 @@ fn b42_channels_deduplicated() {
 #[test]
 fn b44_sidecars_deduplicated() {
     let home = Home::new();
-    home.scripted("1-low", "", json!({"provide_tape_sidecar": {"objects": named("tape_sidecar", &["shared", "low-only"])}}));
-    home.scripted("2-high", "", json!({"provide_tape_sidecar": {"objects": named("tape_sidecar", &["shared", "high-only"])}}));
+    home.scripted(
+        "1-low",
+        "",
+        json!({"provide_tape_sidecar": {"objects": named("tape_sidecar", &["shared", "low-only"])}}),
+    );
+    home.scripted(
+        "2-high",
+        "",
+        json!({"provide_tape_sidecar": {"objects": named("tape_sidecar", &["shared", "high-only"])}}),
+    );
     let sidecars = framework(&home).get_tape_sidecars().unwrap();
     let names: Vec<&str> = sidecars.iter().map(|s| s.name()).collect();
     assert_eq!(names, ["shared", "high-only", "low-only"]);
@@ -103,7 +115,13 @@ fn b49_b50_admit_message() {
         "",
         json!({"admit_message": {"trace_arg": 2, "return": {"action": "follow_up", "reason": "busy"}}}),
     );
-    let snapshot = TurnSnapshot { session_id: "s".into(), is_running: true, running_count: 1, pending_count: 1, steering_count: 0 };
+    let snapshot = TurnSnapshot {
+        session_id: "s".into(),
+        is_running: true,
+        running_count: 1,
+        pending_count: 1,
+        steering_count: 0,
+    };
     let decision = block_on(framework(&home).admit_message("s", &json!({"content": "x"}), &snapshot)).unwrap().unwrap();
     assert_eq!(decision.action, AdmitAction::FollowUp);
     assert_eq!(decision.reason.as_deref(), Some("busy"));
@@ -120,7 +138,11 @@ fn b49_b50_admit_message() {
 #[test]
 fn b51_b52_model_options() {
     let home = Home::new();
-    home.scripted("1-low", "", json!({"provide_model_options": {"return": {"models": [{"id": "low"}], "current_model": "low"}}}));
+    home.scripted(
+        "1-low",
+        "",
+        json!({"provide_model_options": {"return": {"models": [{"id": "low"}], "current_model": "low"}}}),
+    );
     home.scripted(
         "2-high",
         "",

@@ -95,9 +95,40 @@ impl<'a> ObjectArg<'a> {
         }
     }
 
-    /// Same as [`get`](Self::get); lets generated code treat every argument alike.
-    pub fn parse<T: From<Object>>(self) -> Result<T, HookError> {
-        self.get().map(T::from)
+    /// The object, or `None` for an optional object the host did not pass
+    /// (`Option<Object>`); lets generated code treat every argument alike.
+    pub fn parse<T: FromObjectArg>(self) -> Result<T, HookError> {
+        match self.call.object {
+            ROption::RSome(h) => Ok(T::from_object(Object::from_handle(h.clone()))),
+            ROption::RNone => T::absent(self.hook),
+        }
+    }
+}
+
+/// Types an object argument can be read as: [`Object`] (required) or
+/// `Option<Object>` (optional: hosts of an earlier ABI minor may not pass it).
+pub trait FromObjectArg: Sized {
+    #[doc(hidden)]
+    fn from_object(object: Object) -> Self;
+    #[doc(hidden)]
+    fn absent(hook: &'static str) -> Result<Self, HookError>;
+}
+
+impl FromObjectArg for Object {
+    fn from_object(object: Object) -> Self {
+        object
+    }
+    fn absent(hook: &'static str) -> Result<Self, HookError> {
+        Err(HookError::new("args", format!("the host passed no object to `{hook}`")))
+    }
+}
+
+impl FromObjectArg for Option<Object> {
+    fn from_object(object: Object) -> Self {
+        Some(object)
+    }
+    fn absent(_hook: &'static str) -> Result<Self, HookError> {
+        Ok(None)
     }
 }
 

@@ -46,6 +46,31 @@ thread_local! {
     static ENTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether this copy of the SDK lives in a dlopen'd plugin (its own tokio).
+/// Plugins compiled into the host (the builtin) share the host's tokio, whose
+/// thread-local guards must nest: they never keep a guard.
+static IN_CDYLIB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks this SDK copy as a cdylib's (called when a cdylib plugin initialises).
+pub(crate) fn mark_cdylib() {
+    IN_CDYLIB.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Runs `f` with the plugin runtime current: entered once per thread in a
+/// cdylib; in the host's own copy, only if no runtime is current, and
+/// scoped to the call.
+fn with_runtime<R>(rt: &'static tokio::runtime::Runtime, f: impl FnOnce() -> R) -> R {
+    if IN_CDYLIB.load(std::sync::atomic::Ordering::Relaxed) {
+        enter_once(rt);
+        return f();
+    }
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return f();
+    }
+    let _guard = rt.enter();
+    f()
+}
+
 /// Makes the plugin's runtime the current tokio handle of this thread, once.
 ///
 /// Entering on every poll costs an `Arc` clone and several thread-local
@@ -107,10 +132,14 @@ pin_project! {
             if this.inner.is_some() && *this.started {
                 // Drop inside the runtime (timers and sockets deregister
                 // there); a panicking destructor must not unwind into the host.
-                if let Ok(rt) = runtime() {
-                    enter_once(rt);
+                match runtime() {
+                    Ok(rt) => with_runtime(rt, || {
+                        let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
+                    }),
+                    Err(_) => {
+                        let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
+                    }
                 }
-                let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
             }
         }
     }
@@ -129,8 +158,7 @@ impl<T: FromPanic, F: Future<Output = T>> Future for Bridged<F> {
             Err(e) => return Poll::Ready(T::from_panic(e.message.into_string())),
         };
         *this.started = true;
-        enter_once(rt);
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+        match with_runtime(rt, || catch_unwind(AssertUnwindSafe(|| inner.poll(cx)))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => {
                 let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));

@@ -29,6 +29,7 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
         let name = args.name.as_str();
         if P::CDYLIB {
             logging::install(host, name);
+            crate::sdk::bridge::mark_cdylib();
         }
         if P::cell().get().is_some() {
             return Ok(());

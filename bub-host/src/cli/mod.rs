@@ -1,5 +1,7 @@
 //! `bub`: one file per subcommand; this file holds the shared options.
 
+mod chat;
+mod extensions;
 mod hooks;
 mod onboard;
 mod plugins;
@@ -7,8 +9,10 @@ mod run;
 
 use std::{path::PathBuf, process::ExitCode};
 
+use anyhow::Context as _;
 use bub_host::{
     discovery::{absolute, bub_home, SearchPath},
+    framework::Framework,
     install::Installer,
     Host,
 };
@@ -22,6 +26,10 @@ struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
 
+    /// The workspace the framework works in (default: the current directory).
+    #[arg(short, long, global = true, value_name = "PATH")]
+    workspace: Option<PathBuf>,
+
     /// More logs (-v info, -vv debug, -vvv trace). RUST_LOG takes precedence.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -34,9 +42,12 @@ struct Cli {
 enum Command {
     /// Process one message through the plugins (one turn) and print the outbounds.
     Run(run::RunArgs),
+    /// Chat in the terminal through the `cli` channel (Ctrl-C cancels a turn, Ctrl-D quits).
+    Chat(chat::ChatArgs),
     /// Collect the plugins' onboarding config and save it under BUB_HOME.
     Onboard(onboard::OnboardArgs),
     /// Show which plugins implement which hooks.
+    #[command(hide = true)]
     Hooks(hooks::HooksArgs),
     /// List, install, remove, enable, disable and inspect plugins.
     #[command(subcommand)]
@@ -49,6 +60,8 @@ pub struct Context {
     pub home: PathBuf,
     /// The plugin search path.
     pub search: SearchPath,
+    /// The workspace (`-w`), resolved.
+    pub workspace: PathBuf,
 }
 
 impl Context {
@@ -61,20 +74,58 @@ impl Context {
     pub fn host(&self) -> Host {
         Host::discover(&self.search)
     }
+
+    /// A framework over every plugin, in the workspace.
+    pub fn framework(&self) -> Framework {
+        Framework::new(&self.host(), &self.workspace)
+    }
 }
 
-/// Parses the command line and runs the command.
+/// Resolves the shared options. The home is exported as `BUB_HOME` so that
+/// plugins (and the builtin's tape store) see `--home` too.
+fn context(home: Option<PathBuf>, workspace: Option<PathBuf>) -> anyhow::Result<Context> {
+    let home = home.map(absolute).unwrap_or_else(bub_home);
+    // SAFETY: called on the main thread before any other thread is started
+    // (no runtime, no plugin loaded yet), so nothing reads the environment
+    // concurrently.
+    unsafe { std::env::set_var("BUB_HOME", &home) };
+    let workspace = match workspace {
+        Some(w) => std::fs::canonicalize(&w)
+            .with_context(|| format!("workspace {} not found (-w/--workspace)", w.display()))?,
+        None => std::env::current_dir().context("the current directory is not accessible")?,
+    };
+    Ok(Context { search: SearchPath::from_env(Some(&home)), home, workspace })
+}
+
+/// Parses the command line and runs the command. A subcommand `bub` does
+/// not know may be a plugin's (`register_cli_commands`): then the plugins
+/// are loaded and the command line is parsed again with theirs.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if extensions::may_be_plugin_command(&e) => return finish(extensions::run()),
+        Err(e) => e.exit(),
+    };
+    dispatch(cli)
+}
+
+/// Runs a parsed builtin command.
+fn dispatch(cli: Cli) -> ExitCode {
     init_logging(cli.verbose);
-    let home = cli.home.map(absolute).unwrap_or_else(bub_home);
-    let ctx = Context { search: SearchPath::from_env(Some(&home)), home };
-    let result = match cli.command {
+    let ctx = match context(cli.home, cli.workspace) {
+        Ok(ctx) => ctx,
+        Err(e) => return finish(Err(e)),
+    };
+    finish(match cli.command {
         Command::Run(args) => run::run(&ctx, &args),
+        Command::Chat(args) => chat::run(&ctx, &args),
         Command::Onboard(args) => onboard::run(&ctx, &args),
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),
-    };
+    })
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

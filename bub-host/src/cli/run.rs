@@ -1,9 +1,6 @@
-//! `bub run "<message>"`: one turn through the installed plugins.
-
-use std::path::PathBuf;
+//! `bub run "<message>"`: one turn, in its own `running()` scope.
 
 use anyhow::{Context as _, Result};
-use bub_host::framework::Framework;
 use serde_json::{json, Value};
 
 use super::Context;
@@ -18,29 +15,31 @@ pub struct RunArgs {
     /// The chat the message comes from.
     #[arg(long, default_value = "local")]
     chat_id: String,
+    /// Who sent it (`context.sender_id`).
+    #[arg(long, default_value = "human")]
+    sender_id: String,
     /// The session (default: "<channel>:<chat_id>").
     #[arg(long)]
     session_id: Option<String>,
-    /// The workspace (default: the current directory).
-    #[arg(short, long)]
-    workspace: Option<PathBuf>,
     /// Print the whole turn result as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
-    let workspace = match &args.workspace {
-        Some(w) => std::fs::canonicalize(w).with_context(|| format!("workspace {} not found", w.display()))?,
-        None => std::env::current_dir()?,
-    };
-    let host = ctx.host();
-    let framework = Framework::new(&host, workspace);
+    let framework = ctx.framework();
     let session = args.session_id.clone().unwrap_or_else(|| format!("{}:{}", args.channel, args.chat_id));
-    let mut inbound =
-        json!({"content": args.message, "channel": args.channel, "chat_id": args.chat_id, "session_id": session});
+    let mut inbound = json!({
+        "content": args.message,
+        "channel": args.channel,
+        "chat_id": args.chat_id,
+        "session_id": session,
+        "context": {"sender_id": args.sender_id},
+    });
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = runtime.block_on(framework.process_inbound(&mut inbound, false)).context("the turn failed")?;
+    let result = runtime
+        .block_on(framework.scoped(|fw| async move { fw.process_inbound(&mut inbound, false).await }))
+        .context("the turn failed")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(());

@@ -75,9 +75,9 @@ impl CallArgs {
         self.state = Some(state.clone());
     }
 
-    pub(crate) fn push_object(&mut self, object: &Object) {
+    pub(crate) fn push_object(&mut self, object: &impl ObjectArg) {
         self.json.push("null".to_owned());
-        self.object = Some(object.clone());
+        self.object = object.object().cloned();
     }
 
     /// Borrowed FFI views of the JSON texts.
@@ -141,3 +141,21 @@ macro_rules! gen_call_args {
     };
 }
 bub_abi::for_each_hook!(gen_call_args);
+
+/// What an `object` argument may be given as: an [`Object`] or an optional one.
+pub trait ObjectArg {
+    /// The object, if any.
+    fn object(&self) -> Option<&Object>;
+}
+
+impl ObjectArg for Object {
+    fn object(&self) -> Option<&Object> {
+        Some(self)
+    }
+}
+
+impl ObjectArg for Option<Object> {
+    fn object(&self) -> Option<&Object> {
+        self.as_ref()
+    }
+}

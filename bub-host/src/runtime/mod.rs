@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod args;
+mod host_object;
 pub mod special;
 pub mod stream;
 
@@ -294,7 +295,10 @@ impl Runtime {
     /// `notify_error`: tells every `on_error` observer; an observer's failure
     /// is logged as `hook.on_error_failed` and never propagates.
     pub async fn notify_error(&self, stage: &str, error: &ErrorInfo, message: Option<&Envelope>) {
-        let Some(args) = on_error_args(stage, error, message) else { return };
+        if !self.has(HookId::OnError) {
+            return;
+        }
+        let Some(args) = on_error_args(self, stage, error, message) else { return };
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in self.registry.impls(HookId::OnError) {
@@ -307,7 +311,10 @@ impl Runtime {
     /// `notify_error_sync`: as [`notify_error`](Self::notify_error); async
     /// observers are skipped with `hook.async_not_supported hook=on_error`.
     pub fn notify_error_sync(&self, stage: &str, error: &ErrorInfo, message: Option<&Envelope>) {
-        let Some(args) = on_error_args(stage, error, message) else { return };
+        if !self.has(HookId::OnError) {
+            return;
+        }
+        let Some(args) = on_error_args(self, stage, error, message) else { return };
         let views = args.views();
         let call = args.call(&views, DispatchMode::Sync);
         for imp in self.registry.impls(HookId::OnError) {
@@ -318,10 +325,11 @@ impl Runtime {
     }
 }
 
-fn on_error_args(stage: &str, error: &ErrorInfo, message: Option<&Envelope>) -> Option<CallArgs> {
+fn on_error_args(rt: &Runtime, stage: &str, error: &ErrorInfo, message: Option<&Envelope>) -> Option<CallArgs> {
     let stage = stage.to_owned();
     let message = message.cloned();
-    match CallArgs::on_error(&stage, error, &message) {
+    let framework = Some(host_object::FrameworkObject::object(rt));
+    match CallArgs::on_error(&stage, error, &message, &framework) {
         Ok(a) => Some(a),
         Err(e) => {
             tracing::warn!(target: "bub::hooks", "hook.on_error_failed stage={stage} adapter=<host>: arguments not serializable: {e}");

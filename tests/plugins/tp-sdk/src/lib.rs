@@ -5,10 +5,12 @@
 use std::time::Duration;
 
 use bub_abi::{
-    types::{Envelope, Prompt, StateMap},
-    BoxError, Plugin, PluginContext, TurnState,
+    resources::{Command, Fut, Tool},
+    types::{CommandArg, CommandSpec, Envelope, Prompt, StateMap, ToolSpec},
+    BoxError, Object, Plugin, PluginContext, TurnState,
 };
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 pub struct Sdk {
     name: String,
@@ -87,6 +89,59 @@ impl Plugin for Sdk {
             return Err("cannot render 'fail'".into());
         }
         Ok(Some(serde_json::json!([{"content": model_output}])))
+    }
+
+    /// A subcommand of `bub`: `bub greet NAME [--shout]`.
+    fn register_cli_commands(&self, app: Object) -> Option<Vec<Object>> {
+        Some(vec![Object::cli_command(Greet { app })])
+    }
+
+    /// A tool, written against the typed trait.
+    fn provide_tools(&self) -> Option<Vec<Object>> {
+        Some(vec![Object::tool(Upper)])
+    }
+}
+
+struct Greet {
+    app: Object,
+}
+
+impl Command for Greet {
+    fn spec(&self) -> CommandSpec {
+        CommandSpec {
+            name: "greet".into(),
+            about: "Greets someone from the workspace (tp-sdk)".into(),
+            args: vec![
+                CommandArg { name: "name".into(), help: "who".into(), required: true, ..Default::default() },
+                CommandArg { name: "shout".into(), help: "louder".into(), flag: true, ..Default::default() },
+            ],
+        }
+    }
+
+    fn run(&self, args: Map<String, Value>) -> impl Fut<Value> {
+        let app = self.app.clone();
+        async move {
+            let workspace = app.invoke("workspace", &Value::Null).await?;
+            let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+            let mut text = format!("hello {name} from {}", workspace.as_str().unwrap_or_default());
+            if args.get("shout") == Some(&Value::Bool(true)) {
+                text = text.to_uppercase();
+            }
+            Ok(Value::String(text))
+        }
+    }
+}
+
+struct Upper;
+
+impl Tool for Upper {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "upper".into(), description: "Upper-cases `text`".into(), ..Default::default() }
+    }
+
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        let text = arguments.get("text").and_then(Value::as_str).unwrap_or_default().to_uppercase();
+        async move { Ok(Value::String(text)) }
     }
 }
 

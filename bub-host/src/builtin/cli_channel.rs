@@ -1,0 +1,159 @@
+//! The builtin `cli` channel: a terminal conversation (`bub chat`).
+//!
+//! `start` runs a line editor (rustyline: editing, history in
+//! `$BUB_HOME/chat_history`) on its own thread. Each line goes to the host's
+//! message handler, which returns when the turn is over, so the prompt comes
+//! back only after the answer. Ctrl-C at the prompt clears the line; Ctrl-D
+//! (or end of input) tells the handler to `close`. Outbounds arrive through
+//! the builtin `dispatch_outbound` (the channel router) and are printed.
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::PathBuf,
+    sync::{Arc, Mutex, Weak},
+};
+
+use bub_abi::{
+    resources::{Channel, Fut},
+    types::Envelope,
+    Object,
+};
+use serde_json::{json, Value};
+
+/// The channels started by the builtin, by name: `dispatch_outbound`'s router.
+static ROUTER: Mutex<Option<HashMap<String, Weak<CliInner>>>> = Mutex::new(None);
+
+fn router() -> std::sync::MutexGuard<'static, Option<HashMap<String, Weak<CliInner>>>> {
+    ROUTER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sends `message` to the started channel it names (`output_channel`, else
+/// `channel`); false when no such channel is running (as Bub's builtin
+/// without a bound router).
+pub fn route(message: &Envelope) -> bool {
+    let name = ["output_channel", "channel"]
+        .iter()
+        .find_map(|k| message.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()));
+    let Some(name) = name else { return false };
+    let target = router().as_ref().and_then(|r| r.get(name).and_then(Weak::upgrade));
+    match target {
+        Some(channel) => {
+            channel.print(message);
+            true
+        }
+        None => false,
+    }
+}
+
+struct CliInner {
+    handler: Object,
+    history: Option<PathBuf>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl CliInner {
+    fn print(&self, message: &Envelope) {
+        let content = message.get("content").map(crate::framework::envelope::py_str).unwrap_or_default();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{content}");
+        let _ = out.flush();
+    }
+}
+
+/// `CliChannel`: Bub's `cli` channel.
+pub struct CliChannel {
+    inner: Arc<CliInner>,
+}
+
+impl CliChannel {
+    /// A channel feeding `handler`, keeping its history in `history`.
+    pub fn new(handler: Object, history: Option<PathBuf>) -> Self {
+        CliChannel { inner: Arc::new(CliInner { handler, history, thread: Mutex::new(None) }) }
+    }
+}
+
+fn read_loop(inner: Arc<CliInner>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bub chat: cannot start the input loop: {e}");
+            return;
+        }
+    };
+    let call = |method: &str, args: Value| {
+        if let Err(e) = rt.block_on(inner.handler.invoke(method, &args)) {
+            eprintln!("error: {e}");
+        }
+    };
+    let mut editor = match rustyline::DefaultEditor::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("bub chat: cannot open the terminal: {e}");
+            call("close", json!({}));
+            return;
+        }
+    };
+    if let Some(h) = &inner.history {
+        let _ = editor.load_history(h);
+    }
+    loop {
+        match editor.readline("> ") {
+            Ok(line) => {
+                let content = line.trim();
+                if content.is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(content);
+                if let Some(h) = &inner.history {
+                    let _ = editor.save_history(h);
+                }
+                let message = json!({"channel": "cli", "content": content, "context": {"sender_id": "human"}});
+                call("handle", json!({ "message": message }));
+            }
+            // Ctrl-C at the prompt: a fresh line, as a shell does.
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("bub chat: input failed: {e}");
+                break;
+            }
+        }
+    }
+    call("close", json!({}));
+}
+
+impl Channel for CliChannel {
+    fn name(&self) -> String {
+        "cli".into()
+    }
+
+    fn start(&self) -> impl Fut<()> {
+        let inner = self.inner.clone();
+        async move {
+            router().get_or_insert_with(HashMap::new).insert("cli".into(), Arc::downgrade(&inner));
+            let reader = inner.clone();
+            let thread = std::thread::Builder::new()
+                .name("bub-cli-input".into())
+                .spawn(move || read_loop(reader))
+                .map_err(|e| format!("cannot start the input thread: {e}"))?;
+            *inner.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+            Ok(())
+        }
+    }
+
+    fn stop(&self) -> impl Fut<()> {
+        let inner = self.inner.clone();
+        async move {
+            if let Some(r) = router().as_mut() {
+                r.retain(|_, w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&inner)));
+            }
+            Ok(())
+        }
+    }
+
+    fn send(&self, message: Envelope) -> impl Fut<()> {
+        self.inner.print(&message);
+        async { Ok(()) }
+    }
+}

@@ -1,0 +1,217 @@
+//! The builtin plugin, registered first as `builtin` (like Bub's).
+//!
+//! It is compiled into the host and goes through the same ABI and registry as
+//! every installed plugin, so any installed plugin can override any of its
+//! answers by priority, exactly as in Bub. It holds Bub's builtin behaviours
+//! that need no LLM:
+//!
+//! - turn: `resolve_session`, `load_state`, `build_prompt` (context prefix,
+//!   media), `save_state`, `render_outbound`, `dispatch_outbound` (to the
+//!   started channels), `on_error` (an error outbound to the user);
+//! - app: `system_prompt` (default + the workspace's `AGENTS.md`),
+//!   `continue_prompt`, `build_tape_context`, `provide_environment`
+//!   ([`environment`]), `provide_tape_store` ([`tape_store`]),
+//!   `provide_lifespan` ([`shells`]), `provide_steering_inbox` ([`inbox`]),
+//!   `provide_tape_sidecar` (`spill`), `provide_channels` ([`cli_channel`]),
+//!   `provide_tools` (`bash`).
+//!
+//! Bub's builtin also runs the LLM agent (`run_model_stream`) and its
+//! interactive onboarding; those belong to model plugins here. It has no
+//! per-host configuration: the home is `$BUB_HOME` (set by `bub --home`).
+
+pub mod cli_channel;
+pub mod environment;
+pub mod inbox;
+pub mod shells;
+pub mod tape_store;
+
+use bub_abi::{
+    abi::PluginModRef,
+    types::{Envelope, ErrorInfo, Prompt, StateMap, StreamState, TapeContextSpec},
+    BoxError, Object, Plugin, PluginContext, TurnState,
+};
+use serde_json::{json, Map, Value};
+
+use crate::framework::envelope::{content_of, default_session_id, field_of, py_str, truthy};
+
+/// The default system prompt (Bub's builtin prompt, shortened: no tools are
+/// described here; tool plugins add their own blocks).
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are Bub, a helpful assistant working in the user's workspace. \
+Answer concisely. Use the tools you are given when they help, and say what you did.";
+
+/// Bub's builtin behaviours.
+pub struct Builtin;
+
+/// `context` as one line (`k=v|k=v`), or `context_str` when given.
+fn context_line(message: &Envelope) -> String {
+    if let Some(Value::String(s)) = field_of(message, "context_str") {
+        return s.clone();
+    }
+    match field_of(message, "context") {
+        Some(Value::Object(m)) => m.iter().map(|(k, v)| format!("{k}={}", py_str(v))).collect::<Vec<_>>().join("|"),
+        _ => String::new(),
+    }
+}
+
+fn media_parts(message: &Envelope) -> Vec<Value> {
+    let Some(Value::Array(media)) = field_of(message, "media") else { return Vec::new() };
+    media
+        .iter()
+        .filter_map(|m| {
+            let kind = m.get("type").and_then(Value::as_str).unwrap_or("image");
+            let has_source = m.get("url").is_some() || m.get("data").is_some();
+            (matches!(kind, "image" | "audio" | "video") && has_source).then(|| {
+                let mut part = m.clone();
+                part["type"] = json!(kind);
+                part
+            })
+        })
+        .collect()
+}
+
+#[bub_abi::plugin]
+impl Plugin for Builtin {
+    fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
+        Ok(Builtin)
+    }
+
+    /// The envelope's `session_id`, else `<channel>:<chat_id>`.
+    fn resolve_session(&self, message: Envelope) -> Option<String> {
+        Some(default_session_id(&message))
+    }
+
+    /// The session id, for hooks that read it from the state.
+    fn load_state(&self, session_id: String) -> Option<StateMap> {
+        let mut m = Map::new();
+        m.insert("session_id".into(), Value::String(session_id));
+        Some(m)
+    }
+
+    /// The content, prefixed by the message context; media as content parts.
+    fn build_prompt(&self, message: Envelope) -> Option<Prompt> {
+        let content = content_of(&message);
+        let context = context_line(&message);
+        let text = if context.is_empty() { content } else { format!("{context}\n---\n{content}") };
+        let media = media_parts(&message);
+        if media.is_empty() {
+            return Some(Value::String(text));
+        }
+        let mut parts = vec![json!({"type": "text", "text": text})];
+        parts.extend(media);
+        Some(Value::Array(parts))
+    }
+
+    /// Nothing to persist: the tape store holds the conversation.
+    fn save_state(&self) {}
+
+    /// One outbound copying the message's addressing.
+    fn render_outbound(&self, message: Envelope, session_id: String, model_output: String) -> Option<Value> {
+        let mut out = json!({"session_id": session_id, "content": model_output});
+        for key in ["channel", "chat_id", "output_channel", "kind"] {
+            if let Some(v) = field_of(&message, key).filter(|v| truthy(v)) {
+                out[key] = v.clone();
+            }
+        }
+        Some(out)
+    }
+
+    /// To the started channel the message names; false when none runs.
+    fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
+        Some(cli_channel::route(&message))
+    }
+
+    /// An error outbound to the channel and chat the failed message came from.
+    async fn on_error(
+        &self,
+        stage: String,
+        error: ErrorInfo,
+        message: Option<Envelope>,
+        framework: Option<Object>,
+    ) -> Result<(), BoxError> {
+        let (Some(message), Some(framework)) = (message, framework) else { return Ok(()) };
+        let mut outbound = json!({
+            "kind": "error",
+            "content": format!("An error occurred at stage '{stage}': {}", error.message),
+        });
+        for key in ["channel", "chat_id", "session_id", "output_channel"] {
+            if let Some(v) = field_of(&message, key) {
+                outbound[key] = v.clone();
+            }
+        }
+        framework.invoke("dispatch_outbound", &json!({ "message": outbound })).await?;
+        Ok(())
+    }
+
+    /// The default prompt, plus the workspace's `AGENTS.md`.
+    fn system_prompt(&self, state: TurnState) -> Option<String> {
+        let mut prompt = DEFAULT_SYSTEM_PROMPT.to_owned();
+        if let Some(Value::String(ws)) = state.get_value("_runtime_workspace") {
+            if let Ok(text) = std::fs::read_to_string(std::path::Path::new(&ws).join("AGENTS.md")) {
+                if !text.trim().is_empty() {
+                    prompt.push_str(&format!("\n\n<workspace_instruction>\n{}\n</workspace_instruction>", text.trim()));
+                }
+            }
+        }
+        Some(prompt)
+    }
+
+    /// After an unfinished step (an error), ask the model to go on.
+    fn continue_prompt(&self, state: StreamState) -> Option<String> {
+        state.error.map(|e| format!("The previous step failed ({}). Continue from where you stopped.", e.message))
+    }
+
+    /// From the last anchor (Bub's default).
+    fn build_tape_context(&self) -> Option<Object> {
+        Some(Object::tape_context(TapeContextSpec::default()))
+    }
+
+    /// The local machine, rooted at the workspace.
+    fn provide_environment(&self, workspace: String) -> Option<Object> {
+        Some(Object::environment(environment::LocalEnvironment::new(workspace)))
+    }
+
+    /// JSONL files under `$BUB_HOME/tapes`.
+    fn provide_tape_store(&self) -> Option<Object> {
+        Some(Object::tape_store(tape_store::FileTapeStore::new(crate::discovery::bub_home().join("tapes"))))
+    }
+
+    /// The background shells of the scope.
+    fn provide_lifespan(&self) -> Option<Object> {
+        Some(Object::lifespan(shells::ShellLifespan::new()))
+    }
+
+    /// An in-memory inbox per scope.
+    fn provide_steering_inbox(&self) -> Option<Object> {
+        Some(Object::steering_inbox(inbox::MemoryInbox::default()))
+    }
+
+    /// Bub's `spill` sidecar (large tool outputs).
+    fn provide_tape_sidecar(&self) -> Option<Object> {
+        Some(Object::tape_sidecar("spill"))
+    }
+
+    /// The `cli` channel.
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        let history = crate::discovery::bub_home().join("chat_history");
+        Some(vec![Object::channel(cli_channel::CliChannel::new(message_handler, Some(history)))])
+    }
+
+    /// `bash`, running in the current directory (the workspace under `bub`).
+    fn provide_tools(&self) -> Option<Vec<Object>> {
+        let workspace = std::env::current_dir().unwrap_or_else(|_| ".".into());
+        Some(vec![Object::tool(shells::BashTool { workspace })])
+    }
+}
+
+bub_abi::static_plugin!(
+    Builtin,
+    fn builtin_module,
+    name = "builtin",
+    version = env!("CARGO_PKG_VERSION"),
+    description = "Bub's builtin hooks"
+);
+
+/// The builtin's root module.
+pub fn module() -> PluginModRef {
+    builtin_module()
+}

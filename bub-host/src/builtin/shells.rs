@@ -1,0 +1,245 @@
+//! Background shells owned by a `running()` scope (spec §5.3).
+//!
+//! The builtin `provide_lifespan` opens a [`ShellScope`]; the `bash` tool
+//! starts shells in the newest open one. Each shell runs `sh -c` in its own
+//! process group (stdin closed, stdout and stderr drained together), id
+//! `bash-<8 hex>`. When the scope exits: no new starts (`shell runtime is
+//! closed`), then every group gets SIGTERM, is polled every 50 ms for up to
+//! 3 s, then gets SIGKILL; output readers get 1 s more to drain.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
+
+use bub_abi::{
+    resources::{Fut, Lifespan, Tool},
+    types::{ErrorInfo, ProcessRequest, ToolSpec},
+    BoxError,
+};
+use rustix::process::Signal;
+use serde_json::{json, Map, Value};
+use tokio::io::AsyncReadExt;
+
+use super::environment::{command, signal_group};
+
+/// One background shell.
+struct Shell {
+    pid: Option<u32>,
+    output: Arc<Mutex<Vec<u8>>>,
+    status: Arc<Mutex<Option<Option<i32>>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// The shells of one scope.
+#[derive(Default)]
+pub struct ShellScope {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    closed: bool,
+    shells: HashMap<String, Shell>,
+}
+
+// The open scopes, newest last; the `bash` tool uses the newest.
+static OPEN: Mutex<Vec<Weak<ShellScope>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ShellScope {
+    /// The newest open scope.
+    pub fn current() -> Option<Arc<ShellScope>> {
+        let mut open = lock(&OPEN);
+        open.retain(|w| w.strong_count() > 0);
+        open.iter().rev().filter_map(Weak::upgrade).find(|s| !lock(&s.inner).closed)
+    }
+
+    /// Starts `cmd` in the background in `cwd`; returns its id.
+    pub fn start(&self, cmd: &str, cwd: &std::path::Path) -> Result<String, BoxError> {
+        let mut inner = lock(&self.inner);
+        if inner.closed {
+            return Err("shell runtime is closed".into());
+        }
+        let request = ProcessRequest { command: Some(cmd.to_owned()), ..Default::default() };
+        let mut child = command(&request, cwd)?.spawn().map_err(|e| format!("cannot start shell: {e}"))?;
+        let id = format!("bash-{:08x}", rand_u32());
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(Mutex::new(None));
+        let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let pid = child.id();
+        let (o, s) = (output.clone(), status.clone());
+        let reader = tokio::spawn(async move {
+            let (mut a, mut b) = ([0u8; 4096], [0u8; 4096]);
+            let (mut out_open, mut err_open) = (true, true);
+            while out_open || err_open {
+                tokio::select! {
+                    n = out.read(&mut a), if out_open => match n {
+                        Ok(0) | Err(_) => out_open = false,
+                        Ok(n) => lock(&o).extend_from_slice(&a[..n]),
+                    },
+                    n = err.read(&mut b), if err_open => match n {
+                        Ok(0) | Err(_) => err_open = false,
+                        Ok(n) => lock(&o).extend_from_slice(&b[..n]),
+                    },
+                }
+            }
+            let code = child.wait().await.ok().and_then(|st| st.code());
+            *lock(&s) = Some(code);
+        });
+        inner.shells.insert(id.clone(), Shell { pid, output, status, reader });
+        Ok(id)
+    }
+
+    /// A shell's output so far and its exit code (outer None: still running).
+    pub fn output(&self, id: &str) -> Result<(String, Option<Option<i32>>), BoxError> {
+        let inner = lock(&self.inner);
+        let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+        let text = String::from_utf8_lossy(&lock(&shell.output)).into_owned();
+        let status = *lock(&shell.status);
+        Ok((text, status))
+    }
+
+    /// Closes the scope: no new starts, every group terminated.
+    pub async fn close(&self) {
+        let shells: Vec<Shell> = {
+            let mut inner = lock(&self.inner);
+            inner.closed = true;
+            inner.shells.drain().map(|(_, s)| s).collect()
+        };
+        for s in &shells {
+            if let Some(pid) = s.pid {
+                signal_group(pid, Signal::TERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let alive: Vec<&Shell> = shells.iter().filter(|s| s.pid.is_some_and(group_alive)).collect();
+            if alive.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for s in alive {
+                    signal_group(s.pid.expect("alive"), Signal::KILL);
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for s in shells {
+            let mut reader = s.reader;
+            if tokio::time::timeout(Duration::from_secs(1), &mut reader).await.is_err() {
+                reader.abort();
+            }
+        }
+    }
+}
+
+/// Whether any process of the group led by `pid` is alive (signal 0).
+fn group_alive(pid: u32) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else { return false };
+    rustix::process::test_kill_process_group(pid).is_ok()
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish() as u32
+}
+
+/// The builtin lifespan: a shell scope per `running()` scope.
+pub struct ShellLifespan {
+    scope: Arc<ShellScope>,
+}
+
+impl ShellLifespan {
+    /// A lifespan with a fresh shell scope.
+    pub fn new() -> Self {
+        ShellLifespan { scope: Arc::new(ShellScope::default()) }
+    }
+}
+
+impl Default for ShellLifespan {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Lifespan for ShellLifespan {
+    fn enter(&self) -> impl Fut<()> {
+        lock(&OPEN).push(Arc::downgrade(&self.scope));
+        async { Ok(()) }
+    }
+
+    fn exit(&self, _error: Option<ErrorInfo>) -> impl Fut<()> {
+        let scope = self.scope.clone();
+        async move {
+            scope.close().await;
+            lock(&OPEN).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&scope)));
+            Ok(())
+        }
+    }
+}
+
+/// The `bash` tool: run a command in the workspace. `background: true` (or a
+/// foreground run outliving `timeout_ms`) leaves it running in the scope's
+/// shells and returns its id; `shell_id` reads a shell's output.
+pub struct BashTool {
+    /// Where commands run.
+    pub workspace: std::path::PathBuf,
+}
+
+impl Tool for BashTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "bash".into(),
+            description: "Run a shell command in the workspace; long runs continue in the background.".into(),
+            parameters: serde_json::from_value(json!({
+                "type": "object",
+                "properties": {
+                    "cmd": {"type": "string"},
+                    "background": {"type": "boolean"},
+                    "timeout_ms": {"type": "integer"},
+                    "shell_id": {"type": "string"}
+                }
+            }))
+            .unwrap_or_default(),
+            exposure: "auto".into(),
+        }
+    }
+
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        let workspace = self.workspace.clone();
+        async move {
+            let scope = ShellScope::current().ok_or("shell runtime is closed (no running() scope is open)")?;
+            if let Some(id) = arguments.get("shell_id").and_then(Value::as_str) {
+                let (output, status) = scope.output(id)?;
+                return Ok(
+                    json!({"shell_id": id, "output": output, "running": status.is_none(), "returncode": status.flatten()}),
+                );
+            }
+            let cmd = arguments.get("cmd").and_then(Value::as_str).ok_or("`cmd` is required")?;
+            let id = scope.start(cmd, &workspace)?;
+            if arguments.get("background").and_then(Value::as_bool) == Some(true) {
+                return Ok(json!({"shell_id": id, "running": true}));
+            }
+            let timeout = arguments.get("timeout_ms").and_then(Value::as_u64).unwrap_or(30_000);
+            let deadline = Instant::now() + Duration::from_millis(timeout);
+            loop {
+                let (output, status) = scope.output(&id)?;
+                if let Some(code) = status {
+                    return Ok(json!({"shell_id": id, "output": output, "running": false, "returncode": code}));
+                }
+                if Instant::now() >= deadline {
+                    return Ok(json!({"shell_id": id, "output": output, "running": true}));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The builtin tape store: one append-only JSONL file per tape under
+//! `$BUB_HOME/tapes`.
+//!
+//! Durability is the point: `append` returns only after the line is written
+//! and `fsync`ed, so an entry the agent saw stored survives a crash. A crash
+//! mid-write leaves at most a torn last line; reading skips it (with a
+//! warning) and the next append starts on a fresh line, so a torn tail is
+//! never fatal and never glues two entries together.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, Write},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use bub_abi::{
+    resources::{Fut, TapeStore},
+    types::{TapeEntry, TapeQuery},
+    BoxError,
+};
+use tokio::sync::Mutex;
+
+/// Tapes as JSONL files in one folder.
+#[derive(Clone)]
+pub struct FileTapeStore {
+    dir: PathBuf,
+    // Last id per tape, loaded on first append; the lock also serializes
+    // appends, so ids are unique and lines never interleave.
+    last_ids: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl FileTapeStore {
+    /// A store in `dir` (created on first append).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FileTapeStore { dir: dir.into(), last_ids: Default::default() }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, tape: &str) -> Result<PathBuf, BoxError> {
+        let valid = !tape.is_empty()
+            && tape != "."
+            && tape != ".."
+            && !tape.contains(['/', '\\', '\0'])
+            && !tape.starts_with('.');
+        if !valid {
+            return Err(format!("invalid tape name {tape:?}: use letters, digits, `_`, `-` and `.` (no `/`)").into());
+        }
+        Ok(self.dir.join(format!("{tape}.jsonl")))
+    }
+
+    /// Every readable entry of `tape`, in order; a torn or corrupt line is
+    /// skipped with a warning.
+    pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
+        let path = self.path(tape)?;
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot read tape {}: {e}", path.display()).into()),
+        };
+        let mut out = Vec::new();
+        for (n, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+            let line = line.map_err(|e| format!("cannot read tape {}: {e}", path.display()))?;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<TapeEntry>(&line) {
+                Ok(entry) => out.push(entry),
+                Err(e) => tracing::warn!(
+                    target: "bub::tape",
+                    "skipping unreadable line {} of {} (a torn write?): {e}",
+                    n + 1,
+                    path.display()
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    fn append_blocking(&self, path: &Path, line: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(path)?;
+        // A torn last line (no newline) must not swallow this entry.
+        let len = file.metadata()?.len();
+        let mut buf = Vec::with_capacity(line.len() + 2);
+        if len > 0 {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::Start(len - 1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                buf.push(b'\n');
+            }
+        }
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+        file.write_all(&buf)?;
+        file.sync_data()
+    }
+}
+
+fn now_iso() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
+    let is_anchor = |e: &TapeEntry, name: Option<&str>| {
+        e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
+    };
+    let start = if query.last_anchor {
+        entries.iter().rposition(|e| is_anchor(e, None)).map_or(0, |i| i + 1)
+    } else if let Some(name) = &query.after_anchor {
+        entries.iter().rposition(|e| is_anchor(e, Some(name))).map_or(0, |i| i + 1)
+    } else {
+        0
+    };
+    let mut out: Vec<TapeEntry> = entries
+        .into_iter()
+        .skip(start)
+        .filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind))
+        .filter(|e| {
+            query.query.as_ref().is_none_or(|q| serde_json::Value::Object(e.payload.clone()).to_string().contains(q))
+        })
+        .collect();
+    if let Some(limit) = query.limit {
+        let skip = out.len().saturating_sub(limit);
+        out.drain(..skip);
+    }
+    out
+}
+
+impl TapeStore for FileTapeStore {
+    fn list_tapes(&self) -> impl Fut<Vec<String>> {
+        let dir = self.dir.clone();
+        async move {
+            let mut names = Vec::new();
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
+                Err(e) => return Err(format!("cannot list tapes in {}: {e}", dir.display()).into()),
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(tape) = name.strip_suffix(".jsonl") {
+                    names.push(tape.to_owned());
+                }
+            }
+            names.sort();
+            Ok(names)
+        }
+    }
+
+    fn reset(&self, tape: String) -> impl Fut<()> {
+        let this = self.clone();
+        async move {
+            let path = this.path(&tape)?;
+            let mut ids = this.last_ids.lock().await;
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot reset tape {}: {e}", path.display()).into()),
+            }
+            ids.insert(tape, 0);
+            Ok(())
+        }
+    }
+
+    fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
+        let this = self.clone();
+        async move { Ok(select(this.read(&query.tape)?, &query)) }
+    }
+
+    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+        let this = self.clone();
+        async move {
+            let path = this.path(&tape)?;
+            let mut ids = this.last_ids.lock().await;
+            let last = match ids.get(&tape) {
+                Some(id) => *id,
+                None => this.read(&tape)?.iter().map(|e| e.id).max().unwrap_or(0),
+            };
+            entry.id = last + 1;
+            if entry.date.is_empty() {
+                entry.date = now_iso();
+            }
+            let line = serde_json::to_vec(&entry)?;
+            this.append_blocking(&path, &line).map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
+            ids.insert(tape, entry.id);
+            Ok(entry)
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `bub chat [PROMPT]`: a conversation through the `cli` channel, with one
+//! `running()` scope open for the whole session.
+//!
+//! The host is the channel's message handler: each message the channel
+//! reads becomes a streamed turn; the channel waits for it to finish before
+//! prompting again. Ctrl-C during a turn cancels the turn (the scope and the
+//! session go on); Ctrl-D at the prompt ends the session.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use bub_abi::{HookError, Object, ObjectFuture, ObjectImpl};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::Context;
+
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// A first message, sent before the prompt appears.
+    initial_prompt: Option<String>,
+    /// The chat id of the conversation.
+    #[arg(long, default_value = "local")]
+    chat_id: String,
+    /// The session (default: "cli:<chat_id>").
+    #[arg(long)]
+    session_id: Option<String>,
+}
+
+enum Event {
+    Message(Value, oneshot::Sender<()>),
+    Close,
+}
+
+/// The message handler handed to `provide_channels`: `handle {message}`
+/// returns when the turn is over; `close {}` ends the chat.
+struct Handler(mpsc::UnboundedSender<Event>);
+
+impl ObjectImpl for Handler {
+    fn kind(&self) -> &str {
+        bub_abi::resources::kinds::MESSAGE_HANDLER
+    }
+
+    fn invoke(&self, method: &str, args: Value) -> ObjectFuture {
+        let tx = self.0.clone();
+        match method {
+            "handle" => Box::pin(async move {
+                let (done, finished) = oneshot::channel();
+                let message = args.get("message").cloned().unwrap_or(Value::Null);
+                tx.send(Event::Message(message, done)).map_err(|_| HookError::plugin("the chat has ended"))?;
+                let _ = finished.await;
+                Ok(Value::Null)
+            }),
+            "close" => Box::pin(async move {
+                let _ = tx.send(Event::Close);
+                Ok(Value::Null)
+            }),
+            other => {
+                let msg = format!("the message handler has no method `{other}` (it has: handle, close)");
+                Box::pin(async move { Err(HookError::new(bub_abi::resources::UNSUPPORTED, msg)) })
+            }
+        }
+    }
+}
+
+pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
+    let framework = ctx.framework();
+    let session = args.session_id.clone().unwrap_or_else(|| format!("cli:{}", args.chat_id));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        // Ctrl-C: from now on SIGINT cancels the running turn instead of
+        // killing bub. At the prompt the line editor sees Ctrl-C itself.
+        let interrupted = Arc::new(Notify::new());
+        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let notify = interrupted.clone();
+        tokio::spawn(async move {
+            while sigint.recv().await.is_some() {
+                notify.notify_waiters();
+            }
+        });
+
+        let scope = framework.running().await?;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let handler = Object::new(Handler(tx.clone()));
+        let body = async {
+            let channels = framework.get_channels(&handler)?;
+            let Some(cli) = channels.into_iter().find(|c| c.name() == "cli") else {
+                bail!("CLI channel not found. Please check your hook implementations.");
+            };
+            cli.start().await?;
+            if let Some(prompt) = &args.initial_prompt {
+                let (done, _) = oneshot::channel();
+                let _ = tx.send(Event::Message(json!({"channel": "cli", "content": prompt}), done));
+            }
+            while let Some(event) = rx.recv().await {
+                let Event::Message(mut message, done) = event else { break };
+                if let Value::Object(m) = &mut message {
+                    m.entry("chat_id").or_insert_with(|| json!(args.chat_id));
+                    m.entry("session_id").or_insert_with(|| json!(session));
+                }
+                let cancelled = interrupted.notified();
+                tokio::select! {
+                    // A failed turn was already reported (on_error → the channel).
+                    r = framework.process_inbound(&mut message, true) => if let Err(e) = r {
+                        tracing::debug!(target: "bub::chat", "turn failed: {e}");
+                    },
+                    _ = cancelled => eprintln!("^C turn cancelled"),
+                }
+                let _ = done.send(());
+            }
+            cli.stop().await?;
+            Ok(())
+        };
+        let result: Result<()> = body.await;
+        let error = result.as_ref().err().map(|e| bub_abi::types::ErrorInfo {
+            kind: "error".into(),
+            message: format!("{e:#}"),
+            details: None,
+        });
+        let exit = scope.exit(error.as_ref()).await;
+        result?;
+        exit?;
+        Ok(())
+    })
+}
