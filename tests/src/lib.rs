@@ -178,8 +178,14 @@ impl Home {
         SearchPath::new(self.path(), None)
     }
 
-    /// A host over this home: builtin, then the installed plugins.
+    /// A host over this home's installed plugins only: dispatch tests must
+    /// not see the builtin's answers.
     pub fn host(&self) -> Host {
+        bub_host::HostBuilder::new().discovered(&self.search()).build()
+    }
+
+    /// A host as `bub` builds it: the builtin, then the installed plugins.
+    pub fn host_with_builtin(&self) -> Host {
         Host::discover(&self.search())
     }
 }

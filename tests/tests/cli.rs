@@ -28,7 +28,7 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 27, "the scripted plugin implements every hook:\n{out}");
-    assert!(lines.contains(&"resolve_session: d, a, b, c"), "{out}");
+    assert!(lines.contains(&"resolve_session: d, builtin, a, b, c"), "{out}");
     let mut sorted = lines.clone();
     sorted.sort();
     assert_eq!(lines, sorted);
@@ -36,7 +36,7 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
     let (json_out, _, ok) = bub(&home, &["hooks", "--json"]);
     assert!(ok);
     let v: Value = serde_json::from_str(&json_out).unwrap();
-    assert_eq!(v["resolve_session"], json!(["d", "a", "b", "c"]));
+    assert_eq!(v["resolve_session"], json!(["d", "builtin", "a", "b", "c"]));
 
     let (order, _, ok) = bub(&home, &["hooks", "--call-order"]);
     assert!(ok);
@@ -44,7 +44,7 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
         order
             .lines()
             .any(|l| l
-                == "resolve_session: c [tryfirst, sync] -> b [normal, sync] -> a [normal, sync] -> d [trylast, sync]"),
+                == "resolve_session: c [tryfirst, sync] -> b [normal, sync] -> a [normal, sync] -> builtin [normal, sync] -> d [trylast, sync]"),
         "{order}"
     );
     let (order_json, _, _) = bub(&home, &["hooks", "--call-order", "--json"]);
@@ -52,15 +52,42 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
     assert_eq!(v["resolve_session"][0], json!({"plugin": "c", "marker": "tryfirst", "async": false}));
 }
 
-/// No implementations: Bub's exact line.
+/// Behaviour 93: with only the builtin, one `<hook>: builtin` line per hook
+/// it implements (ours: Bub's 22 minus the LLM agent's `run_model_stream`,
+/// the interception hooks it leaves empty, `register_cli_commands` and
+/// onboarding and model options, which need Bub's settings; plus
+/// `continue_prompt` and `provide_tools`); `bub hooks` is hidden from help.
 #[test]
-fn bub_hooks_without_implementations() {
+fn b93_bub_hooks_with_only_the_builtin() {
     let home = Home::new();
     let (out, _, ok) = bub(&home, &["hooks"]);
     assert!(ok);
-    assert_eq!(out, "(no hook implementations)\n");
-    let (out, _, _) = bub(&home, &["hooks", "--json"]);
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!({}));
+    let expected = [
+        "build_prompt",
+        "build_tape_context",
+        "continue_prompt",
+        "dispatch_outbound",
+        "load_state",
+        "on_error",
+        "provide_channels",
+        "provide_environment",
+        "provide_lifespan",
+        "provide_steering_inbox",
+        "provide_tape_sidecar",
+        "provide_tape_store",
+        "provide_tools",
+        "render_outbound",
+        "resolve_session",
+        "save_state",
+        "system_prompt",
+    ];
+    let lines: Vec<String> = expected.iter().map(|h| format!("{h}: builtin")).collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), lines);
+    let (help, _, _) = bub(&home, &["--help"]);
+    for command in ["run", "chat", "onboard", "plugins"] {
+        assert!(help.contains(&format!("  {command} ")), "{help}");
+    }
+    assert!(!help.contains("  hooks "), "{help}");
 }
 
 /// `bub plugins list` shows every plugin in registration order, with
@@ -127,17 +154,43 @@ fn b94_bub_run_prints_outbounds() {
     home.install("echo", &lib("echo-model"), json!({}));
     let (out, err, ok) = bub(&home, &["run", "hello"]);
     assert!(ok, "{err}");
-    assert_eq!(out, "[cli:local]\necho: hello\n");
+    // The builtin's build_prompt prefixes the message context (Bub's `context_str`).
+    assert_eq!(out, "[cli:local]\necho: sender_id=human\n---\nhello\n");
     let (out, _, ok) = bub(&home, &["run", "hi", "--channel", "tg", "--chat-id", "7", "--json"]);
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((v["session_id"].as_str(), v["model_output"].as_str()), (Some("tg:7"), Some("echo: hi")));
+    assert_eq!(
+        (v["session_id"].as_str(), v["model_output"].as_str()),
+        (Some("tg:7"), Some("echo: sender_id=human\n---\nhi"))
+    );
 
     // A failing turn exits non-zero with the reason.
     let failing = Home::new();
     failing.scripted("bad", "", json!({"build_prompt": {"error": "cannot build"}}));
     let (_, err, ok) = bub(&failing, &["run", "x"]);
     assert!(!ok && err.contains("the turn failed") && err.contains("cannot build"), "{err}");
+}
+
+/// Behaviour 41 and `register_cli_commands`: a plugin adds `bub greet`;
+/// clap parses its arguments; it sees the resolved `-w` workspace.
+#[test]
+fn b41_plugin_subcommand() {
+    let home = Home::new();
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    let ws = tempfile::tempdir().unwrap();
+    let ws_arg = ws.path().join(".").display().to_string();
+    let (out, err, ok) = bub(&home, &["-w", &ws_arg, "greet", "ann"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("hello ann from {}\n", ws.path().canonicalize().unwrap().display()));
+    let (out, _, ok) = bub(&home, &["greet", "--shout", "ann"]);
+    assert!(ok && out.starts_with("HELLO ANN FROM"), "{out}");
+    let (help, _, _) = bub(&home, &["--help"]);
+    assert!(help.contains("greet    Greets someone from the workspace (tp-sdk)"), "{help}");
+    let (_, err, ok) = bub(&home, &["greet"]);
+    assert!(!ok && err.contains("<name>"), "{err}");
+    // Without the plugin, the command does not exist.
+    let (_, err, ok) = bub(&Home::new(), &["greet", "ann"]);
+    assert!(!ok && err.contains("unrecognized subcommand 'greet'"), "{err}");
 }
 
 /// `bub onboard`: fragments merged low priority first into the existing

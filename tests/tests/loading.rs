@@ -38,7 +38,7 @@ fn host_survives_every_broken_input() {
     home.install("g-init-panic", &lib("tp-scripted"), json!({"init": "panic"}));
     home.scripted("z-good", "", json!({"resolve_session": {"return": "good"}}));
 
-    let host = home.host();
+    let host = home.host_with_builtin();
     let names: Vec<&str> = host.registry().plugins().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,

@@ -65,6 +65,11 @@ impl ShellScope {
         if inner.closed {
             return Err("shell runtime is closed".into());
         }
+        // A shell outlives the call that starts it, so its pipes and reader
+        // belong to the SDK's long-lived runtime, not to whichever runtime
+        // polled the `bash` call (it may be gone by the time output comes).
+        let rt = bub_abi::sdk::bridge::runtime()?;
+        let _entered = rt.enter();
         let request = ProcessRequest { command: Some(cmd.to_owned()), ..Default::default() };
         let mut child = command(&request, cwd)?.spawn().map_err(|e| format!("cannot start shell: {e}"))?;
         let id = format!("bash-{:08x}", rand_u32());
@@ -73,7 +78,7 @@ impl ShellScope {
         let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
         let pid = child.id();
         let (o, s) = (output.clone(), status.clone());
-        let reader = tokio::spawn(async move {
+        let reader = rt.spawn(async move {
             let (mut a, mut b) = ([0u8; 4096], [0u8; 4096]);
             let (mut out_open, mut err_open) = (true, true);
             while out_open || err_open {

@@ -1,0 +1,208 @@
+//! The builtin plugin's behaviours (spec §7 "Builtin defaults", §4.10–4.11,
+//! behaviour 92), through the framework and the real registry.
+//!
+//! The builtin has no per-host configuration: its tape store lives under
+//! `$BUB_HOME`, set once for this test binary.
+
+use std::sync::OnceLock;
+
+use bub_abi::{
+    types::{ErrorInfo, ProcessRequest, TapeEntry, TapeQuery},
+    TurnState,
+};
+use bub_host::{framework::Framework, HostBuilder};
+use bub_tests::{block_on, Home};
+use serde_json::{json, Map, Value};
+
+fn bub_home() -> &'static std::path::Path {
+    static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: set once, before any framework of this binary reads it.
+        unsafe { std::env::set_var("BUB_HOME", dir.path()) };
+        dir
+    })
+    .path()
+}
+
+/// A framework with the builtin first, then `home`'s plugins, in `workspace`.
+fn framework(home: &Home, workspace: &std::path::Path) -> Framework {
+    bub_home();
+    Framework::new(&HostBuilder::new().builtin().discovered(&home.search()).build(), workspace)
+}
+
+fn entry(kind: &str, payload: Value) -> TapeEntry {
+    TapeEntry { kind: kind.into(), payload: serde_json::from_value(payload).unwrap(), ..Default::default() }
+}
+
+/// The tape store: ids from 1, durable across store instances, queries,
+/// a torn last line skipped and never glued to the next entry.
+#[test]
+fn tape_store_appends_durably_and_survives_a_torn_line() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let fw = framework(&home, ws.path());
+    block_on(fw.scoped(|fw| async move {
+        let store = fw.get_tape_store().expect("the builtin provides a store");
+        let a = store.append("t1", &entry("message", json!({"content": "one"}))).await?;
+        let b = store.append("t1", &entry("anchor", json!({"name": "a1"}))).await?;
+        let c = store.append("t1", &entry("message", json!({"content": "two"}))).await?;
+        assert_eq!((a.id, b.id, c.id), (1, 2, 3));
+        assert!(!a.date.is_empty());
+        let after = store.fetch_all(&TapeQuery { tape: "t1".into(), last_anchor: true, ..Default::default() }).await?;
+        assert_eq!(after.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
+        let kinds =
+            TapeQuery { tape: "t1".into(), kinds: vec!["message".into()], limit: Some(1), ..Default::default() };
+        assert_eq!(store.fetch_all(&kinds).await?[0].payload["content"], "two");
+        assert!(store.list_tapes().await?.contains(&"t1".to_owned()));
+        let bad = store.append("../escape", &entry("message", json!({}))).await;
+        assert!(bad.unwrap_err().to_string().contains("invalid tape name"));
+        Ok(())
+    }))
+    .unwrap();
+
+    // A crash mid-write: a torn last line.
+    let file = bub_home().join("tapes/t1.jsonl");
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str("{\"id\":4,\"kind\":\"mess");
+    std::fs::write(&file, text).unwrap();
+
+    // A new scope (a new store instance) reads what was durable and goes on.
+    block_on(fw.scoped(|fw| async move {
+        let store = fw.get_tape_store().unwrap();
+        let all = store.fetch_all(&TapeQuery { tape: "t1".into(), ..Default::default() }).await?;
+        assert_eq!(all.len(), 3);
+        let d = store.append("t1", &entry("message", json!({"content": "after the crash"}))).await?;
+        assert_eq!(d.id, 4);
+        let all = store.fetch_all(&TapeQuery { tape: "t1".into(), ..Default::default() }).await?;
+        assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        store.reset("t1").await?;
+        assert!(store.fetch_all(&TapeQuery { tape: "t1".into(), ..Default::default() }).await?.is_empty());
+        Ok(())
+    }))
+    .unwrap();
+    // Outside a scope there is no store.
+    assert!(fw.get_tape_store().is_none());
+}
+
+/// The local environment: files inside the workspace only; processes in
+/// their own process group; a timeout kills the group.
+#[test]
+fn local_environment() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let fw = framework(&home, ws.path());
+    let ws_path = ws.path().to_path_buf();
+    block_on(fw.scoped(|fw| async move {
+        let env = fw.get_environment("s").await?.expect("the builtin provides an environment");
+        env.write_text("notes/a.txt", "hi").await?;
+        assert_eq!(std::fs::read_to_string(ws_path.join("notes/a.txt")).unwrap(), "hi");
+        assert_eq!(env.read_text("notes/a.txt").await?, "hi");
+        let err = env.read_text("../../etc/passwd").await.unwrap_err();
+        assert!(err.to_string().contains("outside the workspace"), "{err}");
+        let run = |command: &str, timeout_ms| ProcessRequest {
+            command: Some(command.into()),
+            timeout_ms,
+            ..Default::default()
+        };
+        let out = env.run(&run("echo $$; ps -o pgid= -p $$; pwd", None)).await?;
+        let lines: Vec<&str> = out.stdout.lines().map(str::trim).collect();
+        assert_eq!(lines[0], lines[1], "the process leads its own group: {out:?}");
+        assert_eq!(std::path::Path::new(lines[2]).canonicalize().unwrap(), ws_path.canonicalize().unwrap());
+        let slow = env.run(&run("sleep 30", Some(200))).await?;
+        assert!(slow.timed_out && slow.returncode.is_none());
+        Ok(())
+    }))
+    .unwrap();
+}
+
+/// Behaviour 92: on_error sends one error outbound through dispatch_outbound.
+#[test]
+fn b92_on_error_dispatches_an_error_outbound() {
+    let home = Home::new();
+    home.scripted("spy", "", json!({"dispatch_outbound": {"trace_arg": 0}}));
+    let ws = tempfile::tempdir().unwrap();
+    let fw = framework(&home, ws.path());
+    let error = ErrorInfo { kind: "RuntimeError".into(), message: "bad".into(), details: None };
+    block_on(fw.runtime().notify_error("turn", &error, Some(&json!({"channel": "cli", "chat_id": "room"}))));
+    let calls: Vec<Value> = home
+        .trace()
+        .iter()
+        .filter_map(|l| l.strip_prefix("spy:dispatch_outbound:"))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["kind"], "error");
+    assert_eq!(calls[0]["content"], "An error occurred at stage 'turn': bad");
+    assert_eq!((calls[0]["channel"].as_str(), calls[0]["chat_id"].as_str()), (Some("cli"), Some("room")));
+    // No message: nothing to address, nothing sent.
+    home.clear_trace();
+    block_on(fw.runtime().notify_error("turn", &error, None));
+    assert!(!home.trace().iter().any(|l| l.starts_with("spy:dispatch_outbound")));
+}
+
+/// The turn with the builtin only: context prefix, one outbound copying the
+/// addressing, the session in the state, the no-model fallback.
+#[test]
+fn builtin_turn() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let fw = framework(&home, ws.path());
+    let mut inbound = json!({"channel": "cli", "chat_id": "c1", "content": "hi", "context": {"sender_id": "human"}});
+    let r = block_on(fw.process_inbound(&mut inbound, false)).unwrap();
+    assert_eq!(r.session_id, "cli:c1");
+    assert_eq!(r.model_output, "sender_id=human\n---\nhi");
+    assert_eq!(r.state["session_id"], "cli:c1");
+    assert_eq!(
+        r.outbounds,
+        [json!({"session_id": "cli:c1", "content": r.model_output, "channel": "cli", "chat_id": "c1"})]
+    );
+
+    // Media become content parts.
+    let mut inbound = json!({"content": "look", "media": [{"type": "image", "url": "https://x/y.png"}]});
+    let r = block_on(fw.process_inbound(&mut inbound, false)).unwrap();
+    assert_eq!(r.prompt, [json!("look"), json!({"type": "image", "url": "https://x/y.png"})]);
+}
+
+/// The system prompt: the default, plus the workspace's AGENTS.md.
+#[test]
+fn system_prompt_reads_agents_md() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("AGENTS.md"), "Always answer in French.").unwrap();
+    let fw = framework(&home, ws.path());
+    let mut state = Map::new();
+    state.insert("_runtime_workspace".into(), json!(ws.path().display().to_string()));
+    let prompt = fw.system_prompt(&json!("hi"), &TurnState::from_map(state)).unwrap();
+    assert!(prompt.starts_with(bub_host::builtin::DEFAULT_SYSTEM_PROMPT));
+    assert!(
+        prompt.ends_with("<workspace_instruction>\nAlways answer in French.\n</workspace_instruction>"),
+        "{prompt}"
+    );
+}
+
+/// Steering: the builtin inbox keys messages by session, FIFO, drained once.
+#[test]
+fn steering_inbox() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let fw = framework(&home, ws.path());
+    assert!(!block_on(fw.steer_message(json!({"content": "x"}), "s1", &mut Map::new(), None)).unwrap());
+    block_on(fw.scoped(|fw| async move {
+        let mut state = Map::new();
+        assert!(fw.steer_message(json!({"content": "first"}), "user/s1", &mut state, Some("urgent")).await?);
+        assert!(fw.steer_message(json!({"content": "second"}), "user/s1", &mut state, None).await?);
+        let mut other = Map::new();
+        fw.steer_message(json!({"content": "elsewhere"}), "other", &mut other, None).await?;
+        let inbox = fw.get_steering_inbox().unwrap();
+        assert_eq!(inbox.message_count(&state).await?, 2);
+        let drained = inbox.drain_messages(&state).await?;
+        assert_eq!(drained[0]["content"], "first");
+        assert_eq!(drained[0]["context"]["steering_reason"], "urgent");
+        assert_eq!(drained[1]["content"], "second");
+        assert_eq!(inbox.message_count(&state).await?, 0);
+        assert_eq!(inbox.message_count(&other).await?, 1);
+        Ok(())
+    }))
+    .unwrap();
+}

@@ -1,0 +1,59 @@
+//! Behaviour 64: background shells belong to the `running()` scope that
+//! started them. (Its own test binary: the builtin's `bash` tool uses the
+//! newest open scope of the process, and other tests open scopes too.)
+
+use bub_host::{framework::Framework, HostBuilder};
+use bub_tests::block_on;
+use serde_json::{json, Map, Value};
+
+fn bash(fw: &Framework, args: Value) -> Result<Value, String> {
+    let tools = fw.get_tools().unwrap();
+    let tool = tools.iter().find(|t| t.name() == "bash").expect("the builtin provides bash");
+    let args: Map<String, Value> = serde_json::from_value(args).unwrap();
+    block_on(tool.call(&args)).map_err(|e| e.to_string())
+}
+
+/// Running (a zombie waiting for a reaper that may not exist here is not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn b64_scope_exit_terminates_shells() {
+    let ws = tempfile::tempdir().unwrap();
+    let fw = Framework::new(&HostBuilder::new().builtin().build(), ws.path());
+    let scope = block_on(fw.running()).unwrap();
+
+    // Foreground: runs to completion.
+    let out = bash(&fw, json!({"cmd": "echo hi"})).unwrap();
+    assert_eq!((out["output"].as_str(), out["returncode"].as_i64()), (Some("hi\n"), Some(0)));
+
+    // Background: a shell ignoring SIGTERM, and its child, in one group.
+    let started =
+        bash(&fw, json!({"cmd": "trap '' TERM; echo $$; sleep 60 & echo $!; wait", "background": true})).unwrap();
+    let id = started["shell_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("bash-") && id.len() == 13, "{id}");
+    let pids: Vec<i32> = loop {
+        let out = bash(&fw, json!({"shell_id": id})).unwrap();
+        let pids: Vec<i32> = out["output"].as_str().unwrap().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() == 2 {
+            break pids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    let t = std::time::Instant::now();
+    block_on(scope.exit(None)).unwrap();
+    // SIGTERM was ignored by the shell: SIGKILL after the 3 s grace period.
+    assert!(t.elapsed() >= std::time::Duration::from_secs(3), "{:?}", t.elapsed());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(pids.iter().all(|p| !alive(*p)), "every process of the group is gone");
+
+    // New starts fail once the scope is closed.
+    let err = bash(&fw, json!({"cmd": "echo late"})).unwrap_err();
+    assert!(err.contains("shell runtime is closed"), "{err}");
+}
