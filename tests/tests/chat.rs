@@ -1,0 +1,157 @@
+//! `bub chat` driven as a user would, through a pseudo-terminal: line
+//! editing, a streamed turn, Ctrl-C at the prompt and during a turn, Ctrl-D
+//! to quit, history kept in `$BUB_HOME/chat_history`.
+
+use std::{
+    io::{Read, Write},
+    os::unix::process::CommandExt,
+    process::{Child, Command},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use bub_tests::{bub_bin, lib, Home};
+use serde_json::json;
+
+/// A `bub chat` on a pseudo-terminal.
+struct Terminal {
+    child: Child,
+    master: std::fs::File,
+    screen: Arc<Mutex<String>>,
+}
+
+impl Terminal {
+    fn open(home: &Home) -> Terminal {
+        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let winsize = rustix::termios::Winsize { ws_row: 24, ws_col: 100, ws_xpixel: 0, ws_ypixel: 0 };
+        rustix::termios::tcsetwinsize(&master, winsize).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+        let mut cmd = Command::new(bub_bin());
+        cmd.arg("--home")
+            .arg(home.path())
+            .arg("chat")
+            .env("TERM", "xterm")
+            .env_remove("RUST_LOG")
+            .env_remove("BUB_PLUGIN_PATH")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: only async-signal-safe calls between fork and exec: a new
+        // session whose controlling terminal is the pty (so Ctrl-C is SIGINT).
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(std::io::stdin())?;
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn bub chat");
+        let master = std::fs::File::from(master);
+        let screen = Arc::new(Mutex::new(String::new()));
+        let (mut reader, mut replier, sink) =
+            (master.try_clone().unwrap(), master.try_clone().unwrap(), screen.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                // A line editor may ask where the cursor is.
+                if text.contains("\x1b[6n") {
+                    let _ = replier.write_all(b"\x1b[1;1R");
+                }
+                sink.lock().unwrap().push_str(&text);
+            }
+        });
+        Terminal { child, master, screen }
+    }
+
+    fn send(&mut self, bytes: &str) {
+        self.master.write_all(bytes.as_bytes()).unwrap();
+    }
+
+    /// Waits until the screen, after `from`, contains `text`; returns the
+    /// screen length after it.
+    fn expect(&self, from: usize, text: &str) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen.lock().unwrap().clone();
+            if let Some(i) = screen.get(from..).and_then(|s| s.find(text)) {
+                return from + i + text.len();
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {text:?}; screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait(mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("bub chat did not exit; screen:\n{}", self.screen.lock().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A turn through the `cli` channel, line editing, Ctrl-C at the prompt,
+/// Ctrl-D to quit, history saved.
+#[test]
+fn chat_turns_editing_and_quit() {
+    let home = Home::new();
+    home.install("echo", &lib("echo-model"), json!({}));
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    // Typo, backspace, then the line: the editor fixes it before sending.
+    term.send("helo\x7f\x7fllo there\r");
+    let at = term.expect(at, "echo: sender_id=human");
+    let at = term.expect(at, "hello there");
+    let at = term.expect(at, "> ");
+    // Ctrl-C at the prompt clears the line and keeps the chat.
+    term.send("never sent\x03");
+    let at = term.expect(at, "> ");
+    term.send("second\r");
+    let at = term.expect(at, "second");
+    term.expect(at, "> ");
+    term.send("\x04");
+    let screen = term.screen.clone();
+    assert!(term.wait().success());
+    assert!(!screen.lock().unwrap().contains("echo: sender_id=human\r\n---\r\nnever sent"));
+    let history = std::fs::read_to_string(home.path().join("chat_history")).unwrap();
+    assert!(history.contains("hello there") && history.contains("second") && !history.contains("never sent"));
+}
+
+/// Ctrl-C during a turn cancels that turn; the chat goes on.
+#[test]
+fn chat_ctrl_c_cancels_the_running_turn() {
+    let home = Home::new();
+    home.scripted("slow", "", json!({"run_model_stream": {"async": true, "sleep_ms": 60_000, "return": "too late"}}));
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    term.send("take your time\r");
+    // The model is running (chat streams; the plugin traced the first poll).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !home.trace().iter().any(|l| l == "slow:run_model_stream") {
+        assert!(Instant::now() < deadline, "the model was never called");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    term.send("\x03");
+    let at = term.expect(at, "turn cancelled");
+    let at = term.expect(at, "> ");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    term.send("\x04");
+    let screen = term.screen.clone();
+    assert!(term.wait().success());
+    assert!(!screen.lock().unwrap()[at..].contains("too late"));
+}
