@@ -10,9 +10,10 @@ pub enum FrameworkError {
     /// A plugin failed in a hook.
     #[error(transparent)]
     Hook(#[from] HookFailure),
-    /// A resource (tape store, lifespan, environment, …) failed in a method.
+    /// A resource (tape store, lifespan, environment, …) failed in a method
+    /// (boxed: rare, and large).
     #[error(transparent)]
-    Resource(#[from] ResourceError),
+    Resource(Box<ResourceError>),
     /// A hook returned a value of the wrong type (Bub's `TypeError`).
     #[error("TypeError: {0}")]
     Type(String),
@@ -45,6 +46,12 @@ impl FrameworkError {
             other => other.to_string(),
         };
         ErrorInfo { kind, message, details: None }
+    }
+}
+
+impl From<ResourceError> for FrameworkError {
+    fn from(e: ResourceError) -> Self {
+        FrameworkError::Resource(Box::new(e))
     }
 }
 
