@@ -44,4 +44,4 @@ bub plugins info session-router
 say "bub run \"hello from bub-rs\"   (one turn: session-router resolves, echo-model answers, audit-log records)"
 bub run "hello from bub-rs"
 
-say "Done. Try: target/release/bub --home $home plugins list --json"
+say "Done. Try: BUB_HOME=$home target/release/bub chat   (Ctrl-D quits)"

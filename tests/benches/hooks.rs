@@ -263,74 +263,66 @@ fn loading(c: &mut Criterion) {
     });
 }
 
-/// One `process_inbound` turn: a model plugin (echo-model, registered
-/// first) plus N no-op plugins (async load_state, sync render_outbound, both
-/// None), as hook_bench.py's `process_inbound/*model_plus_noops` cases. The
-/// framework's fallbacks handle resolve_session, build_prompt and
-/// render_outbound; a fresh envelope per turn.
+/// One `process_inbound` turn, as hook_bench.py's `process_inbound/*`
+/// cases: a main plugin registered first plus N no-op plugins (async
+/// load_state, sync render_outbound, both None); a fresh envelope per turn.
+/// Main plugins: echo-model (`model_plus_noops`, text and stream: the
+/// framework's fallbacks do session, prompt and outbound) and tp-allstages
+/// (`all_stages_plus_noops`: every stage implemented, sync/async as Bub's
+/// builtin).
 fn process_inbound(c: &mut Criterion) {
     use bub_host::framework::Framework;
-    for n in [0usize, 10] {
-        let home = Home::new();
-        bub_tests::install_into(
-            &home.path().join("plugins"),
-            "0-model",
-            &lib_release("echo-model"),
-            json!({"prefix": ""}),
-        );
-        for i in 0..n {
-            bub_tests::install_into(
-                &home.path().join("plugins"),
-                &format!("noop{i:03}"),
-                &lib_release("tp-noop"),
-                json!({}),
-            );
-        }
-        let host = HostBuilder::new().discovered(&home.search()).build();
-        assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
-        let framework = Framework::new(&host, "/bench");
-        let counts = || -> Vec<(u64, u64)> {
-            let replies = host
-                .runtime()
-                .call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&StateMap::new()).unwrap())
-                .unwrap();
-            replies
-                .iter()
-                .flatten()
-                .map(|r| {
-                    let v: Value = r.parse().unwrap();
-                    (v["load"].as_u64().unwrap(), v["render"].as_u64().unwrap())
-                })
-                .collect()
-        };
-        for (case, stream) in
-            [("process_inbound/model_plus_noops", false), ("process_inbound/stream/model_plus_noops", true)]
-        {
-            let before = counts();
+    let cases = [
+        ("process_inbound/model_plus_noops", "echo-model", false),
+        ("process_inbound/all_stages_plus_noops", "tp-allstages", false),
+        ("process_inbound/stream/model_plus_noops", "echo-model", true),
+    ];
+    for (case, main, stream) in cases {
+        let mut group = c.benchmark_group(case);
+        for n in [0usize, 10] {
+            let home = Home::new();
+            let plugins = home.path().join("plugins");
+            bub_tests::install_into(&plugins, "0-main", &lib_release(main), json!({"prefix": ""}));
+            for i in 0..n {
+                bub_tests::install_into(&plugins, &format!("noop{i:03}"), &lib_release("tp-noop"), json!({}));
+            }
+            let host = HostBuilder::new().discovered(&home.search()).build();
+            assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
+            let framework = Framework::new(&host, "/bench");
+            // Every plugin's call counts, through onboard_config (untimed).
+            let counts = || -> Vec<Value> {
+                let args = CallArgs::onboard_config(&StateMap::new()).unwrap();
+                let replies = host.runtime().call_many_sync(HookId::OnboardConfig, &args).unwrap();
+                replies.iter().flatten().map(|r| r.parse::<Value>().unwrap()).collect()
+            };
             let turn = || {
                 let mut inbound = json!({"content": "hello", "channel": "bench", "chat_id": "42"});
                 run(framework.process_inbound(&mut inbound, stream)).unwrap()
             };
+            let before = counts();
             let first = turn();
-            assert_eq!(first.model_output, "hello");
+            let output = if main == "tp-allstages" { "pong" } else { "hello" };
+            assert_eq!(first.model_output, output);
             assert_eq!(first.session_id, "bench:42");
-            assert_eq!(
-                first.outbounds,
-                [json!({"content": "hello", "session_id": "bench:42", "channel": "bench", "chat_id": "42"})]
-            );
+            assert_eq!(first.prompt, [json!("hello")]);
+            let outbound = json!({"content": output, "session_id": "bench:42", "channel": "bench", "chat_id": "42"});
+            assert_eq!(first.outbounds, [outbound]);
             let mut made = 1u64;
-            let mut group = c.benchmark_group(case);
             group.bench_function(BenchmarkId::from_parameter(n), |b| {
                 b.iter(|| {
                     made += 1;
                     black_box(turn())
                 })
             });
-            group.finish();
+            // Every implemented stage of every plugin ran exactly once per turn.
             for (b, a) in before.iter().zip(counts()) {
-                assert_eq!((a.0 - b.0, a.1 - b.1), (made, made), "{case} N={n}: every no-op ran once per turn");
+                for (k, v) in a.as_object().unwrap() {
+                    let ran = v.as_u64().unwrap() - b[k].as_u64().unwrap();
+                    assert_eq!(ran, made, "{case} N={n}: {k} ran {ran} times in {made} turns");
+                }
             }
         }
+        group.finish();
     }
 }
 

@@ -21,6 +21,9 @@ fn main() {
     if std::env::args().any(|a| a == "load") {
         return load_only();
     }
+    if std::env::args().any(|a| a == "turn") {
+        return turn_only();
+    }
     let n = 10;
     let home = Home::new();
     let lib = lib_release("tp-bench");
@@ -113,5 +116,26 @@ fn load_only() {
     let host = HostBuilder::new().discovered(&home2.search()).build();
     println!("loaded {} plugins in {:?}", host.registry().plugins().len(), t.elapsed());
     Box::leak(Box::new(home2));
+    Box::leak(Box::new(home));
+}
+
+/// `process_inbound/model_plus_noops/10` in a loop, for a profiler
+/// (`perf record -g target/release/examples/microbench turn`).
+fn turn_only() {
+    let home = Home::new();
+    home.install("0-model", &lib_release("echo-model"), json!({"prefix": ""}));
+    let n: usize = std::env::var("NOOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    for i in 0..n {
+        home.install(&format!("noop{i:03}"), &lib_release("tp-noop"), json!({}));
+    }
+    let host = HostBuilder::new().discovered(&home.search()).build();
+    let framework = bub_host::framework::Framework::new(&host, "/bench");
+    let iters: u32 = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
+    let t = Instant::now();
+    for _ in 0..iters {
+        let mut inbound = json!({"content": "hello", "channel": "bench", "chat_id": "42"});
+        std::hint::black_box(run(framework.process_inbound(&mut inbound, false)).unwrap());
+    }
+    println!("process_inbound model+{n} noops: {:.0} ns/turn", t.elapsed().as_nanos() as f64 / iters as f64);
     Box::leak(Box::new(home));
 }

@@ -34,6 +34,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-sdk",
     "tp-bench",
     "tp-noop",
+    "tp-allstages",
     "echo-model",
     "session-router",
     "tool-policy",

@@ -43,6 +43,15 @@ impl TurnState {
         TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_Opaque) }
     }
 
+    /// A state whose map the caller also holds: the host reads and merges
+    /// its own turn state directly, without the JSON round trip plugins
+    /// (other copies of this crate) need.
+    pub fn shared(map: Map<String, Value>) -> (Self, Arc<Mutex<Map<String, Value>>>) {
+        let map = Arc::new(Mutex::new(map));
+        let store = MemoryState { map: map.clone() };
+        (TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_Opaque) }, map)
+    }
+
     /// The FFI handle.
     pub fn handle(&self) -> &StateHandle {
         &self.handle

@@ -47,13 +47,17 @@ pub struct TurnResult {
 pub struct Framework {
     runtime: Runtime,
     workspace: PathBuf,
+    // The workspace as turn states and providers receive it, made once.
+    workspace_text: Arc<str>,
     scope: Arc<scope::Shared>,
 }
 
 impl Framework {
     /// A framework over `host`, working in `workspace`.
     pub fn new(host: &Host, workspace: impl Into<PathBuf>) -> Self {
-        Framework { runtime: host.runtime(), workspace: workspace.into(), scope: Default::default() }
+        let workspace = workspace.into();
+        let workspace_text = workspace.display().to_string().into();
+        Framework { runtime: host.runtime(), workspace, workspace_text, scope: Default::default() }
     }
 
     /// The dispatcher.

@@ -139,8 +139,7 @@ impl Framework {
         if let Some(cached) = self.scope.lock().environments.get(session_id) {
             return Ok(cached.clone());
         }
-        let workspace = self.workspace.display().to_string();
-        let args = CallArgs::provide_environment(&session_id.to_owned(), &workspace)?;
+        let args = CallArgs::provide_environment(session_id, &*self.workspace_text)?;
         let env = match self.runtime.call_first(HookId::ProvideEnvironment, &args).await? {
             Some(reply) => Some(Environment::from_reply(&reply).map_err(FrameworkError::Type)?),
             None => None,

@@ -4,7 +4,7 @@ use bub_abi::{
     types::{Envelope, ErrorInfo, StateMap},
     HookId, TurnState,
 };
-use serde_json::{json, Value};
+use serde_json::{json, value::RawValue, Value};
 
 use super::{
     envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
@@ -44,28 +44,40 @@ impl Framework {
         if let Value::Object(m) = inbound {
             m.entry("session_id").or_insert_with(|| Value::String(session_id.clone()));
         }
+        let inbound: &Envelope = inbound;
+        // Every later stage passes the same message text: serialize it once,
+        // when a stage first needs it.
+        let message_json = std::cell::OnceCell::new();
+        let message = || -> Result<&RawValue, serde_json::Error> {
+            if message_json.get().is_none() {
+                let _ = message_json.set(serde_json::value::to_raw_value(inbound)?);
+            }
+            Ok(message_json.get().expect("set above"))
+        };
 
         // 2. state: runtime defaults, then every load_state, low priority first.
         let mut defaults = StateMap::new();
-        defaults.insert("_runtime_workspace".into(), json!(self.workspace.display().to_string()));
+        defaults.insert("_runtime_workspace".into(), Value::String(self.workspace_text.to_string()));
         defaults.insert("_runtime_steering_inbox".into(), self.scope.inbox_ref());
         if let Some(env) = self.get_environment(&session_id).await? {
             defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
         }
-        let state = TurnState::from_map(defaults);
+        // The host's own state map: merged and read without JSON round trips.
+        let (state, state_map) = TurnState::shared(defaults);
+        let lock = || state_map.lock().unwrap_or_else(|p| p.into_inner());
         let loaded = rt
-            .call_many_with::<FrameworkError>(HookId::LoadState, || CallArgs::load_state(inbound, &session_id))
+            .call_many_with::<FrameworkError>(HookId::LoadState, || CallArgs::load_state(message()?, &session_id))
             .await?;
         for reply in loaded.iter().rev().flatten() {
             if let Ok(Value::Object(fragment)) = reply.parse::<Value>() {
-                state.extend(fragment).map_err(|e| FrameworkError::InvalidInput(e.to_string()))?;
+                lock().extend(fragment);
             }
         }
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
         let built = rt
             .call_first_with::<FrameworkError>(HookId::BuildPrompt, || {
-                CallArgs::build_prompt(inbound, &session_id, &state)
+                CallArgs::build_prompt(message()?, &session_id, &state)
             })
             .await?;
         let built = match built {
@@ -84,7 +96,7 @@ impl Framework {
         let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
         let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
         rt.call_many_with::<FrameworkError>(HookId::SaveState, || {
-            CallArgs::save_state(&session_id, &state, inbound, &saved_output)
+            CallArgs::save_state(&session_id, &state, message()?, &saved_output)
         })
         .await?;
         let model_output = model?;
@@ -93,7 +105,7 @@ impl Framework {
         let mut outbounds = Vec::new();
         let rendered = rt
             .call_many_with::<FrameworkError>(HookId::RenderOutbound, || {
-                CallArgs::render_outbound(inbound, &session_id, &state, &model_output)
+                CallArgs::render_outbound(message()?, &session_id, &state, &model_output)
             })
             .await?;
         for reply in rendered.into_iter().flatten() {
@@ -118,7 +130,8 @@ impl Framework {
                 .await?;
         }
 
-        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state: state.to_map() })
+        let state = lock().clone();
+        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state })
     }
 
     /// The model adapter (spec §2.1): the hook chosen by the latest plugin

@@ -120,6 +120,17 @@ macro_rules! __push_arg {
     };
 }
 
+/// A constructor parameter: JSON arguments take anything that serializes
+/// to the argument's shape (the typed value, or JSON already serialized
+/// once for a whole turn as a `RawValue`); state and objects their handles.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __arg_param {
+    (json, $aty:ty) => { &(impl serde::Serialize + ?Sized) };
+    (state, $aty:ty) => { &$aty };
+    (object, $aty:ty) => { &impl $crate::runtime::args::ObjectArg };
+}
+
 macro_rules! gen_call_args {
     ($( ($name:ident $Pascal:ident {
         kind: $kind:ident,
@@ -131,7 +142,7 @@ macro_rules! gen_call_args {
             $(
                 #[doc = concat!("Arguments of `", stringify!($name), "`: ", $doc)]
                 #[allow(clippy::ptr_arg, unused_mut)]
-                pub fn $name($($arg: &$aty),*) -> Result<CallArgs, serde_json::Error> {
+                pub fn $name($($arg: $crate::__arg_param!($ak, $aty)),*) -> Result<CallArgs, serde_json::Error> {
                     let mut args = CallArgs::default();
                     $( $crate::__push_arg!(args, $ak, $arg); )*
                     Ok(args)
