@@ -41,6 +41,9 @@ pub enum PluginSource {
 #[derive(Default)]
 pub struct HostBuilder {
     sources: Vec<(String, PluginSource)>,
+    // `$BUB_HOME/config.json` (what `bub onboard` writes): a plugin's section
+    // overrides its manifest config.
+    app_config: Map<String, serde_json::Value>,
 }
 
 impl HostBuilder {
@@ -57,6 +60,9 @@ impl HostBuilder {
 
     /// Adds every installed plugin found on `search`, in discovery order.
     pub fn discovered(mut self, search: &SearchPath) -> Self {
+        if let Some(home) = search.roots.first().and_then(|plugins| plugins.parent()) {
+            self.app_config = read_app_config(home);
+        }
         for (entry, why) in &search.ignored {
             tracing::warn!(target: "bub::plugin", "plugin.path_ignored entry={entry:?}: {why}");
         }
@@ -90,7 +96,7 @@ impl HostBuilder {
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
         for (fallback_name, source) in self.sources {
-            let record = load_source(fallback_name, source, &taken);
+            let record = load_source(fallback_name, source, &taken, &self.app_config);
             if let PluginStatus::Failed { detail } = &record.status {
                 tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
             }
@@ -103,7 +109,31 @@ impl HostBuilder {
     }
 }
 
-fn load_source(fallback_name: String, source: PluginSource, taken: &HashMap<String, PathBuf>) -> PluginRecord {
+/// `<home>/config.json`, or nothing (a broken file is reported, not fatal).
+fn read_app_config(home: &Path) -> Map<String, serde_json::Value> {
+    let path = home.join("config.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => {
+                tracing::warn!(
+                    target: "bub::plugin",
+                    "{} is not a JSON object; plugins get their manifest config only. Fix it or run `bub onboard`",
+                    path.display()
+                );
+                Map::new()
+            }
+        },
+        Err(_) => Map::new(),
+    }
+}
+
+fn load_source(
+    fallback_name: String,
+    source: PluginSource,
+    taken: &HashMap<String, PathBuf>,
+    app_config: &Map<String, serde_json::Value>,
+) -> PluginRecord {
     match source {
         PluginSource::Static(module) => {
             let lib = Library { module };
@@ -113,11 +143,16 @@ fn load_source(fallback_name: String, source: PluginSource, taken: &HashMap<Stri
             Some(record) => record,
             None => open_and_register(name, path, &config),
         },
-        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken),
+        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, app_config),
     }
 }
 
-fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBuf>) -> PluginRecord {
+fn load_folder(
+    fallback_name: String,
+    dir: &Path,
+    taken: &HashMap<String, PathBuf>,
+    app_config: &Map<String, serde_json::Value>,
+) -> PluginRecord {
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,
         Err(e) => return PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string()),
@@ -142,7 +177,11 @@ fn load_folder(fallback_name: String, dir: &Path, taken: &HashMap<String, PathBu
     if let Err(e) = trusted {
         return PluginRecord::failed(manifest.name, Some(path), e.to_string());
     }
-    open_and_register(manifest.name, path, &manifest.config)
+    let mut config = manifest.config;
+    if let Some(serde_json::Value::Object(section)) = app_config.get(&manifest.name) {
+        crate::runtime::special::deep_merge(&mut config, section.clone());
+    }
+    open_and_register(manifest.name, path, &config)
 }
 
 /// The record of a plugin whose name an earlier plugin already took.

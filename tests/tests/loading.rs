@@ -181,3 +181,27 @@ fn disabled_plugin_is_listed_not_loaded() {
     assert_eq!(status_of(&host, "off"), PluginStatus::Disabled);
     assert!(host.registry().impls(bub_abi::HookId::ResolveSession).is_empty());
 }
+
+/// `$BUB_HOME/config.json` (what `bub onboard` writes): a plugin's section
+/// is merged over its manifest config; a broken file changes nothing. (One
+/// home per case: a library is initialised once per process.)
+#[test]
+fn app_config_overrides_manifest_config() {
+    use bub_host::CallArgs;
+    let session = |config: Option<&str>| {
+        let home = Home::new();
+        home.scripted("cfg", "", json!({"resolve_session": {"return": "from-manifest"}}));
+        if let Some(text) = config {
+            std::fs::write(home.path().join("config.json"), text).unwrap();
+        }
+        let args = CallArgs::resolve_session(&json!({})).unwrap();
+        let reply = block_on(home.host().runtime().call_first(bub_abi::HookId::ResolveSession, &args));
+        reply.unwrap().unwrap().parse::<String>().unwrap()
+    };
+    assert_eq!(session(None), "from-manifest");
+    let config = json!({"cfg": {"hooks": {"resolve_session": {"return": "from-config"}}}, "other": {"x": 1}});
+    assert_eq!(session(Some(&config.to_string())), "from-config");
+    let (value, logs) = bub_tests::capture_logs(|| session(Some("not json")));
+    assert_eq!(value, "from-manifest");
+    assert!(logs.iter().any(|l| l.contains("config.json is not a JSON object")), "{logs:?}");
+}

@@ -135,8 +135,9 @@ fn sync_hook_can_block_on_after_async_hooks() {
     let rt = home.host().runtime();
     let args = CallArgs::run_model(&json!("hi"), &"s".to_owned(), &TurnState::new()).unwrap();
     block_on(rt.call_first(HookId::RunModel, &args)).unwrap().unwrap();
-    let out =
-        rt.call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&bub_abi::types::StateMap::new()).unwrap()).unwrap();
+    let out = rt
+        .call_many_sync(HookId::OnboardConfig, &CallArgs::onboard_config(&bub_abi::types::StateMap::new()).unwrap())
+        .unwrap();
     let v: serde_json::Value = out[0].as_ref().unwrap().parse().unwrap();
     assert_eq!(v, json!({"sdk": {"blocking": "slept"}}));
 }
