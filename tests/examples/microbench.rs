@@ -123,7 +123,10 @@ fn load_only() {
 /// (`perf record -g target/release/examples/microbench turn`).
 fn turn_only() {
     let home = Home::new();
-    home.install("0-model", &lib_release("echo-model"), json!({"prefix": ""}));
+    // MAIN=tp-allstages for all_stages_plus_noops; STREAM=1 for the stream case.
+    let main = std::env::var("MAIN").unwrap_or_else(|_| "echo-model".into());
+    let stream = std::env::var("STREAM").is_ok();
+    home.install("0-model", &lib_release(&main), json!({"prefix": ""}));
     let n: usize = std::env::var("NOOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     for i in 0..n {
         home.install(&format!("noop{i:03}"), &lib_release("tp-noop"), json!({}));
@@ -134,7 +137,7 @@ fn turn_only() {
     let t = Instant::now();
     for _ in 0..iters {
         let mut inbound = json!({"content": "hello", "channel": "bench", "chat_id": "42"});
-        std::hint::black_box(run(framework.process_inbound(&mut inbound, false)).unwrap());
+        std::hint::black_box(run(framework.process_inbound(&mut inbound, stream)).unwrap());
     }
     println!("process_inbound model+{n} noops: {:.0} ns/turn", t.elapsed().as_nanos() as f64 / iters as f64);
     Box::leak(Box::new(home));

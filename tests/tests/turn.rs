@@ -206,3 +206,22 @@ fn b32_each_outbound_to_every_dispatcher() {
         ]
     );
 }
+
+/// A stream object that only answers `next` (an older SDK's, or a
+/// hand-written one) is read event by event.
+#[test]
+fn stream_without_next_many_is_read_one_event_at_a_time() {
+    let home = Home::new();
+    home.scripted(
+        "s",
+        "",
+        json!({"run_model_stream": {"object": {"kind": "stream", "methods": {
+            "next_many": {"error": "a stream has no method `next_many`"},
+            "next": {"return": null}
+        }}}}),
+    );
+    let (r, _) = turn(&home, json!({"content": "x"}), true);
+    assert_eq!(r.unwrap().model_output, "");
+    let calls: Vec<String> = home.trace().into_iter().filter(|l| l.starts_with("s:stream.")).collect();
+    assert_eq!(calls, ["s:stream.next_many", "s:stream.next"]);
+}

@@ -1,7 +1,8 @@
 //! Model streams: what `run_model_stream` returns.
 //!
-//! A stream crosses the boundary as an [`Object`] of kind `stream` with two
-//! methods: `next` (the next [`StreamEvent`] as JSON, or `null` at the end)
+//! A stream crosses the boundary as an [`Object`] of kind `stream` with
+//! methods `next` (the next [`StreamEvent`] as JSON, or `null` at the end),
+//! `next_many` (every event available now, at least one; `[]` at the end)
 //! and `close`. On the plugin side it is a channel: produce events from a
 //! task, and stop when sending fails — the host closed or dropped the stream.
 
@@ -88,13 +89,27 @@ impl ObjectImpl for Receiver {
                     None => Ok(Value::Null),
                 }
             }),
+            // Every event available now (waiting for the first): one call
+            // instead of one per event. `[]` at the end.
+            "next_many" => Box::pin(async move {
+                let mut guard = rx.lock().await;
+                let Some(rx) = guard.as_mut() else { return Ok(Value::Array(Vec::new())) };
+                let mut events = Vec::new();
+                if let Some(first) = rx.recv().await {
+                    events.push(first);
+                    while let Ok(more) = rx.try_recv() {
+                        events.push(more);
+                    }
+                }
+                serde_json::to_value(events).map_err(|e| HookError::new("type", e.to_string()))
+            }),
             "close" => Box::pin(async move {
                 rx.lock().await.take();
                 Ok(Value::Null)
             }),
             other => {
-                let msg = format!("a stream has no method `{other}` (it has `next` and `close`)");
-                Box::pin(async move { Err(HookError::new("args", msg)) })
+                let msg = format!("a stream has no method `{other}` (it has `next`, `next_many` and `close`)");
+                Box::pin(async move { Err(HookError::new(crate::resources::UNSUPPORTED, msg)) })
             }
         }
     }

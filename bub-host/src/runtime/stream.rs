@@ -14,20 +14,45 @@ pub struct ModelStream {
     object: Object,
     plugin: String,
     closed: bool,
+    // Events fetched by `next_many` and not handed out yet.
+    buffer: std::collections::VecDeque<StreamEvent>,
+    // Streams of SDKs before `next_many` answer one event per call.
+    batched: bool,
 }
 
 impl ModelStream {
     /// Wraps a `stream` object answered by `plugin`.
     pub fn new(object: Object, plugin: &str) -> Self {
-        ModelStream { object, plugin: plugin.to_owned(), closed: false }
+        ModelStream { object, plugin: plugin.to_owned(), closed: false, buffer: Default::default(), batched: true }
     }
 
     /// The next event; `None` at the end (or after `close`).
     pub async fn next(&mut self) -> Result<Option<StreamEvent>, HookFailure> {
+        if let Some(event) = self.buffer.pop_front() {
+            return Ok(Some(event));
+        }
         if self.closed {
             return Ok(None);
         }
         let fail = |e: HookError| HookFailure::new(&self.plugin, HookId::RunModelStream, e);
+        if self.batched {
+            match self.object.invoke("next_many", &Value::Null).await {
+                // Not a list: a stream that does not know `next_many`.
+                Ok(Value::Null) => self.batched = false,
+                Ok(v) => {
+                    let events: Vec<StreamEvent> = serde_json::from_value(v)
+                        .map_err(|e| fail(HookError::new("type", format!("a stream event is malformed: {e}"))))?;
+                    if events.is_empty() {
+                        self.closed = true;
+                    }
+                    self.buffer.extend(events);
+                    return Ok(self.buffer.pop_front());
+                }
+                // An older SDK (kind `args` then) or a hand-written stream.
+                Err(e) if e.message.contains("has no method") => self.batched = false,
+                Err(e) => return Err(fail(e)),
+            }
+        }
         match self.object.invoke("next", &Value::Null).await.map_err(fail)? {
             Value::Null => {
                 self.closed = true;
