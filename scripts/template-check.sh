@@ -35,7 +35,7 @@ for combo in "session sync" "model async" "tool-policy async"; do
     home="$out/home-$name"
     mkdir -p "$home"
     "$bub_bin" --home "$home" plugins install "$out/$name"
-    if ! "$bub_bin" --home "$home" hooks | grep -q ": $name\$"; then
+    if ! "$bub_bin" --home "$home" hooks | grep -qE "(: |, )$name\$"; then
         echo "template-check: \`bub hooks\` does not list $name:" >&2
         "$bub_bin" --home "$home" hooks >&2
         exit 1

@@ -100,6 +100,9 @@ fn local_environment() {
         assert_eq!(env.read_text("notes/a.txt").await?, "hi");
         let err = env.read_text("../../etc/passwd").await.unwrap_err();
         assert!(err.to_string().contains("outside the workspace"), "{err}");
+        std::os::unix::fs::symlink("/etc", ws_path.join("escape")).unwrap();
+        let err = env.read_text("escape/passwd").await.unwrap_err();
+        assert!(err.to_string().contains("outside the workspace"), "{err}");
         let run = |command: &str, timeout_ms| ProcessRequest {
             command: Some(command.into()),
             timeout_ms,

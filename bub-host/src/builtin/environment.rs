@@ -2,8 +2,8 @@
 //!
 //! Every process gets its own process group, so a timeout (or the scope's
 //! shell cleanup) can stop the whole tree a command started, not just the
-//! shell. Paths resolve against the workspace and may not leave it: a
-//! model-driven `../../etc/passwd` is refused, not read.
+//! shell. Paths resolve against the workspace and may not leave it, by `..`
+//! or through a symlink: a model-driven `../../etc/passwd` is refused, not read.
 
 use std::{
     path::{Component, Path, PathBuf},
@@ -32,24 +32,24 @@ impl LocalEnvironment {
 
     /// `path` resolved against the workspace; an error if it leaves it.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, BoxError> {
-        let joined = self.workspace.join(path);
-        let mut normal = PathBuf::new();
-        for part in joined.components() {
-            match part {
-                Component::ParentDir => {
-                    normal.pop();
-                }
-                Component::CurDir => {}
-                other => normal.push(other),
-            }
-        }
+        let outside = || format!("path {path:?} is outside the workspace {}", self.workspace.display());
+        let normal = normalize(&self.workspace.join(path));
         if !normal.starts_with(normalize(&self.workspace)) {
-            return Err(format!("path {path:?} is outside the workspace {}", self.workspace.display()).into());
+            return Err(outside().into());
+        }
+        // A symlink inside the workspace may point out of it: the deepest
+        // part of the path that exists must resolve inside the workspace too.
+        let existing = normal.ancestors().find(|a| a.exists()).unwrap_or(&normal);
+        if let (Ok(real), Ok(root)) = (existing.canonicalize(), self.workspace.canonicalize()) {
+            if !real.starts_with(&root) {
+                return Err(outside().into());
+            }
         }
         Ok(normal)
     }
 }
 
+/// `p` with `.` and `..` resolved lexically (symlinks are not followed).
 fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in p.components() {
