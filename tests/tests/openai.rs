@@ -144,9 +144,11 @@ fn a_hanging_server_times_out() {
     assert_eq!(got[1].1["ok"], false);
 }
 
-/// Collected as text (the framework's non-stream path), errors reported apart.
+/// Behaviour 5: a plugin with only `run_model_stream`, through the text
+/// path of a turn: the deltas joined. (And the same through the stream's
+/// own `collect_text`.)
 #[test]
-fn collect_text_joins_deltas() {
+fn b05_stream_only_model_through_the_text_path() {
     let (addr, server) = serve("sse");
     let home = Home::new();
     install(&home, &addr, 5000);
@@ -156,4 +158,13 @@ fn collect_text_joins_deltas() {
         block_on(async { rt.run_model_stream(&args).await.unwrap().unwrap().collect_text().await.unwrap() });
     server.join().unwrap();
     assert_eq!((text.as_str(), errors.len()), ("Hello!", 0));
+
+    let (addr, server) = serve("sse");
+    let home = Home::new();
+    install(&home, &addr, 5000);
+    let framework = bub_host::framework::Framework::new(&home.host(), "/ws");
+    let mut inbound = json!({"content": "hi"});
+    let result = block_on(framework.process_inbound(&mut inbound, false)).unwrap();
+    server.join().unwrap();
+    assert_eq!(result.model_output, "Hello!");
 }

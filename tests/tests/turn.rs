@@ -225,3 +225,15 @@ fn stream_without_next_many_is_read_one_event_at_a_time() {
     let calls: Vec<String> = home.trace().into_iter().filter(|l| l.starts_with("s:stream.")).collect();
     assert_eq!(calls, ["s:stream.next_many", "s:stream.next"]);
 }
+
+/// Behaviour 6: a plugin with only `run_model`, through the stream path of
+/// a turn: its text is the output (one text event's worth), no error.
+#[test]
+fn b06_text_only_model_through_the_stream_path() {
+    let home = Home::new();
+    home.scripted("0-obs", "", json!({}));
+    home.install("1-sdk", &lib("tp-sdk"), json!({}));
+    let (r, _) = turn(&home, json!({"content": "hi", "chat_id": "c"}), true);
+    assert_eq!(r.unwrap().model_output, "echo: hi [note=]");
+    assert!(!home.trace().iter().any(|l| l.starts_with("0-obs:on_error")));
+}

@@ -117,7 +117,14 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
             message: format!("{e:#}"),
             details: None,
         });
-        let exit = scope.exit(error.as_ref()).await;
+        // A resource that hangs on exit must not trap the user: Ctrl-C
+        // abandons the rest of the cleanup.
+        let exit = tokio::select! {
+            exit = scope.exit(error.as_ref()) => exit,
+            _ = interrupted.notified() => {
+                bail!("interrupted while closing the session; some resources may not have been released")
+            }
+        };
         result?;
         exit?;
         Ok(())
