@@ -11,7 +11,8 @@ use std::sync::Arc;
 use bub_abi::{
     resources::{kinds, UNSUPPORTED},
     types::{
-        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, TapeEntry, TapeQuery, ToolSpec,
+        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, StreamEvent, TapeEntry, TapeQuery,
+        ToolSpec,
     },
     HookError, Object,
 };
@@ -268,6 +269,10 @@ impl Channel {
     /// Delivers a message.
     pub async fn send(&self, message: &Envelope) -> Result<(), ResourceError> {
         self.0.call_optional("send", json!({ "message": message })).await
+    }
+    /// Shows one stream event of the turn answering `message`.
+    pub async fn stream_event(&self, message: &Envelope, event: &StreamEvent) -> Result<(), ResourceError> {
+        self.0.call_optional("stream_event", json!({ "message": message, "event": event })).await
     }
 }
 

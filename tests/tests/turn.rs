@@ -237,3 +237,54 @@ fn b06_text_only_model_through_the_stream_path() {
     assert_eq!(r.unwrap().model_output, "echo: hi [note=]");
     assert!(!home.trace().iter().any(|l| l.starts_with("0-obs:on_error")));
 }
+
+/// Behaviour 24: a streamed turn with a bound router: the channel the
+/// message names sees every event as it comes (text deltas, then final);
+/// the output is the joined text. A text-only model is one text event.
+#[test]
+fn b24_bound_router_sees_the_stream() {
+    let home = Home::new();
+    home.scripted("0-chan", "", json!({"provide_channels": {"objects": [{"kind": "channel", "name": "tg"}]}}));
+    home.install("1-echo", &lib("echo-model"), json!({"prefix": ""}));
+    let fw = framework(&home);
+    let handler = bub_abi::Object::new(NoHandler);
+    fw.bind_channels(fw.get_channels(&handler).unwrap());
+    let mut inbound = json!({"content": "streamed words", "channel": "tg", "chat_id": "1"});
+    let r = block_on(fw.process_inbound(&mut inbound, true)).unwrap();
+    assert_eq!(r.model_output, "streamed words");
+    let shown: Vec<String> = home.trace().into_iter().filter(|l| l.contains("tg.stream_event")).collect();
+    assert_eq!(
+        shown,
+        [
+            r#"0-chan:tg.stream_event(text:{"delta":"streamed "})"#,
+            r#"0-chan:tg.stream_event(text:{"delta":"words"})"#,
+            r#"0-chan:tg.stream_event(final:{"ok":true,"text":"streamed words"})"#,
+        ]
+    );
+    // Another channel's message, or a non-streamed turn: the channel sees nothing.
+    home.clear_trace();
+    block_on(fw.process_inbound(&mut json!({"content": "x", "channel": "other"}), true)).unwrap();
+    block_on(fw.process_inbound(&mut json!({"content": "x", "channel": "tg"}), false)).unwrap();
+    assert!(!home.trace().iter().any(|l| l.contains("stream_event")));
+
+    // A text-only model (tp-sdk) through a streamed turn: one text event.
+    let home = Home::new();
+    home.scripted("0-chan", "", json!({"provide_channels": {"objects": [{"kind": "channel", "name": "tg"}]}}));
+    home.install("1-sdk", &lib("tp-sdk"), json!({}));
+    let fw = framework(&home);
+    fw.bind_channels(fw.get_channels(&handler).unwrap());
+    block_on(fw.process_inbound(&mut json!({"content": "hi", "channel": "tg", "chat_id": "c"}), true)).unwrap();
+    let shown: Vec<String> = home.trace().into_iter().filter(|l| l.contains("tg.stream_event")).collect();
+    assert_eq!(shown, [r#"0-chan:tg.stream_event(text:{"delta":"echo: hi [note=]"})"#]);
+}
+
+struct NoHandler;
+
+impl bub_abi::ObjectImpl for NoHandler {
+    fn kind(&self) -> &str {
+        "message_handler"
+    }
+    fn invoke(&self, _method: &str, _args: Value) -> bub_abi::ObjectFuture {
+        Box::pin(async { Ok(Value::Null) })
+    }
+}

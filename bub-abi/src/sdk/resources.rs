@@ -30,8 +30,8 @@ use crate::{
         plugin::BoxError,
     },
     types::{
-        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, TapeContextSpec, TapeEntry,
-        TapeQuery, ToolSpec,
+        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, StreamEvent, TapeContextSpec,
+        TapeEntry, TapeQuery, ToolSpec,
     },
     Object,
 };
@@ -160,6 +160,12 @@ pub trait Channel: Send + Sync + 'static {
         let _ = message;
         async { Ok(()) }
     }
+    /// One event of the model stream answering `message`, while the turn
+    /// runs (Bub's `stream_events`): render it live. Default: nothing.
+    fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
+        let _ = (message, event);
+        async { Ok(()) }
+    }
 }
 
 /// Something the model may call (`provide_tools`): Bub's `Tool`.
@@ -261,6 +267,7 @@ adapter!(ChannelObject, Channel, kinds::CHANNEL, |c| c.name(), [
     "start" => start(),
     "stop" => stop(),
     "send" => send(message: Envelope),
+    "stream_event" => stream_event(message: Envelope, event: StreamEvent),
 ]);
 
 /// Gives `spec` (sync on the trait) the same async shape as the other methods.

@@ -4,8 +4,10 @@
 //! `$BUB_HOME/chat_history`) on its own thread. Each line goes to the host's
 //! message handler, which returns when the turn is over, so the prompt comes
 //! back only after the answer. Ctrl-C at the prompt clears the line; Ctrl-D
-//! (or end of input) tells the handler to `close`. Outbounds arrive through
-//! the builtin `dispatch_outbound` (the channel router) and are printed.
+//! (or end of input) tells the handler to `close`. A streamed answer is
+//! printed as it comes (`stream_event`, the framework's stream router);
+//! outbounds arrive through the builtin `dispatch_outbound` and are printed
+//! (an answer already shown live just ends its line).
 
 use std::{
     collections::HashMap,
@@ -16,7 +18,7 @@ use std::{
 
 use bub_abi::{
     resources::{Channel, Fut},
-    types::Envelope,
+    types::{Envelope, StreamEvent},
     Object,
 };
 use serde_json::{json, Value};
@@ -50,13 +52,39 @@ struct CliInner {
     handler: Object,
     history: Option<PathBuf>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    // Text already shown live for the running turn.
+    streamed: Mutex<String>,
 }
 
 impl CliInner {
     fn print(&self, message: &Envelope) {
         let content = message.get("content").map(crate::framework::envelope::py_str).unwrap_or_default();
+        let streamed = std::mem::take(&mut *self.streamed.lock().unwrap_or_else(|p| p.into_inner()));
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{content}");
+        // The answer was shown as it streamed: just end its line.
+        if !streamed.is_empty() && streamed == content {
+            let _ = writeln!(out);
+        } else {
+            if !streamed.is_empty() {
+                let _ = writeln!(out);
+            }
+            let _ = writeln!(out, "{content}");
+        }
+        let _ = out.flush();
+    }
+
+    fn show(&self, event: &StreamEvent) {
+        if event.kind != "text" {
+            return;
+        }
+        let delta = match &event.data["delta"] {
+            Value::String(s) => s.clone(),
+            Value::Null => return,
+            other => other.to_string(),
+        };
+        self.streamed.lock().unwrap_or_else(|p| p.into_inner()).push_str(&delta);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{delta}");
         let _ = out.flush();
     }
 }
@@ -69,7 +97,8 @@ pub struct CliChannel {
 impl CliChannel {
     /// A channel feeding `handler`, keeping its history in `history`.
     pub fn new(handler: Object, history: Option<PathBuf>) -> Self {
-        CliChannel { inner: Arc::new(CliInner { handler, history, thread: Mutex::new(None) }) }
+        let inner = CliInner { handler, history, thread: Mutex::new(None), streamed: Mutex::new(String::new()) };
+        CliChannel { inner: Arc::new(inner) }
     }
 }
 
@@ -154,6 +183,11 @@ impl Channel for CliChannel {
 
     fn send(&self, message: Envelope) -> impl Fut<()> {
         self.inner.print(&message);
+        async { Ok(()) }
+    }
+
+    fn stream_event(&self, _message: Envelope, event: StreamEvent) -> impl Fut<()> {
+        self.inner.show(&event);
         async { Ok(()) }
     }
 }

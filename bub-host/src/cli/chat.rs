@@ -88,6 +88,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 bail!("CLI channel not found. Please check your hook implementations.");
             };
             cli.start().await?;
+            framework.bind_channels(vec![cli.clone()]);
             if let Some(prompt) = &args.initial_prompt {
                 let (done, _) = oneshot::channel();
                 let _ = tx.send(Event::Message(json!({"channel": "cli", "content": prompt}), done));
@@ -108,6 +109,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 }
                 let _ = done.send(());
             }
+            framework.bind_channels(Vec::new());
             cli.stop().await?;
             Ok(())
         };

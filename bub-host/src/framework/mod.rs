@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use self::{error::FrameworkError, scope::Running};
-use crate::{Host, Runtime};
+use crate::{resources::Channel, Host, Runtime};
 
 /// What one turn produced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,6 +50,8 @@ pub struct Framework {
     // The workspace as turn states and providers receive it, made once.
     workspace_text: Arc<str>,
     scope: Arc<scope::Shared>,
+    // Channels bound as the stream router (Bub's bound channel manager).
+    router: Arc<std::sync::Mutex<Vec<Channel>>>,
 }
 
 impl Framework {
@@ -57,12 +59,37 @@ impl Framework {
     pub fn new(host: &Host, workspace: impl Into<PathBuf>) -> Self {
         let workspace = workspace.into();
         let workspace_text = workspace.display().to_string().into();
-        Framework { runtime: host.runtime(), workspace, workspace_text, scope: Default::default() }
+        Framework {
+            runtime: host.runtime(),
+            workspace,
+            workspace_text,
+            scope: Default::default(),
+            router: Default::default(),
+        }
     }
 
     /// The dispatcher.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// Binds `channels` as the stream router: a streamed turn shows each
+    /// model event to the channel its message names (`output_channel`, else
+    /// `channel`), as Bub's channel manager does. Replaces earlier bindings.
+    pub fn bind_channels(&self, channels: Vec<Channel>) {
+        *self.router.lock().unwrap_or_else(|p| p.into_inner()) = channels;
+    }
+
+    /// The bound channel a message's stream goes to.
+    fn routed_channel(&self, message: &Envelope) -> Option<Channel> {
+        let router = self.router.lock().unwrap_or_else(|p| p.into_inner());
+        if router.is_empty() {
+            return None;
+        }
+        let name = ["output_channel", "channel"]
+            .iter()
+            .find_map(|k| message.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()))?;
+        router.iter().find(|c| c.name() == name).cloned()
     }
 
     /// The workspace (`-w/--workspace`).

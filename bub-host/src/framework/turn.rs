@@ -1,7 +1,7 @@
 //! `process_inbound`: one turn (spec §1.1).
 
 use bub_abi::{
-    types::{Envelope, ErrorInfo, StateMap},
+    types::{Envelope, ErrorInfo, StateMap, StreamEvent},
     HookId, TurnState,
 };
 use serde_json::{json, value::RawValue, Value};
@@ -147,19 +147,30 @@ impl Framework {
     ) -> Result<String, FrameworkError> {
         let rt = &self.runtime;
         let args = CallArgs::run_model(legacy, &session_id.to_owned(), state)?;
+        // Streaming: the bound channel sees the events as they come.
+        let channel = if stream_output { self.routed_channel(inbound) } else { None };
         let output = match rt.select_model(stream_output).map(|s| s.hook) {
             None => None,
             Some(HookId::RunModel) => match rt.call_first(HookId::RunModel, &args).await? {
                 None => None,
                 Some(reply) => match reply.parse::<Value>() {
-                    Ok(Value::String(s)) => Some(s),
+                    Ok(Value::String(s)) => {
+                        // A text answer is a one-event stream to the channel.
+                        if let Some(channel) = &channel {
+                            let event = StreamEvent { kind: "text".into(), data: json!({ "delta": s }) };
+                            if let Err(e) = channel.stream_event(inbound, &event).await {
+                                tracing::warn!(target: "bub::framework", "{e}");
+                            }
+                        }
+                        Some(s)
+                    }
                     _ => return Err(FrameworkError::Type("hook.run_model must return str or None".into())),
                 },
             },
             Some(_) => match rt.run_model_stream(&args).await {
                 Ok(None) => None,
                 Ok(Some(stream)) => {
-                    let (text, errors) = stream.collect_text().await?;
+                    let (text, errors) = stream.collect_text_to(channel.as_ref().map(|c| (c, inbound))).await?;
                     for e in errors {
                         rt.notify_error("run_model", &e, Some(inbound)).await;
                     }

@@ -1,13 +1,13 @@
 //! Model streams on the host side: Bub's `AsyncStreamEvents`.
 
 use bub_abi::{
-    types::{ErrorInfo, StreamEvent},
+    types::{Envelope, ErrorInfo, StreamEvent},
     HookError, HookId, Object,
 };
 use serde_json::Value;
 
 use super::{CallArgs, Runtime};
-use crate::error::HookFailure;
+use crate::{error::HookFailure, resources::Channel};
 
 /// A stream of model events from a plugin.
 pub struct ModelStream {
@@ -74,10 +74,25 @@ impl ModelStream {
 
     /// Consumes the stream: the concatenated `text` deltas, and every `error`
     /// event (Bub reports each through `on_error` and carries on).
-    pub async fn collect_text(mut self) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
+    pub async fn collect_text(self) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
+        self.collect_text_to(None).await
+    }
+
+    /// [`collect_text`](Self::collect_text), showing each event first to
+    /// `channel` (rendering the stream answering `message` live); a channel
+    /// failing to show an event is logged, and the turn goes on.
+    pub async fn collect_text_to(
+        mut self,
+        channel: Option<(&Channel, &Envelope)>,
+    ) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
         let mut text = String::new();
         let mut errors = Vec::new();
         while let Some(event) = self.next().await? {
+            if let Some((channel, message)) = channel {
+                if let Err(e) = channel.stream_event(message, &event).await {
+                    tracing::warn!(target: "bub::framework", "{e}");
+                }
+            }
             match event.kind.as_str() {
                 "text" => match &event.data["delta"] {
                     Value::String(s) => text.push_str(s),

@@ -214,6 +214,9 @@ impl ObjectImpl for ScriptedObject {
             let told = args["error"]["message"].as_str().unwrap_or("none");
             line = format!("{line}({told})");
         }
+        if method == "stream_event" {
+            line = format!("{line}({}:{})", args["event"]["kind"].as_str().unwrap_or("?"), args["event"]["data"]);
+        }
         if let Some(path) = &self.trace {
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("trace file");
             writeln!(f, "{}:{line}", self.plugin).expect("trace write");
