@@ -110,6 +110,8 @@ impl Terminal {
 fn chat_turns_editing_and_quit() {
     let home = Home::new();
     home.install("echo", &lib("echo-model"), json!({}));
+    // The scope is held for the whole session: entered once, exited at the end.
+    home.scripted("life", "", json!({"provide_lifespan": {"object": {"kind": "lifespan", "name": "L"}}}));
     let mut term = Terminal::open(&home);
     let at = term.expect(0, "> ");
     // Typo, backspace, then the line: the editor fixes it before sending.
@@ -130,6 +132,8 @@ fn chat_turns_editing_and_quit() {
     assert!(!screen.contains("never sent\r\n"), "{screen}");
     // Streamed live, then not printed again when dispatched.
     assert_eq!(screen.matches("hello there").count(), 1, "{screen}");
+    let scope: Vec<String> = home.trace().into_iter().filter(|l| l.starts_with("life:L.")).collect();
+    assert_eq!(scope, ["life:L.enter", "life:L.exit(none)"]);
     let history = std::fs::read_to_string(home.path().join("chat_history")).unwrap();
     assert!(history.contains("hello there") && history.contains("second") && !history.contains("never sent"));
 }

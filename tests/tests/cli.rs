@@ -171,6 +171,23 @@ fn b94_bub_run_prints_outbounds() {
     assert!(!ok && err.contains("the turn failed") && err.contains("cannot build"), "{err}");
 }
 
+/// `bub run` opens one `running()` scope around its one turn: a lifespan is
+/// entered before the turn and exited after it.
+#[test]
+fn bub_run_holds_one_scope_around_the_turn() {
+    let home = Home::new();
+    home.scripted(
+        "life",
+        "",
+        json!({"provide_lifespan": {"object": {"kind": "lifespan", "name": "L"}}, "load_state": {"return": null}}),
+    );
+    let (_, err, ok) = bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    let trace: Vec<String> =
+        home.trace().into_iter().filter(|l| l.starts_with("life:L.") || l == "life:load_state").collect();
+    assert_eq!(trace, ["life:L.enter", "life:load_state", "life:L.exit(none)"]);
+}
+
 /// Behaviour 41 and `register_cli_commands`: a plugin adds `bub greet`;
 /// clap parses its arguments; it sees the resolved `-w` workspace.
 #[test]
