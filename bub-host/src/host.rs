@@ -181,7 +181,25 @@ fn load_folder(
     if let Some(serde_json::Value::Object(section)) = app_config.get(&manifest.name) {
         crate::runtime::special::deep_merge(&mut config, section.clone());
     }
+    config.extend(env_config(&manifest.name, std::env::vars_os()));
     open_and_register(manifest.name, path, &config)
+}
+
+/// Config keys from the environment: `BUB_<NAME>__<KEY>=value` sets `key`
+/// (lowercased) of plugin `name` (uppercased, `-` as `_`), over the manifest
+/// and `config.json`. A value that parses as JSON is JSON, otherwise a string.
+pub fn env_config(
+    name: &str,
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Map<String, serde_json::Value> {
+    let prefix = format!("BUB_{}__", name.to_uppercase().replace('-', "_"));
+    vars.filter_map(|(k, v)| {
+        let key = k.to_str()?.strip_prefix(&prefix)?.to_lowercase();
+        let text = v.into_string().ok()?;
+        let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        (!key.is_empty()).then_some((key, value))
+    })
+    .collect()
 }
 
 /// The record of a plugin whose name an earlier plugin already took.

@@ -188,6 +188,31 @@ fn bub_run_holds_one_scope_around_the_turn() {
     assert_eq!(trace, ["life:L.enter", "life:load_state", "life:L.exit(none)"]);
 }
 
+/// Config from the environment: `BUB_<NAME>__<KEY>` sets a key of a
+/// plugin's config, over its manifest (and `config.json`).
+#[test]
+fn plugin_config_from_the_environment() {
+    let home = Home::new();
+    home.scripted("env-cfg", "", json!({"resolve_session": {"return": "from-manifest"}}));
+    let run = |env: &[(&str, &str)]| {
+        let out = Command::new(bub_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(["run", "hi", "--json"])
+            .envs(env.iter().copied())
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["session_id"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(run(&[]), "from-manifest");
+    let hooks = r#"{"resolve_session": {"return": "from-env"}}"#;
+    assert_eq!(run(&[("BUB_ENV_CFG__HOOKS", hooks)]), "from-env");
+    // Another plugin's variable changes nothing.
+    assert_eq!(run(&[("BUB_OTHER__HOOKS", hooks)]), "from-manifest");
+}
+
 /// Behaviour 41 and `register_cli_commands`: a plugin adds `bub greet`;
 /// clap parses its arguments; it sees the resolved `-w` workspace.
 #[test]

@@ -137,3 +137,25 @@ fn install_crate_folder_builds_it() {
     assert!(out.starts_with("installed session-router 0.1.0"), "{out}");
     assert_eq!(list(&home)[1], ("session-router".into(), "loaded".into()));
 }
+
+/// `bub plugins config`: shows, sets (JSON or string values) and unsets keys
+/// of the manifest's config; the plugin receives them at load.
+#[test]
+fn plugins_config_sets_and_unsets_keys() {
+    let home = Home::new();
+    assert!(bub(&home, &["plugins", "install", lib("echo-model").to_str().unwrap()]).2);
+    let (out, _, ok) = bub(&home, &["plugins", "config", "echo-model"]);
+    assert!(ok && out.trim() == "{}", "{out}");
+    let (out, err, ok) = bub(&home, &["plugins", "config", "echo-model", "prefix=bot says: ", "limit=3"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, json!({"prefix": "bot says: ", "limit": 3}));
+    let (out, _, _) = bub(&home, &["run", "hi"]);
+    assert!(out.contains("bot says: sender_id=human"), "{out}");
+    let (out, _, ok) = bub(&home, &["plugins", "config", "echo-model", "--unset", "limit"]);
+    assert!(ok && !out.contains("limit"), "{out}");
+    let (_, err, ok) = bub(&home, &["plugins", "config", "echo-model", "novalue"]);
+    assert!(!ok && err.contains("is not KEY=VALUE"), "{err}");
+    let (_, err, ok) = bub(&home, &["plugins", "config", "missing"]);
+    assert!(!ok && err.contains("missing"), "{err}");
+}

@@ -1,5 +1,6 @@
 //! `bub plugins …`: one file per subcommand.
 
+mod config;
 mod info;
 mod install;
 mod list;
@@ -41,6 +42,17 @@ pub enum PluginsCommand {
         /// The plugin's name.
         name: String,
     },
+    /// Show or change the configuration kept in a plugin's manifest
+    /// (`$BUB_HOME/config.json` and `BUB_<NAME>__<KEY>` variables override it).
+    Config {
+        /// The plugin's name.
+        name: String,
+        /// Keys to set, as KEY=VALUE (a VALUE that parses as JSON is JSON).
+        set: Vec<String>,
+        /// Keys to remove.
+        #[arg(long)]
+        unset: Vec<String>,
+    },
     /// Show a plugin's manifest, status and hooks.
     Info {
         /// The plugin's name.
@@ -59,5 +71,6 @@ pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
         PluginsCommand::Enable { name } => toggle::run(ctx, name, true),
         PluginsCommand::Disable { name } => toggle::run(ctx, name, false),
         PluginsCommand::Info { name, json } => info::run(ctx, name, *json),
+        PluginsCommand::Config { name, set, unset } => config::run(ctx, name, set, unset),
     }
 }
