@@ -17,6 +17,69 @@
 //! Arguments travel as one JSON object whose fields are the parameter names
 //! (`{"tape": "t", "entry": {…}}`); results as JSON. Every method call runs
 //! inside the plugin's future bridge, so a panic becomes an error.
+//!
+//! A plugin providing a lifespan (entered and exited with each `running()`
+//! scope) and a tool:
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! use bub_abi::{
+//!     resources::{Fut, Lifespan, Tool},
+//!     types::{ErrorInfo, ToolSpec},
+//!     BoxError, Object, Plugin, PluginContext,
+//! };
+//! use serde_json::{json, Map, Value};
+//!
+//! pub struct Counter;
+//!
+//! static OPEN_SCOPES: AtomicUsize = AtomicUsize::new(0);
+//!
+//! struct Scope;
+//!
+//! impl Lifespan for Scope {
+//!     fn enter(&self) -> impl Fut<()> {
+//!         OPEN_SCOPES.fetch_add(1, Ordering::Relaxed);
+//!         async { Ok(()) }
+//!     }
+//!     fn exit(&self, error: Option<ErrorInfo>) -> impl Fut<()> {
+//!         OPEN_SCOPES.fetch_sub(1, Ordering::Relaxed);
+//!         if let Some(e) = error {
+//!             tracing::warn!("the scope ended with an error: {e}");
+//!         }
+//!         async { Ok(()) }
+//!     }
+//! }
+//!
+//! struct OpenScopes;
+//!
+//! impl Tool for OpenScopes {
+//!     fn spec(&self) -> ToolSpec {
+//!         ToolSpec { name: "open_scopes".into(), description: "How many scopes are open".into(), ..Default::default() }
+//!     }
+//!     fn call(&self, _arguments: Map<String, Value>) -> impl Fut<Value> {
+//!         async { Ok(json!(OPEN_SCOPES.load(Ordering::Relaxed))) }
+//!     }
+//! }
+//!
+//! #[bub_abi::plugin]
+//! impl Plugin for Counter {
+//!     fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
+//!         Ok(Counter)
+//!     }
+//!
+//!     fn provide_lifespan(&self) -> Option<Object> {
+//!         Some(Object::lifespan(Scope))
+//!     }
+//!
+//!     fn provide_tools(&self) -> Option<Vec<Object>> {
+//!         Some(vec![Object::tool(OpenScopes)])
+//!     }
+//! }
+//!
+//! bub_abi::export_plugin!(Counter);
+//! # fn main() {}
+//! ```
 
 use std::{future::Future, sync::Arc};
 
