@@ -79,7 +79,10 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
             }
         });
 
-        let scope = framework.running().await?;
+        let scope = tokio::select! {
+            scope = framework.running() => scope?,
+            _ = interrupted.notified() => bail!("interrupted while opening the session (a plugin's resource did not start)"),
+        };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let handler = Object::new(Handler(tx.clone()));
         let body = async {
