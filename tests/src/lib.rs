@@ -270,3 +270,18 @@ pub fn poll_ready<F: std::future::Future>(f: F) -> F::Output {
 pub fn message(chat: &str) -> Value {
     json!({"content": "hello", "channel": "test", "chat_id": chat})
 }
+
+/// A message handler object that accepts and drops every message (for
+/// `provide_channels` calls that never deliver anything).
+pub fn message_handler() -> bub_abi::Object {
+    struct Drop;
+    impl bub_abi::ObjectImpl for Drop {
+        fn kind(&self) -> &str {
+            bub_abi::resources::kinds::MESSAGE_HANDLER
+        }
+        fn invoke(&self, _method: &str, _args: Value) -> bub_abi::ObjectFuture {
+            Box::pin(async { Ok(Value::Null) })
+        }
+    }
+    bub_abi::Object::new(Drop)
+}

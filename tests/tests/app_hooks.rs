@@ -3,7 +3,7 @@
 
 use bub_abi::{
     types::{AdmitAction, StreamState, TapeInfo, TurnSnapshot},
-    Object, TurnState,
+    TurnState,
 };
 use bub_host::{
     framework::{Framework, FrameworkError},
@@ -27,17 +27,6 @@ fn named(kind: &str, names: &[&str]) -> Value {
     Value::Array(names.iter().map(|n| json!({"kind": kind, "name": n})).collect())
 }
 
-/// A message handler object, as the host hands to `provide_channels`.
-struct Handler;
-impl bub_abi::ObjectImpl for Handler {
-    fn kind(&self) -> &str {
-        "message_handler"
-    }
-    fn invoke(&self, _method: &str, _args: Value) -> bub_abi::ObjectFuture {
-        Box::pin(async { Ok(Value::Null) })
-    }
-}
-
 /// Behaviour 42: channels flattened in priority order, deduplicated by name.
 #[test]
 fn b42_channels_deduplicated() {
@@ -45,7 +34,7 @@ fn b42_channels_deduplicated() {
     home.scripted("1-low", "", json!({"provide_channels": {"objects": named("channel", &["shared", "low-only"])}}));
     home.scripted("2-high", "", json!({"provide_channels": {"objects": named("channel", &["shared", "high-only"])}}));
     home.scripted("3-none", "", json!({"provide_channels": {"return": null}}));
-    let channels = framework(&home).get_channels(&Object::new(Handler)).unwrap();
+    let channels = framework(&home).get_channels(&bub_tests::message_handler()).unwrap();
     let got: Vec<(String, String)> =
         channels.iter().map(|c| (c.name().to_owned(), c.resource().plugin().to_owned())).collect();
     assert_eq!(

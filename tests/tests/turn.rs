@@ -247,7 +247,7 @@ fn b24_bound_router_sees_the_stream() {
     home.scripted("0-chan", "", json!({"provide_channels": {"objects": [{"kind": "channel", "name": "tg"}]}}));
     home.install("1-echo", &lib("echo-model"), json!({"prefix": ""}));
     let fw = framework(&home);
-    let handler = bub_abi::Object::new(NoHandler);
+    let handler = bub_tests::message_handler();
     fw.bind_channels(fw.get_channels(&handler).unwrap());
     let mut inbound = json!({"content": "streamed words", "channel": "tg", "chat_id": "1"});
     let r = block_on(fw.process_inbound(&mut inbound, true)).unwrap();
@@ -276,15 +276,4 @@ fn b24_bound_router_sees_the_stream() {
     block_on(fw.process_inbound(&mut json!({"content": "hi", "channel": "tg", "chat_id": "c"}), true)).unwrap();
     let shown: Vec<String> = home.trace().into_iter().filter(|l| l.contains("tg.stream_event")).collect();
     assert_eq!(shown, [r#"0-chan:tg.stream_event(text:{"delta":"echo: hi [note=]"})"#]);
-}
-
-struct NoHandler;
-
-impl bub_abi::ObjectImpl for NoHandler {
-    fn kind(&self) -> &str {
-        "message_handler"
-    }
-    fn invoke(&self, _method: &str, _args: Value) -> bub_abi::ObjectFuture {
-        Box::pin(async { Ok(Value::Null) })
-    }
 }

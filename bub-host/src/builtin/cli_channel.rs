@@ -34,10 +34,7 @@ fn router() -> std::sync::MutexGuard<'static, Option<HashMap<String, Weak<CliInn
 /// `channel`); false when no such channel is running (as Bub's builtin
 /// without a bound router).
 pub fn route(message: &Envelope) -> bool {
-    let name = ["output_channel", "channel"]
-        .iter()
-        .find_map(|k| message.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()));
-    let Some(name) = name else { return false };
+    let Some(name) = crate::framework::envelope::target_channel(message) else { return false };
     let target = router().as_ref().and_then(|r| r.get(name).and_then(Weak::upgrade));
     match target {
         Some(channel) => {

@@ -20,6 +20,12 @@ pub fn py_str(value: &Value) -> String {
     }
 }
 
+/// The channel a message goes out on: its `output_channel`, else its
+/// `channel` (the channel router's rule).
+pub fn target_channel(message: &Envelope) -> Option<&str> {
+    ["output_channel", "channel"].iter().find_map(|k| message.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()))
+}
+
 /// `content_of(msg)`: `str(field_of(msg, "content", ""))`.
 pub fn content_of(message: &Envelope) -> String {
     field_of(message, "content").map(py_str).unwrap_or_default()

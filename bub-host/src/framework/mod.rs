@@ -86,9 +86,7 @@ impl Framework {
         if router.is_empty() {
             return None;
         }
-        let name = ["output_channel", "channel"]
-            .iter()
-            .find_map(|k| message.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()))?;
+        let name = envelope::target_channel(message)?;
         router.iter().find(|c| c.name() == name).cloned()
     }
 
