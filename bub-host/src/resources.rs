@@ -147,9 +147,20 @@ macro_rules! handle {
                 Resource::from_reply(reply, $kind, $bub).map($Name)
             }
 
+            /// `object`, provided by `plugin`, if it is of this kind.
+            pub fn from_object(object: Object, plugin: &str) -> Result<Self, String> {
+                Resource::new(object, plugin, $kind).map($Name)
+            }
+
             /// The underlying resource.
             pub fn resource(&self) -> &Resource {
                 &self.0
+            }
+
+            /// The object's name (channels, tools, sidecars and commands are
+            /// deduplicated by it).
+            pub fn name(&self) -> &str {
+                self.0.name()
             }
         }
     };
@@ -254,10 +265,6 @@ impl Environment {
 }
 
 impl Channel {
-    /// The channel's name.
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
     /// Starts it.
     pub async fn start(&self) -> Result<(), ResourceError> {
         self.0.call::<Value>("start", json!({})).await.map(drop)
@@ -277,10 +284,6 @@ impl Channel {
 }
 
 impl Tool {
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
     /// Its spec.
     pub async fn spec(&self) -> Result<ToolSpec, ResourceError> {
         self.0.call("spec", json!({})).await
@@ -292,10 +295,6 @@ impl Tool {
 }
 
 impl CliCommand {
-    /// The command's name.
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
     /// Its spec.
     pub async fn spec(&self) -> Result<CommandSpec, ResourceError> {
         self.0.call("spec", json!({})).await
@@ -303,13 +302,6 @@ impl CliCommand {
     /// Runs it with parsed arguments.
     pub async fn run(&self, args: &Map<String, Value>) -> Result<Value, ResourceError> {
         self.0.call("call", json!({ "arguments": args })).await
-    }
-}
-
-impl TapeSidecar {
-    /// The sidecar's name.
-    pub fn name(&self) -> &str {
-        self.0.name()
     }
 }
 

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{Framework, FrameworkError};
 use crate::{
-    resources::{Channel, CliCommand, Resource, TapeContext, TapeSidecar, Tool},
+    resources::{Channel, CliCommand, TapeContext, TapeSidecar, Tool},
     runtime::{CallArgs, Reply},
 };
 
@@ -73,24 +73,27 @@ impl Framework {
     /// The channels, given the host's `message_handler`; deduplicated by name.
     pub fn get_channels(&self, message_handler: &Object) -> Result<Vec<Channel>, FrameworkError> {
         let args = CallArgs::provide_channels(message_handler)?;
-        self.collect_named(HookId::ProvideChannels, &args, Channel::from_reply_object, Channel::TYPE_ERROR)
+        self.collect_named(HookId::ProvideChannels, &args, Channel::from_object, Channel::name, Channel::TYPE_ERROR)
     }
 
     /// The tools (`provide_tools`); deduplicated by name.
     pub fn get_tools(&self) -> Result<Vec<Tool>, FrameworkError> {
-        self.collect_named(HookId::ProvideTools, &CallArgs::provide_tools()?, Tool::from_reply_object, Tool::TYPE_ERROR)
+        let args = CallArgs::provide_tools()?;
+        self.collect_named(HookId::ProvideTools, &args, Tool::from_object, Tool::name, Tool::TYPE_ERROR)
     }
 
     /// The tape sidecars; deduplicated by name.
     pub fn get_tape_sidecars(&self) -> Result<Vec<TapeSidecar>, FrameworkError> {
         let args = CallArgs::provide_tape_sidecar()?;
-        self.collect_named(HookId::ProvideTapeSidecar, &args, TapeSidecar::from_reply_object, TapeSidecar::TYPE_ERROR)
+        let (convert, name) = (TapeSidecar::from_object, TapeSidecar::name);
+        self.collect_named(HookId::ProvideTapeSidecar, &args, convert, name, TapeSidecar::TYPE_ERROR)
     }
 
     /// The subcommands plugins add to `bub`, given the host's `app` object.
     pub fn get_cli_commands(&self, app: &Object) -> Result<Vec<CliCommand>, FrameworkError> {
         let args = CallArgs::register_cli_commands(app)?;
-        self.collect_named(HookId::RegisterCliCommands, &args, CliCommand::from_reply_object, CliCommand::TYPE_ERROR)
+        let (convert, name) = (CliCommand::from_object, CliCommand::name);
+        self.collect_named(HookId::RegisterCliCommands, &args, convert, name, CliCommand::TYPE_ERROR)
     }
 
     /// The agent's tape context; none is a `TypeError`.
@@ -167,11 +170,9 @@ impl Framework {
         hook: HookId,
         args: &CallArgs,
         convert: fn(Object, &str) -> Result<H, String>,
+        name: fn(&H) -> &str,
         type_error: &str,
-    ) -> Result<Vec<H>, FrameworkError>
-    where
-        H: Named,
-    {
+    ) -> Result<Vec<H>, FrameworkError> {
         if !self.runtime.has(hook) {
             return Ok(Vec::new());
         }
@@ -180,7 +181,7 @@ impl Framework {
         for reply in self.runtime.call_many_sync(hook, args)?.iter().flatten() {
             for object in objects_of(reply, type_error)? {
                 let item = convert(object, &reply.plugin).map_err(|_| FrameworkError::Type(type_error.into()))?;
-                if seen.insert(item.name().to_owned()) {
+                if seen.insert(name(&item).to_owned()) {
                     out.push(item);
                 }
             }
@@ -202,25 +203,3 @@ fn objects_of(reply: &Reply, type_error: &str) -> Result<Vec<Object>, FrameworkE
         _ => Err(FrameworkError::Type(type_error.into())),
     }
 }
-
-/// Resources deduplicated by name.
-trait Named {
-    fn name(&self) -> &str;
-}
-
-macro_rules! named {
-    ($($T:ident),*) => {$(
-        impl Named for $T {
-            fn name(&self) -> &str {
-                self.0.name()
-            }
-        }
-
-        impl $T {
-            fn from_reply_object(object: Object, plugin: &str) -> Result<$T, String> {
-                Resource::new(object, plugin, <$T>::KIND).map($T)
-            }
-        }
-    )*};
-}
-named!(Channel, Tool, TapeSidecar, CliCommand);

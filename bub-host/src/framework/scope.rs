@@ -51,6 +51,15 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Step a of the exit: the store and inbox references go; the cached
+    /// environments are handed back to be closed.
+    fn release(&self) -> HashMap<String, Option<Environment>> {
+        let mut inner = self.lock();
+        inner.store = None;
+        inner.inbox = None;
+        std::mem::take(&mut inner.environments)
+    }
+
     /// What `_runtime_steering_inbox` holds in the turn state.
     pub(crate) fn inbox_ref(&self) -> Value {
         self.lock().inbox.as_ref().map_or(Value::Null, |i| object_ref(i.resource()))
@@ -228,12 +237,7 @@ impl Running {
 
     async fn unwind(&mut self, error: Option<&ErrorInfo>) -> Result<(), FrameworkError> {
         self.exited = true;
-        let environments = {
-            let mut inner = self.framework.scope.lock();
-            inner.store = None;
-            inner.inbox = None;
-            std::mem::take(&mut inner.environments)
-        };
+        let environments = self.framework.scope.release();
         // b. Close cached environments concurrently; failures are logged.
         let mut closing = tokio::task::JoinSet::new();
         for env in environments.into_values().flatten() {
@@ -268,11 +272,8 @@ impl Drop for Running {
                 });
             }
             Err(_) => {
-                let mut inner = rest.framework.scope.lock();
-                inner.store = None;
-                inner.inbox = None;
-                inner.environments.clear();
-                inner.open = false;
+                rest.framework.scope.release();
+                rest.framework.scope.lock().open = false;
             }
         }
     }
