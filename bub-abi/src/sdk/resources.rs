@@ -264,7 +264,10 @@ fn reply<R: Serialize>(result: Result<R, BoxError>) -> Result<Value, HookError> 
     }
 }
 
-fn unsupported(kind: &str, method: &str, known: &[&str]) -> ObjectFuture {
+/// The answer of an object of `kind` to a `method` it does not have (error
+/// kind [`UNSUPPORTED`], which the host reads as "nothing to do" for the
+/// optional methods), naming the `known` ones.
+pub fn unsupported(kind: &str, method: &str, known: &[&str]) -> ObjectFuture {
     let message = format!("a {kind} has no method `{method}` (it has: {})", known.join(", "));
     Box::pin(async move { Err(HookError::new(UNSUPPORTED, message)) })
 }

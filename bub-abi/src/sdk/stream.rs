@@ -107,10 +107,7 @@ impl ObjectImpl for Receiver {
                 rx.lock().await.take();
                 Ok(Value::Null)
             }),
-            other => {
-                let msg = format!("a stream has no method `{other}` (it has `next`, `next_many` and `close`)");
-                Box::pin(async move { Err(HookError::new(crate::resources::UNSUPPORTED, msg)) })
-            }
+            other => crate::resources::unsupported("stream", other, &["next", "next_many", "close"]),
         }
     }
 }

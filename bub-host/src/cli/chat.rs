@@ -55,10 +55,7 @@ impl ObjectImpl for Handler {
                 let _ = tx.send(Event::Close);
                 Ok(Value::Null)
             }),
-            other => {
-                let msg = format!("the message handler has no method `{other}` (it has: handle, close)");
-                Box::pin(async move { Err(HookError::new(bub_abi::resources::UNSUPPORTED, msg)) })
-            }
+            other => bub_abi::resources::unsupported(self.kind(), other, &["handle", "close"]),
         }
     }
 }

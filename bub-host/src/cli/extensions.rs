@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result};
 use bub_abi::{
     resources::kinds,
     types::{CommandArg, CommandSpec},
-    HookError, Object, ObjectFuture, ObjectImpl,
+    Object, ObjectFuture, ObjectImpl,
 };
 use bub_host::resources::CliCommand;
 use clap::{ArgAction, CommandFactory, FromArgMatches};
@@ -50,10 +50,7 @@ impl ObjectImpl for App {
             "workspace" => json!(self.workspace.display().to_string()),
             "home" => json!(self.home.display().to_string()),
             "commands" => json!(Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect::<Vec<_>>()),
-            other => {
-                let msg = format!("the CLI app has no method `{other}` (it has: workspace, home, commands)");
-                return Box::pin(async move { Err(HookError::new(bub_abi::resources::UNSUPPORTED, msg)) });
-            }
+            other => return bub_abi::resources::unsupported(self.kind(), other, &["workspace", "home", "commands"]),
         };
         Box::pin(async move { Ok(value) })
     }

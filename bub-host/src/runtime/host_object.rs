@@ -41,10 +41,7 @@ impl ObjectImpl for FrameworkObject {
                         .collect(),
                 ))
             }),
-            other => {
-                let message = format!("the framework object has no method `{other}` (it has: dispatch_outbound)");
-                Box::pin(async move { Err(HookError::new(bub_abi::resources::UNSUPPORTED, message)) })
-            }
+            other => bub_abi::resources::unsupported("framework", other, &["dispatch_outbound"]),
         }
     }
 }
