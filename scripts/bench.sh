@@ -9,9 +9,11 @@
 #   scripts/bench.sh --only SUBSTR   a subset (criterion filter)
 #
 # The Python side needs ../shared/bench/setup.sh (Python 3.12 venv).
+# Honours CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=target/bench
+target="${CARGO_TARGET_DIR:-target}"
+out="$target/bench"
 mkdir -p "$out"
 with_python=0
 filter=()
@@ -25,9 +27,9 @@ while [[ $# -gt 0 ]]; do
 done
 
 echo "bench.sh: building and running the Rust benchmarks (release; plugins are real cdylibs)" >&2
-rm -rf target/criterion
+rm -rf "$target/criterion"
 cargo bench -p bub-tests --bench hooks -- "${filter[@]}" >&2
-python3 scripts/bench_report.py lines target/criterion | tee "$out/rust.jsonl"
+python3 scripts/bench_report.py lines "$target/criterion" | tee "$out/rust.jsonl"
 
 if [[ $with_python == 1 ]]; then
     shared="$(cd .. && pwd)/shared/bench"

@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
 # The main job, for a newcomer on a fresh machine: build the example plugins,
-# install them into a fresh BUB_HOME under target/, and show what the host
+# install them into a fresh BUB_HOME under the target folder, and show what the host
 # discovered, loaded and registered.
 #
-#   scripts/demo.sh
+#   scripts/demo.sh          (honours CARGO_TARGET_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target"
+target="$(cd "$target" && pwd)"
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Building the bub host and the example plugins (release)"
 cargo build --release -p bub-host -p echo-model -p session-router -p tool-policy -p audit-log -p openai-chat
 
-home="$PWD/target/demo-home"
+home="$target/demo-home"
 # BUB_HOME (rather than --home) so that plugins see the demo home too.
-bub() { BUB_HOME="$home" target/release/bub "$@"; }
+bub() { BUB_HOME="$home" "$target"/release/bub "$@"; }
 
 say "Installing them with \`bub plugins install\` into a fresh BUB_HOME: $home"
 rm -rf "$home"
-bub plugins install target/release/libecho_model.so   # a built library
+bub plugins install "$target"/release/libecho_model.so   # a built library
 bub plugins install plugins/session-router           # a crate folder: built, checked, installed
-bub plugins install target/release/libtool_policy.so
-bub plugins install target/release/libaudit_log.so
-bub plugins install target/release/libopenai_chat.so
+bub plugins install "$target"/release/libtool_policy.so
+bub plugins install "$target"/release/libaudit_log.so
+bub plugins install "$target"/release/libopenai_chat.so
 # openai-chat would be the model of the turn below (the latest plugin with a
 # model hook decides) and needs a network and OPENAI_API_KEY: keep it off.
 # Enable it with `bub plugins enable openai-chat`.
@@ -44,4 +47,4 @@ bub plugins info session-router
 say "bub run \"hello from bub-rs\"   (one turn: session-router resolves, echo-model answers, audit-log records)"
 bub run "hello from bub-rs"
 
-say "Done. Try: BUB_HOME=$home target/release/bub chat   (Ctrl-D quits)"
+say "Done. Try: BUB_HOME=$home $target/release/bub chat   (Ctrl-D quits)"

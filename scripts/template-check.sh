@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+target="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target"
+target="$(cd "$target" && pwd)"
 
 if ! command -v cargo-generate >/dev/null 2>&1; then
     echo "template-check: cargo-generate is not installed; run: cargo install cargo-generate --locked --version '~0.23'" >&2
@@ -16,9 +19,9 @@ fi
 
 echo "template-check: building bub"
 cargo build --quiet -p bub-host
-bub_bin="$root/target/debug/bub"
+bub_bin="$target/debug/bub"
 
-out="$root/target/template-check"
+out="$target/template-check"
 rm -rf "$out"
 mkdir -p "$out"
 # The generated crates share one target dir, so their dependencies build once.

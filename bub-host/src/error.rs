@@ -9,12 +9,12 @@ use bub_abi::{HookError, HookId};
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The manifest is missing or unreadable.
-    #[error("cannot read manifest {path}: {source}. Reinstall the plugin, or remove the folder")]
+    #[error("cannot read manifest {path}: {cause}. Reinstall the plugin, or remove the folder")]
     ManifestRead {
         /// Manifest path.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The manifest is not valid.
     #[error("manifest {path} is not valid: {detail}. Reinstall the plugin")]

@@ -53,7 +53,7 @@ pub enum InstallError {
     },
     /// The library failed the load checks; nothing was installed.
     #[error("not installed: {0}")]
-    Check(#[from] LoadError),
+    Check(LoadError),
     /// The plugin name is not usable as a folder name.
     #[error("invalid plugin name {name:?}: use letters, digits, '-', '_' or '.', not starting with '.'")]
     InvalidName {
@@ -69,20 +69,28 @@ pub enum InstallError {
         root: PathBuf,
     },
     /// A file operation failed.
-    #[error("cannot {what} {path}: {source}")]
+    #[error("cannot {what} {path}: {cause}")]
     Io {
         /// What was being done.
         what: &'static str,
         /// Where.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InstallError {
     let path = path.to_owned();
-    move |source| InstallError::Io { what, path, source }
+    move |cause| InstallError::Io { what, path, cause }
+}
+
+// Not `#[from]`: the message already holds the load error, and a `source`
+// would print it a second time in an error chain (`{:#}`).
+impl From<LoadError> for InstallError {
+    fn from(e: LoadError) -> Self {
+        InstallError::Check(e)
+    }
 }
 
 /// What an install did.

@@ -285,3 +285,18 @@ pub fn message_handler() -> bub_abi::Object {
     }
     bub_abi::Object::new(Drop)
 }
+
+/// Replaces the builtin prompt's date line (`---Date: 2026-11-30T19:46:14+00:00---`)
+/// with `---Date: <now>---` after checking its shape (local ISO time to the
+/// second with a UTC offset, as Python's `isoformat(timespec="seconds")`).
+pub fn mask_date(text: &str) -> String {
+    const OPEN: &str = "---Date: ";
+    let Some(start) = text.find(OPEN) else { return text.to_owned() };
+    let rest = &text[start + OPEN.len()..];
+    let end = rest.find("---").unwrap_or_else(|| panic!("an unterminated date line in {text:?}"));
+    let stamp = &rest[..end];
+    let shape: String =
+        stamp.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>().replace('-', "+");
+    assert_eq!(shape, "9999+99+99T99:99:99+99:99", "not a local ISO time to the second: {stamp:?}");
+    format!("{}{OPEN}<now>---{}", &text[..start], &rest[end + 3..])
+}

@@ -144,17 +144,20 @@ fn b92_on_error_dispatches_an_error_outbound() {
     assert!(!home.trace().iter().any(|l| l.starts_with("spy:dispatch_outbound")));
 }
 
-/// The turn with the builtin only: context prefix, one outbound copying the
-/// addressing, the session in the state, the no-model fallback.
+/// The turn with the builtin only: context prefix with Bub's date line
+/// (§4.3: `<context>\n---Date: <local ISO>---\n<content>`), internal
+/// context keys left out, one outbound copying the addressing, the session
+/// in the state, the no-model fallback.
 #[test]
 fn builtin_turn() {
     let home = Home::new();
     let ws = tempfile::tempdir().unwrap();
     let fw = framework(&home, ws.path());
-    let mut inbound = json!({"channel": "cli", "chat_id": "c1", "content": "hi", "context": {"sender_id": "human"}});
+    let mut inbound = json!({"channel": "cli", "chat_id": "c1", "content": "hi",
+                             "context": {"sender_id": "human", "_internal": 1}});
     let r = block_on(fw.process_inbound(&mut inbound, false)).unwrap();
     assert_eq!(r.session_id, "cli:c1");
-    assert_eq!(r.model_output, "sender_id=human\n---\nhi");
+    assert_eq!(bub_tests::mask_date(&r.model_output), "sender_id=human\n---Date: <now>---\nhi");
     assert_eq!(r.state["session_id"], "cli:c1");
     assert_eq!(
         r.outbounds,

@@ -148,6 +148,8 @@ fn home_from_env_and_flag() {
 }
 
 /// Behaviour 94: `bub run hello` prints `[cli:local]` and the outbound content.
+/// The message is a Bub channel message: its context names the channel
+/// (`$<channel>`) and chat (§4.1, §7), and the prompt carries the date (§4.3).
 #[test]
 fn b94_bub_run_prints_outbounds() {
     let home = Home::new();
@@ -155,13 +157,16 @@ fn b94_bub_run_prints_outbounds() {
     let (out, err, ok) = bub(&home, &["run", "hello"]);
     assert!(ok, "{err}");
     // The builtin's build_prompt prefixes the message context (Bub's `context_str`).
-    assert_eq!(out, "[cli:local]\necho: sender_id=human\n---\nhello\n");
+    assert_eq!(
+        bub_tests::mask_date(&out),
+        "[cli:local]\necho: sender_id=human|channel=$cli|chat_id=local\n---Date: <now>---\nhello\n"
+    );
     let (out, _, ok) = bub(&home, &["run", "hi", "--channel", "tg", "--chat-id", "7", "--json"]);
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        (v["session_id"].as_str(), v["model_output"].as_str()),
-        (Some("tg:7"), Some("echo: sender_id=human\n---\nhi"))
+        (v["session_id"].as_str(), bub_tests::mask_date(v["model_output"].as_str().unwrap()).as_str()),
+        (Some("tg:7"), "echo: sender_id=human|channel=$tg|chat_id=7\n---Date: <now>---\nhi")
     );
 
     // A failing turn exits non-zero with the reason.

@@ -86,7 +86,7 @@ fn tool_policy_rules() {
     assert_eq!(serde_json::Value::Object(c.arguments), json!({"cmd": "ls", "timeout": 30}));
     assert_eq!(
         home.trace(),
-        ["later:before_tool_call:{\"arguments\":{\"cmd\":\"ls\",\"timeout\":30},\"run_id\":\"r\",\"tool\":\"bash\"}"]
+        ["later:before_tool_call:{\"run_id\":\"r\",\"tool\":\"bash\",\"arguments\":{\"cmd\":\"ls\",\"timeout\":30}}"]
     );
     let (c, d) = block_on(rt.before_tool_call(call("fs.read", json!({"path": "a"})), &TurnState::new()));
     assert_eq!((d.action, serde_json::Value::Object(c.arguments)), (ToolAction::Proceed, json!({"path": "a"})));

@@ -74,6 +74,13 @@ fn broken_library_is_not_installed() {
     assert!(!ok && err.contains("major versions differ"), "{err}");
     let (_, err, ok) = bub(&home, &["plugins", "install", "/no/such/lib.so"]);
     assert!(!ok && err.contains("does not exist"), "{err}");
+    // A file that is not a library: its reason is said once.
+    let text = tempfile::tempdir().unwrap();
+    let text = text.path().join("notes.so");
+    std::fs::write(&text, "not a library\n").unwrap();
+    let (_, err, ok) = bub(&home, &["plugins", "install", text.to_str().unwrap()]);
+    assert!(!ok && err.contains("as a shared library"), "{err}");
+    assert_eq!(err.matches("as a shared library").count(), 1, "the reason is repeated: {err}");
     assert!(entries(&home).is_empty(), "{:?}", entries(&home));
 }
 

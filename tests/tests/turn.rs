@@ -161,6 +161,26 @@ fn b26_b28_model_type_error() {
     assert!(!trace.iter().any(|l| l.contains("render_outbound")), "{trace:?}");
 }
 
+/// Behaviours 26 and 36 on the stream path: a `run_model_stream` answering
+/// a string fails the turn with Bub's TypeError, prefixed once, and
+/// on_error(turn) observers see the same text.
+#[test]
+fn b26_b36_stream_model_type_error_is_prefixed_once() {
+    let home = Home::new();
+    home.scripted("1-obs", "", json!({"on_error": {"trace_arg": 1}, "render_outbound": {"return": []}}));
+    home.scripted("2-model", "last", json!({"run_model_stream": {"return": "not a stream"}}));
+    let ((r, _), _) = capture_logs(|| turn(&home, json!({"content": "x"}), true));
+    let err = r.unwrap_err();
+    assert_eq!(err.to_string(), "TypeError: hook.run_model_stream must return AsyncStreamEvents or None");
+    let seen = home.trace().into_iter().filter(|l| l.contains("on_error")).collect::<Vec<_>>();
+    assert!(
+        seen.iter().any(|l| l.contains(
+            r#"{"kind":"TypeError","message":"hook.run_model_stream must return AsyncStreamEvents or None"}"#
+        )),
+        "{seen:?}"
+    );
+}
+
 /// Behaviour 27: build_prompt raising: save_state not called, on_error(turn), re-raised.
 #[test]
 fn b27_prompt_failure_skips_save_state() {

@@ -32,7 +32,7 @@ use bub_abi::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::framework::envelope::{content_of, default_session_id, field_of, py_str, truthy};
+use crate::framework::envelope::{content_of, context_str, default_session_id, field_of, truthy};
 
 /// The default system prompt (Bub's builtin prompt, shortened: no tools are
 /// described here; tool plugins add their own blocks).
@@ -42,15 +42,15 @@ Answer concisely. Use the tools you are given when they help, and say what you d
 /// Bub's builtin behaviours.
 pub struct Builtin;
 
-/// `context` as one line (`k=v|k=v`), or `context_str` when given.
-fn context_line(message: &Envelope) -> String {
-    if let Some(Value::String(s)) = field_of(message, "context_str") {
-        return s.clone();
+/// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
+/// the prefix only when the context is not empty.
+fn prompt_text(context: &str, content: String) -> String {
+    if context.is_empty() {
+        return content;
     }
-    match field_of(message, "context") {
-        Some(Value::Object(m)) => m.iter().map(|(k, v)| format!("{k}={}", py_str(v))).collect::<Vec<_>>().join("|"),
-        _ => String::new(),
-    }
+    // Python's `datetime.now().astimezone().isoformat(timespec="seconds")`.
+    let now = jiff::Zoned::now().strftime("%Y-%m-%dT%H:%M:%S%:z");
+    format!("{context}\n---Date: {now}---\n{content}")
 }
 
 fn media_parts(message: &Envelope) -> Vec<Value> {
@@ -90,8 +90,7 @@ impl Plugin for Builtin {
     /// The content, prefixed by the message context; media as content parts.
     fn build_prompt(&self, message: Envelope) -> Option<Prompt> {
         let content = content_of(&message);
-        let context = context_line(&message);
-        let text = if context.is_empty() { content } else { format!("{context}\n---\n{content}") };
+        let text = prompt_text(&context_str(&message), content);
         let media = media_parts(&message);
         if media.is_empty() {
             return Some(Value::String(text));

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::Context;
+use bub_host::framework::envelope::complete_channel_message;
 
 #[derive(Debug, clap::Args)]
 pub struct ChatArgs {
@@ -98,6 +99,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 if let Value::Object(m) = &mut message {
                     m.entry("chat_id").or_insert_with(|| json!(args.chat_id));
                     m.entry("session_id").or_insert_with(|| json!(session));
+                    complete_channel_message(m);
                 }
                 let cancelled = interrupted.notified();
                 tokio::select! {

@@ -4,6 +4,7 @@ use anyhow::{Context as _, Result};
 use serde_json::{json, Value};
 
 use super::Context;
+use bub_host::framework::envelope::complete_channel_message;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -36,6 +37,9 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
         "session_id": session,
         "context": {"sender_id": args.sender_id},
     });
+    if let Value::Object(m) = &mut inbound {
+        complete_channel_message(m);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = runtime
         .block_on(framework.scoped(|fw| async move { fw.process_inbound(&mut inbound, false).await }))

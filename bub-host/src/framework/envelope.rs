@@ -2,7 +2,7 @@
 //! the default session id, `unpack_batch`).
 
 use bub_abi::types::Envelope;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// `field_of(msg, key)`: a map's value, `None` when absent or null.
 pub fn field_of<'a>(message: &'a Envelope, key: &str) -> Option<&'a Value> {
@@ -60,5 +60,72 @@ pub fn truthy(value: &Value) -> bool {
         Value::String(s) => !s.is_empty(),
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Completes an envelope the way Bub's `ChannelMessage` does when a channel
+/// builds one: `chat_id` defaults to `default`, `kind` to `normal`,
+/// `output_channel` to the channel, and the context gets
+/// `channel = "$<channel>"` and `chat_id`, so the model learns where a
+/// message came from (`bub-semantics.md` §4.1).
+pub fn complete_channel_message(message: &mut Map<String, Value>) {
+    let channel = message.get("channel").map(py_str).unwrap_or_default();
+    let chat_id = message.entry("chat_id").or_insert_with(|| Value::String("default".into())).clone();
+    message.entry("kind").or_insert_with(|| Value::String("normal".into()));
+    if message.get("output_channel").is_none_or(|v| !truthy(v)) {
+        message.insert("output_channel".into(), Value::String(channel.clone()));
+    }
+    let context = message.entry("context").or_insert_with(|| Value::Object(Map::new()));
+    if !context.is_object() {
+        *context = Value::Object(Map::new());
+    }
+    if let Value::Object(context) = context {
+        context.insert("channel".into(), Value::String(format!("${channel}")));
+        context.insert("chat_id".into(), chat_id);
+    }
+}
+
+/// `ChannelMessage.context_str`: the context's `key=value` pairs joined by
+/// `|`, internal keys (starting with `_`) left out.
+pub fn context_str(message: &Envelope) -> String {
+    if let Some(Value::String(s)) = field_of(message, "context_str") {
+        return s.clone();
+    }
+    match field_of(message, "context") {
+        Some(Value::Object(m)) => m
+            .iter()
+            .filter(|(k, _)| !k.starts_with('_'))
+            .map(|(k, v)| format!("{k}={}", py_str(v)))
+            .collect::<Vec<_>>()
+            .join("|"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Behaviour of §4.1: a channel message's context names its channel and chat.
+    #[test]
+    fn channel_message_context_names_channel_and_chat() {
+        let mut m = json!({"channel": "tg", "chat_id": "42", "content": "hi", "context": {"sender_id": "ann"}});
+        complete_channel_message(m.as_object_mut().unwrap());
+        assert_eq!(m["context"], json!({"sender_id": "ann", "channel": "$tg", "chat_id": "42"}));
+        assert_eq!(m["output_channel"], "tg");
+        assert_eq!(m["kind"], "normal");
+        assert_eq!(context_str(&m), "sender_id=ann|channel=$tg|chat_id=42");
+    }
+
+    #[test]
+    fn context_str_leaves_out_internal_keys() {
+        let m = json!({"context": {"a": 1, "_secret": "x", "b": true}});
+        assert_eq!(context_str(&m), "a=1|b=True");
+        let mut d = json!({"channel": "cli"});
+        complete_channel_message(d.as_object_mut().unwrap());
+        assert_eq!(d["chat_id"], "default");
+        assert_eq!(d["context"]["chat_id"], "default");
     }
 }

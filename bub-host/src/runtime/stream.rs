@@ -121,7 +121,7 @@ impl Runtime {
             None => Err(HookFailure::new(
                 &reply.plugin,
                 HookId::RunModelStream,
-                HookError::new("type", "TypeError: hook.run_model_stream must return AsyncStreamEvents or None"),
+                HookError::new("type", "hook.run_model_stream must return AsyncStreamEvents or None"),
             )),
         }
     }
