@@ -19,6 +19,8 @@ use syn::{
 ///   (`message`, `session_id`, `state`, …); each is parsed into the type
 ///   written. A name the hook does not have is a compile error.
 /// - `#[tryfirst]` / `#[trylast]` set the priority marker.
+/// - An `async fn` on a sync-only hook (`system_prompt`, `provide_*`,
+///   `register_cli_commands`, `onboard_config`, …) is a compile error.
 /// - A hook returns its value directly, or `Result<value, E: Display>`.
 /// - `&self` is `&'static self`: the plugin instance lives as long as the
 ///   process, so a hook may move `self` into a spawned task.
@@ -45,6 +47,7 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
     let mut trait_items: Vec<ImplItem> = Vec::new();
     let mut inherent: Vec<TokenStream2> = Vec::new();
     let mut decls: Vec<TokenStream2> = Vec::new();
+    let mut checks: Vec<TokenStream2> = Vec::new();
 
     for item in std::mem::take(&mut input.items) {
         let ImplItem::Fn(mut f) = item else {
@@ -75,6 +78,16 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
         }
         f.attrs = kept;
         let is_async = f.sig.asyncness.is_some();
+        if is_async {
+            // Sync-only hooks (Bub's `call_*_sync`) never await: an `async fn`
+            // there would be skipped at run time, so refuse it here.
+            let message = format!(
+                "`{hook}` is a sync-only hook: the host never awaits it. Write it as a plain `fn` (spawn work on a runtime if it must wait)"
+            );
+            checks.push(quote! {
+                const _: () = ::core::assert!(!::bub_abi::hooks::ids::#hook.kind().is_sync_only(), #message);
+            });
+        }
 
         let mut inputs = f.sig.inputs.iter();
         match inputs.next() {
@@ -154,6 +167,7 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
         impl #self_ty {
             #(#inherent)*
         }
+        #(#checks)*
     })
 }
 

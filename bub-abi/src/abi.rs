@@ -11,11 +11,13 @@
 //! Plugin authors do not use this module directly; the SDK ([`crate::Plugin`],
 //! [`crate::export_plugin!`]) builds all of it.
 
+use std::{ffi::c_void, marker::PhantomData, mem::ManuallyDrop};
+
 use abi_stable::{
     library::RootModule,
     sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec},
+    std_types::{RArc, ROption, RResult, RSlice, RStr, RString, RVec},
     StableAbi,
 };
 use async_ffi::FfiFuture;
@@ -28,15 +30,15 @@ use async_ffi::FfiFuture;
 pub const ABI_VERSION: &str = abi_version_str();
 
 const fn abi_version_str() -> &'static str {
-    #[cfg(feature = "__test-abi-major-2")]
+    #[cfg(feature = "__test-abi-major-3")]
     {
-        "2.0.0"
+        "3.0.0"
     }
-    #[cfg(all(feature = "__test-abi-1-0", not(feature = "__test-abi-major-2")))]
+    #[cfg(all(feature = "__test-abi-1", not(feature = "__test-abi-major-3")))]
     {
-        "1.0.0"
+        "1.2.0"
     }
-    #[cfg(not(any(feature = "__test-abi-1-0", feature = "__test-abi-major-2")))]
+    #[cfg(not(any(feature = "__test-abi-1", feature = "__test-abi-major-3")))]
     {
         env!("CARGO_PKG_VERSION")
     }
@@ -51,8 +53,9 @@ const fn abi_version_str() -> &'static str {
 pub const LAYOUT_FINGERPRINT: u64 = {
     let mut h = fnv1a(0xcbf2_9ce4_8422_2325, include_str!("abi.rs").as_bytes());
     h = fnv1a(h, include_str!("hooks.rs").as_bytes());
-    h = fnv1a(h, if cfg!(feature = "__test-abi-1-0") { b"abi-1-0" } else { b"-" });
-    h = fnv1a(h, if cfg!(feature = "__test-abi-major-2") { b"major-2" } else { b"-" });
+    h = fnv1a(h, if cfg!(feature = "__test-abi-prev-minor") { b"prev-minor" } else { b"-" });
+    h = fnv1a(h, if cfg!(feature = "__test-abi-1") { b"abi-1" } else { b"-" });
+    h = fnv1a(h, if cfg!(feature = "__test-abi-major-3") { b"major-3" } else { b"-" });
     h = fnv1a(h, if cfg!(feature = "__test-abi-broken-layout") { b"broken" } else { b"-" });
     fnv1a(h, &(usize::BITS as u64).to_le_bytes())
 };
@@ -128,19 +131,159 @@ impl Default for HookSlot {
     }
 }
 
+/// What kind of value a [`ValueRef`] holds.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueKind {
+    /// `null` (Python's `None`).
+    Null = 0,
+    /// `true` / `false`.
+    Bool = 1,
+    /// An integer that fits `i64`.
+    Int = 2,
+    /// An integer above `i64::MAX`.
+    UInt = 3,
+    /// A float.
+    Float = 4,
+    /// A string.
+    Str = 5,
+    /// A list.
+    Array = 6,
+    /// A map with string keys, in insertion order.
+    Object = 7,
+}
+
+/// The host's functions over its values: how a plugin reads the values it
+/// is lent and builds the values it returns. See [`crate::value`].
+///
+/// A prefix type: a minor ABI release may append functions.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = ValueVTableRef)))]
+#[sabi(missing_field(panic))]
+pub struct ValueVTable {
+    pub(crate) kind: extern "C" fn(*const c_void) -> u8,
+    pub(crate) as_bool: extern "C" fn(*const c_void) -> bool,
+    pub(crate) as_i64: extern "C" fn(*const c_void, &mut i64) -> bool,
+    pub(crate) as_u64: extern "C" fn(*const c_void, &mut u64) -> bool,
+    pub(crate) as_f64: extern "C" fn(*const c_void, &mut f64) -> bool,
+    pub(crate) as_str: extern "C" fn(*const c_void, &mut RStr<'static>) -> bool,
+    pub(crate) len: extern "C" fn(*const c_void) -> usize,
+    pub(crate) get: extern "C" fn(*const c_void, RStr<'_>) -> *const c_void,
+    pub(crate) index: extern "C" fn(*const c_void, usize) -> *const c_void,
+    pub(crate) entry: extern "C" fn(*const c_void, usize, &mut RStr<'static>) -> *const c_void,
+    pub(crate) retain: extern "C" fn(*const c_void) -> *const c_void,
+    pub(crate) release: extern "C" fn(*const c_void),
+    pub(crate) scalar: extern "C" fn(u8, u64) -> *const c_void,
+    pub(crate) string: extern "C" fn(RStr<'_>) -> *const c_void,
+    pub(crate) array: extern "C" fn(usize) -> *const c_void,
+    pub(crate) object: extern "C" fn(usize) -> *const c_void,
+    pub(crate) push: extern "C" fn(*const c_void, *const c_void) -> bool,
+    pub(crate) insert: extern "C" fn(*const c_void, RStr<'_>, *const c_void) -> bool,
+    pub(crate) with_key: extern "C" fn(*const c_void, RStr<'_>, *const c_void) -> *const c_void,
+    pub(crate) without_key: extern "C" fn(*const c_void, RStr<'_>) -> *const c_void,
+    pub(crate) eq: extern "C" fn(*const c_void, *const c_void) -> bool,
+    pub(crate) parse_json: extern "C" fn(RStr<'_>, &mut RString) -> *const c_void,
+    #[sabi(last_prefix_field)]
+    pub(crate) write_json: extern "C" fn(*const c_void, bool) -> RString,
+}
+
+/// A borrowed view of a host value, valid while the call (or the owned
+/// [`Value`]) that lent it lasts. Two words; `Copy`.
+///
+/// Reading it calls the host: a field, an index, a length, a string view
+/// (borrowed, never copied), a number. See [`crate::value`].
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy)]
+pub struct ValueRef<'a> {
+    pub(crate) node: *const c_void,
+    pub(crate) vt: ValueVTableRef,
+    pub(crate) _life: PhantomData<&'a ()>,
+}
+
+/// An owned, reference-counted host value: cloning it bumps a count, and
+/// its subtrees are shared, so keeping or forwarding a value never copies
+/// it. Build one with [`Value::from`], [`Value::object`],
+/// [`Value::from_serialize`] or [`ValueRef::with`].
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct Value {
+    pub(crate) node: *const c_void,
+    pub(crate) vt: ValueVTableRef,
+}
+
 /// The arguments of one hook call, borrowed for the duration of the call.
 #[repr(C)]
 #[derive(StableAbi)]
 pub struct HookCall<'a> {
-    /// One JSON text per argument, in the hook's wire order. `state` and
+    /// One host value per argument, in the hook's wire order. `state` and
     /// `object` arguments hold `null` here and travel in the fields below.
-    pub args: RSlice<'a, RStr<'a>>,
+    pub args: RSlice<'a, ValueRef<'a>>,
     /// The live turn state, for hooks with a `state` argument.
     pub state: ROption<&'a StateHandle>,
     /// The host object, for hooks with an `object` argument.
     pub object: ROption<&'a ObjectHandle>,
     /// Whether a pending result will be awaited.
     pub mode: DispatchMode,
+    /// Puts the types that travel behind [`HookReturn`]'s pointer into the
+    /// layout the host checks at load time.
+    pub _payloads: PhantomData<ReturnPayloads>,
+}
+
+/// The types a [`HookReturn`] may carry behind its pointer (never built;
+/// named so that the load-time layout check covers them).
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct ReturnPayloads {
+    object: ObjectHandle,
+    objects: RVec<ObjectHandle>,
+    error: HookError,
+    pending: FfiFuture<HookReturn>,
+    value: Value,
+}
+
+/// What kind of failure a [`HookError`] is. Constants rather than an enum,
+/// so that a newer plugin's kind cannot be an invalid value in an older host.
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorKind(pub u8);
+
+impl ErrorKind {
+    /// The plugin's own error (an `Err` it returned).
+    pub const ERROR: ErrorKind = ErrorKind(0);
+    /// The plugin panicked.
+    pub const PANIC: ErrorKind = ErrorKind(1);
+    /// The arguments could not be read as the declared types.
+    pub const ARGS: ErrorKind = ErrorKind(2);
+    /// A value of the wrong type (Bub's `TypeError`).
+    pub const TYPE: ErrorKind = ErrorKind(3);
+    /// The plugin could not be initialised.
+    pub const INIT: ErrorKind = ErrorKind(4);
+    /// An object was asked for a method it does not have.
+    pub const UNSUPPORTED: ErrorKind = ErrorKind(5);
+    /// An operation on a closed resource (a stream, a shell runtime).
+    pub const CLOSED: ErrorKind = ErrorKind(6);
+
+    /// The kind's name: `error`, `panic`, `args`, `TypeError`, `init`,
+    /// `unsupported`, `closed` (`TypeError` is Bub's name for it).
+    pub const fn as_str(self) -> &'static str {
+        match self.0 {
+            0 => "error",
+            1 => "panic",
+            2 => "args",
+            3 => "TypeError",
+            4 => "init",
+            5 => "unsupported",
+            6 => "closed",
+            _ => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// An error produced by a plugin, a plugin panic, or a payload that could not
@@ -148,8 +291,8 @@ pub struct HookCall<'a> {
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
 pub struct HookError {
-    /// What kind of failure: `error`, `panic`, `args`, `type`, `init`.
-    pub kind: RString,
+    /// What kind of failure.
+    pub kind: ErrorKind,
     /// Human-readable detail.
     pub message: RString,
     /// Test-only: a layout change that keeps the version number, to prove
@@ -160,9 +303,9 @@ pub struct HookError {
 
 impl HookError {
     /// A new error of `kind` with `message`.
-    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         HookError {
-            kind: kind.into(),
+            kind,
             message: RString::from(message.into()),
             #[cfg(feature = "__test-abi-broken-layout")]
             code: 0,
@@ -171,13 +314,13 @@ impl HookError {
 
     /// A plugin's own error.
     pub fn plugin(message: impl Into<String>) -> Self {
-        Self::new("error", message)
+        Self::new(ErrorKind::ERROR, message)
     }
 }
 
 impl std::fmt::Display for HookError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.kind == "error" {
+        if self.kind == ErrorKind::ERROR {
             f.write_str(&self.message)
         } else {
             write!(f, "{}: {}", self.kind, self.message)
@@ -187,77 +330,179 @@ impl std::fmt::Display for HookError {
 
 impl std::error::Error for HookError {}
 
-/// A finished hook call: nothing, a value, or an error.
+/// What one hook implementation returns: two words (a tag and a pointer),
+/// so that it comes back in registers.
 ///
-/// Kept small (40 bytes) and flat on purpose: it is returned by every
-/// implementation on every call, and the error, which is rare, is boxed.
-#[repr(C, u8)]
+/// | tag | pointer |
+/// |---|---|
+/// | `NONE` | null: Python's `None` |
+/// | `VALUE` | an owned host [`Value`], built through the host's table |
+/// | `OBJECT`, `OBJECTS`, `ERROR`, `PENDING` | a cell owned by the plugin's allocator holding an `ObjectHandle`, `RVec<ObjectHandle>`, [`HookError`] or `FfiFuture<HookReturn>`, with the function that frees it |
+///
+/// Build one with the constructors; read one with
+/// [`into_outcome`](Self::into_outcome). Dropping an unread return frees
+/// what it carries.
+#[repr(C)]
 #[derive(StableAbi)]
-pub enum HookResult {
+#[must_use]
+pub struct HookReturn {
+    tag: u8,
+    payload: *mut c_void,
+}
+
+// SAFETY: every payload is Send (values are immutable and reference-counted
+// atomically; handles, errors and futures are Send).
+unsafe impl Send for HookReturn {}
+
+/// A payload in the allocator of the side that made it, with the function
+/// that frees its memory (after the item was moved out).
+#[repr(C)]
+struct Cell<T> {
+    free: extern "C" fn(*mut c_void),
+    item: ManuallyDrop<T>,
+}
+
+extern "C" fn free_cell<T>(cell: *mut c_void) {
+    // SAFETY: `cell` came from `Box::into_raw(Box<Cell<T>>)` in this copy of
+    // the crate, and its item was moved out (ManuallyDrop: not dropped here).
+    drop(unsafe { Box::from_raw(cell as *mut Cell<T>) });
+}
+
+impl HookReturn {
+    const TAG_NONE: u8 = 0;
+    const TAG_VALUE: u8 = 1;
+    const TAG_OBJECT: u8 = 2;
+    const TAG_OBJECTS: u8 = 3;
+    const TAG_ERROR: u8 = 4;
+    const TAG_PENDING: u8 = 5;
+
     /// Python's `None`: the implementation contributes nothing.
-    None,
-    /// A JSON value.
-    Json(RString),
+    pub const NONE: HookReturn = HookReturn { tag: Self::TAG_NONE, payload: std::ptr::null_mut() };
+
+    fn cell<T>(tag: u8, item: T) -> Self {
+        let cell = Box::new(Cell { free: free_cell::<T>, item: ManuallyDrop::new(item) });
+        HookReturn { tag, payload: Box::into_raw(cell) as *mut c_void }
+    }
+
+    /// A value (copied into the host's values first if it was built with
+    /// another table, which only happens before a plugin is initialised).
+    pub fn value(value: Value) -> Self {
+        let value = ManuallyDrop::new(value.into_host());
+        HookReturn { tag: Self::TAG_VALUE, payload: value.node as *mut c_void }
+    }
+
     /// One object (tape store, channel, tool, environment, stream, …).
-    Object(ObjectHandle),
+    pub fn object(object: ObjectHandle) -> Self {
+        Self::cell(Self::TAG_OBJECT, object)
+    }
+
     /// A list of objects (channels, tools).
-    Objects(RVec<ObjectHandle>),
+    pub fn objects(objects: RVec<ObjectHandle>) -> Self {
+        Self::cell(Self::TAG_OBJECTS, objects)
+    }
+
     /// The implementation failed (an error it returned, a panic, unreadable
     /// arguments, an unserializable result).
-    Error(RBox<HookError>),
-}
-
-impl HookResult {
-    /// An error result.
     pub fn error(error: HookError) -> Self {
-        HookResult::Error(RBox::new(error))
+        Self::cell(Self::TAG_ERROR, error)
     }
-}
 
-impl std::fmt::Debug for HookResult {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HookResult::None => f.write_str("None"),
-            HookResult::Json(s) => write!(f, "Json({})", s.as_str()),
-            HookResult::Object(o) => write!(f, "Object({})", o.kind()),
-            HookResult::Objects(v) => write!(f, "Objects({})", v.len()),
-            HookResult::Error(e) => write!(f, "Error({})", &**e),
+    /// An `async` implementation; awaiting it yields the result.
+    pub fn pending(future: FfiFuture<HookReturn>) -> Self {
+        Self::cell(Self::TAG_PENDING, future)
+    }
+
+    /// Whether this is `None`.
+    pub fn is_none(&self) -> bool {
+        self.tag == Self::TAG_NONE
+    }
+
+    /// Takes the item out of a cell and frees the cell with its maker's
+    /// allocator.
+    unsafe fn take<T>(payload: *mut c_void) -> T {
+        let cell = payload as *mut Cell<T>;
+        // SAFETY: the tag said this is a `Cell<T>`; the item is read once.
+        let item = unsafe { ManuallyDrop::into_inner(std::ptr::read(&(*cell).item)) };
+        // SAFETY: `free` is the maker's `free_cell::<T>`.
+        (unsafe { (*cell).free })(payload);
+        item
+    }
+
+    /// What the return carries. `values` is the host's value table, which
+    /// owns a `VALUE` payload.
+    pub fn into_outcome(self, values: ValueVTableRef) -> Outcome {
+        let this = ManuallyDrop::new(self);
+        let p = this.payload;
+        // SAFETY: each tag names what `p` is (see the type's table).
+        unsafe {
+            match this.tag {
+                Self::TAG_NONE => Outcome::None,
+                Self::TAG_VALUE => Outcome::Value(Value { node: p, vt: values }),
+                Self::TAG_OBJECT => Outcome::Object(Self::take(p)),
+                Self::TAG_OBJECTS => Outcome::Objects(Self::take(p)),
+                Self::TAG_ERROR => Outcome::Error(Self::take(p)),
+                Self::TAG_PENDING => Outcome::Pending(Self::take(p)),
+                other => Outcome::Error(HookError::new(
+                    ErrorKind::TYPE,
+                    format!("the plugin returned an unknown return tag {other}; was it built for a newer ABI?"),
+                )),
+            }
         }
     }
 }
 
-/// What a hook implementation returns: finished now, or a pending future
-/// (an `async fn`) that the host may await.
-#[repr(C, u8)]
-#[derive(StableAbi)]
-pub enum HookReturn {
-    /// Finished during the call.
-    Ready(HookResult),
-    /// An `async` implementation; awaiting it yields the result.
-    Pending(FfiFuture<HookResult>),
+impl Drop for HookReturn {
+    fn drop(&mut self) {
+        let this = std::mem::replace(self, HookReturn::NONE);
+        drop(this.into_outcome(crate::value::vtable()));
+    }
 }
 
-impl HookReturn {
-    /// The `None` result.
-    pub const NONE: HookReturn = HookReturn::Ready(HookResult::None);
+/// A [`HookReturn`], read.
+pub enum Outcome {
+    /// Python's `None`.
+    None,
+    /// A host value.
+    Value(Value),
+    /// One object.
+    Object(ObjectHandle),
+    /// A list of objects.
+    Objects(RVec<ObjectHandle>),
+    /// A failure.
+    Error(HookError),
+    /// A future yielding the return.
+    Pending(FfiFuture<HookReturn>),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::None => f.write_str("None"),
+            Outcome::Value(v) => write!(f, "Value({v:?})"),
+            Outcome::Object(o) => write!(f, "Object({})", o.kind()),
+            Outcome::Objects(v) => write!(f, "Objects({})", v.len()),
+            Outcome::Error(e) => write!(f, "Error({e})"),
+            Outcome::Pending(_) => f.write_str("Pending"),
+        }
+    }
 }
 
 /// The live, mutable turn state shared by all hooks of one turn.
 ///
-/// Values are JSON texts; a change made by one hook is seen by later hooks.
+/// A change made by one hook is seen by later hooks.
 #[sabi_trait]
 pub trait StateStore: Send + Sync + Clone {
-    /// The JSON text stored under `key`.
-    fn get(&self, key: RStr<'_>) -> ROption<RString>;
-    /// Stores a JSON text under `key`; fails if it is not valid JSON.
-    fn set(&self, key: RStr<'_>, json: RStr<'_>) -> RResult<(), RString>;
+    /// The value stored under `key`.
+    fn get(&self, key: RStr<'_>) -> ROption<Value>;
+    /// Stores `value` under `key`.
+    fn set(&self, key: RStr<'_>, value: Value) -> RResult<(), RString>;
     /// Removes `key`; returns whether it was present.
     fn remove(&self, key: RStr<'_>) -> bool;
     /// Every key, in insertion order.
     fn keys(&self) -> RVec<RString>;
-    /// The whole state as one JSON object.
+    /// The whole state as one map value.
     #[sabi(last_prefix_field)]
-    fn snapshot(&self) -> RString;
+    fn snapshot(&self) -> Value;
 }
 
 /// FFI handle to a [`StateStore`], cheap to clone.
@@ -266,17 +511,18 @@ pub type StateHandle = StateStore_TO<'static, RArc<()>>;
 /// An object that crosses the boundary: a tape store, a channel, a tool, an
 /// environment, a model stream, a CLI registry, a message handler, …
 ///
-/// Methods are addressed by name with JSON arguments, so new object kinds do
-/// not change the ABI. Typed wrappers live on both sides.
+/// Methods are addressed by name with a map of named arguments, so new
+/// object kinds do not change the ABI; each kind's methods are declared
+/// once (`bub_abi::resources`) for both sides.
 #[sabi_trait]
 pub trait ForeignObject: Send + Sync + Clone {
     /// What the object is (`tape_store`, `channel`, `tool`, `stream`, …).
     fn kind(&self) -> RString;
     /// The object's name, where it has one (channels, tools, sidecars).
     fn name(&self) -> RString;
-    /// Calls method `method` with JSON `args`; the future yields JSON.
+    /// Calls method `method` with `args` (a map); the future yields a value.
     #[sabi(last_prefix_field)]
-    fn invoke(&self, method: RStr<'_>, args: RStr<'_>) -> FfiFuture<RResult<RString, HookError>>;
+    fn invoke(&self, method: RStr<'_>, args: Value) -> FfiFuture<RResult<Value, HookError>>;
 }
 
 /// FFI handle to a [`ForeignObject`], cheap to clone.
@@ -309,8 +555,11 @@ pub struct HostServices {
     /// Whether a log record of `level` would be kept by the host.
     pub log_enabled: extern "C" fn(level: LogLevel) -> bool,
     /// Emits one log record on the host's subscriber.
-    #[sabi(last_prefix_field)]
     pub log: extern "C" fn(plugin: RStr<'_>, level: LogLevel, target: RStr<'_>, message: RStr<'_>),
+    /// The host's value functions: plugins build the values they return
+    /// with these, so every value a hook returns belongs to the host.
+    #[sabi(last_prefix_field)]
+    pub values: ValueVTableRef,
 }
 
 /// What a plugin receives besides [`HostServices`] when it is initialised.
@@ -321,6 +570,13 @@ pub struct InitArgs<'a> {
     pub name: RStr<'a>,
     /// The plugin's configuration, a JSON object (`{}` when none).
     pub config: RStr<'a>,
+    /// The host's home (`$BUB_HOME`, `~/.bub` by default).
+    pub home: RStr<'a>,
+    /// The workspace the host works in (`-w`, else the launch folder).
+    pub workspace: RStr<'a>,
+    /// This plugin's own data folder (inside the home; created on demand by
+    /// the plugin).
+    pub data_dir: RStr<'a>,
 }
 
 macro_rules! gen_hook_table {
@@ -398,15 +654,15 @@ impl RootModule for PluginModRef {
 }
 
 const fn version_strings() -> VersionStrings {
-    #[cfg(feature = "__test-abi-major-2")]
+    #[cfg(feature = "__test-abi-major-3")]
     {
-        VersionStrings::new("2.0.0")
+        VersionStrings::new("3.0.0")
     }
-    #[cfg(all(feature = "__test-abi-1-0", not(feature = "__test-abi-major-2")))]
+    #[cfg(all(feature = "__test-abi-1", not(feature = "__test-abi-major-3")))]
     {
-        VersionStrings::new("1.0.0")
+        VersionStrings::new("1.2.0")
     }
-    #[cfg(not(any(feature = "__test-abi-1-0", feature = "__test-abi-major-2")))]
+    #[cfg(not(any(feature = "__test-abi-1", feature = "__test-abi-major-3")))]
     {
         abi_stable::package_version_strings!()
     }

@@ -5,25 +5,31 @@
 //! ([`Plugin`](crate::Plugin)) with its typed, lazily parsed argument views,
 //! the host's dispatch argument builders and the `bub hooks` listing. Adding a
 //! hook is one entry here (appended at the end, with the next ABI minor as its
-//! `since` tag, so that older plugins keep loading).
+//! `since` tag, so that older plugins keep loading). ABI 2.0 starts with
+//! Bub 0.6.0a3's 26 hooks plus `provide_tools`, all `since` 0.
 //!
 //! Entry grammar, one per hook, in ABI slot order:
 //!
 //! ```text
 //! (<since-minor> <snake_name> <PascalName> {
 //!     kind: <first|many|first_sync|many_sync|model|chain|observer|notify|onboard>,
-//!     args: [ <wire index> <json|state|object> <name>: <type>, ... ],
+//!     args: [ <wire index> <value|state|object> <name>: <type>, ... ],
 //!     returns: <SDK return type>,
 //!     doc: "<one line>",
 //! })
 //! ```
 //!
-//! Argument kinds: `json` arguments cross as one JSON text each (serialized
-//! once per dispatch, parsed by a plugin only if it declares the parameter);
-//! `state` is the live [`TurnState`](crate::TurnState) handle; `object` is a
-//! host object handed to the plugin (the CLI app, a message handler, the
-//! framework `on_error` may dispatch through). An `Option<Object>` argument
-//! may be absent (added after the hook; older hosts do not pass it).
+//! Argument kinds: `value` arguments cross as host-owned values
+//! ([`crate::value`]), built once per dispatch and lent to every
+//! implementation; a plugin reads only what it declares. `state` is the live
+//! [`TurnState`](crate::TurnState) handle; `object` is a host object handed
+//! to the plugin (the CLI app, a message handler, the framework `on_error`
+//! may dispatch through). An `Option<Object>` argument may be absent.
+//!
+//! `returns` is what the SDK method returns and what the host's typed entry
+//! point (`bub_host::Runtime::<hook>`) reads back; `kind` decides the
+//! dispatch rule, and with it whether an `async fn` is allowed (not on
+//! sync-only kinds: a compile error in `#[bub_abi::plugin]`).
 
 /// Calls `$callback! { entries… }` with every hook of this ABI version.
 ///
@@ -35,61 +41,61 @@ macro_rules! for_each_hook {
         $crate::__hook_filter! { $callback []
         (0 resolve_session ResolveSession {
             kind: first,
-            args: [0 json message: $crate::types::Envelope],
+            args: [0 value message: $crate::types::Envelope],
             returns: Option<String>,
             doc: "Resolve the session id of an inbound message (first non-None wins).",
         })
         (0 load_state LoadState {
             kind: many,
-            args: [0 json message: $crate::types::Envelope, 1 json session_id: String],
+            args: [0 value message: $crate::types::Envelope, 1 value session_id: String],
             returns: Option<$crate::types::StateMap>,
             doc: "Contribute state for the turn; results are merged, higher priority wins.",
         })
         (0 build_prompt BuildPrompt {
             kind: first,
-            args: [0 json message: $crate::types::Envelope, 1 json session_id: String,
+            args: [0 value message: $crate::types::Envelope, 1 value session_id: String,
                    2 state state: $crate::TurnState],
             returns: Option<$crate::types::Prompt>,
             doc: "Build the prompt (text or content parts) for the model.",
         })
         (0 run_model RunModel {
             kind: model,
-            args: [0 json prompt: $crate::types::Prompt, 1 json session_id: String,
+            args: [0 value prompt: $crate::types::Prompt, 1 value session_id: String,
                    2 state state: $crate::TurnState],
             returns: Option<String>,
             doc: "Run the model and return its text.",
         })
         (0 run_model_stream RunModelStream {
             kind: model,
-            args: [0 json prompt: $crate::types::Prompt, 1 json session_id: String,
+            args: [0 value prompt: $crate::types::Prompt, 1 value session_id: String,
                    2 state state: $crate::TurnState],
             returns: Option<$crate::Object>,
             doc: "Run the model and return a stream of events.",
         })
         (0 continue_prompt ContinuePrompt {
             kind: first,
-            args: [0 json prompt: Option<$crate::types::Prompt>, 1 json tape: $crate::types::TapeInfo,
-                   2 json state: $crate::types::StreamState],
+            args: [0 value prompt: Option<$crate::types::Prompt>, 1 value tape: $crate::types::TapeInfo,
+                   2 value state: $crate::types::StreamState],
             returns: Option<String>,
             doc: "Decide the next user message when an agent step continues.",
         })
         (0 save_state SaveState {
             kind: many,
-            args: [0 json session_id: String, 1 state state: $crate::TurnState,
-                   2 json message: $crate::types::Envelope, 3 json model_output: String],
+            args: [0 value session_id: String, 1 state state: $crate::TurnState,
+                   2 value message: $crate::types::Envelope, 3 value model_output: String],
             returns: (),
             doc: "Persist turn state; runs in a finally after the model stage.",
         })
         (0 render_outbound RenderOutbound {
             kind: many,
-            args: [0 json message: $crate::types::Envelope, 1 json session_id: String,
-                   2 state state: $crate::TurnState, 3 json model_output: String],
+            args: [0 value message: $crate::types::Envelope, 1 value session_id: String,
+                   2 state state: $crate::TurnState, 3 value model_output: String],
             returns: Option<$crate::types::Outbound>,
             doc: "Render outbound messages (a batch, a single message, or None).",
         })
         (0 dispatch_outbound DispatchOutbound {
             kind: many,
-            args: [0 json message: $crate::types::Envelope],
+            args: [0 value message: $crate::types::Envelope],
             returns: Option<bool>,
             doc: "Deliver one outbound message.",
         })
@@ -101,33 +107,33 @@ macro_rules! for_each_hook {
         })
         (0 onboard_config OnboardConfig {
             kind: onboard,
-            args: [0 json current_config: $crate::types::StateMap],
+            args: [0 value current_config: $crate::types::StateMap],
             returns: Option<$crate::types::StateMap>,
             doc: "Contribute a fragment of the onboarding config.",
         })
         (0 provide_model_options ProvideModelOptions {
             kind: many,
-            args: [0 json session_id: String, 1 json workspace: Option<String>],
+            args: [0 value session_id: String, 1 value workspace: Option<String>],
             returns: Option<$crate::types::ModelOptions>,
             doc: "Offer model choices; merged across plugins.",
         })
         (0 provide_environment ProvideEnvironment {
             kind: first,
-            args: [0 json session_id: String, 1 json workspace: String],
+            args: [0 value session_id: String, 1 value workspace: String],
             returns: Option<$crate::Object>,
             doc: "Provide the execution environment of a session.",
         })
         (0 on_error OnError {
             kind: notify,
-            args: [0 json stage: String, 1 json error: $crate::types::ErrorInfo,
-                   2 json message: Option<$crate::types::Envelope>,
+            args: [0 value stage: String, 1 value error: $crate::types::ErrorInfo,
+                   2 value message: Option<$crate::types::Envelope>,
                    3 object framework: Option<$crate::Object>],
             returns: (),
             doc: "Observe an error; observers never stop the host.",
         })
         (0 system_prompt SystemPrompt {
             kind: many_sync,
-            args: [0 json prompt: $crate::types::Prompt, 1 state state: $crate::TurnState],
+            args: [0 value prompt: $crate::types::Prompt, 1 state state: $crate::TurnState],
             returns: Option<String>,
             doc: "Contribute a block of the system prompt.",
         })
@@ -163,8 +169,8 @@ macro_rules! for_each_hook {
         })
         (0 admit_message AdmitMessage {
             kind: first,
-            args: [0 json session_id: String, 1 json message: $crate::types::Envelope,
-                   2 json turn: $crate::types::TurnSnapshot],
+            args: [0 value session_id: String, 1 value message: $crate::types::Envelope,
+                   2 value turn: $crate::types::TurnSnapshot],
             returns: Option<$crate::types::AdmitDecision>,
             doc: "Decide how a message is scheduled while a turn runs.",
         })
@@ -176,31 +182,31 @@ macro_rules! for_each_hook {
         })
         (0 before_llm_call BeforeLlmCall {
             kind: chain,
-            args: [0 json request: $crate::types::LlmCallRequest, 1 state state: $crate::TurnState],
+            args: [0 value request: $crate::types::LlmCallRequest, 1 state state: $crate::TurnState],
             returns: Option<$crate::types::BeforeLlmCall>,
             doc: "Rewrite a model request or finish it without calling the provider.",
         })
         (0 after_llm_call AfterLlmCall {
             kind: observer,
-            args: [0 json request: $crate::types::LlmCallRequest,
-                   1 json result: $crate::types::LlmCallResult, 2 state state: $crate::TurnState],
+            args: [0 value request: $crate::types::LlmCallRequest,
+                   1 value result: $crate::types::LlmCallResult, 2 state state: $crate::TurnState],
             returns: (),
             doc: "Observe a finished model call.",
         })
         (0 before_tool_call BeforeToolCall {
             kind: chain,
-            args: [0 json call: $crate::types::ToolCall, 1 state state: $crate::TurnState],
+            args: [0 value call: $crate::types::ToolCall, 1 state state: $crate::TurnState],
             returns: Option<$crate::types::ToolCallDecision>,
             doc: "Proceed (maybe with new arguments), replace or deny a tool call.",
         })
         (0 after_tool_call AfterToolCall {
             kind: observer,
-            args: [0 json call: $crate::types::ToolCall,
-                   1 json result: $crate::types::ToolCallResult, 2 state state: $crate::TurnState],
+            args: [0 value call: $crate::types::ToolCall,
+                   1 value result: $crate::types::ToolCallResult, 2 state state: $crate::TurnState],
             returns: Option<$crate::types::Value>,
             doc: "Observe a tool call; a returned value replaces `result.result`.",
         })
-        (1 provide_tools ProvideTools {
+        (0 provide_tools ProvideTools {
             kind: many_sync,
             args: [],
             returns: Option<Vec<$crate::Object>>,
@@ -210,37 +216,35 @@ macro_rules! for_each_hook {
     };
 }
 
-/// Keeps or drops table entries by the ABI minor they appeared in.
+/// Passes the table on, entry by entry (the last one through
+/// [`__hook_last!`](crate::__hook_last)).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __hook_filter {
-    ($cb:ident [$($acc:tt)*]) => { $cb! { $($acc)* } };
-    ($cb:ident [$($acc:tt)*] (0 $($e:tt)*) $($rest:tt)*) => {
-        $crate::__hook_filter! { $cb [$($acc)* ($($e)*)] $($rest)* }
+    ($cb:ident [$($acc:tt)*] ($since:literal $($e:tt)*)) => {
+        $crate::__hook_last! { $cb [$($acc)*] ($($e)*) }
     };
-    ($cb:ident [$($acc:tt)*] (1 $($e:tt)*) $($rest:tt)*) => {
-        $crate::__hook_since_1! { $cb [$($acc)*] ($($e)*) $($rest)* }
-    };
-}
-
-/// ABI 1.1 hooks: kept in a normal build.
-#[cfg(not(feature = "__test-abi-1-0"))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __hook_since_1 {
-    ($cb:ident [$($acc:tt)*] $e:tt $($rest:tt)*) => {
-        $crate::__hook_filter! { $cb [$($acc)* $e] $($rest)* }
+    ($cb:ident [$($acc:tt)*] ($since:literal $($e:tt)*) $($rest:tt)+) => {
+        $crate::__hook_filter! { $cb [$($acc)* ($($e)*)] $($rest)+ }
     };
 }
 
-/// ABI 1.1 hooks: dropped when building a test plugin against ABI 1.0.
-#[cfg(feature = "__test-abi-1-0")]
+/// The table's last entry: kept in a normal build.
+#[cfg(not(feature = "__test-abi-prev-minor"))]
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __hook_since_1 {
-    ($cb:ident [$($acc:tt)*] $e:tt $($rest:tt)*) => {
-        $crate::__hook_filter! { $cb [$($acc)*] $($rest)* }
-    };
+macro_rules! __hook_last {
+    ($cb:ident [$($acc:tt)*] $e:tt) => { $cb! { $($acc)* $e } };
+}
+
+/// The table's last entry: dropped when building a test plugin as it would
+/// have been built against the previous minor ABI (before that hook was
+/// appended).
+#[cfg(feature = "__test-abi-prev-minor")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __hook_last {
+    ($cb:ident [$($acc:tt)*] $e:tt) => { $cb! { $($acc)* } };
 }
 
 /// How a hook is dispatched (Bub's rule for it).

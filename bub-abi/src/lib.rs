@@ -82,6 +82,28 @@
 //! # fn main() {}
 //! ```
 
+//! A sync-only hook (Bub's `call_*_sync`: `system_prompt`, the `provide_*`
+//! resource hooks, `register_cli_commands`, `onboard_config`) is never
+//! awaited, so an `async fn` there is refused at compile time:
+//!
+//! ```compile_fail
+//! use bub_abi::{BoxError, Plugin, PluginContext};
+//!
+//! pub struct Slow;
+//!
+//! #[bub_abi::plugin]
+//! impl Plugin for Slow {
+//!     fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
+//!         Ok(Slow)
+//!     }
+//!
+//!     async fn system_prompt(&self) -> Option<String> {
+//!         Some("never awaited".into())
+//!     }
+//! }
+//! # fn main() {}
+//! ```
+
 #![warn(missing_docs)]
 
 #[macro_use]
@@ -89,8 +111,9 @@ pub mod hooks;
 pub mod abi;
 pub mod sdk;
 pub mod types;
+pub mod value;
 
-pub use abi::{HookError, HookMarker, ABI_VERSION};
+pub use abi::{ErrorKind, HookError, HookMarker, ABI_VERSION};
 pub use hooks::{HookId, HookKind, HOOK_COUNT};
 pub use sdk::resources;
 pub use sdk::{
@@ -101,6 +124,7 @@ pub use sdk::{
     state::TurnState,
     stream::{EventSender, ModelStream, StreamClosed},
 };
+pub use value::{Value, ValueKind, ValueRef};
 
 #[doc(hidden)]
 pub use bub_abi_macros::__root_symbol;

@@ -1,10 +1,21 @@
-//! Typed payloads of Bub's hooks (serde structs; they cross as JSON).
+//! Typed payloads of Bub's hooks (serde structs over host values).
 //!
 //! Names and fields follow Bub (`bub.core.events`, `bub.types`), so a JSON
-//! payload written by a Python tool reads the same here.
+//! payload written by a Python tool reads the same here. A plugin declaring
+//! a parameter of one of these types reads the fields it names; fields of
+//! type [`HostValue`] (tool arguments) are handles to the host's value, so a
+//! 100 KB argument is neither copied in nor copied out.
 
 use serde::{Deserialize, Serialize};
 pub use serde_json::{Map, Value};
+
+/// A host-owned value (see [`crate::value`]); named so here to tell it from
+/// serde_json's `Value`.
+pub use crate::value::Value as HostValue;
+
+fn empty_map() -> HostValue {
+    HostValue::object()
+}
 
 /// Any message value (Bub's `Envelope`): usually a JSON object with
 /// `content`, `channel`, `chat_id`, `session_id`, ….
@@ -201,15 +212,23 @@ pub struct LlmCallResult {
 }
 
 /// `ToolCall`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// Run id.
     pub run_id: String,
     /// Tool name.
     pub tool: String,
-    /// Arguments.
-    #[serde(default)]
-    pub arguments: Map<String, Value>,
+    /// Arguments: a map, as a handle to the host's value (read what you
+    /// need; `arguments.as_ref().with(k, v)` derives new arguments without
+    /// copying the rest).
+    #[serde(default = "empty_map")]
+    pub arguments: HostValue,
+}
+
+impl Default for ToolCall {
+    fn default() -> Self {
+        ToolCall { run_id: String::new(), tool: String::new(), arguments: empty_map() }
+    }
 }
 
 /// `ToolCallDecision.action`.
@@ -231,9 +250,9 @@ pub struct ToolCallDecision {
     /// The action.
     #[serde(default)]
     pub action: ToolAction,
-    /// New arguments (proceed).
+    /// New arguments (proceed): a map.
     #[serde(default)]
-    pub arguments: Option<Map<String, Value>>,
+    pub arguments: Option<HostValue>,
     /// The replacement result (replace).
     #[serde(default)]
     pub result: Option<Value>,
@@ -243,8 +262,9 @@ pub struct ToolCallDecision {
 }
 
 impl ToolCallDecision {
-    /// `ToolCallDecision.proceed(arguments)`.
-    pub fn proceed(arguments: Option<Map<String, Value>>) -> Self {
+    /// `ToolCallDecision.proceed(arguments)`: new arguments (a map), or
+    /// `None` to keep them.
+    pub fn proceed(arguments: Option<HostValue>) -> Self {
         ToolCallDecision { action: ToolAction::Proceed, arguments, ..Default::default() }
     }
 
@@ -266,9 +286,9 @@ pub struct ToolCallResult {
     pub run_id: String,
     /// Tool name.
     pub tool: String,
-    /// The arguments the tool ran with.
-    #[serde(default)]
-    pub arguments: Map<String, Value>,
+    /// The arguments the tool ran with (a map).
+    #[serde(default = "empty_map")]
+    pub arguments: HostValue,
     /// The result passed on to the model.
     #[serde(default)]
     pub result: Option<Value>,

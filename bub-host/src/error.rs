@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bub_abi::{HookError, HookId};
+use bub_abi::{ErrorKind, HookError, HookId};
 
 /// Why a plugin could not be discovered or loaded. Every message says what
 /// failed, where, and what to do about it.
@@ -67,6 +67,16 @@ pub enum LoadError {
         host_major: u64,
         /// Why.
         why: &'static str,
+    },
+    /// The plugin was built for ABI 1, which ABI 2 replaced.
+    #[error(
+        "{path} was built for plugin ABI {plugin} (bub-abi 1.x); this host speaks ABI 2, where hook arguments are host-owned values instead of JSON text. Rebuild the plugin against bub-abi 2.x: docs/plugin-guide.md, \"Porting a plugin from ABI 1\", lists what to change"
+    )]
+    AbiOne {
+        /// Library path.
+        path: PathBuf,
+        /// The plugin's ABI version.
+        plugin: String,
     },
     /// The plugin's types do not match the host's.
     #[error(
@@ -140,10 +150,12 @@ pub struct HookFailure {
 }
 
 fn describe(plugin: &str, hook: &HookId, error: &HookError) -> String {
-    match error.kind.as_str() {
-        "panic" => format!("plugin '{plugin}' panicked in hook '{hook}': {}", error.message),
-        "args" => format!("plugin '{plugin}' could not read the arguments of hook '{hook}': {}", error.message),
-        "type" => format!("plugin '{plugin}' returned an invalid value from hook '{hook}': {}", error.message),
+    match error.kind {
+        ErrorKind::PANIC => format!("plugin '{plugin}' panicked in hook '{hook}': {}", error.message),
+        ErrorKind::ARGS => {
+            format!("plugin '{plugin}' could not read the arguments of hook '{hook}': {}", error.message)
+        }
+        ErrorKind::TYPE => format!("plugin '{plugin}' returned an invalid value from hook '{hook}': {}", error.message),
         _ => format!("plugin '{plugin}' failed in hook '{hook}': {}", error.message),
     }
 }

@@ -37,6 +37,33 @@ pub enum PluginSource {
     },
 }
 
+/// Where a host lives: its home and its workspace. Plugins are told both
+/// (and their own data folder) when they are initialised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Places {
+    /// Bub's home (`$BUB_HOME`, `~/.bub` by default): plugins, config, tapes.
+    pub home: PathBuf,
+    /// The workspace the host works in.
+    pub workspace: PathBuf,
+}
+
+impl Places {
+    /// Plugin `name`'s data folder: `<home>/data/<name>`.
+    pub fn data_dir(&self, name: &str) -> PathBuf {
+        self.home.join("data").join(name)
+    }
+}
+
+impl Default for Places {
+    /// `$BUB_HOME` (else `~/.bub`) and the current directory.
+    fn default() -> Self {
+        Places {
+            home: crate::discovery::bub_home(),
+            workspace: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        }
+    }
+}
+
 /// Builds a [`Host`] from plugin sources, in registration order.
 #[derive(Default)]
 pub struct HostBuilder {
@@ -44,6 +71,8 @@ pub struct HostBuilder {
     // `$BUB_HOME/config.json` (what `bub onboard` writes): a plugin's section
     // overrides its manifest config.
     app_config: Map<String, serde_json::Value>,
+    home: Option<PathBuf>,
+    workspace: Option<PathBuf>,
 }
 
 impl HostBuilder {
@@ -58,10 +87,26 @@ impl HostBuilder {
         self
     }
 
+    /// The home plugins are told about (default: the parent of the first
+    /// plugin root given to [`discovered`](Self::discovered), else `$BUB_HOME`).
+    pub fn home(mut self, home: impl Into<PathBuf>) -> Self {
+        self.home = Some(home.into());
+        self
+    }
+
+    /// The workspace plugins are told about (default: the current directory).
+    pub fn workspace(mut self, workspace: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(workspace.into());
+        self
+    }
+
     /// Adds every installed plugin found on `search`, in discovery order.
     pub fn discovered(mut self, search: &SearchPath) -> Self {
         if let Some(home) = search.roots.first().and_then(|plugins| plugins.parent()) {
             self.app_config = read_app_config(home);
+            if self.home.is_none() {
+                self.home = Some(home.to_path_buf());
+            }
         }
         for (entry, why) in &search.ignored {
             tracing::warn!(target: "bub::plugin", "plugin.path_ignored entry={entry:?}: {why}");
@@ -93,10 +138,15 @@ impl HostBuilder {
     /// Loads everything and registers what loaded. Failures are recorded on
     /// the plugin's status (and logged); the host always comes up.
     pub fn build(self) -> Host {
+        let defaults = Places::default();
+        let places = Places {
+            home: self.home.unwrap_or(defaults.home),
+            workspace: self.workspace.unwrap_or(defaults.workspace),
+        };
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
         for (fallback_name, source) in self.sources {
-            let record = load_source(fallback_name, source, &taken, &self.app_config);
+            let record = load_source(fallback_name, source, &taken, &self.app_config, &places);
             if let PluginStatus::Failed { detail } = &record.status {
                 tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
             }
@@ -105,7 +155,7 @@ impl HostBuilder {
             taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
             registry.register(record);
         }
-        Host { registry: Arc::new(registry) }
+        Host { registry: Arc::new(registry), places: Arc::new(places) }
     }
 }
 
@@ -133,17 +183,18 @@ fn load_source(
     source: PluginSource,
     taken: &HashMap<String, PathBuf>,
     app_config: &Map<String, serde_json::Value>,
+    places: &Places,
 ) -> PluginRecord {
     match source {
         PluginSource::Static(module) => {
             let lib = Library { module };
-            register_library(fallback_name, None, lib, &Map::new())
+            register_library(fallback_name, None, lib, &Map::new(), places)
         }
         PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
             Some(record) => record,
-            None => open_and_register(name, path, &config),
+            None => open_and_register(name, path, &config, places),
         },
-        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, app_config),
+        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, app_config, places),
     }
 }
 
@@ -152,6 +203,7 @@ fn load_folder(
     dir: &Path,
     taken: &HashMap<String, PathBuf>,
     app_config: &Map<String, serde_json::Value>,
+    places: &Places,
 ) -> PluginRecord {
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,
@@ -182,7 +234,7 @@ fn load_folder(
         crate::runtime::special::deep_merge(&mut config, section.clone());
     }
     config.extend(env_config(&manifest.name, std::env::vars_os()));
-    open_and_register(manifest.name, path, &config)
+    open_and_register(manifest.name, path, &config, places)
 }
 
 /// Config keys from the environment: `BUB_<NAME>__<KEY>=value` sets `key`
@@ -210,9 +262,14 @@ fn shadowed(name: &str, path: &Path, taken: &HashMap<String, PathBuf>) -> Option
 }
 
 /// Opens (and checks) the library at `path`, then initialises and records it.
-fn open_and_register(name: String, path: PathBuf, config: &Map<String, serde_json::Value>) -> PluginRecord {
+fn open_and_register(
+    name: String,
+    path: PathBuf,
+    config: &Map<String, serde_json::Value>,
+    places: &Places,
+) -> PluginRecord {
     match loader::open(&path) {
-        Ok(lib) => register_library(name, Some(path), lib, config),
+        Ok(lib) => register_library(name, Some(path), lib, config, places),
         Err(e) => PluginRecord::failed(name, Some(path), e.to_string()),
     }
 }
@@ -222,6 +279,7 @@ fn register_library(
     path: Option<PathBuf>,
     lib: Library,
     config: &Map<String, serde_json::Value>,
+    places: &Places,
 ) -> PluginRecord {
     let mut record = PluginRecord {
         name,
@@ -232,7 +290,7 @@ fn register_library(
         status: PluginStatus::Loaded,
         hooks: None,
     };
-    match loader::initialise(&lib, &record.name, config) {
+    match loader::initialise(&lib, &record.name, config, places) {
         Ok(()) => record.hooks = Some(lib.module.hooks()),
         Err(e) => record.status = PluginStatus::Failed { detail: e.to_string() },
     }
@@ -243,6 +301,7 @@ fn register_library(
 #[derive(Clone)]
 pub struct Host {
     registry: Arc<Registry>,
+    places: Arc<Places>,
 }
 
 impl Host {
@@ -254,6 +313,11 @@ impl Host {
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Where this host lives.
+    pub fn places(&self) -> &Places {
+        &self.places
     }
 
     /// The dispatcher.

@@ -1,8 +1,9 @@
 //! The services the host hands every plugin at initialisation.
 //!
-//! Today: a log sink. A plugin's `tracing` events and panic messages arrive
-//! here and are re-emitted on the host's subscriber under the target
-//! `bub::plugin`, with the plugin's name as a field.
+//! A log sink: a plugin's `tracing` events and panic messages arrive here
+//! and are re-emitted on the host's subscriber under the target
+//! `bub::plugin`, with the plugin's name as a field. And the host's value
+//! functions, with which plugins read their arguments and build results.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -10,8 +11,12 @@ use abi_stable::{prefix_type::WithMetadata, std_types::RStr};
 use bub_abi::abi::{HostServices, HostServicesRef, LogLevel};
 use tracing::Level;
 
-const SERVICES: &WithMetadata<HostServices> =
-    &WithMetadata::new(HostServices { abi_version: RStr::from_str(bub_abi::ABI_VERSION), log_enabled, log });
+const SERVICES: &WithMetadata<HostServices> = &WithMetadata::new(HostServices {
+    abi_version: RStr::from_str(bub_abi::ABI_VERSION),
+    log_enabled,
+    log,
+    values: bub_abi::value::host_table(),
+});
 
 /// The host services handed to plugins.
 pub fn host_services() -> HostServicesRef {

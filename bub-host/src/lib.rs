@@ -47,6 +47,6 @@ pub mod resources;
 pub mod runtime;
 
 pub use error::{HookFailure, LoadError};
-pub use host::{Host, HostBuilder, PluginSource};
+pub use host::{Host, HostBuilder, Places, PluginSource};
 pub use registry::{PluginRecord, PluginStatus, Registry};
 pub use runtime::{CallArgs, ModelSelection, OnboardError, Reply, Runtime};

@@ -43,7 +43,7 @@ use bub_abi::{
 };
 use serde_json::{Map, Value};
 
-use crate::{error::LoadError, host_services::host_services};
+use crate::{error::LoadError, host::Places, host_services::host_services};
 
 /// A library that passed every check; its module is ready to initialise.
 #[derive(Clone, Copy)]
@@ -148,10 +148,19 @@ fn already_verified(fingerprint: Option<u64>) -> bool {
     fingerprint.is_some_and(|f| verified().contains(&f))
 }
 
-/// Runs the plugin's constructor (step 5).
-pub fn initialise(lib: &Library, name: &str, config: &Map<String, Value>) -> Result<(), LoadError> {
+/// Runs the plugin's constructor (step 5), telling it where the host
+/// lives (`places`) so that it needs no environment variables.
+pub fn initialise(lib: &Library, name: &str, config: &Map<String, Value>, places: &Places) -> Result<(), LoadError> {
     let config = Value::Object(config.clone()).to_string();
-    let args = InitArgs { name: RStr::from_str(name), config: RStr::from_str(&config) };
+    let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (home, workspace, data_dir) = (text(&places.home), text(&places.workspace), text(&places.data_dir(name)));
+    let args = InitArgs {
+        name: RStr::from_str(name),
+        config: RStr::from_str(&config),
+        home: RStr::from_str(&home),
+        workspace: RStr::from_str(&workspace),
+        data_dir: RStr::from_str(&data_dir),
+    };
     match (lib.module.init())(host_services(), &args) {
         RResult::ROk(()) => Ok(()),
         RResult::RErr(error) => Err(LoadError::Init { name: name.to_owned(), error }),
@@ -168,6 +177,9 @@ fn check_version(path: &Path, plugin: &str) -> Result<(), LoadError> {
         why,
     };
     let v = semver::Version::parse(plugin).map_err(|_| err("its version is not valid semver"))?;
+    if v.major == 1 && host.major == 2 {
+        return Err(LoadError::AbiOne { path: path.to_path_buf(), plugin: plugin.to_owned() });
+    }
     if v.major != host.major {
         return Err(err("major versions differ"));
     }

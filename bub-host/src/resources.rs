@@ -19,7 +19,7 @@ use bub_abi::{
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
-use crate::runtime::{value_type_name, Reply};
+use crate::runtime::Reply;
 
 /// A resource method failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -75,9 +75,7 @@ impl Resource {
     pub fn from_reply(reply: &Reply, kind: &'static str, bub_type_error: &str) -> Result<Resource, String> {
         match reply.object() {
             Some(o) => Resource::new(o, &reply.plugin, kind).map_err(|_| bub_type_error.to_owned()),
-            None => {
-                Err(format!("{bub_type_error} (plugin '{}' returned {})", reply.plugin, value_type_name(&reply.value)))
-            }
+            None => Err(format!("{bub_type_error} (plugin '{}' returned {})", reply.plugin, reply.type_name())),
         }
     }
 
@@ -106,14 +104,15 @@ impl Resource {
             error,
         };
         let value = self.object.invoke(method, &args).await.map_err(fail)?;
-        serde_json::from_value(value).map_err(|e| fail(HookError::new("type", format!("unexpected result: {e}"))))
+        serde_json::from_value(value)
+            .map_err(|e| fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("unexpected result: {e}"))))
     }
 
     /// Calls an optional method (`enter`, `exit`, `close`): an object without
     /// it is fine.
     async fn call_optional(&self, method: &str, args: Value) -> Result<(), ResourceError> {
         match self.call::<Value>(method, args).await {
-            Err(e) if e.error.kind.as_str() == UNSUPPORTED => Ok(()),
+            Err(e) if e.error.kind == UNSUPPORTED => Ok(()),
             other => other.map(drop),
         }
     }

@@ -199,18 +199,27 @@ fn call_many(c: &mut Criterion) {
     }
 }
 
+/// The chain case of hook_bench.py, plus `large_args`: the same chain with
+/// a 100 KB string in the arguments that no plugin reads (no Python twin;
+/// it shows what an unread payload costs per implementation).
 fn before_tool_call(c: &mut Criterion) {
+    let large = "x".repeat(100 * 1024);
     for n in [1, 10, 100] {
-        let call = ToolCall {
-            run_id: "run-1".into(),
-            tool: "fs.read".into(),
-            arguments: json!({"path": "README.md", "limit": 100, "hops": 0}).as_object().unwrap().clone(),
-        };
+        let small = json!({"path": "README.md", "limit": 100, "hops": 0});
+        let big = json!({"path": "README.md", "limit": 100, "hops": 0, "content": large});
         let state = TurnState::new();
         state.set("session_id", "bench:42").unwrap();
-        for (case, is_async) in
-            [("before_tool_call/proceed_args/async_impl", true), ("before_tool_call/proceed_args/sync_impl", false)]
-        {
+        for (case, is_async, arguments) in [
+            ("before_tool_call/proceed_args/async_impl", true, &small),
+            ("before_tool_call/proceed_args/sync_impl", false, &small),
+            ("before_tool_call/proceed_args/large_args", false, &big),
+        ] {
+            // The agent holds tool arguments as a host value (parsed once
+            // from the model's answer); building it is not part of a dispatch.
+            let call =
+                ToolCall { run_id: "run-1".into(), tool: "fs.read".into(), arguments: bub_abi::Value::from(arguments) };
+            let mut expected = arguments.clone();
+            expected["hops"] = json!(n);
             let s = setup(n, |_| true, is_async);
             s.bench(
                 c,
@@ -218,10 +227,7 @@ fn before_tool_call(c: &mut Criterion) {
                 |_| true,
                 |rt| run(rt.before_tool_call(call.clone(), &state)),
                 |(out, decision)| {
-                    assert_eq!(
-                        Value::Object(out.arguments.clone()),
-                        json!({"path": "README.md", "limit": 100, "hops": n})
-                    );
+                    assert_eq!(Value::from(out.arguments.clone()), expected);
                     assert_eq!(decision.action, bub_abi::types::ToolAction::Proceed);
                 },
             );

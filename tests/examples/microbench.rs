@@ -4,9 +4,9 @@
 
 use std::{future::Future, time::Instant};
 
-use abi_stable::std_types::{RSlice, RStr};
+use abi_stable::std_types::RSlice;
 use bub_abi::{
-    abi::{DispatchMode, HookCall, HookReturn},
+    abi::{DispatchMode, HookCall},
     HookId,
 };
 use bub_host::{CallArgs, HostBuilder};
@@ -42,22 +42,23 @@ fn main() {
     let iters = 2_000_000u32;
 
     let impls = host.registry().impls(HookId::ResolveSession).to_vec();
-    let msg = args.json(0).to_owned();
-    let views = [RStr::from_str(&msg)];
+    let views = [args.value(0)];
     let call = HookCall {
         args: RSlice::from_slice(&views),
         state: abi_stable::std_types::ROption::RNone,
         object: abi_stable::std_types::ROption::RNone,
         mode: DispatchMode::Sync,
+        _payloads: std::marker::PhantomData,
     };
     let t = Instant::now();
     let mut nones = 0u64;
     for _ in 0..iters {
         for imp in &impls {
-            match (imp.call)(&call) {
-                HookReturn::Ready(bub_abi::abi::HookResult::None) => nones += 1,
-                other => drop(std::hint::black_box(other)),
+            let r = (imp.call)(&call);
+            if r.is_none() {
+                nones += 1;
             }
+            drop(std::hint::black_box(r));
         }
     }
     println!("raw slot calls: {:.1} ns/impl ({nones})", t.elapsed().as_nanos() as f64 / (iters as f64 * n as f64));
@@ -98,7 +99,7 @@ fn load_only() {
         );
         let t3 = Instant::now();
         let lib = bub_host::loader::open(&path).unwrap();
-        bub_host::loader::initialise(&lib, "x", &serde_json::Map::new()).unwrap();
+        bub_host::loader::initialise(&lib, "x", &serde_json::Map::new(), &bub_host::Places::default()).unwrap();
         let t4 = Instant::now();
         open += (t1 - t0).as_micros();
         header += (t2 - t1).as_micros();

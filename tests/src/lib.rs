@@ -43,7 +43,7 @@ pub const TEST_PLUGINS: &[&str] = &[
 ];
 
 /// ABI fixtures (each built alone).
-pub const FIXTURES: &[&str] = &["legacy-abi-plugin", "abi-major-2-plugin", "broken-layout-plugin"];
+pub const FIXTURES: &[&str] = &["prev-minor-plugin", "abi-1-plugin", "abi-major-3-plugin", "broken-layout-plugin"];
 
 fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

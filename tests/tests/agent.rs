@@ -6,7 +6,7 @@ use bub_abi::{
     TurnState,
 };
 use bub_tests::{block_on, capture_logs, Home};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 fn request() -> LlmCallRequest {
     LlmCallRequest {
@@ -19,7 +19,7 @@ fn request() -> LlmCallRequest {
 }
 
 fn tool_call(args: Value) -> ToolCall {
-    ToolCall { run_id: "run-1".into(), tool: "bash".into(), arguments: args.as_object().cloned().unwrap_or_default() }
+    ToolCall { run_id: "run-1".into(), tool: "bash".into(), arguments: bub_abi::Value::from(args) }
 }
 
 /// Behaviour 65: AppendMessage then SwapModel registered: SwapModel runs first
@@ -107,7 +107,7 @@ fn b70_proceed_arguments_chain() {
     let (call, decision) = block_on(rt.before_tool_call(tool_call(json!({"cmd": "rm -rf /"})), &TurnState::new()));
     assert_eq!(decision.action, ToolAction::Proceed);
     assert!(decision.arguments.is_none());
-    assert_eq!(Value::Object(call.arguments), json!({"cmd": "ls", "safe": true}));
+    assert_eq!(Value::from(call.arguments), json!({"cmd": "ls", "safe": true}));
     let seen = home.trace().into_iter().find(|l| l.starts_with("1-verify")).unwrap();
     assert!(seen.contains("\"safe\":true"), "{seen}");
 }
@@ -145,7 +145,7 @@ fn b75_after_tool_call_rewrites_result() {
     let result = ToolCallResult {
         run_id: "run-1".into(),
         tool: "bash".into(),
-        arguments: Map::new(),
+        arguments: bub_abi::Value::object(),
         result: Some(json!("ran:ls")),
         error: None,
         duration_ms: 3,
@@ -190,7 +190,7 @@ fn proceed_with_non_object_arguments_is_a_bad_return() {
     let ((call, decision), logs) =
         capture_logs(|| block_on(rt.before_tool_call(tool_call(json!({"cmd": "ls"})), &TurnState::new())));
     assert_eq!(decision.action, ToolAction::Proceed);
-    assert_eq!(Value::Object(call.arguments), json!({"cmd": "ls", "safe": true}));
+    assert_eq!(Value::from(call.arguments), json!({"cmd": "ls", "safe": true}));
     assert!(
         logs.iter().any(|l| l.contains("hook.agent_hook_bad_return hook=before_tool_call adapter=2-bad")),
         "{logs:?}"

@@ -105,7 +105,7 @@ fn plugins_list_shows_status_and_detail() {
     assert!(
         lines[2].starts_with("good")
             && lines[2].contains("0.3.1")
-            && lines[2].contains("1.2.0")
+            && lines[2].contains(bub_abi::ABI_VERSION)
             && lines[2].contains("loaded"),
         "{out}"
     );
@@ -120,7 +120,7 @@ fn plugins_list_shows_status_and_detail() {
     assert_eq!(names, ["builtin", "good", "nosym"]);
     assert_eq!(v[1]["status"], "loaded");
     assert_eq!(v[1]["version"], "0.3.1");
-    assert_eq!(v[1]["abi_version"], "1.2.0");
+    assert_eq!(v[1]["abi_version"], bub_abi::ABI_VERSION);
     assert!(v[1]["path"].as_str().unwrap().ends_with("libtp_sdk.so"));
     assert_eq!(v[2]["status"], "failed");
     assert!(v[2]["detail"].as_str().unwrap().contains("is not a bub plugin"));

@@ -78,7 +78,7 @@ fn b03_notify_error_isolates_failing_observers() {
 #[test]
 fn b04_hook_report() {
     let home = Home::new();
-    home.install("session", &bub_tests::lib("legacy-abi-plugin"), json!({}));
+    home.install("session", &bub_tests::lib("prev-minor-plugin"), json!({}));
     let host = HostBuilder::new().discovered(&home.search()).build();
     let report = host.registry().hook_report();
     assert_eq!(report, [("resolve_session", vec!["session"]), ("system_prompt", vec!["session"])]);
@@ -199,7 +199,8 @@ fn b09_b10_only_declared_arguments_are_read() {
     let home = Home::new();
     home.install("sdk", &bub_tests::lib("tp-sdk"), json!({}));
     let rt = home.host().runtime();
-    let garbage = CallArgs::from_json(vec!["{not json".into(), "42".into()]);
+    // A number where a message map belongs, a bool for the session id.
+    let garbage = CallArgs::from_values(vec![bub_abi::Value::from(42), bub_abi::Value::from(true)]);
     let out = block_on(rt.call_many(HookId::LoadState, &garbage)).unwrap();
     assert_eq!(out[0].as_ref().unwrap().parse::<serde_json::Value>().unwrap(), json!({"from_sdk": true}));
 
@@ -211,22 +212,23 @@ fn b09_b10_only_declared_arguments_are_read() {
     );
 }
 
-/// Malformed results: a JSON text that is not JSON, or JSON of the wrong
-/// type, is reported when read, naming plugin and hook; nothing crashes.
+/// Malformed results: text that is not JSON cannot become a host value (the
+/// plugin's SDK reports it as a TypeError naming plugin and hook); a value
+/// of the wrong type is reported when read; nothing crashes.
 #[test]
 fn malformed_results_are_reported() {
     let home = Home::new();
     home.scripted("bad", "", json!({"resolve_session": {"raw": "{{{ not json"}, "system_prompt": {"return": 123}}));
     let rt = home.host().runtime();
-    let reply = block_on(rt.call_first(HookId::ResolveSession, &resolve_args())).unwrap().unwrap();
-    let err = bub_host::runtime::parse_reply::<String>(HookId::ResolveSession, &reply).unwrap_err();
+    let err = block_on(rt.call_first(HookId::ResolveSession, &resolve_args())).unwrap_err();
     assert!(err.to_string().contains("plugin 'bad' returned an invalid value from hook 'resolve_session'"), "{err}");
+    assert!(err.to_string().contains("not valid JSON"), "{err}");
 
     let args = CallArgs::system_prompt(&json!("p"), &TurnState::new()).unwrap();
     let out = rt.call_many_sync(HookId::SystemPrompt, &args).unwrap();
     let err = bub_host::runtime::parse_reply::<String>(HookId::SystemPrompt, out[0].as_ref().unwrap()).unwrap_err();
     assert!(err.to_string().contains("invalid type: integer"), "{err}");
-    assert_eq!(bub_host::runtime::value_type_name(&out[0].as_ref().unwrap().value), "int");
+    assert_eq!(out[0].as_ref().unwrap().type_name(), "int");
 }
 
 /// A plugin's error in one dispatch does not stop the host: notify, then carry on.

@@ -75,7 +75,7 @@ fn tool_policy_rules() {
     let call = |tool: &str, args: serde_json::Value| ToolCall {
         run_id: "r".into(),
         tool: tool.into(),
-        arguments: args.as_object().unwrap().clone(),
+        arguments: bub_abi::Value::from(args),
     };
     let (_, d) = block_on(rt.before_tool_call(call("bash", json!({"cmd": "rm -rf /"})), &TurnState::new()));
     assert_eq!((d.action, d.message.as_deref()), (ToolAction::Deny, Some("blocked by policy: destructive command")));
@@ -83,13 +83,13 @@ fn tool_policy_rules() {
     assert_eq!((d.action, d.result), (ToolAction::Replace, Some(json!("network access is disabled here"))));
     let (c, d) = block_on(rt.before_tool_call(call("bash", json!({"cmd": "ls"})), &TurnState::new()));
     assert_eq!(d.action, ToolAction::Proceed);
-    assert_eq!(serde_json::Value::Object(c.arguments), json!({"cmd": "ls", "timeout": 30}));
+    assert_eq!(serde_json::Value::from(c.arguments), json!({"cmd": "ls", "timeout": 30}));
     assert_eq!(
         home.trace(),
         ["later:before_tool_call:{\"run_id\":\"r\",\"tool\":\"bash\",\"arguments\":{\"cmd\":\"ls\",\"timeout\":30}}"]
     );
     let (c, d) = block_on(rt.before_tool_call(call("fs.read", json!({"path": "a"})), &TurnState::new()));
-    assert_eq!((d.action, serde_json::Value::Object(c.arguments)), (ToolAction::Proceed, json!({"path": "a"})));
+    assert_eq!((d.action, serde_json::Value::from(c.arguments)), (ToolAction::Proceed, json!({"path": "a"})));
 
     let bad = Home::new();
     bad.install("policy", &lib("tool-policy"), json!({"rules": [{"tool": "bash"}]}));
@@ -114,11 +114,8 @@ fn audit_log_appends_jsonl() {
     let request = LlmCallRequest { run_id: "run-1".into(), model: "echo:model".into(), ..Default::default() };
     let result = LlmCallResult { run_id: "run-1".into(), duration_ms: 7, ..Default::default() };
     block_on(rt.after_llm_call(&request, &result, &state));
-    let call = ToolCall {
-        run_id: "run-1".into(),
-        tool: "bash".into(),
-        arguments: json!({"cmd": "ls"}).as_object().unwrap().clone(),
-    };
+    let call =
+        ToolCall { run_id: "run-1".into(), tool: "bash".into(), arguments: bub_abi::Value::from(json!({"cmd": "ls"})) };
     let tool_result = ToolCallResult {
         run_id: "run-1".into(),
         tool: "bash".into(),

@@ -34,7 +34,7 @@ fn install_library_then_info() {
     let home = Home::new();
     let (out, err, ok) = bub(&home, &["plugins", "install", lib("tp-sdk").to_str().unwrap()]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("installed tp-sdk 0.3.1 (ABI 1.2.0)"), "{out}");
+    assert!(out.starts_with(&format!("installed tp-sdk 0.3.1 (ABI {})", bub_abi::ABI_VERSION)), "{out}");
     assert_eq!(list(&home), [("builtin".into(), "loaded".into()), ("tp-sdk".into(), "loaded".into())]);
 
     let manifest: Value =
@@ -43,7 +43,7 @@ fn install_library_then_info() {
     assert_eq!(manifest["name"], "tp-sdk");
     assert_eq!(manifest["library"], "libtp_sdk.so");
     assert_eq!(manifest["version"], "0.3.1");
-    assert_eq!(manifest["abi_version"], "1.2.0");
+    assert_eq!(manifest["abi_version"], bub_abi::ABI_VERSION);
     assert_eq!(manifest["sha256"].as_str().unwrap().len(), 64);
     assert!(manifest["installed_at"].as_str().unwrap().ends_with('Z'));
 
@@ -70,7 +70,7 @@ fn broken_library_is_not_installed() {
     let (_, err, ok) = bub(&home, &["plugins", "install", lib("tp-nosymbol").to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("not installed") && err.contains("is not a bub plugin"), "{err}");
-    let (_, err, ok) = bub(&home, &["plugins", "install", lib("abi-major-2-plugin").to_str().unwrap()]);
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("abi-major-3-plugin").to_str().unwrap()]);
     assert!(!ok && err.contains("major versions differ"), "{err}");
     let (_, err, ok) = bub(&home, &["plugins", "install", "/no/such/lib.so"]);
     assert!(!ok && err.contains("does not exist"), "{err}");

@@ -32,7 +32,8 @@ fn host_survives_every_broken_input() {
     write_junk(&home, "a-text", b"this is not a shared library\n");
     write_junk(&home, "b-empty", b"");
     home.install("c-nosymbol", &lib("tp-nosymbol"), json!({}));
-    home.install("d-major2", &lib("abi-major-2-plugin"), json!({}));
+    home.install("d-major3", &lib("abi-major-3-plugin"), json!({}));
+    home.install("d2-abi1", &lib("abi-1-plugin"), json!({}));
     home.install("e-layout", &lib("broken-layout-plugin"), json!({}));
     home.install("f-init-error", &lib("tp-scripted"), json!({"init": "error"}));
     home.install("g-init-panic", &lib("tp-scripted"), json!({"init": "panic"}));
@@ -47,7 +48,8 @@ fn host_survives_every_broken_input() {
             "a-text",
             "b-empty",
             "c-nosymbol",
-            "d-major2",
+            "d-major3",
+            "d2-abi1",
             "e-layout",
             "f-init-error",
             "g-init-panic",
@@ -61,10 +63,18 @@ fn host_survives_every_broken_input() {
     assert!(empty.contains("the file is empty"), "{empty}");
     let nosym = failure_of(&host, "c-nosymbol");
     assert!(nosym.contains("is not a bub plugin") && nosym.contains("export_plugin!"), "{nosym}");
-    let major = failure_of(&host, "d-major2");
+    let major = failure_of(&host, "d-major3");
     assert!(
-        major.contains("ABI 2.0.0") && major.contains("major versions differ") && major.contains("bub-abi 1.x"),
+        major.contains("ABI 3.0.0") && major.contains("major versions differ") && major.contains("bub-abi 2.x"),
         "{major}"
+    );
+    // Behaviour 2 for ABI 1 plugins: refused with how to port them.
+    let abi1 = failure_of(&host, "d2-abi1");
+    assert!(
+        abi1.contains("built for plugin ABI 1.2.0")
+            && abi1.contains("Rebuild the plugin against bub-abi 2.x")
+            && abi1.contains("Porting a plugin from ABI 1"),
+        "{abi1}"
     );
     let layout = failure_of(&host, "e-layout");
     assert!(layout.contains("incompatible ABI layout") && layout.contains("RResult"), "{layout}");
@@ -80,16 +90,19 @@ fn host_survives_every_broken_input() {
     assert_eq!(reply.parse::<String>().unwrap(), "good");
 }
 
-/// A plugin built against the previous minor ABI (1.0, no `provide_tools`
-/// slot) loads in this 1.1 host; its missing hook is simply absent.
+/// A plugin built against the previous 2.x minor (the fixture is built
+/// without the table's last hook, `provide_tools`, as a plugin of the minor
+/// before it was appended would be) loads in this host; its missing hook is
+/// simply absent. The full layout check runs for it (its fingerprint
+/// differs) and accepts only the missing trailing slot.
 #[test]
 fn plugin_of_previous_minor_abi_loads() {
     let home = Home::new();
-    home.install("legacy", &lib("legacy-abi-plugin"), json!({}));
+    home.install("legacy", &lib("prev-minor-plugin"), json!({}));
     let host = home.host();
     let record = host.registry().plugin("legacy").unwrap();
     assert_eq!(record.status, PluginStatus::Loaded);
-    assert_eq!(record.abi_version, "1.0.0");
+    assert_eq!(record.abi_version, bub_abi::ABI_VERSION);
     assert!(record.implements(bub_abi::HookId::ResolveSession));
     assert!(!record.implements(bub_abi::HookId::ProvideTools));
 
@@ -106,7 +119,10 @@ fn plugin_of_previous_minor_abi_loads() {
             &bub_host::CallArgs::system_prompt(&json!("hi"), &bub_abi::TurnState::new()).unwrap(),
         )
         .unwrap();
-    assert_eq!(prompt[0].as_ref().unwrap().parse::<String>().unwrap(), "built for ABI 1.0.0");
+    assert_eq!(
+        prompt[0].as_ref().unwrap().parse::<String>().unwrap(),
+        format!("built for ABI {}", bub_abi::ABI_VERSION)
+    );
 }
 
 /// Manifest problems are reported with the file and what to do.

@@ -227,8 +227,8 @@ fn b32_each_outbound_to_every_dispatcher() {
     );
 }
 
-/// A stream object that only answers `next` (an older SDK's, or a
-/// hand-written one) is read event by event.
+/// A stream object that only answers `next` (a hand-written one, answering
+/// `next_many` with the `unsupported` error kind) is read event by event.
 #[test]
 fn stream_without_next_many_is_read_one_event_at_a_time() {
     let home = Home::new();
@@ -236,7 +236,7 @@ fn stream_without_next_many_is_read_one_event_at_a_time() {
         "s",
         "",
         json!({"run_model_stream": {"object": {"kind": "stream", "methods": {
-            "next_many": {"error": "a stream has no method `next_many`"},
+            "next_many": {"unsupported": true},
             "next": {"return": null}
         }}}}),
     );

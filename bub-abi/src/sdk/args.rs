@@ -7,45 +7,56 @@
 use std::marker::PhantomData;
 
 use abi_stable::std_types::ROption;
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::{
-    abi::{HookCall, HookError},
-    Object, TurnState,
+    abi::{ErrorKind, HookCall, HookError},
+    Object, TurnState, ValueRef,
 };
 
-/// A JSON argument; `S` is its standard type.
-pub struct JsonArg<'a, S> {
-    json: Option<&'a str>,
+/// A value argument; `S` is its standard type.
+pub struct ValueArg<'a, S> {
+    value: Option<ValueRef<'a>>,
     hook: &'static str,
     name: &'static str,
     _s: PhantomData<fn() -> S>,
 }
 
-impl<'a, S: DeserializeOwned> JsonArg<'a, S> {
+impl<'a, S> ValueArg<'a, S> {
     #[doc(hidden)]
     pub fn __new(call: &'a HookCall<'a>, index: usize, hook: &'static str, name: &'static str) -> Self {
-        JsonArg { json: call.args.get(index).map(|s| s.as_str()), hook, name, _s: PhantomData }
+        ValueArg { value: call.args.get(index).copied(), hook, name, _s: PhantomData }
     }
 
-    /// Parses the argument as its standard type.
-    pub fn get(self) -> Result<S, HookError> {
+    /// The host value itself (nothing read yet).
+    pub fn value(&self) -> Result<ValueRef<'a>, HookError> {
+        self.value.ok_or_else(|| {
+            HookError::new(ErrorKind::ARGS, format!("the host passed no argument `{}` to `{}`", self.name, self.hook))
+        })
+    }
+
+    /// Reads the argument as its standard type.
+    pub fn get(self) -> Result<S, HookError>
+    where
+        S: Deserialize<'a>,
+    {
         self.parse()
     }
 
-    /// Parses the argument as any deserializable type.
-    pub fn parse<T: DeserializeOwned>(self) -> Result<T, HookError> {
-        let json = self.json()?;
-        serde_json::from_str(json).map_err(|e| {
-            HookError::new("args", format!("argument `{}` of `{}` could not be read: {e}", self.name, self.hook))
+    /// Reads the argument as any deserializable type, touching only what
+    /// the type asks for ([`ValueRef::deserialize`]).
+    pub fn parse<T: Deserialize<'a>>(self) -> Result<T, HookError> {
+        self.value()?.deserialize().map_err(|e| {
+            HookError::new(
+                ErrorKind::ARGS,
+                format!("argument `{}` of `{}` could not be read: {e}", self.name, self.hook),
+            )
         })
     }
 
-    /// The raw JSON text.
-    pub fn json(&self) -> Result<&'a str, HookError> {
-        self.json.ok_or_else(|| {
-            HookError::new("args", format!("the host passed no argument `{}` to `{}`", self.name, self.hook))
-        })
+    /// The argument as JSON text (written by the host).
+    pub fn json(&self) -> Result<String, HookError> {
+        self.value().map(ValueRef::to_json)
     }
 }
 
@@ -65,7 +76,9 @@ impl<'a> StateArg<'a> {
     pub fn get(self) -> Result<TurnState, HookError> {
         match self.call.state {
             ROption::RSome(h) => Ok(TurnState::from_handle(h.clone())),
-            ROption::RNone => Err(HookError::new("args", format!("the host passed no state to `{}`", self.hook))),
+            ROption::RNone => {
+                Err(HookError::new(ErrorKind::ARGS, format!("the host passed no state to `{}`", self.hook)))
+            }
         }
     }
 
@@ -91,7 +104,9 @@ impl<'a> ObjectArg<'a> {
     pub fn get(self) -> Result<Object, HookError> {
         match self.call.object {
             ROption::RSome(h) => Ok(Object::from_handle(h.clone())),
-            ROption::RNone => Err(HookError::new("args", format!("the host passed no object to `{}`", self.hook))),
+            ROption::RNone => {
+                Err(HookError::new(ErrorKind::ARGS, format!("the host passed no object to `{}`", self.hook)))
+            }
         }
     }
 
@@ -119,7 +134,7 @@ impl FromObjectArg for Object {
         object
     }
     fn absent(hook: &'static str) -> Result<Self, HookError> {
-        Err(HookError::new("args", format!("the host passed no object to `{hook}`")))
+        Err(HookError::new(ErrorKind::ARGS, format!("the host passed no object to `{hook}`")))
     }
 }
 
@@ -135,10 +150,10 @@ impl FromObjectArg for Option<Object> {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __arg_accessor {
-    ($hook:ident, json $idx:literal $arg:ident : $aty:ty) => {
-        #[doc = concat!("Argument `", stringify!($arg), "` (parsed when read).")]
-        pub fn $arg(&self) -> $crate::sdk::args::JsonArg<'a, $aty> {
-            $crate::sdk::args::JsonArg::__new(self.call, $idx, stringify!($hook), stringify!($arg))
+    ($hook:ident, value $idx:literal $arg:ident : $aty:ty) => {
+        #[doc = concat!("Argument `", stringify!($arg), "` (a host value, read on demand).")]
+        pub fn $arg(&self) -> $crate::sdk::args::ValueArg<'a, $aty> {
+            $crate::sdk::args::ValueArg::__new(self.call, $idx, stringify!($hook), stringify!($arg))
         }
     };
     ($hook:ident, state $idx:literal $arg:ident : $aty:ty) => {

@@ -17,13 +17,14 @@ use std::{
     task::{Context, Poll},
 };
 
-use abi_stable::std_types::{RResult, RString};
+use abi_stable::std_types::RResult;
 use async_ffi::FfiFuture;
 use pin_project_lite::pin_project;
 
 use crate::{
-    abi::{HookError, HookResult},
+    abi::{ErrorKind, HookError, HookReturn},
     sdk::guard::panic_message,
+    Value,
 };
 
 static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
@@ -39,7 +40,7 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime, HookError> {
             .build()
             .map_err(|e| e.to_string())
     });
-    rt.as_ref().map_err(|e| HookError::new("init", format!("plugin tokio runtime could not start: {e}")))
+    rt.as_ref().map_err(|e| HookError::new(ErrorKind::INIT, format!("the plugin's tokio runtime could not start: {e}")))
 }
 
 thread_local! {
@@ -89,21 +90,30 @@ fn enter_once(rt: &'static tokio::runtime::Runtime) {
     });
 }
 
-/// A future output that can carry a panic as an error.
+/// A future output that can carry a failure of the bridge itself (a panic,
+/// a runtime that cannot start) as an error.
 pub trait FromPanic {
-    /// The value reporting `message`.
-    fn from_panic(message: String) -> Self;
-}
+    /// The value reporting `error`.
+    fn from_error(error: HookError) -> Self;
 
-impl FromPanic for HookResult {
-    fn from_panic(message: String) -> Self {
-        HookResult::error(HookError::new("panic", message))
+    /// The value reporting a panic with `message`.
+    fn from_panic(message: String) -> Self
+    where
+        Self: Sized,
+    {
+        Self::from_error(HookError::new(ErrorKind::PANIC, message))
     }
 }
 
-impl FromPanic for RResult<RString, HookError> {
-    fn from_panic(message: String) -> Self {
-        RResult::RErr(HookError::new("panic", message))
+impl FromPanic for HookReturn {
+    fn from_error(error: HookError) -> Self {
+        HookReturn::error(error)
+    }
+}
+
+impl FromPanic for RResult<Value, HookError> {
+    fn from_error(error: HookError) -> Self {
+        RResult::RErr(error)
     }
 }
 
@@ -155,7 +165,7 @@ impl<T: FromPanic, F: Future<Output = T>> Future for Bridged<F> {
         };
         let rt = match runtime() {
             Ok(rt) => rt,
-            Err(e) => return Poll::Ready(T::from_panic(e.message.into_string())),
+            Err(e) => return Poll::Ready(T::from_error(e)),
         };
         *this.started = true;
         match with_runtime(rt, || catch_unwind(AssertUnwindSafe(|| inner.poll(cx)))) {

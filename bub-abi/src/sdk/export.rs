@@ -7,7 +7,7 @@ use abi_stable::std_types::{ROption, RResult};
 use serde_json::{Map, Value};
 
 use crate::{
-    abi::{HookCall, HookError, HookResult, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
+    abi::{ErrorKind, HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
     hooks::{HookId, HOOK_COUNT},
     sdk::{guard, logging, plugin::PluginContext},
     Plugin,
@@ -25,11 +25,13 @@ pub trait ExportedPlugin: Plugin {
 
 /// The constructor exported in the root module.
 pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<(), HookError> {
-    let result = guard::guard("init", || {
+    let result = guard::guard(ErrorKind::INIT, || {
         let name = args.name.as_str();
         if P::CDYLIB {
             logging::install(host, name);
             crate::sdk::bridge::mark_cdylib();
+            // Every value this plugin builds belongs to the host.
+            crate::value::adopt_host_table(host.values());
         }
         if P::cell().get().is_some() {
             return Ok(());
@@ -39,13 +41,22 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
             text => match serde_json::from_str::<Value>(text) {
                 Ok(Value::Object(m)) => m,
                 Ok(other) => {
-                    return Err(HookError::new("init", format!("plugin config must be a JSON object, got {other}")))
+                    return Err(HookError::new(
+                        ErrorKind::INIT,
+                        format!("plugin config must be a JSON object, got {other}"),
+                    ))
                 }
-                Err(e) => return Err(HookError::new("init", format!("plugin config is not valid JSON: {e}"))),
+                Err(e) => return Err(HookError::new(ErrorKind::INIT, format!("plugin config is not valid JSON: {e}"))),
             },
         };
-        let ctx = PluginContext { name: name.to_owned(), config };
-        let plugin = P::new(&ctx).map_err(|e| HookError::new("init", e.to_string()))?;
+        let ctx = PluginContext {
+            name: name.to_owned(),
+            config,
+            home: args.home.as_str().into(),
+            workspace: args.workspace.as_str().into(),
+            data_dir: args.data_dir.as_str().into(),
+        };
+        let plugin = P::new(&ctx).map_err(|e| HookError::new(ErrorKind::INIT, e.to_string()))?;
         let _ = P::cell().set(plugin);
         Ok(())
     });
@@ -53,7 +64,7 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
 }
 
 fn not_initialised() -> HookReturn {
-    HookReturn::Ready(HookResult::error(HookError::new("init", "hook called before the plugin was initialised")))
+    HookReturn::error(HookError::new(ErrorKind::INIT, "hook called before the plugin was initialised"))
 }
 
 macro_rules! gen_thunks {

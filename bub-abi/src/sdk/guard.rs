@@ -5,7 +5,7 @@ use std::{
     panic::{catch_unwind, AssertUnwindSafe},
 };
 
-use crate::abi::{HookError, HookResult, HookReturn};
+use crate::abi::{ErrorKind, HookError, HookReturn};
 
 /// The message of a panic payload.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -23,12 +23,12 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 pub fn guard_hook(f: impl FnOnce() -> HookReturn) -> HookReturn {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => HookReturn::Ready(HookResult::error(HookError::new("panic", panic_message(&*payload)))),
+        Err(payload) => HookReturn::error(HookError::new(ErrorKind::PANIC, panic_message(&*payload))),
     }
 }
 
 /// Runs any closure; a panic becomes an error of `kind`.
-pub fn guard<T>(kind: &str, f: impl FnOnce() -> Result<T, HookError>) -> Result<T, HookError> {
+pub fn guard<T>(kind: ErrorKind, f: impl FnOnce() -> Result<T, HookError>) -> Result<T, HookError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => Err(HookError::new(kind, panic_message(&*payload))),

@@ -2,12 +2,12 @@
 
 use std::{future::Future, marker::PhantomData};
 
-use abi_stable::std_types::{RString, RVec};
+use abi_stable::std_types::RVec;
 
 use crate::{
-    abi::{DispatchMode, HookError, HookResult, HookReturn},
+    abi::{DispatchMode, ErrorKind, HookError, HookReturn},
     sdk::bridge,
-    Object,
+    Object, Value,
 };
 
 /// The result of one SDK hook method: ready now, or a future.
@@ -15,7 +15,7 @@ use crate::{
 /// You rarely build it by hand: `#[bub_abi::plugin]` turns a plain `fn` into
 /// [`Hook::ready`] and an `async fn` into [`Hook::future`]. The value is
 /// converted to its FFI form as soon as it is built, so returning it costs a
-/// move of a few words.
+/// move of two words.
 pub struct Hook<T> {
     ret: HookReturn,
     _t: PhantomData<fn() -> T>,
@@ -30,25 +30,25 @@ impl<T: IntoHookValue> Hook<T> {
     /// A result available now.
     #[inline]
     pub fn ready(value: T) -> Self {
-        Self::from_return(HookReturn::Ready(finish(value.into_hook_value())))
+        Self::from_return(finish(value.into_hook_value()))
     }
 
-    /// Any serializable value, sent as JSON for a hook whose standard return
-    /// type is JSON (a typed struct instead of a `serde_json::Map`, say).
-    /// The host checks the shape when it reads the value.
+    /// Any serializable value, for a hook whose standard return type is a
+    /// value (a typed struct instead of a `serde_json::Map`, say). It is
+    /// built as a host value; the host checks its shape when it reads it.
     pub fn json<V: serde::Serialize + ?Sized>(value: &V) -> Self {
-        Self::from_return(HookReturn::Ready(finish(json_value(value))))
+        Self::from_return(finish(json_value(value)))
     }
 
     /// A fallible result available now; `Err` becomes a hook error.
     pub fn ready_result<E: std::fmt::Display>(value: Result<T, E>) -> Self {
         let r = value.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value);
-        Self::from_return(HookReturn::Ready(finish(r)))
+        Self::from_return(finish(r))
     }
 
     /// An error.
     pub fn error(error: HookError) -> Self {
-        Self::from_return(HookReturn::Ready(HookResult::error(error)))
+        Self::from_return(HookReturn::error(error))
     }
 
     /// An async result. The future runs with the plugin's own tokio runtime
@@ -57,7 +57,7 @@ impl<T: IntoHookValue> Hook<T> {
     where
         F: Future<Output = T> + Send + 'static,
     {
-        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move { finish(future.await.into_hook_value()) })))
+        Self::from_return(HookReturn::pending(bridge::to_ffi(async move { finish(future.await.into_hook_value()) })))
     }
 
     /// An async result of any serializable value (see [`json`](Self::json)).
@@ -66,7 +66,7 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = V> + Send + 'static,
         V: serde::Serialize,
     {
-        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move { finish(json_value(&future.await)) })))
+        Self::from_return(HookReturn::pending(bridge::to_ffi(async move { finish(json_value(&future.await)) })))
     }
 
     /// A fallible async result; `Err` becomes a hook error.
@@ -75,7 +75,7 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = Result<T, E>> + Send + 'static,
         E: std::fmt::Display,
     {
-        Self::from_return(HookReturn::Pending(bridge::to_ffi(async move {
+        Self::from_return(HookReturn::pending(bridge::to_ffi(async move {
             finish(future.await.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value))
         })))
     }
@@ -96,31 +96,31 @@ impl<T: IntoHookValue> Hook<T> {
 }
 
 #[inline]
-fn finish(r: Result<HookResult, HookError>) -> HookResult {
+fn finish(r: Result<HookReturn, HookError>) -> HookReturn {
     match r {
         Ok(v) => v,
-        Err(e) => HookResult::error(e),
+        Err(e) => HookReturn::error(e),
     }
 }
 
 /// A value a hook may return. `None` (and `()`) is Python's `None`.
 pub trait IntoHookValue: Send + 'static {
     /// Converts into the FFI value.
-    fn into_hook_value(self) -> Result<HookResult, HookError>;
+    fn into_hook_value(self) -> Result<HookReturn, HookError>;
 }
 
 impl IntoHookValue for () {
     #[inline]
-    fn into_hook_value(self) -> Result<HookResult, HookError> {
-        Ok(HookResult::None)
+    fn into_hook_value(self) -> Result<HookReturn, HookError> {
+        Ok(HookReturn::NONE)
     }
 }
 
 impl<T: ToHookValue> IntoHookValue for Option<T> {
     #[inline]
-    fn into_hook_value(self) -> Result<HookResult, HookError> {
+    fn into_hook_value(self) -> Result<HookReturn, HookError> {
         match self {
-            None => Ok(HookResult::None),
+            None => Ok(HookReturn::NONE),
             Some(v) => v.to_hook_value(),
         }
     }
@@ -129,31 +129,41 @@ impl<T: ToHookValue> IntoHookValue for Option<T> {
 /// A non-None value a hook may return.
 pub trait ToHookValue: Send + 'static {
     /// Converts into the FFI value.
-    fn to_hook_value(self) -> Result<HookResult, HookError>;
+    fn to_hook_value(self) -> Result<HookReturn, HookError>;
 }
 
-/// Serializes a JSON-like value for the host.
-pub fn json_value<T: serde::Serialize + ?Sized>(value: &T) -> Result<HookResult, HookError> {
-    serde_json::to_string(value)
-        .map(|s| HookResult::Json(RString::from(s)))
-        .map_err(|e| HookError::new("type", format!("result could not be serialized: {e}")))
+/// Builds a host value from any serializable value (a [`Value`] inside is
+/// passed as a handle, uncopied).
+pub fn json_value<T: serde::Serialize + ?Sized>(value: &T) -> Result<HookReturn, HookError> {
+    Value::from_serialize(value)
+        .map(HookReturn::value)
+        .map_err(|e| HookError::new(ErrorKind::TYPE, format!("the result could not be built: {}", e.message)))
 }
 
 macro_rules! json_returns {
     ($($t:ty),* $(,)?) => {$(
         impl ToHookValue for $t {
-            fn to_hook_value(self) -> Result<HookResult, HookError> {
+            fn to_hook_value(self) -> Result<HookReturn, HookError> {
                 json_value(&self)
             }
         }
     )*};
 }
 
+macro_rules! scalar_returns {
+    ($($t:ty),* $(,)?) => {$(
+        impl ToHookValue for $t {
+            #[inline]
+            fn to_hook_value(self) -> Result<HookReturn, HookError> {
+                Ok(HookReturn::value(Value::from(self)))
+            }
+        }
+    )*};
+}
+
+scalar_returns!(String, bool, i64, f64);
+
 json_returns!(
-    String,
-    bool,
-    i64,
-    f64,
     serde_json::Value,
     serde_json::Map<String, serde_json::Value>,
     Vec<serde_json::Value>,
@@ -164,23 +174,30 @@ json_returns!(
 );
 
 impl ToHookValue for Object {
-    fn to_hook_value(self) -> Result<HookResult, HookError> {
-        Ok(HookResult::Object(self.into_handle()))
+    fn to_hook_value(self) -> Result<HookReturn, HookError> {
+        Ok(HookReturn::object(self.into_handle()))
     }
 }
 
 impl ToHookValue for Vec<Object> {
-    fn to_hook_value(self) -> Result<HookResult, HookError> {
-        Ok(HookResult::Objects(self.into_iter().map(Object::into_handle).collect::<RVec<_>>()))
+    fn to_hook_value(self) -> Result<HookReturn, HookError> {
+        Ok(HookReturn::objects(self.into_iter().map(Object::into_handle).collect::<RVec<_>>()))
     }
 }
 
-/// A raw JSON text returned as-is (the host validates it when it reads it).
+impl ToHookValue for Value {
+    #[inline]
+    fn to_hook_value(self) -> Result<HookReturn, HookError> {
+        Ok(HookReturn::value(self))
+    }
+}
+
+/// JSON text returned as a value (parsed by the host, once).
 #[derive(Debug, Clone)]
 pub struct RawJson(pub String);
 
 impl ToHookValue for RawJson {
-    fn to_hook_value(self) -> Result<HookResult, HookError> {
-        Ok(HookResult::Json(RString::from(self.0)))
+    fn to_hook_value(self) -> Result<HookReturn, HookError> {
+        Value::from_json(&self.0).map(HookReturn::value)
     }
 }

@@ -10,7 +10,7 @@ use async_ffi::FfiFuture;
 use serde_json::Value;
 
 use crate::{
-    abi::{ForeignObject, ForeignObject_TO, HookError, ObjectHandle},
+    abi::{ErrorKind, ForeignObject, ForeignObject_TO, HookError, ObjectHandle},
     sdk::bridge,
 };
 
@@ -75,12 +75,19 @@ impl Object {
 
     /// Calls `method` with JSON `args` and awaits the JSON result.
     pub async fn invoke(&self, method: &str, args: &Value) -> Result<Value, HookError> {
-        let fut = self.handle.invoke(RStr::from_str(method), RStr::from_str(&args.to_string()));
+        let fut = self.handle.invoke(RStr::from_str(method), crate::Value::from(args));
         match fut.await {
-            RResult::ROk(s) => serde_json::from_str(&s)
-                .map_err(|e| HookError::new("type", format!("{method}: result is not JSON: {e}"))),
+            RResult::ROk(v) => v
+                .deserialize()
+                .map_err(|e| HookError::new(ErrorKind::TYPE, format!("{method}: the result could not be read: {e}"))),
             RResult::RErr(e) => Err(e),
         }
+    }
+
+    /// Calls `method` with host-value `args` and awaits the host-value
+    /// result (no conversion on either side).
+    pub async fn invoke_value(&self, method: &str, args: crate::Value) -> Result<crate::Value, HookError> {
+        self.handle.invoke(RStr::from_str(method), args).await.into_result()
     }
 }
 
@@ -96,19 +103,19 @@ impl ForeignObject for Adapter {
         RString::from(self.0.name())
     }
 
-    fn invoke(&self, method: RStr<'_>, args: RStr<'_>) -> FfiFuture<RResult<RString, HookError>> {
-        let parsed = serde_json::from_str::<Value>(args.as_str());
-        let fut = match parsed {
-            Ok(v) => Some(self.0.invoke(method.as_str(), v)),
-            Err(_) => None,
+    fn invoke(&self, method: RStr<'_>, args: crate::Value) -> FfiFuture<RResult<crate::Value, HookError>> {
+        let fut = match args.deserialize::<Value>() {
+            Ok(v) => Ok(self.0.invoke(method.as_str(), v)),
+            Err(e) => {
+                Err(HookError::new(ErrorKind::ARGS, format!("{}: arguments could not be read: {e}", method.as_str())))
+            }
         };
-        let method = method.as_str().to_owned();
         bridge::to_ffi(async move {
-            let Some(fut) = fut else {
-                return RResult::RErr(HookError::new("args", format!("{method}: arguments are not JSON")));
-            };
-            match fut.await {
-                Ok(v) => RResult::ROk(RString::from(v.to_string())),
+            match fut {
+                Ok(fut) => match fut.await {
+                    Ok(v) => RResult::ROk(crate::Value::from(&v)),
+                    Err(e) => RResult::RErr(e),
+                },
                 Err(e) => RResult::RErr(e),
             }
         })

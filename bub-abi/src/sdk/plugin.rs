@@ -33,6 +33,13 @@ pub struct PluginContext {
     pub name: String,
     /// The plugin's configuration (from its manifest); `{}` when none.
     pub config: Map<String, Value>,
+    /// The host's home folder (`$BUB_HOME`, `~/.bub` by default).
+    pub home: std::path::PathBuf,
+    /// The workspace the host works in (`bub -w`, else the launch folder).
+    pub workspace: std::path::PathBuf,
+    /// This plugin's own data folder, inside the home (not created: create
+    /// it when you first write there).
+    pub data_dir: std::path::PathBuf,
 }
 
 /// Any error a constructor may return.

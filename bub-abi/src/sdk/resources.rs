@@ -128,7 +128,7 @@ pub mod kinds {
 }
 
 /// The error kind an object answers for a method it does not have.
-pub const UNSUPPORTED: &str = "unsupported";
+pub const UNSUPPORTED: crate::abi::ErrorKind = crate::abi::ErrorKind::UNSUPPORTED;
 
 /// Shorthand for the futures the resource traits return.
 pub trait Fut<T>: Future<Output = Result<T, BoxError>> + Send {}
@@ -250,13 +250,17 @@ pub trait Command: Send + Sync + 'static {
 
 fn arg<T: DeserializeOwned>(args: &Value, kind: &str, method: &str, name: &str) -> Result<T, HookError> {
     let value = args.get(name).cloned().unwrap_or(Value::Null);
-    serde_json::from_value(value)
-        .map_err(|e| HookError::new("args", format!("{kind}.{method}: argument `{name}` could not be read: {e}")))
+    serde_json::from_value(value).map_err(|e| {
+        HookError::new(
+            crate::abi::ErrorKind::ARGS,
+            format!("{kind}.{method}: argument `{name}` could not be read: {e}"),
+        )
+    })
 }
 
 fn reply<R: Serialize>(result: Result<R, BoxError>) -> Result<Value, HookError> {
     match result {
-        Ok(v) => serde_json::to_value(v).map_err(|e| HookError::new("type", e.to_string())),
+        Ok(v) => serde_json::to_value(v).map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string())),
         Err(e) => Err(match e.downcast::<HookError>() {
             Ok(h) => *h,
             Err(e) => HookError::plugin(e.to_string()),

@@ -9,7 +9,7 @@ use abi_stable::{
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{Map, Value};
 
-use crate::abi::{HookError, StateHandle, StateStore, StateStore_TO};
+use crate::abi::{ErrorKind, HookError, StateHandle, StateStore, StateStore_TO};
 
 /// The turn state shared by every hook of one turn (Bub's `TurnState`).
 ///
@@ -61,10 +61,16 @@ impl TurnState {
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HookError> {
         match self.handle.get(RStr::from_str(key)) {
             ROption::RNone => Ok(None),
-            ROption::RSome(json) => serde_json::from_str(&json)
+            ROption::RSome(value) => value
+                .deserialize()
                 .map(Some)
-                .map_err(|e| HookError::new("type", format!("state[{key:?}] has an unexpected type: {e}"))),
+                .map_err(|e| HookError::new(ErrorKind::TYPE, format!("state[{key:?}] has an unexpected type: {e}"))),
         }
+    }
+
+    /// The host value stored under `key` (a handle; nothing is copied).
+    pub fn get_raw(&self, key: &str) -> Option<crate::Value> {
+        self.handle.get(RStr::from_str(key)).into_option()
     }
 
     /// Reads `key` as a JSON value.
@@ -74,11 +80,12 @@ impl TurnState {
 
     /// Stores `value` under `key`.
     pub fn set<T: Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<(), HookError> {
-        let json = serde_json::to_string(value)
-            .map_err(|e| HookError::new("type", format!("state[{key:?}] not serializable: {e}")))?;
-        match self.handle.set(RStr::from_str(key), RStr::from_str(&json)) {
+        let value = crate::Value::from_serialize(value).map_err(|e| {
+            HookError::new(ErrorKind::TYPE, format!("state[{key:?}] could not be stored: {}", e.message))
+        })?;
+        match self.handle.set(RStr::from_str(key), value) {
             RResult::ROk(()) => Ok(()),
-            RResult::RErr(e) => Err(HookError::new("type", e.into_string())),
+            RResult::RErr(e) => Err(HookError::new(ErrorKind::TYPE, e.into_string())),
         }
     }
 
@@ -99,7 +106,7 @@ impl TurnState {
 
     /// The whole state as a JSON object.
     pub fn to_map(&self) -> Map<String, Value> {
-        serde_json::from_str(&self.handle.snapshot()).unwrap_or_default()
+        self.handle.snapshot().deserialize().unwrap_or_default()
     }
 
     /// Merges `map` into the state; existing keys are overwritten.
@@ -132,21 +139,23 @@ impl MemoryState {
 }
 
 impl StateStore for MemoryState {
-    fn get(&self, key: RStr<'_>) -> ROption<RString> {
+    fn get(&self, key: RStr<'_>) -> ROption<crate::Value> {
         let map = self.lock();
         match map.get(key.as_str()) {
-            Some(v) => ROption::RSome(RString::from(v.to_string())),
+            Some(v) => ROption::RSome(crate::Value::from(v)),
             None => ROption::RNone,
         }
     }
 
-    fn set(&self, key: RStr<'_>, json: RStr<'_>) -> RResult<(), RString> {
-        match serde_json::from_str::<Value>(json.as_str()) {
+    fn set(&self, key: RStr<'_>, value: crate::Value) -> RResult<(), RString> {
+        match value.deserialize::<Value>() {
             Ok(v) => {
                 self.lock().insert(key.as_str().to_owned(), v);
                 RResult::ROk(())
             }
-            Err(e) => RResult::RErr(RString::from(format!("state[{:?}]: value is not valid JSON: {e}", key.as_str()))),
+            Err(e) => {
+                RResult::RErr(RString::from(format!("state[{:?}]: value could not be stored: {e}", key.as_str())))
+            }
         }
     }
 
@@ -158,7 +167,7 @@ impl StateStore for MemoryState {
         self.lock().keys().map(|k| RString::from(k.as_str())).collect()
     }
 
-    fn snapshot(&self) -> RString {
-        RString::from(Value::Object(self.lock().clone()).to_string())
+    fn snapshot(&self) -> crate::Value {
+        crate::Value::from_serialize(&*self.lock()).unwrap_or_default()
     }
 }

@@ -85,7 +85,8 @@ impl ObjectImpl for Receiver {
                 let mut guard = rx.lock().await;
                 let Some(rx) = guard.as_mut() else { return Ok(Value::Null) };
                 match rx.recv().await {
-                    Some(event) => serde_json::to_value(event).map_err(|e| HookError::new("type", e.to_string())),
+                    Some(event) => serde_json::to_value(event)
+                        .map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string())),
                     None => Ok(Value::Null),
                 }
             }),
@@ -101,7 +102,7 @@ impl ObjectImpl for Receiver {
                         events.push(more);
                     }
                 }
-                serde_json::to_value(events).map_err(|e| HookError::new("type", e.to_string()))
+                serde_json::to_value(events).map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string()))
             }),
             "close" => Box::pin(async move {
                 rx.lock().await.take();

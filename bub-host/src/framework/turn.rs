@@ -176,7 +176,7 @@ impl Framework {
                     }
                     Some(text)
                 }
-                Err(f) if f.error.kind.as_str() == "type" => {
+                Err(f) if f.error.kind == bub_abi::ErrorKind::TYPE => {
                     return Err(FrameworkError::Type(f.error.message.to_string()))
                 }
                 Err(f) => return Err(f.into()),

@@ -9,60 +9,50 @@
 //! to block a call.
 
 use bub_abi::{
-    abi::{DispatchMode, HookResult},
     types::{
-        BeforeLlmCall, LlmCallDecision, LlmCallRequest, LlmCallResult, ToolAction, ToolCall, ToolCallDecision,
-        ToolCallResult,
+        BeforeLlmCall, LlmCallDecision, LlmCallRequest, LlmCallResult, ToolCall, ToolCallDecision, ToolCallResult,
     },
-    HookError, HookId, TurnState,
+    HookError, HookId, TurnState, Value, ValueKind, ValueRef,
 };
 
-use super::{finish, value_type_name, CallArgs, Runtime};
+use super::{finish, Answer, CallArgs, Done, Runtime};
 use crate::registry::Impl;
 
 fn failed(hook: HookId, imp: &Impl, e: &HookError) {
     tracing::warn!(target: "bub::hooks", "hook.agent_hook_failed hook={hook} adapter={}: {e}", imp.plugin);
 }
 
-fn bad_return(hook: HookId, imp: &Impl, value: &HookResult, expected: &str) {
+fn bad_return(hook: HookId, imp: &Impl, got: &str, expected: &str) {
     tracing::warn!(
         target: "bub::hooks",
-        "hook.agent_hook_bad_return hook={hook} adapter={} got={} expected={expected}",
+        "hook.agent_hook_bad_return hook={hook} adapter={} got={got} expected={expected}",
         imp.plugin,
-        value_type_name(value)
     );
 }
 
-/// A decision as read by the chain: the arguments stay raw JSON.
-#[derive(serde::Deserialize)]
-struct DecisionView<'a> {
-    #[serde(default)]
-    action: ToolAction,
-    #[serde(borrow, default)]
-    arguments: Option<&'a serde_json::value::RawValue>,
-}
-
-fn apply_arguments(call: &mut ToolCall, raw: Option<&str>) {
-    if let Some(map) = raw.and_then(|r| serde_json::from_str(r).ok()) {
-        call.arguments = map;
+fn answer_name(answer: &Answer) -> &'static str {
+    match answer {
+        Answer::Value(v) => super::value_type_name(v.as_ref()),
+        Answer::Object(_) => "object",
+        Answer::Objects(_) => "list",
     }
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("payload types always serialize")
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    Value::from_serialize(value).expect("payload types always serialize")
 }
 
 impl Runtime {
-    async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<HookResult> {
+    async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<Answer> {
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Async);
+        let call = args.call(&views, bub_abi::abi::DispatchMode::Async);
         match finish(imp, &call).await {
-            HookResult::None => None,
-            HookResult::Error(e) => {
+            Done::None => None,
+            Done::Error(e) => {
                 failed(hook, imp, &e);
                 None
             }
-            v => Some(v),
+            Done::Answer(a) => Some(a),
         }
     }
 
@@ -78,20 +68,20 @@ impl Runtime {
         if impls.is_empty() {
             return (request, None);
         }
-        let mut args = CallArgs::from_json(vec![to_json(&request), "null".into()]).with_state(state.clone());
+        let mut args = CallArgs::from_values(vec![to_value(&request), Value::null()]).with_state(state.clone());
         for imp in impls {
-            let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
-            let parsed = match &value {
-                HookResult::Json(s) => serde_json::from_str::<BeforeLlmCall>(s).ok(),
+            let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
+            let parsed = match &answer {
+                Answer::Value(v) => v.deserialize::<BeforeLlmCall>().ok(),
                 _ => None,
             };
             match parsed {
                 Some(BeforeLlmCall::Request(r)) => {
                     request = r;
-                    args.set_json(0, to_json(&request));
+                    args.set(0, to_value(&request));
                 }
                 Some(BeforeLlmCall::Decision(d)) => return (request, Some(d)),
-                None => bad_return(HOOK, imp, &value, "LLMCallRequest | LLMCallDecision | None"),
+                None => bad_return(HOOK, imp, answer_name(&answer), "LLMCallRequest | LLMCallDecision | None"),
             }
         }
         (request, None)
@@ -105,7 +95,7 @@ impl Runtime {
             return;
         }
         let args =
-            CallArgs::from_json(vec![to_json(request), to_json(result), "null".into()]).with_state(state.clone());
+            CallArgs::from_values(vec![to_value(request), to_value(result), Value::null()]).with_state(state.clone());
         for imp in impls {
             let _ = self.run_agent_hook(HOOK, imp, &args).await;
         }
@@ -115,48 +105,47 @@ impl Runtime {
     /// decisions and the final decision (`proceed()` when the chain ran out).
     ///
     /// Each implementation sees the arguments as rewritten by the earlier
-    /// ones. The host reads a decision through a borrowed view and splices
-    /// the new arguments' JSON into the next call, parsing them into a map
-    /// only once, at the end.
+    /// ones. Nothing is copied along the chain: the call is a host value,
+    /// a `proceed` decision's arguments are a host value (often the previous
+    /// arguments plus a key, sharing the rest), and the next call is the
+    /// previous one with its `arguments` entry replaced.
     pub async fn before_tool_call(&self, mut call: ToolCall, state: &TurnState) -> (ToolCall, ToolCallDecision) {
         const HOOK: HookId = HookId::BeforeToolCall;
+        const EXPECTED: &str = "ToolCallDecision | None";
         let impls = self.registry.impls(HOOK);
         if impls.is_empty() {
             return (call, ToolCallDecision::proceed(None));
         }
-        let head = format!("{{\"run_id\":{},\"tool\":{},\"arguments\":", to_json(&call.run_id), to_json(&call.tool));
-        let mut args = CallArgs::from_json(vec![to_json(&call), "null".into()]).with_state(state.clone());
-        let mut rewritten: Option<String> = None;
+        let mut args = CallArgs::from_values(vec![to_value(&call), Value::null()]).with_state(state.clone());
         for imp in impls {
-            let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
-            let text = match &value {
-                HookResult::Json(s) => s.as_str(),
-                other => {
-                    bad_return(HOOK, imp, other, "ToolCallDecision | None");
-                    continue;
-                }
-            };
-            let Ok(view) = serde_json::from_str::<DecisionView<'_>>(text) else {
-                bad_return(HOOK, imp, &value, "ToolCallDecision | None");
+            let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
+            let Answer::Value(decision) = &answer else {
+                bad_return(HOOK, imp, answer_name(&answer), EXPECTED);
                 continue;
             };
-            match view.action {
-                ToolAction::Proceed => match view.arguments.map(|raw| raw.get()) {
-                    None | Some("null") => {}
-                    Some(raw) if raw.starts_with('{') => {
-                        args.set_json(0, format!("{head}{raw}}}"));
-                        rewritten = Some(raw.to_owned());
+            let d = decision.as_ref();
+            let action = match d.kind() {
+                ValueKind::Object => d.get("action").map_or(Some("proceed"), ValueRef::as_str),
+                _ => None,
+            };
+            match action {
+                Some("proceed") => match d.get("arguments") {
+                    None => {}
+                    Some(a) if a.is_null() => {}
+                    Some(a) if a.is_object() => {
+                        let next = args.value(0).with("arguments", a);
+                        call.arguments = a.to_owned();
+                        args.set(0, next);
                     }
-                    Some(_) => bad_return(HOOK, imp, &value, "ToolCallDecision(arguments: dict) | None"),
+                    Some(_) => bad_return(HOOK, imp, "dict", "ToolCallDecision(arguments: dict) | None"),
                 },
-                ToolAction::Replace | ToolAction::Deny => {
-                    apply_arguments(&mut call, rewritten.as_deref());
-                    let decision = serde_json::from_str::<ToolCallDecision>(text).unwrap_or_default();
-                    return (call, decision);
-                }
+                Some("replace" | "deny") => match decision.deserialize::<ToolCallDecision>() {
+                    Ok(decision) => return (call, decision),
+                    Err(_) => bad_return(HOOK, imp, "dict", EXPECTED),
+                },
+                _ => bad_return(HOOK, imp, super::value_type_name(d), EXPECTED),
             }
         }
-        apply_arguments(&mut call, rewritten.as_deref());
         (call, ToolCallDecision::proceed(None))
     }
 
@@ -174,18 +163,18 @@ impl Runtime {
             return result;
         }
         let mut args =
-            CallArgs::from_json(vec![to_json(call), to_json(&result), "null".into()]).with_state(state.clone());
+            CallArgs::from_values(vec![to_value(call), to_value(&result), Value::null()]).with_state(state.clone());
         for imp in impls {
-            let Some(value) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
-            match &value {
-                HookResult::Json(s) => match serde_json::from_str::<serde_json::Value>(s) {
-                    Ok(v) => {
-                        result.result = Some(v);
-                        args.set_json(1, to_json(&result));
+            let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
+            match &answer {
+                Answer::Value(v) => match v.deserialize::<serde_json::Value>() {
+                    Ok(json) => {
+                        result.result = Some(json);
+                        args.set(1, args.value(1).with("result", v));
                     }
-                    Err(_) => bad_return(HOOK, imp, &value, "a JSON value | None"),
+                    Err(_) => bad_return(HOOK, imp, answer_name(&answer), "a JSON value | None"),
                 },
-                other => bad_return(HOOK, imp, other, "a JSON value | None"),
+                other => bad_return(HOOK, imp, answer_name(other), "a JSON value | None"),
             }
         }
         result

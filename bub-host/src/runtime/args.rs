@@ -1,40 +1,61 @@
-//! [`CallArgs`]: a hook's arguments, serialized once per dispatch.
+//! [`CallArgs`]: a hook's arguments, built once per dispatch as host values.
 //!
-//! Every implementation of one dispatch receives the same JSON texts; a plugin
-//! parses only the arguments it declares. The typed constructors below (one
-//! per hook, generated from the hook table) are the host-side mirror of the
-//! SDK's argument views.
+//! Every implementation of one dispatch is lent the same values; a plugin
+//! reads only what it declares, through the host's value functions. The
+//! typed constructors below (one per hook, generated from the hook table)
+//! are the host-side mirror of the SDK's argument views.
 
-use abi_stable::std_types::{ROption, RSlice, RStr};
+use abi_stable::std_types::{ROption, RSlice};
 use bub_abi::{
     abi::{DispatchMode, HookCall},
-    Object, TurnState,
+    Object, TurnState, Value, ValueRef,
 };
 use serde::Serialize;
 
-/// The most arguments any hook takes.
-pub const MAX_ARGS: usize = 4;
+macro_rules! gen_max_args {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        /// The most arguments any hook takes (from the hook table).
+        pub const MAX_ARGS: usize = {
+            let counts: &[usize] = &[$((&[$(stringify!($arg)),*] as &[&str]).len()),*];
+            let mut max = 0;
+            let mut i = 0;
+            while i < counts.len() {
+                if counts[i] > max {
+                    max = counts[i];
+                }
+                i += 1;
+            }
+            max
+        };
+    };
+}
+bub_abi::for_each_hook!(gen_max_args);
 
 /// The arguments of one dispatch.
 #[derive(Clone, Default)]
 pub struct CallArgs {
-    json: Vec<String>,
+    values: Vec<Value>,
     state: Option<TurnState>,
     object: Option<Object>,
 }
 
 impl std::fmt::Debug for CallArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallArgs").field("json", &self.json).field("state", &self.state.is_some()).finish()
+        f.debug_struct("CallArgs").field("values", &self.values).field("state", &self.state.is_some()).finish()
     }
 }
 
 impl CallArgs {
-    /// Arguments from JSON texts already in wire order (`state`/`object`
-    /// positions hold `null`). The caller vouches that each is valid JSON.
-    pub fn from_json(json: Vec<String>) -> Self {
-        assert!(json.len() <= MAX_ARGS, "a hook takes at most {MAX_ARGS} arguments");
-        CallArgs { json, state: None, object: None }
+    /// Arguments from values already in wire order (`state`/`object`
+    /// positions hold `null`).
+    pub fn from_values(values: Vec<Value>) -> Self {
+        assert!(values.len() <= MAX_ARGS, "a hook takes at most {MAX_ARGS} arguments");
+        CallArgs { values, state: None, object: None }
     }
 
     /// Attaches the live turn state.
@@ -49,15 +70,15 @@ impl CallArgs {
         self
     }
 
-    /// Replaces the JSON text of argument `index` (agent chains re-serialize
-    /// only the argument an implementation changed).
-    pub fn set_json(&mut self, index: usize, json: String) {
-        self.json[index] = json;
+    /// Replaces argument `index` (agent chains replace only the argument an
+    /// implementation changed).
+    pub fn set(&mut self, index: usize, value: Value) {
+        self.values[index] = value;
     }
 
-    /// The JSON text of argument `index`.
-    pub fn json(&self, index: usize) -> &str {
-        &self.json[index]
+    /// Argument `index`.
+    pub fn value(&self, index: usize) -> ValueRef<'_> {
+        self.values[index].as_ref()
     }
 
     /// The turn state, if any.
@@ -65,34 +86,36 @@ impl CallArgs {
         self.state.as_ref()
     }
 
-    pub(crate) fn push_json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), serde_json::Error> {
-        self.json.push(serde_json::to_string(value)?);
+    pub(crate) fn push_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), serde_json::Error> {
+        let v =
+            Value::from_serialize(value).map_err(|e| <serde_json::Error as serde::ser::Error>::custom(e.message))?;
+        self.values.push(v);
         Ok(())
     }
 
     pub(crate) fn push_state(&mut self, state: &TurnState) {
-        self.json.push("null".to_owned());
+        self.values.push(Value::null());
         self.state = Some(state.clone());
     }
 
     pub(crate) fn push_object(&mut self, object: &impl ObjectArg) {
-        self.json.push("null".to_owned());
+        self.values.push(Value::null());
         self.object = object.object().cloned();
     }
 
-    /// Borrowed FFI views of the JSON texts.
-    pub(crate) fn views(&self) -> [RStr<'_>; MAX_ARGS] {
-        let mut out = [RStr::from_str(""); MAX_ARGS];
-        for (slot, s) in out.iter_mut().zip(&self.json) {
-            *slot = RStr::from_str(s);
+    /// Borrowed views of the values, for one FFI call.
+    pub(crate) fn views(&self) -> [ValueRef<'_>; MAX_ARGS] {
+        let mut out = [ValueRef::null(); MAX_ARGS];
+        for (slot, v) in out.iter_mut().zip(&self.values) {
+            *slot = v.as_ref();
         }
         out
     }
 
     /// The FFI call over `views` (from [`views`](Self::views)).
-    pub(crate) fn call<'a>(&'a self, views: &'a [RStr<'a>; MAX_ARGS], mode: DispatchMode) -> HookCall<'a> {
+    pub(crate) fn call<'a>(&'a self, views: &'a [ValueRef<'a>; MAX_ARGS], mode: DispatchMode) -> HookCall<'a> {
         HookCall {
-            args: RSlice::from_slice(&views[..self.json.len()]),
+            args: RSlice::from_slice(&views[..self.values.len()]),
             state: match &self.state {
                 Some(s) => ROption::RSome(s.handle()),
                 None => ROption::RNone,
@@ -102,6 +125,7 @@ impl CallArgs {
                 None => ROption::RNone,
             },
             mode,
+            _payloads: std::marker::PhantomData,
         }
     }
 }
@@ -109,8 +133,8 @@ impl CallArgs {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __push_arg {
-    ($args:ident, json, $arg:ident) => {
-        $args.push_json($arg)?;
+    ($args:ident, value, $arg:ident) => {
+        $args.push_value($arg)?;
     };
     ($args:ident, state, $arg:ident) => {
         $args.push_state($arg);
@@ -120,13 +144,13 @@ macro_rules! __push_arg {
     };
 }
 
-/// A constructor parameter: JSON arguments take anything that serializes
-/// to the argument's shape (the typed value, or JSON already serialized
-/// once for a whole turn as a `RawValue`); state and objects their handles.
+/// A constructor parameter: value arguments take anything that serializes
+/// to the argument's shape (the typed value, or a host `Value` built once
+/// for a whole turn, passed as a handle); state and objects their handles.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __arg_param {
-    (json, $aty:ty) => { &(impl serde::Serialize + ?Sized) };
+    (value, $aty:ty) => { &(impl serde::Serialize + ?Sized) };
     (state, $aty:ty) => { &$aty };
     (object, $aty:ty) => { &impl $crate::runtime::args::ObjectArg };
 }

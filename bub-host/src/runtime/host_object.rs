@@ -29,11 +29,12 @@ impl ObjectImpl for FrameworkObject {
         match method {
             "dispatch_outbound" => Box::pin(async move {
                 let message = args.get("message").cloned().unwrap_or(Value::Null);
-                let call = CallArgs::dispatch_outbound(&message).map_err(|e| HookError::new("args", e.to_string()))?;
+                let call = CallArgs::dispatch_outbound(&message)
+                    .map_err(|e| HookError::new(bub_abi::ErrorKind::ARGS, e.to_string()))?;
                 let replies = rt
                     .call_many(HookId::DispatchOutbound, &call)
                     .await
-                    .map_err(|f| HookError::new(f.error.kind.as_str(), f.to_string()))?;
+                    .map_err(|f| HookError::new(f.error.kind, f.to_string()))?;
                 Ok(Value::Array(
                     replies
                         .iter()

@@ -16,10 +16,11 @@ pub mod stream;
 
 use std::sync::Arc;
 
+use abi_stable::std_types::RVec;
 use bub_abi::{
-    abi::{DispatchMode, HookCall, HookResult, HookReturn, ObjectHandle},
+    abi::{DispatchMode, HookCall, HookReturn, ObjectHandle, Outcome},
     types::{Envelope, ErrorInfo},
-    HookError, HookId, Object,
+    ErrorKind, HookError, HookId, Object, Value, ValueKind, ValueRef,
 };
 use serde::de::DeserializeOwned;
 
@@ -32,41 +33,55 @@ use crate::{
     registry::{Impl, Registry},
 };
 
+/// A non-None answer.
+pub enum Answer {
+    /// A host value.
+    Value(Value),
+    /// One object.
+    Object(ObjectHandle),
+    /// A list of objects.
+    Objects(RVec<ObjectHandle>),
+}
+
 /// One implementation's non-None answer.
 pub struct Reply {
     /// The plugin that answered.
     pub plugin: Arc<str>,
     /// The answer.
-    pub value: HookResult,
+    pub value: Answer,
 }
 
 impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {:?}", self.plugin, self.value)
+        match &self.value {
+            Answer::Value(v) => write!(f, "{}: {v:?}", self.plugin),
+            Answer::Object(o) => write!(f, "{}: Object({})", self.plugin, o.kind()),
+            Answer::Objects(v) => write!(f, "{}: Objects({})", self.plugin, v.len()),
+        }
     }
 }
 
 impl Reply {
-    /// The JSON text of a JSON answer.
-    pub fn json_text(&self) -> Option<&str> {
+    /// A value answer.
+    pub fn value(&self) -> Option<ValueRef<'_>> {
         match &self.value {
-            HookResult::Json(s) => Some(s.as_str()),
+            Answer::Value(v) => Some(v.as_ref()),
             _ => None,
         }
     }
 
-    /// Parses a JSON answer as `T`.
+    /// Reads a value answer as `T`.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
         match &self.value {
-            HookResult::Json(s) => serde_json::from_str(s).map_err(|e| e.to_string()),
-            other => Err(format!("expected a JSON value, got {}", value_type_name(other))),
+            Answer::Value(v) => v.deserialize().map_err(|e| e.to_string()),
+            other => Err(format!("expected a value, got {}", answer_type_name(other))),
         }
     }
 
     /// An object answer.
     pub fn object(&self) -> Option<Object> {
         match &self.value {
-            HookResult::Object(o) => Some(Object::from_handle(o.clone())),
+            Answer::Object(o) => Some(Object::from_handle(o.clone())),
             _ => None,
         }
     }
@@ -74,34 +89,68 @@ impl Reply {
     /// A list-of-objects answer.
     pub fn objects(&self) -> Option<Vec<Object>> {
         match &self.value {
-            HookResult::Objects(v) => Some(v.iter().map(|o: &ObjectHandle| Object::from_handle(o.clone())).collect()),
+            Answer::Objects(v) => Some(v.iter().map(|o: &ObjectHandle| Object::from_handle(o.clone())).collect()),
             _ => None,
         }
+    }
+
+    /// Python's type name of the answer, for messages that match Bub's.
+    pub fn type_name(&self) -> &'static str {
+        answer_type_name(&self.value)
     }
 }
 
 /// Python's type name of a value, for messages that match Bub's.
-pub fn value_type_name(value: &HookResult) -> &'static str {
-    match value {
-        HookResult::None => "NoneType",
-        HookResult::Error(_) => "error",
-        HookResult::Object(_) => "object",
-        HookResult::Objects(_) => "list",
-        HookResult::Json(s) => match s.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(b'"') => "str",
-            Some(b'{') => "dict",
-            Some(b'[') => "list",
-            Some(b't' | b'f') => "bool",
-            Some(b'n') => "NoneType",
-            Some(b'-' | b'0'..=b'9') => {
-                if s.contains(['.', 'e', 'E']) {
-                    "float"
-                } else {
-                    "int"
-                }
+pub fn value_type_name(value: ValueRef<'_>) -> &'static str {
+    match value.kind() {
+        ValueKind::Null => "NoneType",
+        ValueKind::Bool => "bool",
+        ValueKind::Int | ValueKind::UInt => "int",
+        ValueKind::Float => "float",
+        ValueKind::Str => "str",
+        ValueKind::Array => "list",
+        ValueKind::Object => "dict",
+    }
+}
+
+fn answer_type_name(answer: &Answer) -> &'static str {
+    match answer {
+        Answer::Value(v) => value_type_name(v.as_ref()),
+        Answer::Object(_) => "object",
+        Answer::Objects(_) => "list",
+    }
+}
+
+/// A finished call, read.
+pub(crate) enum Done {
+    None,
+    Error(HookError),
+    Answer(Answer),
+}
+
+/// Reads a return; a future is awaited (async dispatch).
+#[inline]
+async fn resolve(ret: HookReturn) -> Done {
+    match ret.into_outcome(bub_abi::value::host_table()) {
+        Outcome::Pending(fut) => match fut.await.into_outcome(bub_abi::value::host_table()) {
+            Outcome::Pending(_) => {
+                Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
             }
-            _ => "invalid JSON",
+            other => done(other),
         },
+        other => done(other),
+    }
+}
+
+#[inline]
+fn done(outcome: Outcome) -> Done {
+    match outcome {
+        Outcome::None => Done::None,
+        Outcome::Value(v) => Done::Answer(Answer::Value(v)),
+        Outcome::Object(o) => Done::Answer(Answer::Object(o)),
+        Outcome::Objects(o) => Done::Answer(Answer::Objects(o)),
+        Outcome::Error(e) => Done::Error(e),
+        Outcome::Pending(_) => unreachable!("futures are resolved before `done`"),
     }
 }
 
@@ -113,29 +162,26 @@ pub struct Runtime {
 
 /// Calls one implementation; awaits it if it is pending.
 #[inline]
-async fn finish(imp: &Impl, call: &HookCall<'_>) -> HookResult {
-    match (imp.call)(call) {
-        HookReturn::Ready(r) => r,
-        HookReturn::Pending(fut) => fut.await,
-    }
+pub(crate) async fn finish(imp: &Impl, call: &HookCall<'_>) -> Done {
+    resolve((imp.call)(call)).await
 }
 
 /// Calls one implementation under sync dispatch: a pending result is
 /// dropped unpolled (its body never runs) and reported; `None` is returned.
 #[inline]
-fn finish_sync(hook: HookId, imp: &Impl, call: &HookCall<'_>) -> Option<HookResult> {
-    match (imp.call)(call) {
-        HookReturn::Ready(r) => Some(r),
-        HookReturn::Pending(fut) => {
+fn finish_sync(hook: HookId, imp: &Impl, call: &HookCall<'_>) -> Option<Done> {
+    match (imp.call)(call).into_outcome(bub_abi::value::host_table()) {
+        Outcome::Pending(fut) => {
             drop(fut);
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
             None
         }
+        other => Some(done(other)),
     }
 }
 
-fn failure(imp: &Impl, hook: HookId, e: abi_stable::std_types::RBox<HookError>) -> HookFailure {
-    HookFailure::new(&imp.plugin, hook, abi_stable::std_types::RBox::into_inner(e))
+fn failure(imp: &Impl, hook: HookId, e: HookError) -> HookFailure {
+    HookFailure::new(&imp.plugin, hook, e)
 }
 
 impl Runtime {
@@ -165,14 +211,10 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            let r = match (imp.call)(&call) {
-                HookReturn::Ready(r) => r,
-                HookReturn::Pending(fut) => fut.await,
-            };
-            match r {
-                HookResult::None => {}
-                HookResult::Error(e) => return Err(failure(imp, hook, e)),
-                value => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+            match resolve((imp.call)(&call)).await {
+                Done::None => {}
+                Done::Error(e) => return Err(failure(imp, hook, e)),
+                Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(None)
@@ -189,14 +231,10 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            let r = match (imp.call)(&call) {
-                HookReturn::Ready(r) => r,
-                HookReturn::Pending(fut) => fut.await,
-            };
-            match r {
-                HookResult::None => out.push(None),
-                HookResult::Error(e) => return Err(failure(imp, hook, e)),
-                value => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+            match resolve((imp.call)(&call)).await {
+                Done::None => out.push(None),
+                Done::Error(e) => return Err(failure(imp, hook, e)),
+                Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(out)
@@ -246,9 +284,9 @@ impl Runtime {
         let call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
             match finish_sync(hook, imp, &call) {
-                None | Some(HookResult::None) => {}
-                Some(HookResult::Error(e)) => return Err(failure(imp, hook, e)),
-                Some(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+                None | Some(Done::None) => {}
+                Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
+                Some(Done::Answer(value)) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(None)
@@ -268,9 +306,9 @@ impl Runtime {
         for imp in impls {
             match finish_sync(hook, imp, &call) {
                 None => {}
-                Some(HookResult::None) => out.push(None),
-                Some(HookResult::Error(e)) => return Err(failure(imp, hook, e)),
-                Some(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+                Some(Done::None) => out.push(None),
+                Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
+                Some(Done::Answer(value)) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(out)
@@ -302,7 +340,7 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Async);
         for imp in self.registry.impls(HookId::OnError) {
-            if let HookResult::Error(e) = finish(imp, &call).await {
+            if let Done::Error(e) = finish(imp, &call).await {
                 on_error_failed(stage, imp, &e);
             }
         }
@@ -318,7 +356,7 @@ impl Runtime {
         let views = args.views();
         let call = args.call(&views, DispatchMode::Sync);
         for imp in self.registry.impls(HookId::OnError) {
-            if let Some(HookResult::Error(e)) = finish_sync(HookId::OnError, imp, &call) {
+            if let Some(Done::Error(e)) = finish_sync(HookId::OnError, imp, &call) {
                 on_error_failed(stage, imp, &e);
             }
         }
@@ -344,5 +382,5 @@ fn on_error_failed(stage: &str, imp: &Impl, e: &HookError) {
 
 /// Reads a JSON reply as `T`, naming plugin and hook on failure.
 pub fn parse_reply<T: DeserializeOwned>(hook: HookId, reply: &Reply) -> Result<T, HookFailure> {
-    reply.parse().map_err(|detail| HookFailure::new(&reply.plugin, hook, HookError::new("type", detail)))
+    reply.parse().map_err(|detail| HookFailure::new(&reply.plugin, hook, HookError::new(ErrorKind::TYPE, detail)))
 }

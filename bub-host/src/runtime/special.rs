@@ -2,10 +2,10 @@
 //! `onboard_config`'s accumulating loop and the model adapter's choice
 //! between `run_model` and `run_model_stream`.
 
-use bub_abi::{abi::HookResult, types::StateMap, HookError, HookId};
+use bub_abi::{types::StateMap, HookError, HookId};
 use serde_json::Value;
 
-use super::{failure, finish_sync, CallArgs, Runtime};
+use super::{failure, finish_sync, Answer, CallArgs, Done, Runtime};
 use crate::error::HookFailure;
 
 /// Why `onboard_config` failed.
@@ -55,14 +55,18 @@ impl Runtime {
         let mut config = current.clone();
         for imp in impls.iter().rev().filter(|i| plugin.is_none_or(|p| &*i.plugin == p)) {
             let args = CallArgs::onboard_config(&config).map_err(|e| {
-                HookFailure::new(&imp.plugin, HOOK, HookError::new("args", format!("config not serializable: {e}")))
+                HookFailure::new(
+                    &imp.plugin,
+                    HOOK,
+                    HookError::new(bub_abi::ErrorKind::ARGS, format!("config not serializable: {e}")),
+                )
             })?;
             let views = args.views();
             let call = args.call(&views, bub_abi::abi::DispatchMode::Sync);
             match finish_sync(HOOK, imp, &call) {
-                None | Some(HookResult::None) => {}
-                Some(HookResult::Error(e)) => return Err(failure(imp, HOOK, e).into()),
-                Some(HookResult::Json(text)) => match serde_json::from_str::<Value>(&text) {
+                None | Some(Done::None) => {}
+                Some(Done::Error(e)) => return Err(failure(imp, HOOK, e).into()),
+                Some(Done::Answer(Answer::Value(v))) => match v.deserialize::<Value>() {
                     Ok(Value::Object(fragment)) => deep_merge(&mut config, fragment),
                     Ok(Value::Null) => {}
                     _ => return Err(type_error(&imp.plugin).into()),
@@ -102,7 +106,7 @@ fn type_error(plugin: &str) -> HookFailure {
     HookFailure::new(
         plugin,
         HookId::OnboardConfig,
-        HookError::new("type", "TypeError: hook.onboard_config must return dict or None"),
+        HookError::new(bub_abi::ErrorKind::TYPE, "TypeError: hook.onboard_config must return dict or None"),
     )
 }
 

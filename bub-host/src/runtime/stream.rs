@@ -40,16 +40,17 @@ impl ModelStream {
                 // Not a list: a stream that does not know `next_many`.
                 Ok(Value::Null) => self.batched = false,
                 Ok(v) => {
-                    let events: Vec<StreamEvent> = serde_json::from_value(v)
-                        .map_err(|e| fail(HookError::new("type", format!("a stream event is malformed: {e}"))))?;
+                    let events: Vec<StreamEvent> = serde_json::from_value(v).map_err(|e| {
+                        fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("a stream event is malformed: {e}")))
+                    })?;
                     if events.is_empty() {
                         self.closed = true;
                     }
                     self.buffer.extend(events);
                     return Ok(self.buffer.pop_front());
                 }
-                // An older SDK (kind `args` then) or a hand-written stream.
-                Err(e) if e.message.contains("has no method") => self.batched = false,
+                // A hand-written stream without `next_many`.
+                Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => self.batched = false,
                 Err(e) => return Err(fail(e)),
             }
         }
@@ -58,9 +59,9 @@ impl ModelStream {
                 self.closed = true;
                 Ok(None)
             }
-            v => serde_json::from_value(v)
-                .map(Some)
-                .map_err(|e| fail(HookError::new("type", format!("a stream event is malformed: {e}")))),
+            v => serde_json::from_value(v).map(Some).map_err(|e| {
+                fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("a stream event is malformed: {e}")))
+            }),
         }
     }
 
@@ -121,7 +122,7 @@ impl Runtime {
             None => Err(HookFailure::new(
                 &reply.plugin,
                 HookId::RunModelStream,
-                HookError::new("type", "hook.run_model_stream must return AsyncStreamEvents or None"),
+                HookError::new(bub_abi::ErrorKind::TYPE, "hook.run_model_stream must return AsyncStreamEvents or None"),
             )),
         }
     }

@@ -48,9 +48,10 @@ impl Rule {
             None => call.tool == self.tool,
         };
         let arg_ok = match (&self.argument, &self.contains) {
-            (Some(arg), Some(needle)) => call.arguments.get(arg).is_some_and(|v| match v {
-                Value::String(s) => s.contains(needle.as_str()),
-                other => other.to_string().contains(needle.as_str()),
+            // Reads one argument through the host; the rest is never copied.
+            (Some(arg), Some(needle)) => call.arguments.as_ref().get(arg).is_some_and(|v| match v.as_str() {
+                Some(s) => s.contains(needle.as_str()),
+                None => v.to_json().contains(needle.as_str()),
             }),
             _ => true,
         };
@@ -93,8 +94,11 @@ impl Plugin for ToolPolicy {
         if let Some(result) = &rule.replace {
             return Some(ToolCallDecision::replace(result.clone()));
         }
+        // The call's arguments plus the rule's keys, sharing everything else.
         let mut arguments = call.arguments;
-        arguments.extend(rule.set.clone().unwrap_or_default());
+        for (k, v) in rule.set.iter().flatten() {
+            arguments = arguments.as_ref().with(k, v);
+        }
         Some(ToolCallDecision::proceed(Some(arguments)))
     }
 }

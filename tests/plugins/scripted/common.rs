@@ -23,8 +23,7 @@
 use std::{io::Write as _, time::Duration};
 
 use bub_abi::{
-    abi::{HookCall, HookResult, HookReturn},
-    abi_stable::std_types::RString,
+    abi::{HookCall, HookReturn},
     sdk::bridge,
     BoxError, Hook, HookDecl, HookError, HookId, Object, ObjectFuture, ObjectImpl, Plugin, PluginContext, TurnState,
 };
@@ -36,11 +35,20 @@ pub struct Scripted {
     trace: Option<String>,
 }
 
-fn answer(value: Value) -> HookResult {
+fn answer(value: Value) -> HookReturn {
     if value.is_null() {
-        HookResult::None
+        HookReturn::NONE
     } else {
-        HookResult::Json(RString::from(value.to_string()))
+        HookReturn::value(bub_abi::Value::from(&value))
+    }
+}
+
+/// A value given as text: parsed by the host; text that is not JSON is a
+/// `TypeError` (under ABI 2 a plugin cannot hand the host malformed data).
+fn raw(text: &str) -> HookReturn {
+    match bub_abi::Value::from_json(text) {
+        Ok(v) => HookReturn::value(v),
+        Err(e) => HookReturn::error(e),
     }
 }
 
@@ -53,7 +61,7 @@ impl Scripted {
     }
 
     fn arg(call: &HookCall<'_>, i: usize) -> Value {
-        call.args.get(i).and_then(|s| serde_json::from_str(s.as_str()).ok()).unwrap_or(Value::Null)
+        call.args.get(i).and_then(|v| v.deserialize().ok()).unwrap_or(Value::Null)
     }
 
     fn run(&'static self, hook: &'static str, call: &HookCall<'_>) -> HookReturn {
@@ -83,10 +91,10 @@ impl Scripted {
             panic!("{msg}");
         }
         let args: Vec<Value> = (0..call.args.len()).map(|i| Self::arg(call, i)).collect();
-        let raw_args: Vec<String> = call.args.iter().map(|s| s.as_str().to_owned()).collect();
+        let raw_args: Vec<String> = call.args.iter().map(|v| v.to_json()).collect();
         if is_async {
             let script = script.clone();
-            return HookReturn::Pending(bridge::to_ffi(async move {
+            return HookReturn::pending(bridge::to_ffi(async move {
                 self.trace(&line);
                 if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -94,7 +102,7 @@ impl Scripted {
                 if let Some(addr) = script.get("connect").and_then(Value::as_str) {
                     return match self.ping(addr).await {
                         Ok(reply) => answer(Value::String(reply)),
-                        Err(e) => HookResult::error(HookError::plugin(e.to_string())),
+                        Err(e) => HookReturn::error(HookError::plugin(e.to_string())),
                     };
                 }
                 if let Some(msg) = script.get("panic_in_future").and_then(Value::as_str) {
@@ -104,7 +112,7 @@ impl Scripted {
                 self.respond(&script, &args, &raw_args, state.as_ref())
             }));
         }
-        HookReturn::Ready(self.respond(script, &args, &raw_args, state.as_ref()))
+        self.respond(script, &args, &raw_args, state.as_ref())
     }
 
     async fn ping(&self, addr: &str) -> std::io::Result<String> {
@@ -116,15 +124,15 @@ impl Scripted {
         Ok(line.trim_end().to_owned())
     }
 
-    fn respond(&self, script: &Value, args: &[Value], raw: &[String], state: Option<&TurnState>) -> HookResult {
+    fn respond(&self, script: &Value, args: &[Value], raw_args: &[String], state: Option<&TurnState>) -> HookReturn {
         if let Some(msg) = script.get("error").and_then(Value::as_str) {
-            return HookResult::error(HookError::plugin(msg));
+            return HookReturn::error(HookError::plugin(msg));
         }
         if let Some(text) = script.get("raw").and_then(Value::as_str) {
-            return HookResult::Json(RString::from(text));
+            return raw(text);
         }
         if let Some(i) = script.get("echo_arg").and_then(Value::as_u64) {
-            return HookResult::Json(RString::from(raw[i as usize].as_str()));
+            return raw(&raw_args[i as usize]);
         }
         if let (Some(key), Some(state)) = (script.get("get_state").and_then(Value::as_str), state) {
             return answer(state.get_value(key).unwrap_or(Value::Null));
@@ -168,10 +176,10 @@ impl Scripted {
             return answer(Value::String(format!("{prefix}{current}")));
         }
         if let Some(spec) = script.get("object") {
-            return HookResult::Object(self.object(spec).into_handle());
+            return HookReturn::object(self.object(spec).into_handle());
         }
         if let Some(Value::Array(specs)) = script.get("objects") {
-            return HookResult::Objects(specs.iter().map(|s| self.object(s).into_handle()).collect());
+            return HookReturn::objects(specs.iter().map(|s| self.object(s).into_handle()).collect());
         }
         answer(script.get("return").cloned().unwrap_or(Value::Null))
     }
@@ -228,6 +236,9 @@ impl ObjectImpl for ScriptedObject {
             }
             if let Some(msg) = script.get("error").and_then(Value::as_str) {
                 return Err(HookError::plugin(msg));
+            }
+            if script.get("unsupported") == Some(&Value::Bool(true)) {
+                return Err(HookError::new(bub_abi::ErrorKind::UNSUPPORTED, "no such method (scripted)"));
             }
             if script.get("echo_args") == Some(&Value::Bool(true)) {
                 return Ok(args);

@@ -57,9 +57,9 @@ impl Plugin for Sdk {
         Ok(Some(format!("echo: {}", prompt.as_str().unwrap_or_default())))
     }
 
-    /// Async: skipped by sync dispatch.
-    async fn system_prompt(&self) -> Option<String> {
-        Some("from an async fn".into())
+    /// A sync-only hook is a plain `fn` (an `async fn` here does not compile).
+    fn system_prompt(&self) -> Option<String> {
+        Some("from a plain fn".into())
     }
 
     /// A sync hook that runs async code on a runtime of its own.

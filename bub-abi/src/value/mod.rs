@@ -1,0 +1,621 @@
+//! Host-owned values: how hook arguments and results cross the boundary.
+//!
+//! The host keeps every argument as one immutable value tree and lends
+//! plugins a [`ValueRef`]: two words that read through the host's functions
+//! (a field, an index, a length, a string view, a number). A plugin that
+//! reads one field of a tool call pays for that field, whatever else the
+//! call holds — a 100 KB file in the arguments costs nothing unread.
+//!
+//! Results are host values too. A plugin builds them through the host's
+//! functions ([`Value::from`], [`Value::object`], [`Value::from_serialize`])
+//! or derives them from what it was given: [`ValueRef::with`] returns "this
+//! map plus one key", sharing every other entry, so `proceed(arguments +
+//! one key)` copies no argument.
+//!
+//! Serde works on both ends, costing what it touches:
+//! - `ValueRef::deserialize::<T>()` fills a `#[derive(Deserialize)]` struct
+//!   by looking up its fields, never walking the rest; a field of type
+//!   [`Value`] or [`ValueRef`] takes the subtree as a handle, uncopied.
+//! - [`Value::from_serialize`] builds a host value from any `Serialize`; a
+//!   [`Value`] inside it is taken as a handle.
+//!
+//! ```
+//! use bub_abi::{Value, ValueRef};
+//!
+//! let call = Value::from_json(r#"{"tool": "bash", "arguments": {"cmd": "ls"}}"#).unwrap();
+//! let call: ValueRef<'_> = call.as_ref();
+//! assert_eq!(call.get("tool").and_then(|t| t.as_str()), Some("bash"));
+//!
+//! let arguments = call.get("arguments").unwrap();
+//! let more = arguments.with("timeout", 30);
+//! assert_eq!(more.to_json(), r#"{"cmd":"ls","timeout":30}"#);
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Call<'a> {
+//!     tool: &'a str,
+//!     #[serde(borrow)]
+//!     arguments: ValueRef<'a>,
+//! }
+//! let typed: Call<'_> = call.deserialize().unwrap();
+//! assert_eq!((typed.tool, typed.arguments.len()), ("bash", 1));
+//! ```
+
+mod de;
+mod ser;
+pub(crate) mod tree;
+
+use std::{marker::PhantomData, sync::OnceLock};
+
+use abi_stable::std_types::{RStr, RString};
+
+use crate::abi::{HookError, ValueVTableRef};
+pub use crate::abi::{Value, ValueKind, ValueRef};
+pub use de::Error as DeError;
+pub use ser::ValueSerializer;
+
+static HOST_TABLE: OnceLock<ValueVTableRef> = OnceLock::new();
+
+/// The host's value table: the one handed over at init in a plugin, this
+/// copy's own in the host.
+#[inline]
+pub(crate) fn vtable() -> ValueVTableRef {
+    match HOST_TABLE.get() {
+        Some(vt) => *vt,
+        None => tree::own_vtable(),
+    }
+}
+
+/// Adopts the host's value table (called once, when a cdylib plugin is
+/// initialised).
+pub(crate) fn adopt_host_table(vt: ValueVTableRef) {
+    let _ = HOST_TABLE.set(vt);
+}
+
+/// This process's own value table, which the host hands to its plugins.
+#[doc(hidden)]
+pub const fn host_table() -> ValueVTableRef {
+    tree::own_vtable()
+}
+
+fn same_table(a: ValueVTableRef, b: ValueVTableRef) -> bool {
+    std::ptr::eq(a.0.to_raw_ptr(), b.0.to_raw_ptr())
+}
+
+// SAFETY: host values are immutable once shared and reference-counted
+// atomically; builders are never shared.
+unsafe impl Send for Value {}
+// SAFETY: as above.
+unsafe impl Sync for Value {}
+// SAFETY: a view of an immutable value.
+unsafe impl Send for ValueRef<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for ValueRef<'_> {}
+
+impl<'a> ValueRef<'a> {
+    #[inline]
+    pub(crate) fn from_raw(node: *const std::ffi::c_void, vt: ValueVTableRef) -> Option<Self> {
+        (!node.is_null()).then_some(ValueRef { node, vt, _life: PhantomData })
+    }
+
+    /// `null`, without a host call.
+    pub fn null() -> ValueRef<'static> {
+        ValueRef { node: &tree::NULL as *const tree::Node as *const _, vt: tree::own_vtable(), _life: PhantomData }
+    }
+
+    /// What kind of value this is.
+    #[inline]
+    pub fn kind(self) -> ValueKind {
+        match (self.vt.kind())(self.node) {
+            0 => ValueKind::Null,
+            1 => ValueKind::Bool,
+            2 => ValueKind::Int,
+            3 => ValueKind::UInt,
+            4 => ValueKind::Float,
+            5 => ValueKind::Str,
+            6 => ValueKind::Array,
+            _ => ValueKind::Object,
+        }
+    }
+
+    /// Whether this is `null`.
+    pub fn is_null(self) -> bool {
+        self.kind() == ValueKind::Null
+    }
+
+    /// Whether this is a map.
+    pub fn is_object(self) -> bool {
+        self.kind() == ValueKind::Object
+    }
+
+    /// Whether this is a list.
+    pub fn is_array(self) -> bool {
+        self.kind() == ValueKind::Array
+    }
+
+    /// The string, borrowed from the host (never copied).
+    #[inline]
+    pub fn as_str(self) -> Option<&'a str> {
+        let mut out = RStr::from_str("");
+        // SAFETY (lifetime): the string lives in a node that lives for 'a.
+        (self.vt.as_str())(self.node, &mut out).then(|| unsafe { &*(out.as_str() as *const str) })
+    }
+
+    /// The boolean.
+    pub fn as_bool(self) -> Option<bool> {
+        (self.kind() == ValueKind::Bool).then(|| (self.vt.as_bool())(self.node))
+    }
+
+    /// An integer that fits `i64`.
+    pub fn as_i64(self) -> Option<i64> {
+        let mut out = 0;
+        (self.vt.as_i64())(self.node, &mut out).then_some(out)
+    }
+
+    /// A non-negative integer.
+    pub fn as_u64(self) -> Option<u64> {
+        let mut out = 0;
+        (self.vt.as_u64())(self.node, &mut out).then_some(out)
+    }
+
+    /// Any number, as a float.
+    pub fn as_f64(self) -> Option<f64> {
+        let mut out = 0.0;
+        (self.vt.as_f64())(self.node, &mut out).then_some(out)
+    }
+
+    /// The number of entries of a map or list (bytes of a string; else 0).
+    #[inline]
+    pub fn len(self) -> usize {
+        (self.vt.len())(self.node)
+    }
+
+    /// Whether [`len`](Self::len) is 0.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// A map's entry (`None` if absent or not a map).
+    #[inline]
+    pub fn get(self, key: &str) -> Option<ValueRef<'a>> {
+        Self::from_raw((self.vt.get())(self.node, RStr::from_str(key)), self.vt)
+    }
+
+    /// A list's item (`None` if out of range or not a list).
+    pub fn index(self, i: usize) -> Option<ValueRef<'a>> {
+        Self::from_raw((self.vt.index())(self.node, i), self.vt)
+    }
+
+    /// A map's `i`-th entry in insertion order.
+    pub fn entry(self, i: usize) -> Option<(&'a str, ValueRef<'a>)> {
+        let mut key = RStr::from_str("");
+        let v = Self::from_raw((self.vt.entry())(self.node, i, &mut key), self.vt)?;
+        // SAFETY (lifetime): keys live in the map, which lives for 'a.
+        Some((unsafe { &*(key.as_str() as *const str) }, v))
+    }
+
+    /// A list's items.
+    pub fn items(self) -> impl ExactSizeIterator<Item = ValueRef<'a>> + 'a {
+        let n = if self.is_array() { self.len() } else { 0 };
+        (0..n).map(move |i| self.index(i).expect("index below len"))
+    }
+
+    /// A map's entries, in insertion order.
+    pub fn entries(self) -> impl ExactSizeIterator<Item = (&'a str, ValueRef<'a>)> + 'a {
+        let n = if self.is_object() { self.len() } else { 0 };
+        (0..n).map(move |i| self.entry(i).expect("index below len"))
+    }
+
+    /// An owned handle to this value (a count bumped; nothing copied).
+    pub fn to_owned(self) -> Value {
+        Value { node: (self.vt.retain())(self.node), vt: self.vt }
+    }
+
+    /// This map plus (or with a new) `key`, sharing every other entry. On
+    /// anything but a map, a map of just `key`.
+    pub fn with(self, key: &str, value: impl Into<Value>) -> Value {
+        let item = value.into().into_table(self.vt);
+        let item = std::mem::ManuallyDrop::new(item);
+        Value { node: (self.vt.with_key())(self.node, RStr::from_str(key), item.node), vt: self.vt }
+    }
+
+    /// This map without `key`, sharing every other entry.
+    pub fn without(self, key: &str) -> Value {
+        Value { node: (self.vt.without_key())(self.node, RStr::from_str(key)), vt: self.vt }
+    }
+
+    /// JSON text (built by the host).
+    pub fn to_json(self) -> String {
+        (self.vt.write_json())(self.node, false).into_string()
+    }
+
+    /// Indented JSON text.
+    pub fn to_json_pretty(self) -> String {
+        (self.vt.write_json())(self.node, true).into_string()
+    }
+
+    /// Reads the value as `T`, touching only what `T` asks for: a struct's
+    /// fields are looked up by name; a [`Value`] or [`ValueRef`] field takes
+    /// its subtree as a handle.
+    pub fn deserialize<T: serde::Deserialize<'a>>(self) -> Result<T, DeError> {
+        T::deserialize(self)
+    }
+}
+
+impl PartialEq for ValueRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        if same_table(self.vt, other.vt) {
+            (self.vt.eq())(self.node, other.node)
+        } else {
+            self.to_json() == other.to_json()
+        }
+    }
+}
+
+impl std::fmt::Debug for ValueRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+impl std::fmt::Display for ValueRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+impl Value {
+    /// The view of this value, for reading.
+    #[inline]
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        ValueRef { node: self.node, vt: self.vt, _life: PhantomData }
+    }
+
+    pub(crate) fn from_table(vt: ValueVTableRef, node: *const std::ffi::c_void) -> Value {
+        Value { node, vt }
+    }
+
+    /// JSON text (built by the host).
+    pub fn to_json(&self) -> String {
+        self.as_ref().to_json()
+    }
+
+    /// `null`.
+    pub fn null() -> Value {
+        Self::scalar(crate::value::tree::kind::NULL, 0)
+    }
+
+    fn scalar(kind: u8, bits: u64) -> Value {
+        let vt = vtable();
+        Value { node: (vt.scalar())(kind, bits), vt }
+    }
+
+    /// An empty map, to fill with [`insert`](Self::insert).
+    pub fn object() -> Value {
+        let vt = vtable();
+        Value { node: (vt.object())(0), vt }
+    }
+
+    /// An empty list, to fill with [`push`](Self::push).
+    pub fn array() -> Value {
+        let vt = vtable();
+        Value { node: (vt.array())(0), vt }
+    }
+
+    /// Sets `key` in a map. In place when this handle alone holds the map
+    /// (one just built); otherwise copy-on-write ([`ValueRef::with`]), so a
+    /// value someone else holds never changes.
+    pub fn insert(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
+        let item = std::mem::ManuallyDrop::new(value.into().into_table(self.vt));
+        if !(self.vt.insert())(self.node, RStr::from_str(key), item.node) {
+            let item = std::mem::ManuallyDrop::into_inner(item);
+            *self = self.as_ref().with(key, item);
+        }
+        self
+    }
+
+    /// Appends to a list. In place when this handle alone holds it;
+    /// otherwise the list is copied first (its items are shared).
+    pub fn push(&mut self, value: impl Into<Value>) -> &mut Self {
+        let item = std::mem::ManuallyDrop::new(value.into().into_table(self.vt));
+        if !(self.vt.push())(self.node, item.node) {
+            let item = std::mem::ManuallyDrop::into_inner(item);
+            let mut copy = Value { node: (self.vt.array())(self.as_ref().len()), vt: self.vt };
+            for v in self.as_ref().items() {
+                copy.push(v.to_owned());
+            }
+            copy.push(item);
+            *self = copy;
+        }
+        self
+    }
+
+    /// Parses JSON text (in the host).
+    pub fn from_json(text: &str) -> Result<Value, HookError> {
+        let vt = vtable();
+        let mut err = RString::new();
+        let node = (vt.parse_json())(RStr::from_str(text), &mut err);
+        if node.is_null() {
+            Err(HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {err}")))
+        } else {
+            Ok(Value { node, vt })
+        }
+    }
+
+    /// Builds a host value from any `Serialize` (a [`Value`] inside is
+    /// taken as a handle, uncopied).
+    pub fn from_serialize<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, HookError> {
+        value
+            .serialize(ValueSerializer::new())
+            .map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, format!("value could not be serialized: {e}")))
+    }
+
+    /// Reads the value as `T` (see [`ValueRef::deserialize`]); `T` owns
+    /// its data.
+    pub fn deserialize<T: serde::de::DeserializeOwned>(&self) -> Result<T, DeError> {
+        T::deserialize(self.as_ref())
+    }
+
+    /// This value, in `vt`'s representation (a deep copy only if it was
+    /// built with another table).
+    pub(crate) fn into_table(self, vt: ValueVTableRef) -> Value {
+        if same_table(self.vt, vt) {
+            return self;
+        }
+        let json = self.as_ref().to_json();
+        let mut err = RString::new();
+        let node = (vt.parse_json())(RStr::from_str(&json), &mut err);
+        assert!(!node.is_null(), "a value's own JSON always parses: {err}");
+        Value { node, vt }
+    }
+
+    /// This value in the host's representation.
+    pub(crate) fn into_host(self) -> Value {
+        self.into_table(vtable())
+    }
+}
+
+impl Clone for Value {
+    fn clone(&self) -> Self {
+        self.as_ref().to_owned()
+    }
+}
+
+impl Drop for Value {
+    fn drop(&mut self) {
+        (self.vt.release())(self.node);
+    }
+}
+
+impl Default for Value {
+    fn default() -> Self {
+        Value::null()
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_ref() == other.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_ref().to_json())
+    }
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_ref().to_json())
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::scalar(tree::kind::BOOL, b as u64)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::scalar(tree::kind::INT, i as u64)
+    }
+}
+
+impl From<i32> for Value {
+    fn from(i: i32) -> Self {
+        Value::from(i as i64)
+    }
+}
+
+impl From<u64> for Value {
+    fn from(u: u64) -> Self {
+        Value::scalar(tree::kind::UINT, u)
+    }
+}
+
+impl From<usize> for Value {
+    fn from(u: usize) -> Self {
+        Value::from(u as u64)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(f: f64) -> Self {
+        Value::scalar(tree::kind::FLOAT, f.to_bits())
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        let vt = vtable();
+        Value { node: (vt.string())(RStr::from_str(s)), vt }
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::from(s.as_str())
+    }
+}
+
+impl From<ValueRef<'_>> for Value {
+    fn from(v: ValueRef<'_>) -> Self {
+        v.to_owned()
+    }
+}
+
+impl From<&Value> for Value {
+    fn from(v: &Value) -> Self {
+        v.clone()
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map_or_else(Value::null, Into::into)
+    }
+}
+
+impl From<&serde_json::Value> for Value {
+    fn from(v: &serde_json::Value) -> Self {
+        Value::from_serialize(v).expect("JSON values always serialize")
+    }
+}
+
+impl From<serde_json::Value> for Value {
+    fn from(v: serde_json::Value) -> Self {
+        Value::from(&v)
+    }
+}
+
+impl From<&Value> for serde_json::Value {
+    fn from(v: &Value) -> Self {
+        v.deserialize().expect("a host value always reads as JSON")
+    }
+}
+
+impl From<Value> for serde_json::Value {
+    fn from(v: Value) -> Self {
+        serde_json::Value::from(&v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn json_round_trip_keeps_order_and_kinds() {
+        let text = r#"{"b":1,"a":[true,null,-2,18446744073709551615,1.5,"x"],"c":{}}"#;
+        let v = Value::from_json(text).unwrap();
+        assert_eq!(v.as_ref().to_json(), text);
+        let r = v.as_ref();
+        assert_eq!(r.kind(), ValueKind::Object);
+        let a = r.get("a").unwrap();
+        let kinds: Vec<_> = a.items().map(ValueRef::kind).collect();
+        use ValueKind::*;
+        assert_eq!(kinds, [Bool, Null, Int, UInt, Float, Str]);
+        assert_eq!(a.index(3).unwrap().as_u64(), Some(u64::MAX));
+        assert_eq!(a.index(2).unwrap().as_i64(), Some(-2));
+        assert_eq!(r.entries().map(|(k, _)| k).collect::<Vec<_>>(), ["b", "a", "c"]);
+        assert!(Value::from_json("{").is_err());
+    }
+
+    #[test]
+    fn with_shares_and_does_not_change_the_original() {
+        let v = Value::from_json(r#"{"big":"xxxxxxxx","n":1}"#).unwrap();
+        let w = v.as_ref().with("n", 2);
+        assert_eq!(v.as_ref().to_json(), r#"{"big":"xxxxxxxx","n":1}"#);
+        assert_eq!(w.as_ref().to_json(), r#"{"big":"xxxxxxxx","n":2}"#);
+        // The string is shared, not copied.
+        let p1 = v.as_ref().get("big").unwrap().as_str().unwrap().as_ptr();
+        let p2 = w.as_ref().get("big").unwrap().as_str().unwrap().as_ptr();
+        assert_eq!(p1, p2);
+        assert_eq!(w.as_ref().without("big").as_ref().to_json(), r#"{"n":2}"#);
+    }
+
+    #[test]
+    fn builders() {
+        let mut m = Value::object();
+        m.insert("a", 1).insert("b", "two").insert("c", Value::null());
+        let mut l = Value::array();
+        l.push(true).push(2.5);
+        m.insert("l", l);
+        assert_eq!(m.to_string(), r#"{"a":1,"b":"two","c":null,"l":[true,2.5]}"#);
+        // Inserting into a shared map copies on write: the other holder is unchanged.
+        let shared = m.clone();
+        m.insert("a", 9);
+        assert_eq!(shared.as_ref().get("a").unwrap().as_i64(), Some(1));
+        assert_eq!(m.as_ref().get("a").unwrap().as_i64(), Some(9));
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Call {
+        run_id: String,
+        tool: String,
+        #[serde(default)]
+        arguments: serde_json::Map<String, serde_json::Value>,
+    }
+
+    #[test]
+    fn serde_both_ways() {
+        let call = Call {
+            run_id: "r".into(),
+            tool: "t".into(),
+            arguments: json!({"x": [1, 2]}).as_object().cloned().unwrap(),
+        };
+        let v = Value::from_serialize(&call).unwrap();
+        assert_eq!(v.to_string(), r#"{"run_id":"r","tool":"t","arguments":{"x":[1,2]}}"#);
+        let back: Call = v.deserialize().unwrap();
+        assert_eq!(back, call);
+        let j: serde_json::Value = v.deserialize().unwrap();
+        assert_eq!(j, json!({"run_id": "r", "tool": "t", "arguments": {"x": [1, 2]}}));
+        assert_eq!(Value::from(&j), v);
+    }
+
+    #[test]
+    fn handles_inside_structs_are_not_copied() {
+        let v = Value::from_json(r#"{"tool":"t","arguments":{"big":"yyyyyyyy"}}"#).unwrap();
+        #[derive(Deserialize)]
+        struct View<'a> {
+            tool: &'a str,
+            #[serde(borrow)]
+            arguments: ValueRef<'a>,
+        }
+        let view: View<'_> = v.as_ref().deserialize().unwrap();
+        assert_eq!(view.tool, "t");
+        let big = |r: ValueRef<'_>| r.get("big").unwrap().as_str().unwrap().as_ptr();
+        assert_eq!(big(view.arguments), big(v.as_ref().get("arguments").unwrap()));
+
+        #[derive(Deserialize, Serialize)]
+        struct Owned {
+            arguments: Value,
+        }
+        let owned: Owned = v.deserialize().unwrap();
+        assert_eq!(big(owned.arguments.as_ref()), big(v.as_ref().get("arguments").unwrap()));
+        let again = Value::from_serialize(&owned).unwrap();
+        assert_eq!(big(again.as_ref().get("arguments").unwrap()), big(v.as_ref().get("arguments").unwrap()));
+        // Outside our own serializer a handle is ordinary JSON.
+        assert_eq!(serde_json::to_string(&owned).unwrap(), r#"{"arguments":{"big":"yyyyyyyy"}}"#);
+        let parsed: Owned = serde_json::from_str(r#"{"arguments":{"k":1}}"#).unwrap();
+        assert_eq!(parsed.arguments.to_string(), r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn unknown_and_wrong_fields() {
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Want {
+            n: u32,
+        }
+        let v = Value::from_json(r#"{"n":"not a number"}"#).unwrap();
+        let e = v.deserialize::<Want>().unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
+        let e = Value::from_json("{}").unwrap().deserialize::<Want>().unwrap_err();
+        assert!(e.to_string().contains("missing field `n`"), "{e}");
+    }
+}

@@ -1,0 +1,444 @@
+//! The host's value tree and the function table through which everyone
+//! else reads and builds it.
+//!
+//! A value is a tree of [`Node`]s whose strings, lists and maps are shared
+//! (`Arc`): cloning a subtree bumps a count, so handing a plugin "these
+//! arguments plus one key" copies the key list of one map, never a string.
+//! The tree is immutable once built; builders mutate a node only while they
+//! hold its one reference.
+//!
+//! Every copy of `bub-abi` compiles this file, but only the host's copy is
+//! *used*: handles carry the host's [`ValueVTable`], and plugins build
+//! through the table the host handed them at init, so the code that walks
+//! and allocates values runs once, in the host, and stays hot in its cache.
+//!
+//! Pointers crossing the table are `*const Node`: *borrowed* ones point into
+//! a tree someone else keeps alive; *owned* ones come from `Arc::into_raw`
+//! and are given back with `release`.
+
+use std::{ffi::c_void, sync::Arc};
+
+use abi_stable::{
+    prefix_type::WithMetadata,
+    std_types::{RStr, RString},
+};
+use indexmap::IndexMap;
+
+use crate::abi::{ValueVTable, ValueVTableRef};
+
+/// A map node: insertion-ordered, like a Python dict and Bub's payloads.
+pub(crate) type NodeMap = IndexMap<Arc<str>, Node, foldhash::fast::RandomState>;
+
+/// One node of a host value.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Node {
+    #[default]
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// Only for integers above `i64::MAX`.
+    UInt(u64),
+    Float(f64),
+    Str(Arc<str>),
+    Array(Arc<Vec<Node>>),
+    Object(Arc<NodeMap>),
+}
+
+/// Value kinds as they cross the table (`ValueKind`'s discriminants).
+pub(crate) mod kind {
+    pub const NULL: u8 = 0;
+    pub const BOOL: u8 = 1;
+    pub const INT: u8 = 2;
+    pub const UINT: u8 = 3;
+    pub const FLOAT: u8 = 4;
+    pub const STR: u8 = 5;
+    pub const ARRAY: u8 = 6;
+    pub const OBJECT: u8 = 7;
+}
+
+/// The one `null` every borrowed absent argument points to.
+pub(crate) static NULL: Node = Node::Null;
+
+fn new_map(capacity: usize) -> NodeMap {
+    IndexMap::with_capacity_and_hasher(capacity, foldhash::fast::RandomState::default())
+}
+
+impl Node {
+    fn eq_deep(&self, other: &Node) -> bool {
+        match (self, other) {
+            (Node::Null, Node::Null) => true,
+            (Node::Bool(a), Node::Bool(b)) => a == b,
+            (Node::Str(a), Node::Str(b)) => a == b,
+            (Node::Array(a), Node::Array(b)) => {
+                Arc::ptr_eq(a, b) || (a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.eq_deep(y)))
+            }
+            (Node::Object(a), Node::Object(b)) => {
+                Arc::ptr_eq(a, b)
+                    || (a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.eq_deep(w))))
+            }
+            (a, b) => match (a.number(), b.number()) {
+                (Some(x), Some(y)) => x == y,
+                _ => false,
+            },
+        }
+    }
+
+    /// Numbers compare by value whatever their representation (`1 == 1.0`
+    /// is false in JSON's data model as in serde_json, so keep kinds apart
+    /// except for the two integer kinds).
+    fn number(&self) -> Option<(u8, i128, u64)> {
+        match *self {
+            Node::Int(i) => Some((0, i as i128, 0)),
+            Node::UInt(u) => Some((0, u as i128, 0)),
+            Node::Float(f) => Some((1, 0, f.to_bits())),
+            _ => None,
+        }
+    }
+}
+
+// SAFETY (for every function below): the host only hands out pointers it
+// made from live nodes, and the SDK wrappers (`ValueRef`, `Value`) never
+// outlive what they point into; owned pointers come from `Arc::into_raw`.
+unsafe fn node<'a>(p: *const c_void) -> &'a Node {
+    // SAFETY: see above.
+    unsafe { &*(p as *const Node) }
+}
+
+fn into_raw(node: Node) -> *const c_void {
+    Arc::into_raw(Arc::new(node)) as *const c_void
+}
+
+/// Takes an owned pointer back (the caller gives up its reference).
+unsafe fn take(p: *const c_void) -> Node {
+    // SAFETY: `p` came from `into_raw` and is given up by the caller.
+    let arc = unsafe { Arc::from_raw(p as *const Node) };
+    Arc::try_unwrap(arc).unwrap_or_else(|shared| (*shared).clone())
+}
+
+/// The node behind an owned pointer, for a builder that holds its only
+/// reference; `None` if it is shared (then it must not change).
+unsafe fn builder<'a>(p: *const c_void) -> Option<&'a mut Node> {
+    // SAFETY: `p` came from `into_raw`; the ManuallyDrop keeps the count.
+    let mut arc = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(p as *const Node) });
+    // SAFETY: the reference lives as long as the caller's owned pointer.
+    Arc::get_mut(&mut arc).map(|n| unsafe { &mut *(n as *mut Node) })
+}
+
+extern "C" fn v_kind(p: *const c_void) -> u8 {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Null => kind::NULL,
+        Node::Bool(_) => kind::BOOL,
+        Node::Int(_) => kind::INT,
+        Node::UInt(_) => kind::UINT,
+        Node::Float(_) => kind::FLOAT,
+        Node::Str(_) => kind::STR,
+        Node::Array(_) => kind::ARRAY,
+        Node::Object(_) => kind::OBJECT,
+    }
+}
+
+extern "C" fn v_as_bool(p: *const c_void) -> bool {
+    // SAFETY: see `node`.
+    matches!(unsafe { node(p) }, Node::Bool(true))
+}
+
+extern "C" fn v_as_i64(p: *const c_void, out: &mut i64) -> bool {
+    // SAFETY: see `node`.
+    match *unsafe { node(p) } {
+        Node::Int(i) => *out = i,
+        Node::UInt(u) if u <= i64::MAX as u64 => *out = u as i64,
+        _ => return false,
+    }
+    true
+}
+
+extern "C" fn v_as_u64(p: *const c_void, out: &mut u64) -> bool {
+    // SAFETY: see `node`.
+    match *unsafe { node(p) } {
+        Node::Int(i) if i >= 0 => *out = i as u64,
+        Node::UInt(u) => *out = u,
+        _ => return false,
+    }
+    true
+}
+
+extern "C" fn v_as_f64(p: *const c_void, out: &mut f64) -> bool {
+    // SAFETY: see `node`.
+    match *unsafe { node(p) } {
+        Node::Int(i) => *out = i as f64,
+        Node::UInt(u) => *out = u as f64,
+        Node::Float(f) => *out = f,
+        _ => return false,
+    }
+    true
+}
+
+extern "C" fn v_as_str(p: *const c_void, out: &mut RStr<'static>) -> bool {
+    // SAFETY: see `node`; the 'static is narrowed again by the caller's wrapper.
+    match unsafe { node(p) } {
+        Node::Str(s) => {
+            *out = RStr::from_str(unsafe { &*(&**s as *const str) });
+            true
+        }
+        _ => false,
+    }
+}
+
+extern "C" fn v_len(p: *const c_void) -> usize {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Array(a) => a.len(),
+        Node::Object(o) => o.len(),
+        Node::Str(s) => s.len(),
+        _ => 0,
+    }
+}
+
+extern "C" fn v_get(p: *const c_void, key: RStr<'_>) -> *const c_void {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Object(o) => o.get(key.as_str()).map_or(std::ptr::null(), |n| n as *const Node as *const c_void),
+        _ => std::ptr::null(),
+    }
+}
+
+extern "C" fn v_index(p: *const c_void, i: usize) -> *const c_void {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Array(a) => a.get(i).map_or(std::ptr::null(), |n| n as *const Node as *const c_void),
+        _ => std::ptr::null(),
+    }
+}
+
+extern "C" fn v_entry(p: *const c_void, i: usize, key: &mut RStr<'static>) -> *const c_void {
+    // SAFETY: see `node` and `v_as_str`.
+    match unsafe { node(p) } {
+        Node::Object(o) => match o.get_index(i) {
+            Some((k, n)) => {
+                *key = RStr::from_str(unsafe { &*(&**k as *const str) });
+                n as *const Node as *const c_void
+            }
+            None => std::ptr::null(),
+        },
+        _ => std::ptr::null(),
+    }
+}
+
+extern "C" fn v_retain(p: *const c_void) -> *const c_void {
+    // SAFETY: see `node`. A subtree is shared, not copied.
+    into_raw(unsafe { node(p) }.clone())
+}
+
+extern "C" fn v_release(p: *const c_void) {
+    // SAFETY: `p` is an owned pointer its holder gives up.
+    drop(unsafe { Arc::from_raw(p as *const Node) });
+}
+
+extern "C" fn v_scalar(kind: u8, bits: u64) -> *const c_void {
+    into_raw(match kind {
+        kind::BOOL => Node::Bool(bits != 0),
+        kind::INT => Node::Int(bits as i64),
+        kind::UINT if bits > i64::MAX as u64 => Node::UInt(bits),
+        kind::UINT => Node::Int(bits as i64),
+        kind::FLOAT => Node::Float(f64::from_bits(bits)),
+        _ => Node::Null,
+    })
+}
+
+extern "C" fn v_string(s: RStr<'_>) -> *const c_void {
+    into_raw(Node::Str(Arc::from(s.as_str())))
+}
+
+extern "C" fn v_array(capacity: usize) -> *const c_void {
+    into_raw(Node::Array(Arc::new(Vec::with_capacity(capacity.min(1 << 16)))))
+}
+
+extern "C" fn v_object(capacity: usize) -> *const c_void {
+    into_raw(Node::Object(Arc::new(new_map(capacity.min(1 << 16)))))
+}
+
+/// Appends `item` to a list built by the caller; gives the item back
+/// (returns false, consuming nothing) if the list is shared or not a list.
+extern "C" fn v_push(array: *const c_void, item: *const c_void) -> bool {
+    // SAFETY: `array` is the caller's builder; `item` is given up on success.
+    match unsafe { builder(array) } {
+        Some(Node::Array(a)) => {
+            Arc::make_mut(a).push(unsafe { take(item) });
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Sets `key` in a map built by the caller; like [`v_push`] on failure.
+extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void) -> bool {
+    // SAFETY: `object` is the caller's builder; `item` is given up on success.
+    match unsafe { builder(object) } {
+        Some(Node::Object(o)) => {
+            Arc::make_mut(o).insert(Arc::from(key.as_str()), unsafe { take(item) });
+            true
+        }
+        _ => false,
+    }
+}
+
+extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -> *const c_void {
+    // SAFETY: see `node`; `item` is given up by the caller.
+    let item = unsafe { take(item) };
+    let mut map = match unsafe { node(p) } {
+        // Copies the key list and bumps a count per value; no value is copied.
+        Node::Object(o) => (**o).clone(),
+        _ => new_map(1),
+    };
+    map.insert(Arc::from(key.as_str()), item);
+    into_raw(Node::Object(Arc::new(map)))
+}
+
+extern "C" fn v_without_key(p: *const c_void, key: RStr<'_>) -> *const c_void {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Object(o) if o.contains_key(key.as_str()) => {
+            let mut map = (**o).clone();
+            map.shift_remove(key.as_str());
+            into_raw(Node::Object(Arc::new(map)))
+        }
+        other => into_raw(other.clone()),
+    }
+}
+
+extern "C" fn v_eq(a: *const c_void, b: *const c_void) -> bool {
+    // SAFETY: see `node`.
+    std::ptr::eq(a, b) || unsafe { node(a) }.eq_deep(unsafe { node(b) })
+}
+
+extern "C" fn v_parse_json(text: RStr<'_>, error: &mut RString) -> *const c_void {
+    match serde_json::from_str::<Node>(text.as_str()) {
+        Ok(n) => into_raw(n),
+        Err(e) => {
+            *error = RString::from(e.to_string());
+            std::ptr::null()
+        }
+    }
+}
+
+extern "C" fn v_to_json(p: *const c_void, pretty: bool) -> RString {
+    // SAFETY: see `node`.
+    let n = unsafe { node(p) };
+    let text = if pretty { serde_json::to_string_pretty(n) } else { serde_json::to_string(n) };
+    // Non-finite floats are the only failure; JSON has no spelling for them.
+    RString::from(text.unwrap_or_else(|_| "null".to_owned()))
+}
+
+const TABLE: &WithMetadata<ValueVTable> = &WithMetadata::new(ValueVTable {
+    kind: v_kind,
+    as_bool: v_as_bool,
+    as_i64: v_as_i64,
+    as_u64: v_as_u64,
+    as_f64: v_as_f64,
+    as_str: v_as_str,
+    len: v_len,
+    get: v_get,
+    index: v_index,
+    entry: v_entry,
+    retain: v_retain,
+    release: v_release,
+    scalar: v_scalar,
+    string: v_string,
+    array: v_array,
+    object: v_object,
+    push: v_push,
+    insert: v_insert,
+    with_key: v_with_key,
+    without_key: v_without_key,
+    eq: v_eq,
+    parse_json: v_parse_json,
+    write_json: v_to_json,
+});
+
+/// This copy's value table. In the host it is *the* table; a plugin uses
+/// the host's (handed over at init) instead, see [`super::vtable`].
+pub(crate) const fn own_vtable() -> ValueVTableRef {
+    ValueVTableRef(TABLE.static_as_prefix())
+}
+
+// JSON text in and out, used by `parse_json` / `to_json` only.
+impl serde::Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self {
+            Node::Null => s.serialize_unit(),
+            Node::Bool(b) => s.serialize_bool(*b),
+            Node::Int(i) => s.serialize_i64(*i),
+            Node::UInt(u) => s.serialize_u64(*u),
+            Node::Float(f) if f.is_finite() => s.serialize_f64(*f),
+            Node::Float(_) => s.serialize_unit(),
+            Node::Str(t) => s.serialize_str(t),
+            Node::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for n in a.iter() {
+                    seq.serialize_element(n)?;
+                }
+                seq.end()
+            }
+            Node::Object(o) => {
+                let mut map = s.serialize_map(Some(o.len()))?;
+                for (k, v) in o.iter() {
+                    map.serialize_entry(&**k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Node;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_none<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+                <Node as serde::Deserialize>::deserialize(d)
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Node, E> {
+                Ok(Node::Bool(b))
+            }
+            fn visit_i64<E>(self, i: i64) -> Result<Node, E> {
+                Ok(Node::Int(i))
+            }
+            fn visit_u64<E>(self, u: u64) -> Result<Node, E> {
+                Ok(if u <= i64::MAX as u64 { Node::Int(u as i64) } else { Node::UInt(u) })
+            }
+            fn visit_f64<E>(self, f: f64) -> Result<Node, E> {
+                Ok(Node::Float(f))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Node, E> {
+                Ok(Node::Str(Arc::from(s)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 12));
+                while let Some(n) = seq.next_element()? {
+                    v.push(n);
+                }
+                Ok(Node::Array(Arc::new(v)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut m = new_map(map.size_hint().unwrap_or(0).min(1 << 12));
+                while let Some((k, v)) = map.next_entry::<String, Node>()? {
+                    m.insert(Arc::from(k), v);
+                }
+                Ok(Node::Object(Arc::new(m)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
