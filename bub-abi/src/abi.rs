@@ -225,10 +225,33 @@ pub struct HookCall<'a> {
     pub object: ROption<&'a ObjectHandle>,
     /// Whether a pending result will be awaited.
     pub mode: DispatchMode,
+    /// The plugin instance this implementation belongs to: what the
+    /// plugin's `init` returned for this registration. One library may be
+    /// registered by several hosts in one process, each with its own
+    /// instance and configuration.
+    pub instance: Instance,
     /// Puts the types that travel behind [`HookReturn`]'s pointer into the
     /// layout the host checks at load time.
     pub _payloads: PhantomData<ReturnPayloads>,
 }
+
+/// A plugin instance, opaque to the host: made by the plugin's `init`,
+/// handed back with every call to one of its hooks, never freed (libraries
+/// are never unloaded).
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance(pub *const c_void);
+
+impl Instance {
+    /// No instance (a plugin that failed to initialise is never called).
+    pub const NONE: Instance = Instance(std::ptr::null());
+}
+
+// SAFETY: an instance is a plugin value that is `Send + Sync` (the
+// `Plugin` trait requires it); the host only hands the pointer back.
+unsafe impl Send for Instance {}
+// SAFETY: as above.
+unsafe impl Sync for Instance {}
 
 /// The types a [`HookReturn`] may carry behind its pointer (never built;
 /// named so that the load-time layout check covers them).
@@ -639,8 +662,9 @@ pub struct PluginMod {
     pub version: RStr<'static>,
     /// One-line description.
     pub description: RStr<'static>,
-    /// Creates the plugin instance. Called once, before any hook.
-    pub init: extern "C" fn(HostServicesRef, &InitArgs<'_>) -> RResult<(), HookError>,
+    /// Creates a plugin instance (once per registration, before any of its
+    /// hooks is called).
+    pub init: extern "C" fn(HostServicesRef, &InitArgs<'_>) -> RResult<Instance, HookError>,
     /// The hook implementations.
     #[sabi(last_prefix_field)]
     pub hooks: HookTableRef,

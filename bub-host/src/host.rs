@@ -289,9 +289,13 @@ fn register_library(
         path,
         status: PluginStatus::Loaded,
         hooks: None,
+        instance: bub_abi::abi::Instance::NONE,
     };
     match loader::initialise(&lib, &record.name, config, places) {
-        Ok(()) => record.hooks = Some(lib.module.hooks()),
+        Ok(instance) => {
+            record.hooks = Some(lib.module.hooks());
+            record.instance = instance;
+        }
         Err(e) => record.status = PluginStatus::Failed { detail: e.to_string() },
     }
     record

@@ -38,7 +38,7 @@ use abi_stable::{
     StableAbi,
 };
 use bub_abi::{
-    abi::{InitArgs, PluginModRef, LAYOUT_FINGERPRINT, LAYOUT_FINGERPRINT_SYMBOL},
+    abi::{InitArgs, Instance, PluginModRef, LAYOUT_FINGERPRINT, LAYOUT_FINGERPRINT_SYMBOL},
     ABI_VERSION,
 };
 use serde_json::{Map, Value};
@@ -150,7 +150,12 @@ fn already_verified(fingerprint: Option<u64>) -> bool {
 
 /// Runs the plugin's constructor (step 5), telling it where the host
 /// lives (`places`) so that it needs no environment variables.
-pub fn initialise(lib: &Library, name: &str, config: &Map<String, Value>, places: &Places) -> Result<(), LoadError> {
+pub fn initialise(
+    lib: &Library,
+    name: &str,
+    config: &Map<String, Value>,
+    places: &Places,
+) -> Result<Instance, LoadError> {
     let config = Value::Object(config.clone()).to_string();
     let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
     let (home, workspace, data_dir) = (text(&places.home), text(&places.workspace), text(&places.data_dir(name)));
@@ -162,7 +167,7 @@ pub fn initialise(lib: &Library, name: &str, config: &Map<String, Value>, places
         data_dir: RStr::from_str(&data_dir),
     };
     match (lib.module.init())(host_services(), &args) {
-        RResult::ROk(()) => Ok(()),
+        RResult::ROk(instance) => Ok(instance),
         RResult::RErr(error) => Err(LoadError::Init { name: name.to_owned(), error }),
     }
 }

@@ -10,7 +10,7 @@
 use std::{path::PathBuf, sync::Arc};
 
 use bub_abi::{
-    abi::{HookCall, HookMarker, HookReturn, HookTableRef},
+    abi::{HookCall, HookMarker, HookReturn, HookTableRef, Instance},
     HookId, HOOK_COUNT,
 };
 
@@ -55,6 +55,7 @@ pub struct PluginRecord {
     /// Loaded, failed or disabled.
     pub status: PluginStatus,
     pub(crate) hooks: Option<HookTableRef>,
+    pub(crate) instance: Instance,
 }
 
 impl std::fmt::Debug for PluginRecord {
@@ -79,6 +80,7 @@ impl PluginRecord {
             path,
             status: PluginStatus::Failed { detail },
             hooks: None,
+            instance: Instance::NONE,
         }
     }
 
@@ -109,10 +111,21 @@ pub struct Impl {
     pub plugin_index: usize,
     /// The entry point.
     pub call: extern "C" fn(&HookCall<'_>) -> HookReturn,
+    /// The plugin instance its calls carry.
+    pub instance: Instance,
     /// Its priority marker.
     pub marker: HookMarker,
     /// Declared `async fn`.
     pub is_async: bool,
+}
+
+impl Impl {
+    /// Calls this implementation with `call` (its instance filled in).
+    #[inline]
+    pub fn invoke(&self, call: &mut HookCall<'_>) -> HookReturn {
+        call.instance = self.instance;
+        (self.call)(call)
+    }
 }
 
 impl std::fmt::Debug for Impl {
@@ -148,6 +161,7 @@ impl Registry {
                     plugin: name.clone(),
                     plugin_index: index,
                     call,
+                    instance: record.instance,
                     marker: slot.marker,
                     is_async: slot.is_async,
                 };

@@ -43,18 +43,19 @@ fn main() {
 
     let impls = host.registry().impls(HookId::ResolveSession).to_vec();
     let views = [args.value(0)];
-    let call = HookCall {
+    let mut call = HookCall {
         args: RSlice::from_slice(&views),
         state: abi_stable::std_types::ROption::RNone,
         object: abi_stable::std_types::ROption::RNone,
         mode: DispatchMode::Sync,
+        instance: bub_abi::abi::Instance::NONE,
         _payloads: std::marker::PhantomData,
     };
     let t = Instant::now();
     let mut nones = 0u64;
     for _ in 0..iters {
         for imp in &impls {
-            let r = (imp.call)(&call);
+            let r = imp.invoke(&mut call);
             if r.is_none() {
                 nones += 1;
             }

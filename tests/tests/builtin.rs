@@ -4,8 +4,6 @@
 //! The builtin has no per-host configuration: its tape store lives under
 //! `$BUB_HOME`, set once for this test binary.
 
-use std::sync::OnceLock;
-
 use bub_abi::{
     types::{ErrorInfo, ProcessRequest, TapeEntry, TapeQuery},
     TurnState,
@@ -14,21 +12,11 @@ use bub_host::{framework::Framework, HostBuilder};
 use bub_tests::{block_on, Home};
 use serde_json::{json, Map, Value};
 
-fn bub_home() -> &'static std::path::Path {
-    static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
-    HOME.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        // SAFETY: set once, before any framework of this binary reads it.
-        unsafe { std::env::set_var("BUB_HOME", dir.path()) };
-        dir
-    })
-    .path()
-}
-
-/// A framework with the builtin first, then `home`'s plugins, in `workspace`.
+/// A framework with the builtin first, then `home`'s plugins, in
+/// `workspace`; the builtin is told both (no environment variable).
 fn framework(home: &Home, workspace: &std::path::Path) -> Framework {
-    bub_home();
-    Framework::new(&HostBuilder::new().builtin().discovered(&home.search()).build(), workspace)
+    let host = HostBuilder::new().workspace(workspace).builtin().discovered(&home.search()).build();
+    Framework::new(&host, workspace)
 }
 
 fn entry(kind: &str, payload: Value) -> TapeEntry {
@@ -62,7 +50,8 @@ fn tape_store_appends_durably_and_survives_a_torn_line() {
     .unwrap();
 
     // A crash mid-write: a torn last line.
-    let file = bub_home().join("tapes/t1.jsonl");
+    // The store lives in the home the host told the builtin.
+    let file = home.path().join("tapes/t1.jsonl");
     let mut text = std::fs::read_to_string(&file).unwrap();
     text.push_str("{\"id\":4,\"kind\":\"mess");
     std::fs::write(&file, text).unwrap();
@@ -211,4 +200,51 @@ fn steering_inbox() {
         Ok(())
     }))
     .unwrap();
+}
+
+/// No process globals (ABI 2, issue "builtin"): two hosts in one process
+/// each get their own builtin instance, told their own home and workspace.
+/// Their tape stores write under their own homes, and the `bash` tool runs
+/// in the host's workspace (`bub -w`), not in the launch directory.
+#[test]
+fn two_hosts_share_nothing_and_bash_runs_in_the_workspace() {
+    let (home_a, home_b) = (Home::new(), Home::new());
+    let (ws_a, ws_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (fw_a, fw_b) = (framework(&home_a, ws_a.path()), framework(&home_b, ws_b.path()));
+    let run = |fw: &Framework, tape: &'static str| {
+        block_on(fw.scoped(|fw| async move {
+            let store = fw.get_tape_store().expect("a store");
+            store.append(tape, &entry("message", json!({"content": tape}))).await?;
+            let bash = fw.get_tools()?.into_iter().find(|t| t.name() == "bash").expect("the bash tool");
+            let mut args = Map::new();
+            args.insert("cmd".into(), json!("pwd"));
+            let out = bash.call(&args).await?;
+            Ok::<_, bub_host::framework::FrameworkError>(out["output"].as_str().unwrap_or_default().trim().to_owned())
+        }))
+        .unwrap()
+    };
+    let (pwd_a, pwd_b) = (run(&fw_a, "ta"), run(&fw_b, "tb"));
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap();
+    assert_eq!(canon(std::path::Path::new(&pwd_a)), canon(ws_a.path()));
+    assert_eq!(canon(std::path::Path::new(&pwd_b)), canon(ws_b.path()));
+    assert!(home_a.path().join("tapes/ta.jsonl").is_file());
+    assert!(home_b.path().join("tapes/tb.jsonl").is_file());
+    assert!(!home_a.path().join("tapes/tb.jsonl").exists() && !home_b.path().join("tapes/ta.jsonl").exists());
+}
+
+/// One library registered by two hosts in one process: each registration
+/// gets its own instance and its own configuration (before ABI 2 the
+/// second host silently got the first one's).
+#[test]
+fn one_library_two_hosts_two_configs() {
+    let (a, b) = (Home::new(), Home::new());
+    a.scripted("p", "", json!({"resolve_session": {"return": "from-a"}}));
+    b.scripted("p", "", json!({"resolve_session": {"return": "from-b"}}));
+    let (host_a, host_b) = (a.host(), b.host());
+    let ask = |host: &bub_host::Host| {
+        let args = bub_host::CallArgs::resolve_session(&json!({"content": "x"})).unwrap();
+        let reply = block_on(host.runtime().call_first(bub_abi::HookId::ResolveSession, &args)).unwrap().unwrap();
+        reply.parse::<String>().unwrap()
+    };
+    assert_eq!((ask(&host_a), ask(&host_b)), ("from-a".to_owned(), "from-b".to_owned()));
 }

@@ -1,13 +1,11 @@
 //! Builds a plugin's root module: the hook table, the constructor and the
 //! exported symbol. Used through [`crate::export_plugin!`].
 
-use std::sync::OnceLock;
-
 use abi_stable::std_types::{ROption, RResult};
 use serde_json::{Map, Value};
 
 use crate::{
-    abi::{ErrorKind, HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs},
+    abi::{ErrorKind, HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs, Instance},
     hooks::{HookId, HOOK_COUNT},
     sdk::{guard, logging, plugin::PluginContext},
     Plugin,
@@ -19,12 +17,10 @@ pub trait ExportedPlugin: Plugin {
     /// Whether the plugin is a separate library (then it forwards its logs
     /// and panics to the host) or compiled into the host.
     const CDYLIB: bool;
-    /// The one instance of the plugin.
-    fn cell() -> &'static OnceLock<Self>;
 }
 
 /// The constructor exported in the root module.
-pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<(), HookError> {
+pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<Instance, HookError> {
     let result = guard::guard(ErrorKind::INIT, || {
         let name = args.name.as_str();
         if P::CDYLIB {
@@ -32,9 +28,6 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
             crate::sdk::bridge::mark_cdylib();
             // Every value this plugin builds belongs to the host.
             crate::value::adopt_host_table(host.values());
-        }
-        if P::cell().get().is_some() {
-            return Ok(());
         }
         let config = match args.config.as_str().trim() {
             "" | "null" => Map::new(),
@@ -57,10 +50,20 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
             data_dir: args.data_dir.as_str().into(),
         };
         let plugin = P::new(&ctx).map_err(|e| HookError::new(ErrorKind::INIT, e.to_string()))?;
-        let _ = P::cell().set(plugin);
-        Ok(())
+        // Lives as long as the library, which is never unloaded: hooks get
+        // `&'static self` and may hand it to spawned tasks.
+        let plugin: &'static P = Box::leak(Box::new(plugin));
+        Ok(Instance(plugin as *const P as *const std::ffi::c_void))
     });
     result.into()
+}
+
+/// The plugin behind `instance`.
+fn instance<P: ExportedPlugin>(instance: Instance) -> Option<&'static P> {
+    // SAFETY: the host hands back exactly the pointer this library's
+    // `init::<P>` returned for this registration (a leaked `Box<P>`, never
+    // freed), and only to this library's thunks for `P`.
+    (!instance.0.is_null()).then(|| unsafe { &*(instance.0 as *const P) })
 }
 
 fn not_initialised() -> HookReturn {
@@ -80,7 +83,7 @@ macro_rules! gen_thunks {
             $(
                 #[doc = concat!("Entry point of `", stringify!($name), "`.")]
                 pub extern "C" fn $name<P: ExportedPlugin>(call: &HookCall<'_>) -> HookReturn {
-                    guard::guard_hook(|| match P::cell().get() {
+                    guard::guard_hook(|| match instance::<P>(call.instance) {
                         Some(plugin) => {
                             let args = $crate::sdk::args::hook_args::$name::Args::__new(call);
                             Plugin::$name(plugin, args).into_return(call.mode)
@@ -121,10 +124,6 @@ macro_rules! __plugin_module {
     ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr) => {
         impl $crate::sdk::export::ExportedPlugin for $ty {
             const CDYLIB: bool = $cdylib;
-            fn cell() -> &'static ::std::sync::OnceLock<Self> {
-                static CELL: ::std::sync::OnceLock<$ty> = ::std::sync::OnceLock::new();
-                &CELL
-            }
         }
 
         #[doc(hidden)]

@@ -23,25 +23,32 @@ use bub_abi::{
 };
 use serde_json::{json, Value};
 
-/// The channels started by the builtin, by name: `dispatch_outbound`'s router.
-static ROUTER: Mutex<Option<HashMap<String, Weak<CliInner>>>> = Mutex::new(None);
-
-fn router() -> std::sync::MutexGuard<'static, Option<HashMap<String, Weak<CliInner>>>> {
-    ROUTER.lock().unwrap_or_else(|p| p.into_inner())
+/// The channels one builtin instance started, by name: its
+/// `dispatch_outbound`'s router. One per builtin instance (per host), so two
+/// hosts in one process never print each other's messages.
+#[derive(Default)]
+pub struct Router {
+    started: Mutex<HashMap<String, Weak<CliInner>>>,
 }
 
-/// Sends `message` to the started channel it names (`output_channel`, else
-/// `channel`); false when no such channel is running (as Bub's builtin
-/// without a bound router).
-pub fn route(message: &Envelope) -> bool {
-    let Some(name) = crate::framework::envelope::target_channel(message) else { return false };
-    let target = router().as_ref().and_then(|r| r.get(name).and_then(Weak::upgrade));
-    match target {
-        Some(channel) => {
-            channel.print(message);
-            true
+impl Router {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<CliInner>>> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `message` to the started channel it names (`output_channel`,
+    /// else `channel`); false when no such channel is running (as Bub's
+    /// builtin without a bound router).
+    pub fn route(&self, message: &Envelope) -> bool {
+        let Some(name) = crate::framework::envelope::target_channel(message) else { return false };
+        let target = self.lock().get(name).and_then(Weak::upgrade);
+        match target {
+            Some(channel) => {
+                channel.print(message);
+                true
+            }
+            None => false,
         }
-        None => false,
     }
 }
 
@@ -89,13 +96,15 @@ impl CliInner {
 /// `CliChannel`: Bub's `cli` channel.
 pub struct CliChannel {
     inner: Arc<CliInner>,
+    router: Arc<Router>,
 }
 
 impl CliChannel {
-    /// A channel feeding `handler`, keeping its history in `history`.
-    pub fn new(handler: Object, history: Option<PathBuf>) -> Self {
+    /// A channel feeding `handler`, keeping its history in `history`, and
+    /// reachable through `router` while it runs.
+    pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<Router>) -> Self {
         let inner = CliInner { handler, history, thread: Mutex::new(None), streamed: Mutex::new(String::new()) };
-        CliChannel { inner: Arc::new(inner) }
+        CliChannel { inner: Arc::new(inner), router }
     }
 }
 
@@ -156,8 +165,8 @@ impl Channel for CliChannel {
 
     fn start(&self) -> impl Fut<()> {
         let inner = self.inner.clone();
+        self.router.lock().insert("cli".into(), Arc::downgrade(&inner));
         async move {
-            router().get_or_insert_with(HashMap::new).insert("cli".into(), Arc::downgrade(&inner));
             let reader = inner.clone();
             let thread = std::thread::Builder::new()
                 .name("bub-cli-input".into())
@@ -170,12 +179,8 @@ impl Channel for CliChannel {
 
     fn stop(&self) -> impl Fut<()> {
         let inner = self.inner.clone();
-        async move {
-            if let Some(r) = router().as_mut() {
-                r.retain(|_, w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&inner)));
-            }
-            Ok(())
-        }
+        self.router.lock().retain(|_, w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&inner)));
+        async { Ok(()) }
     }
 
     fn send(&self, message: Envelope) -> impl Fut<()> {

@@ -16,8 +16,12 @@
 //!   `provide_tools` (`bash`).
 //!
 //! Bub's builtin also runs the LLM agent (`run_model_stream`) and its
-//! interactive onboarding; those belong to model plugins here. It has no
-//! per-host configuration: the home is `$BUB_HOME` (set by `bub --home`).
+//! interactive onboarding; those belong to model plugins here.
+//!
+//! It keeps no process globals: the home and the workspace come from the
+//! host that registers it (`PluginContext`), and its channel router and
+//! open shell scopes belong to its instance, one per host, so two hosts in
+//! one process share nothing.
 
 pub mod cli_channel;
 pub mod environment;
@@ -39,8 +43,13 @@ use crate::framework::envelope::{content_of, context_str, default_session_id, fi
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are Bub, a helpful assistant working in the user's workspace. \
 Answer concisely. Use the tools you are given when they help, and say what you did.";
 
-/// Bub's builtin behaviours.
-pub struct Builtin;
+/// Bub's builtin behaviours, for one host.
+pub struct Builtin {
+    home: std::path::PathBuf,
+    workspace: std::path::PathBuf,
+    router: std::sync::Arc<cli_channel::Router>,
+    shells: std::sync::Arc<shells::OpenScopes>,
+}
 
 /// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
 /// the prefix only when the context is not empty.
@@ -71,8 +80,13 @@ fn media_parts(message: &Envelope) -> Vec<Value> {
 
 #[bub_abi::plugin]
 impl Plugin for Builtin {
-    fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
-        Ok(Builtin)
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        Ok(Builtin {
+            home: ctx.home.clone(),
+            workspace: ctx.workspace.clone(),
+            router: Default::default(),
+            shells: Default::default(),
+        })
     }
 
     /// The envelope's `session_id`, else `<channel>:<chat_id>`.
@@ -116,7 +130,7 @@ impl Plugin for Builtin {
 
     /// To the started channel the message names; false when none runs.
     fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
-        Some(cli_channel::route(&message))
+        Some(self.router.route(&message))
     }
 
     /// An error outbound to the channel and chat the failed message came from.
@@ -169,14 +183,14 @@ impl Plugin for Builtin {
         Some(Object::environment(environment::LocalEnvironment::new(workspace)))
     }
 
-    /// JSONL files under `$BUB_HOME/tapes`.
+    /// JSONL files under `<home>/tapes`.
     fn provide_tape_store(&self) -> Option<Object> {
-        Some(Object::tape_store(tape_store::FileTapeStore::new(crate::discovery::bub_home().join("tapes"))))
+        Some(Object::tape_store(tape_store::FileTapeStore::new(self.home.join("tapes"))))
     }
 
     /// The background shells of the scope.
     fn provide_lifespan(&self) -> Option<Object> {
-        Some(Object::lifespan(shells::ShellLifespan::new()))
+        Some(Object::lifespan(shells::ShellLifespan::new(self.shells.clone())))
     }
 
     /// An in-memory inbox per scope.
@@ -191,14 +205,14 @@ impl Plugin for Builtin {
 
     /// The `cli` channel.
     fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
-        let history = crate::discovery::bub_home().join("chat_history");
-        Some(vec![Object::channel(cli_channel::CliChannel::new(message_handler, Some(history)))])
+        let history = self.home.join("chat_history");
+        let channel = cli_channel::CliChannel::new(message_handler, Some(history), self.router.clone());
+        Some(vec![Object::channel(channel)])
     }
 
-    /// `bash`, running in the current directory (the workspace under `bub`).
+    /// `bash`, running in the host's workspace (`bub -w`).
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        let workspace = std::env::current_dir().unwrap_or_else(|_| ".".into());
-        Some(vec![Object::tool(shells::BashTool { workspace })])
+        Some(vec![Object::tool(shells::BashTool { workspace: self.workspace.clone(), scopes: self.shells.clone() })])
     }
 }
 

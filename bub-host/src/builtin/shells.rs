@@ -44,21 +44,28 @@ struct Inner {
     shells: HashMap<String, Shell>,
 }
 
-// The open scopes, newest last; the `bash` tool uses the newest.
-static OPEN: Mutex<Vec<Weak<ShellScope>>> = Mutex::new(Vec::new());
+/// The shell scopes one builtin instance (one host) has open, newest last;
+/// its `bash` tool uses the newest. Per instance, so two hosts in one
+/// process never run commands in each other's scopes.
+#[derive(Default)]
+pub struct OpenScopes {
+    open: Mutex<Vec<Weak<ShellScope>>>,
+}
+
+impl OpenScopes {
+    /// The newest open scope.
+    pub fn current(&self) -> Option<Arc<ShellScope>> {
+        let mut open = lock(&self.open);
+        open.retain(|w| w.strong_count() > 0);
+        open.iter().rev().filter_map(Weak::upgrade).find(|s| !lock(&s.inner).closed)
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ShellScope {
-    /// The newest open scope.
-    pub fn current() -> Option<Arc<ShellScope>> {
-        let mut open = lock(&OPEN);
-        open.retain(|w| w.strong_count() > 0);
-        open.iter().rev().filter_map(Weak::upgrade).find(|s| !lock(&s.inner).closed)
-    }
-
     /// Starts `cmd` in the background in `cwd`; returns its id.
     pub fn start(&self, cmd: &str, cwd: &std::path::Path) -> Result<String, BoxError> {
         let mut inner = lock(&self.inner);
@@ -171,32 +178,28 @@ fn rand_u32() -> u32 {
 /// The builtin lifespan: a shell scope per `running()` scope.
 pub struct ShellLifespan {
     scope: Arc<ShellScope>,
+    registry: Arc<OpenScopes>,
 }
 
 impl ShellLifespan {
-    /// A lifespan with a fresh shell scope.
-    pub fn new() -> Self {
-        ShellLifespan { scope: Arc::new(ShellScope::default()) }
-    }
-}
-
-impl Default for ShellLifespan {
-    fn default() -> Self {
-        Self::new()
+    /// A lifespan with a fresh shell scope, listed in `registry` while open.
+    pub fn new(registry: Arc<OpenScopes>) -> Self {
+        ShellLifespan { scope: Arc::new(ShellScope::default()), registry }
     }
 }
 
 impl Lifespan for ShellLifespan {
     fn enter(&self) -> impl Fut<()> {
-        lock(&OPEN).push(Arc::downgrade(&self.scope));
+        lock(&self.registry.open).push(Arc::downgrade(&self.scope));
         async { Ok(()) }
     }
 
     fn exit(&self, _error: Option<ErrorInfo>) -> impl Fut<()> {
         let scope = self.scope.clone();
+        let registry = self.registry.clone();
         async move {
             scope.close().await;
-            lock(&OPEN).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&scope)));
+            lock(&registry.open).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&scope)));
             Ok(())
         }
     }
@@ -206,8 +209,10 @@ impl Lifespan for ShellLifespan {
 /// foreground run outliving `timeout_ms`) leaves it running in the scope's
 /// shells and returns its id; `shell_id` reads a shell's output.
 pub struct BashTool {
-    /// Where commands run.
+    /// Where commands run (the host's workspace, `bub -w`).
     pub workspace: std::path::PathBuf,
+    /// The scopes its shells live in.
+    pub scopes: Arc<OpenScopes>,
 }
 
 impl Tool for BashTool {
@@ -231,8 +236,9 @@ impl Tool for BashTool {
 
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
         let workspace = self.workspace.clone();
+        let scopes = self.scopes.clone();
         async move {
-            let scope = ShellScope::current().ok_or("shell runtime is closed (no running() scope is open)")?;
+            let scope = scopes.current().ok_or("shell runtime is closed (no running() scope is open)")?;
             if let Some(id) = arguments.get("shell_id").and_then(Value::as_str) {
                 let (output, status) = scope.output(id)?;
                 return Ok(

@@ -14,7 +14,7 @@ use bub_host::{
     discovery::{absolute, bub_home, SearchPath},
     framework::Framework,
     install::Installer,
-    Host,
+    Host, HostBuilder,
 };
 use clap::{Parser, Subcommand};
 
@@ -70,9 +70,10 @@ impl Context {
         Installer::new(&self.home)
     }
 
-    /// Discovers, loads and registers every plugin.
+    /// Discovers, loads and registers every plugin, telling each where
+    /// the home and the workspace are.
     pub fn host(&self) -> Host {
-        Host::discover(&self.search)
+        HostBuilder::new().home(&self.home).workspace(&self.workspace).builtin().discovered(&self.search).build()
     }
 
     /// A framework over every plugin, in the workspace.
@@ -81,14 +82,10 @@ impl Context {
     }
 }
 
-/// Resolves the shared options. The home is exported as `BUB_HOME` so that
-/// plugins (and the builtin's tape store) see `--home` too.
+/// Resolves the shared options. Plugins learn the home and the workspace
+/// from their `PluginContext` (no environment variable is set).
 fn context(home: Option<PathBuf>, workspace: Option<PathBuf>) -> anyhow::Result<Context> {
     let home = home.map(absolute).unwrap_or_else(bub_home);
-    // SAFETY: called on the main thread before any other thread is started
-    // (no runtime, no plugin loaded yet), so nothing reads the environment
-    // concurrently.
-    unsafe { std::env::set_var("BUB_HOME", &home) };
     let workspace = match workspace {
         Some(w) => std::fs::canonicalize(&w)
             .with_context(|| format!("workspace {} not found (-w/--workspace)", w.display()))?,

@@ -10,33 +10,24 @@ use std::collections::HashSet;
 
 use bub_abi::{
     types::{AdmitDecision, Envelope, ModelOptions, Prompt, StateMap, StreamState, TapeInfo, TurnSnapshot},
-    HookId, Object, TurnState,
+    Object, TurnState, ValueKind,
 };
 use serde_json::Value;
 
 use super::{Framework, FrameworkError};
 use crate::{
     resources::{Channel, CliCommand, TapeContext, TapeSidecar, Tool},
-    runtime::{CallArgs, Reply},
+    runtime::{typed::Answered, Reply},
 };
 
 impl Framework {
     /// The system prompt: every block, lowest priority first, empty ones
     /// dropped, joined by a blank line (a plugin adds, never replaces).
     pub fn system_prompt(&self, prompt: &Prompt, state: &TurnState) -> Result<String, FrameworkError> {
-        if !self.runtime.has(HookId::SystemPrompt) {
-            return Ok(String::new());
-        }
-        let replies = self.runtime.call_many_sync(HookId::SystemPrompt, &CallArgs::system_prompt(prompt, state)?)?;
-        let blocks: Vec<String> = replies
-            .iter()
-            .rev()
-            .flatten()
-            .filter_map(|r| r.parse::<Value>().ok())
-            .filter_map(|v| match v {
-                Value::String(s) if !s.is_empty() => Some(s),
-                _ => None,
-            })
+        let blocks: Vec<String> = (self.runtime.system_prompt(prompt, state)?.iter().rev())
+            .filter(|a| a.reply().value().is_some_and(|v| v.kind() == ValueKind::Str))
+            .filter_map(|a| a.get().ok())
+            .filter(|s| !s.is_empty())
             .collect();
         Ok(blocks.join("\n\n"))
     }
@@ -51,15 +42,10 @@ impl Framework {
     ) -> Result<ModelOptions, FrameworkError> {
         let workspace = workspace.unwrap_or(&self.workspace);
         let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-        let replies = self
-            .runtime
-            .call_many_with::<FrameworkError>(HookId::ProvideModelOptions, || {
-                CallArgs::provide_model_options(&session_id.to_owned(), &Some(workspace.display().to_string()))
-            })
-            .await?;
+        let answers = self.runtime.provide_model_options(&session_id, &Some(workspace.display().to_string())).await?;
         let mut merged = ModelOptions::default();
-        for reply in replies.iter().flatten() {
-            let options: ModelOptions = reply.parse().map_err(|_| {
+        for answer in &answers {
+            let options = answer.get().map_err(|_| {
                 FrameworkError::Type("hook.provide_model_options must return ModelOptions or None".into())
             })?;
             merged.models.extend(options.models);
@@ -72,36 +58,33 @@ impl Framework {
 
     /// The channels, given the host's `message_handler`; deduplicated by name.
     pub fn get_channels(&self, message_handler: &Object) -> Result<Vec<Channel>, FrameworkError> {
-        let args = CallArgs::provide_channels(message_handler)?;
-        self.collect_named(HookId::ProvideChannels, &args, Channel::from_object, Channel::name, Channel::TYPE_ERROR)
+        let answers = self.runtime.provide_channels(message_handler)?;
+        collect_named(&answers, Channel::from_object, Channel::name, Channel::TYPE_ERROR)
     }
 
     /// The tools (`provide_tools`); deduplicated by name.
     pub fn get_tools(&self) -> Result<Vec<Tool>, FrameworkError> {
-        let args = CallArgs::provide_tools()?;
-        self.collect_named(HookId::ProvideTools, &args, Tool::from_object, Tool::name, Tool::TYPE_ERROR)
+        let answers = self.runtime.provide_tools()?;
+        collect_named(&answers, Tool::from_object, Tool::name, Tool::TYPE_ERROR)
     }
 
     /// The tape sidecars; deduplicated by name.
     pub fn get_tape_sidecars(&self) -> Result<Vec<TapeSidecar>, FrameworkError> {
-        let args = CallArgs::provide_tape_sidecar()?;
-        let (convert, name) = (TapeSidecar::from_object, TapeSidecar::name);
-        self.collect_named(HookId::ProvideTapeSidecar, &args, convert, name, TapeSidecar::TYPE_ERROR)
+        let answers = self.runtime.provide_tape_sidecar()?;
+        collect_named(&answers, TapeSidecar::from_object, TapeSidecar::name, TapeSidecar::TYPE_ERROR)
     }
 
     /// The subcommands plugins add to `bub`, given the host's `app` object.
     pub fn get_cli_commands(&self, app: &Object) -> Result<Vec<CliCommand>, FrameworkError> {
-        let args = CallArgs::register_cli_commands(app)?;
-        let (convert, name) = (CliCommand::from_object, CliCommand::name);
-        self.collect_named(HookId::RegisterCliCommands, &args, convert, name, CliCommand::TYPE_ERROR)
+        let answers = self.runtime.register_cli_commands(app)?;
+        collect_named(&answers, CliCommand::from_object, CliCommand::name, CliCommand::TYPE_ERROR)
     }
 
     /// The agent's tape context; none is a `TypeError`.
     pub fn build_tape_context(&self) -> Result<TapeContext, FrameworkError> {
         const ERR: &str = TapeContext::TYPE_ERROR;
-        let reply = self.runtime.call_first_sync(HookId::BuildTapeContext, &CallArgs::build_tape_context()?)?;
-        let reply = reply.ok_or_else(|| FrameworkError::Type(ERR.into()))?;
-        TapeContext::from_reply(&reply).map_err(|_| FrameworkError::Type(ERR.into()))
+        let answer = self.runtime.build_tape_context()?.ok_or_else(|| FrameworkError::Type(ERR.into()))?;
+        TapeContext::from_reply(answer.reply()).map_err(|_| FrameworkError::Type(ERR.into()))
     }
 
     /// `admit_message`: the first decision, or None (default scheduling).
@@ -111,14 +94,9 @@ impl Framework {
         message: &Envelope,
         turn: &TurnSnapshot,
     ) -> Result<Option<AdmitDecision>, FrameworkError> {
-        let reply = self
-            .runtime
-            .call_first_with::<FrameworkError>(HookId::AdmitMessage, || {
-                CallArgs::admit_message(&session_id.to_owned(), message, turn)
-            })
-            .await?;
-        reply
-            .map(|r| r.parse::<AdmitDecision>())
+        let answer = self.runtime.admit_message(&session_id, message, turn).await?;
+        answer
+            .map(|a| a.get())
             .transpose()
             .map_err(|_| FrameworkError::Type("hook.admit_message must return AdmitDecision or None".into()))
     }
@@ -130,17 +108,12 @@ impl Framework {
         tape: &TapeInfo,
         state: &StreamState,
     ) -> Result<Option<String>, FrameworkError> {
-        let prompt = prompt.cloned();
-        let reply = self
-            .runtime
-            .call_first_with::<FrameworkError>(HookId::ContinuePrompt, || {
-                CallArgs::continue_prompt(&prompt, tape, state)
-            })
-            .await?;
-        match reply.map(|r| r.parse::<Value>()) {
+        let answer = self.runtime.continue_prompt(&prompt, tape, state).await?;
+        // Strictly a string (Bub checks `isinstance(next_prompt, str)`).
+        match answer.as_ref().map(|a| a.reply().value().and_then(|v| v.as_str())) {
             None => Ok(None),
-            Some(Ok(Value::String(s))) => Ok(Some(s)),
-            Some(_) => Err(FrameworkError::Type("hook.continue_prompt must return str or None".into())),
+            Some(Some(s)) => Ok(Some(s.to_owned())),
+            Some(None) => Err(FrameworkError::Type("hook.continue_prompt must return str or None".into())),
         }
     }
 
@@ -164,30 +137,28 @@ impl Framework {
         inbox.enqueue_message(&message, state).await?;
         Ok(true)
     }
+}
 
-    fn collect_named<H>(
-        &self,
-        hook: HookId,
-        args: &CallArgs,
-        convert: fn(Object, &str) -> Result<H, String>,
-        name: fn(&H) -> &str,
-        type_error: &str,
-    ) -> Result<Vec<H>, FrameworkError> {
-        if !self.runtime.has(hook) {
-            return Ok(Vec::new());
-        }
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for reply in self.runtime.call_many_sync(hook, args)?.iter().flatten() {
-            for object in objects_of(reply, type_error)? {
-                let item = convert(object, &reply.plugin).map_err(|_| FrameworkError::Type(type_error.into()))?;
-                if seen.insert(name(&item).to_owned()) {
-                    out.push(item);
-                }
+/// Objects from every answer, flattened in priority order and deduplicated
+/// by name (the first wins).
+fn collect_named<H, T>(
+    answers: &[Answered<T>],
+    convert: fn(Object, &str) -> Result<H, String>,
+    name: fn(&H) -> &str,
+    type_error: &str,
+) -> Result<Vec<H>, FrameworkError> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for answer in answers {
+        let reply = answer.reply();
+        for object in objects_of(reply, type_error)? {
+            let item = convert(object, &reply.plugin).map_err(|_| FrameworkError::Type(type_error.into()))?;
+            if seen.insert(name(&item).to_owned()) {
+                out.push(item);
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 /// A reply's objects: a list, or one object (a single channel or sidecar).

@@ -26,10 +26,7 @@ use bub_abi::{types::ErrorInfo, HookId, Object};
 use serde_json::{json, Value};
 
 use super::{Framework, FrameworkError};
-use crate::{
-    resources::{Environment, Lifespan, Resource, SteeringInbox, TapeStore},
-    runtime::CallArgs,
-};
+use crate::resources::{Environment, Lifespan, Resource, SteeringInbox, TapeStore};
 
 /// The scope state a framework and its clones share.
 #[derive(Default)]
@@ -148,9 +145,8 @@ impl Framework {
         if let Some(cached) = self.scope.lock().environments.get(session_id) {
             return Ok(cached.clone());
         }
-        let args = CallArgs::provide_environment(session_id, &*self.workspace_text)?;
-        let env = match self.runtime.call_first(HookId::ProvideEnvironment, &args).await? {
-            Some(reply) => Some(Environment::from_reply(&reply).map_err(FrameworkError::Type)?),
+        let env = match self.runtime.provide_environment(session_id, &*self.workspace_text).await? {
+            Some(answer) => Some(Environment::from_reply(answer.reply()).map_err(FrameworkError::Type)?),
             None => None,
         };
         let existing = {
@@ -186,23 +182,20 @@ impl Running {
     async fn enter_providers(&mut self) -> Result<(), FrameworkError> {
         let rt = self.framework.runtime.clone();
         // 1–2. Call every lifespan provider, then enter each result in order.
-        if rt.has(HookId::ProvideLifespan) {
-            let replies = rt.call_many_sync(HookId::ProvideLifespan, &CallArgs::provide_lifespan()?)?;
-            let lifespans: Vec<Lifespan> =
-                replies.iter().flatten().filter_map(|r| Lifespan::from_reply(r).ok()).collect();
-            for lifespan in lifespans {
-                self.enter(lifespan.0).await?;
-            }
+        let lifespans: Vec<Lifespan> =
+            rt.provide_lifespan()?.iter().filter_map(|a| Lifespan::from_reply(a.reply()).ok()).collect();
+        for lifespan in lifespans {
+            self.enter(lifespan.0).await?;
         }
         // 3. The tape store.
-        if let Some(reply) = rt.call_first_sync(HookId::ProvideTapeStore, &CallArgs::provide_tape_store()?)? {
-            let store = TapeStore::from_reply(&reply).map_err(FrameworkError::Type)?;
+        if let Some(answer) = rt.provide_tape_store()? {
+            let store = TapeStore::from_reply(answer.reply()).map_err(FrameworkError::Type)?;
             self.enter(store.0.clone()).await?;
             self.framework.scope.lock().store = Some(store);
         }
         // 4. The steering inbox.
-        if let Some(reply) = rt.call_first_sync(HookId::ProvideSteeringInbox, &CallArgs::provide_steering_inbox()?)? {
-            let inbox = SteeringInbox::from_reply(&reply).map_err(FrameworkError::Type)?;
+        if let Some(answer) = rt.provide_steering_inbox()? {
+            let inbox = SteeringInbox::from_reply(answer.reply()).map_err(FrameworkError::Type)?;
             self.enter(inbox.0.clone()).await?;
             self.framework.scope.lock().inbox = Some(inbox);
         }

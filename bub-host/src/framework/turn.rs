@@ -4,7 +4,7 @@ use bub_abi::{
     types::{Envelope, ErrorInfo, StateMap, StreamEvent},
     HookId, TurnState,
 };
-use serde_json::{json, value::RawValue, Value};
+use serde_json::{json, Value};
 
 use super::{
     envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
@@ -34,9 +34,8 @@ impl Framework {
         let rt = &self.runtime;
 
         // 1. resolve_session: the first non-None answer, falsy → the default.
-        let answer =
-            rt.call_first_with::<FrameworkError>(HookId::ResolveSession, || CallArgs::resolve_session(inbound)).await?;
-        let session_id = match answer.map(|r| r.parse::<Value>()).transpose() {
+        let answer = rt.resolve_session(inbound).await?;
+        let session_id = match answer.map(|a| a.reply().parse::<Value>()).transpose() {
             Ok(Some(v)) if truthy(&v) => py_str(&v),
             Ok(_) => default_session_id(inbound),
             Err(e) => return Err(FrameworkError::Type(format!("hook.resolve_session returned invalid JSON: {e}"))),
@@ -47,13 +46,8 @@ impl Framework {
         let inbound: &Envelope = inbound;
         // Every later stage passes the same message text: serialize it once,
         // when a stage first needs it.
-        let message_json = std::cell::OnceCell::new();
-        let message = || -> Result<&RawValue, serde_json::Error> {
-            if message_json.get().is_none() {
-                let _ = message_json.set(serde_json::value::to_raw_value(inbound)?);
-            }
-            Ok(message_json.get().expect("set above"))
-        };
+        let message_value = std::cell::OnceCell::new();
+        let message = || -> &bub_abi::Value { message_value.get_or_init(|| bub_abi::Value::from(inbound)) };
 
         // 2. state: runtime defaults, then every load_state, low priority first.
         let mut defaults = StateMap::new();
@@ -65,29 +59,21 @@ impl Framework {
         // The host's own state map: merged and read without JSON round trips.
         let (state, state_map) = TurnState::shared(defaults);
         let lock = || state_map.lock().unwrap_or_else(|p| p.into_inner());
-        let loaded = rt
-            .call_many_with::<FrameworkError>(HookId::LoadState, || CallArgs::load_state(message()?, &session_id))
-            .await?;
-        for reply in loaded.iter().rev().flatten() {
-            if let Ok(Value::Object(fragment)) = reply.parse::<Value>() {
+        // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
+        for answer in rt.load_state(message(), &session_id).await?.iter().rev() {
+            if let Ok(fragment) = answer.get() {
                 lock().extend(fragment);
             }
         }
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
-        let built = rt
-            .call_first_with::<FrameworkError>(HookId::BuildPrompt, || {
-                CallArgs::build_prompt(message()?, &session_id, &state)
-            })
-            .await?;
-        let built = match built {
-            Some(reply) => Some(
-                reply
-                    .parse::<Value>()
-                    .map_err(|e| FrameworkError::InvalidInput(format!("build_prompt returned invalid JSON: {e}")))?,
-            ),
-            None => None,
-        };
+        let built =
+            match rt.build_prompt(message(), &session_id, &state).await? {
+                Some(answer) => Some(answer.get().map_err(|e| {
+                    FrameworkError::InvalidInput(format!("build_prompt returned an invalid value: {e}"))
+                })?),
+                None => None,
+            };
         let prompt_value = built.filter(truthy).unwrap_or_else(|| Value::String(content_of(inbound)));
         let content = prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)?;
         let legacy = prompt::to_legacy_prompt(&content);
@@ -95,23 +81,15 @@ impl Framework {
         // 4. the model stage, with save_state in its `finally`.
         let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
         let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
-        rt.call_many_with::<FrameworkError>(HookId::SaveState, || {
-            CallArgs::save_state(&session_id, &state, message()?, &saved_output)
-        })
-        .await?;
+        rt.save_state(&session_id, &state, message(), &saved_output).await?;
         let model_output = model?;
 
         // 6. render_outbound: batches concatenated; none → one default outbound.
         let mut outbounds = Vec::new();
-        let rendered = rt
-            .call_many_with::<FrameworkError>(HookId::RenderOutbound, || {
-                CallArgs::render_outbound(message()?, &session_id, &state, &model_output)
-            })
-            .await?;
-        for reply in rendered.into_iter().flatten() {
-            let value = reply
-                .parse::<Value>()
-                .map_err(|e| FrameworkError::InvalidInput(format!("render_outbound returned invalid JSON: {e}")))?;
+        for answer in rt.render_outbound(message(), &session_id, &state, &model_output).await? {
+            let value = answer
+                .get()
+                .map_err(|e| FrameworkError::InvalidInput(format!("render_outbound returned an invalid value: {e}")))?;
             outbounds.extend(unpack_batch(value));
         }
         if outbounds.is_empty() {
@@ -126,8 +104,7 @@ impl Framework {
 
         // 7. dispatch_outbound: each outbound to every implementation.
         for outbound in &outbounds {
-            rt.call_many_with::<FrameworkError>(HookId::DispatchOutbound, || CallArgs::dispatch_outbound(outbound))
-                .await?;
+            rt.dispatch_outbound(outbound).await?;
         }
 
         let state = lock().clone();

@@ -45,8 +45,8 @@ fn to_value<T: serde::Serialize>(value: &T) -> Value {
 impl Runtime {
     async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<Answer> {
         let views = args.views();
-        let call = args.call(&views, bub_abi::abi::DispatchMode::Async);
-        match finish(imp, &call).await {
+        let mut call = args.call(&views, bub_abi::abi::DispatchMode::Async);
+        match finish(imp, &mut call).await {
             Done::None => None,
             Done::Error(e) => {
                 failed(hook, imp, &e);

@@ -125,6 +125,7 @@ impl CallArgs {
                 None => ROption::RNone,
             },
             mode,
+            instance: bub_abi::abi::Instance::NONE,
             _payloads: std::marker::PhantomData,
         }
     }

@@ -13,6 +13,7 @@ pub mod args;
 mod host_object;
 pub mod special;
 pub mod stream;
+pub mod typed;
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use serde::de::DeserializeOwned;
 pub use args::CallArgs;
 pub use special::{ModelSelection, OnboardError};
 pub use stream::ModelStream;
+pub use typed::{Answered, FromAnswer};
 
 use crate::{
     error::HookFailure,
@@ -162,15 +164,15 @@ pub struct Runtime {
 
 /// Calls one implementation; awaits it if it is pending.
 #[inline]
-pub(crate) async fn finish(imp: &Impl, call: &HookCall<'_>) -> Done {
-    resolve((imp.call)(call)).await
+pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
+    resolve(imp.invoke(call)).await
 }
 
 /// Calls one implementation under sync dispatch: a pending result is
 /// dropped unpolled (its body never runs) and reported; `None` is returned.
 #[inline]
-fn finish_sync(hook: HookId, imp: &Impl, call: &HookCall<'_>) -> Option<Done> {
-    match (imp.call)(call).into_outcome(bub_abi::value::host_table()) {
+fn finish_sync(hook: HookId, imp: &Impl, call: &mut HookCall<'_>) -> Option<Done> {
+    match imp.invoke(call).into_outcome(bub_abi::value::host_table()) {
         Outcome::Pending(fut) => {
             drop(fut);
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
@@ -209,9 +211,9 @@ impl Runtime {
             return Ok(None);
         }
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Async);
+        let mut call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match resolve((imp.call)(&call)).await {
+            match resolve(imp.invoke(&mut call)).await {
                 Done::None => {}
                 Done::Error(e) => return Err(failure(imp, hook, e)),
                 Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -229,9 +231,9 @@ impl Runtime {
             return Ok(out);
         }
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Async);
+        let mut call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match resolve((imp.call)(&call)).await {
+            match resolve(imp.invoke(&mut call)).await {
                 Done::None => out.push(None),
                 Done::Error(e) => return Err(failure(imp, hook, e)),
                 Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -281,9 +283,9 @@ impl Runtime {
             return Ok(None);
         }
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Sync);
+        let mut call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
-            match finish_sync(hook, imp, &call) {
+            match finish_sync(hook, imp, &mut call) {
                 None | Some(Done::None) => {}
                 Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
                 Some(Done::Answer(value)) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -302,9 +304,9 @@ impl Runtime {
             return Ok(out);
         }
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Sync);
+        let mut call = args.call(&views, DispatchMode::Sync);
         for imp in impls {
-            match finish_sync(hook, imp, &call) {
+            match finish_sync(hook, imp, &mut call) {
                 None => {}
                 Some(Done::None) => out.push(None),
                 Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
@@ -338,9 +340,9 @@ impl Runtime {
         }
         let Some(args) = on_error_args(self, stage, error, message) else { return };
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Async);
+        let mut call = args.call(&views, DispatchMode::Async);
         for imp in self.registry.impls(HookId::OnError) {
-            if let Done::Error(e) = finish(imp, &call).await {
+            if let Done::Error(e) = finish(imp, &mut call).await {
                 on_error_failed(stage, imp, &e);
             }
         }
@@ -354,9 +356,9 @@ impl Runtime {
         }
         let Some(args) = on_error_args(self, stage, error, message) else { return };
         let views = args.views();
-        let call = args.call(&views, DispatchMode::Sync);
+        let mut call = args.call(&views, DispatchMode::Sync);
         for imp in self.registry.impls(HookId::OnError) {
-            if let Some(Done::Error(e)) = finish_sync(HookId::OnError, imp, &call) {
+            if let Some(Done::Error(e)) = finish_sync(HookId::OnError, imp, &mut call) {
                 on_error_failed(stage, imp, &e);
             }
         }

@@ -62,8 +62,8 @@ impl Runtime {
                 )
             })?;
             let views = args.views();
-            let call = args.call(&views, bub_abi::abi::DispatchMode::Sync);
-            match finish_sync(HOOK, imp, &call) {
+            let mut call = args.call(&views, bub_abi::abi::DispatchMode::Sync);
+            match finish_sync(HOOK, imp, &mut call) {
                 None | Some(Done::None) => {}
                 Some(Done::Error(e)) => return Err(failure(imp, HOOK, e).into()),
                 Some(Done::Answer(Answer::Value(v))) => match v.deserialize::<Value>() {

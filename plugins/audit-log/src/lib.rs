@@ -3,8 +3,8 @@
 //! Hooks (all trylast, so they record what the other plugins decided):
 //! `after_llm_call`, `after_tool_call`, `on_error`. Writes are async
 //! (`tokio::fs`), serialized so lines never interleave. Config: `path`, the
-//! JSONL file (default `$BUB_HOME/audit.jsonl`, `BUB_HOME` defaulting to
-//! `~/.bub`).
+//! JSONL file (default `<home>/audit.jsonl`, the host's home as
+//! `PluginContext::home` tells it: `bub --home`, `$BUB_HOME`, `~/.bub`).
 
 use std::{path::PathBuf, time::SystemTime};
 
@@ -41,13 +41,7 @@ impl Plugin for AuditLog {
     fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
         let path = match ctx.config.get("path").and_then(Value::as_str) {
             Some(p) => PathBuf::from(p),
-            None => {
-                let home = std::env::var_os("BUB_HOME")
-                    .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".bub")))
-                    .ok_or("set `path` in the audit-log config (no BUB_HOME or HOME)")?;
-                home.join("audit.jsonl")
-            }
+            None => ctx.home.join("audit.jsonl"),
         };
         Ok(AuditLog { path, write: Mutex::new(()) })
     }
