@@ -5,7 +5,7 @@ use bub_abi::{
     types::{LlmCallRequest, ToolAction, ToolCall, ToolCallResult},
     TurnState,
 };
-use bub_tests::{block_on, capture_logs, Home};
+use bub_tests::{block_on, capture_logs, lib, Home};
 use serde_json::{json, Value};
 
 fn request() -> LlmCallRequest {
@@ -195,4 +195,26 @@ fn proceed_with_non_object_arguments_is_a_bad_return() {
         logs.iter().any(|l| l.contains("hook.agent_hook_bad_return hook=before_tool_call adapter=2-bad")),
         "{logs:?}"
     );
+}
+
+/// ABI 2's point: an argument no plugin reads is never copied. Three real
+/// plugins each read `hops` and answer `proceed(arguments + hops)`; the
+/// 100 KB string they never read arrives at the end of the chain as the
+/// very same bytes (same address), not a copy.
+#[test]
+fn unread_arguments_cross_the_chain_uncopied() {
+    let home = Home::new();
+    for i in 0..3 {
+        home.install(&format!("p{i}"), &lib("tp-bench"), json!({"idx": i}));
+    }
+    let rt = home.host().runtime();
+    let big = "x".repeat(100 * 1024);
+    let arguments = bub_abi::Value::from(json!({"path": "a", "hops": 0, "content": big}));
+    let original = arguments.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
+    let call = ToolCall { run_id: "r".into(), tool: "fs.read".into(), arguments };
+    let (call, decision) = block_on(rt.before_tool_call(call, &TurnState::new()));
+    assert_eq!(decision.action, ToolAction::Proceed);
+    let args = call.arguments.as_ref();
+    assert_eq!(args.get("hops").and_then(|h| h.as_u64()), Some(3));
+    assert_eq!(args.get("content").unwrap().as_str().unwrap().as_ptr(), original, "the unread argument was copied");
 }

@@ -55,6 +55,11 @@ pub use ser::ValueSerializer;
 
 static HOST_TABLE: OnceLock<ValueVTableRef> = OnceLock::new();
 
+/// How many values were copied from one table into another (only values
+/// built before a plugin's init should ever be; the tests keep it at 0 on
+/// every hot path).
+pub(crate) static DEEP_COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The host's value table: the one handed over at init in a plugin, this
 /// copy's own in the host.
 #[inline]
@@ -361,6 +366,7 @@ impl Value {
         if same_table(self.vt, vt) {
             return self;
         }
+        DEEP_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let json = self.as_ref().to_json();
         let mut err = RString::new();
         let node = (vt.parse_json())(RStr::from_str(&json), &mut err);
@@ -507,6 +513,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// One table per binary: handles made anywhere in it compare equal, so
+    /// passing a value on never copies it (a `const` table did: its
+    /// promoted copies had different addresses).
+    #[test]
+    fn one_table_and_no_deep_copies() {
+        assert!(same_table(host_table(), vtable()));
+        assert!(same_table(ValueRef::null().vt, Value::object().vt));
+        let before = DEEP_COPIES.load(std::sync::atomic::Ordering::Relaxed);
+        let v = Value::from_json(r#"{"big":"zzzz"}"#).unwrap();
+        let node = v.node;
+        let wrapped = Value::from_serialize(&serde_json::json!({"a": 1})).unwrap();
+        let ret = crate::abi::HookReturn::value(v);
+        match ret.into_outcome(host_table()) {
+            crate::abi::Outcome::Value(back) => assert_eq!(back.node, node),
+            other => panic!("{other:?}"),
+        }
+        drop(wrapped);
+        assert_eq!(DEEP_COPIES.load(std::sync::atomic::Ordering::Relaxed), before);
+    }
 
     #[test]
     fn json_round_trip_keeps_order_and_kinds() {

@@ -330,7 +330,10 @@ extern "C" fn v_to_json(p: *const c_void, pretty: bool) -> RString {
     RString::from(text.unwrap_or_else(|_| "null".to_owned()))
 }
 
-const TABLE: &WithMetadata<ValueVTable> = &WithMetadata::new(ValueVTable {
+// A `static`, not a `const`: a const's promoted referent may be duplicated
+// per use site, and handles compare tables by address (`same_table`), so
+// the table must have exactly one.
+static TABLE: WithMetadata<ValueVTable> = WithMetadata::new(ValueVTable {
     kind: v_kind,
     as_bool: v_as_bool,
     as_i64: v_as_i64,
