@@ -244,20 +244,21 @@ pub enum ToolAction {
     Deny,
 }
 
-/// `ToolCallDecision`.
+/// `ToolCallDecision`. Absent fields are left out when it is built (every
+/// reader treats a missing field as `None`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ToolCallDecision {
     /// The action.
     #[serde(default)]
     pub action: ToolAction,
     /// New arguments (proceed): a map.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<HostValue>,
     /// The replacement result (replace).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// The denial message (deny).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 

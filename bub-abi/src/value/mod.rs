@@ -553,15 +553,26 @@ mod tests {
 
     #[test]
     fn with_shares_and_does_not_change_the_original() {
-        let v = Value::from_json(r#"{"big":"xxxxxxxx","n":1}"#).unwrap();
+        // Longer than the 23 bytes kept inline, so it lives on the heap once.
+        let big = "x".repeat(40);
+        let v = Value::from_json(&format!(r#"{{"big":"{big}","n":1}}"#)).unwrap();
         let w = v.as_ref().with("n", 2);
-        assert_eq!(v.as_ref().to_json(), r#"{"big":"xxxxxxxx","n":1}"#);
-        assert_eq!(w.as_ref().to_json(), r#"{"big":"xxxxxxxx","n":2}"#);
+        assert_eq!(v.as_ref().to_json(), format!(r#"{{"big":"{big}","n":1}}"#));
+        assert_eq!(w.as_ref().to_json(), format!(r#"{{"big":"{big}","n":2}}"#));
         // The string is shared, not copied.
         let p1 = v.as_ref().get("big").unwrap().as_str().unwrap().as_ptr();
         let p2 = w.as_ref().get("big").unwrap().as_str().unwrap().as_ptr();
         assert_eq!(p1, p2);
         assert_eq!(w.as_ref().without("big").as_ref().to_json(), r#"{"n":2}"#);
+        // A map past the inline size gets an index and keeps its order.
+        let mut m = Value::object();
+        for i in 0..40 {
+            m.insert(&format!("k{i}"), i);
+        }
+        m.insert("k3", "again");
+        assert_eq!(m.as_ref().len(), 40);
+        assert_eq!(m.as_ref().entry(3).map(|(k, v)| (k, v.as_str())), Some(("k3", Some("again"))));
+        assert_eq!(m.as_ref().get("k39").and_then(|v| v.as_i64()), Some(39));
     }
 
     #[test]
@@ -605,7 +616,7 @@ mod tests {
 
     #[test]
     fn handles_inside_structs_are_not_copied() {
-        let v = Value::from_json(r#"{"tool":"t","arguments":{"big":"yyyyyyyy"}}"#).unwrap();
+        let v = Value::from_json(r#"{"tool":"t","arguments":{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}}"#).unwrap();
         #[derive(Deserialize)]
         struct View<'a> {
             tool: &'a str,
@@ -626,7 +637,10 @@ mod tests {
         let again = Value::from_serialize(&owned).unwrap();
         assert_eq!(big(again.as_ref().get("arguments").unwrap()), big(v.as_ref().get("arguments").unwrap()));
         // Outside our own serializer a handle is ordinary JSON.
-        assert_eq!(serde_json::to_string(&owned).unwrap(), r#"{"arguments":{"big":"yyyyyyyy"}}"#);
+        assert_eq!(
+            serde_json::to_string(&owned).unwrap(),
+            r#"{"arguments":{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}}"#
+        );
         let parsed: Owned = serde_json::from_str(r#"{"arguments":{"k":1}}"#).unwrap();
         assert_eq!(parsed.arguments.to_string(), r#"{"k":1}"#);
     }

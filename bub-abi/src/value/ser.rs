@@ -276,8 +276,7 @@ pub struct SeqBuilder {
 
 impl SeqBuilder {
     fn add<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
-        self.out.push(value.serialize(self.ser)?);
-        Ok(())
+        value.serialize(SlotSerializer { ser: self.ser, target: &mut self.out, key: None })
     }
     fn done(self) -> Result<Value, Error> {
         Ok(match self.variant {
@@ -341,9 +340,7 @@ pub struct MapBuilder {
 
 impl MapBuilder {
     fn field<T: ?Sized + Serialize>(&mut self, key: &str, value: &T) -> Result<(), Error> {
-        let v = value.serialize(self.ser)?;
-        self.out.insert(key, v);
-        Ok(())
+        value.serialize(SlotSerializer { ser: self.ser, target: &mut self.out, key: Some(key) })
     }
     fn done(self) -> Result<Value, Error> {
         Ok(match self.variant {
@@ -511,5 +508,239 @@ impl ser::Serializer for KeySerializer {
         _len: usize,
     ) -> Result<Self::SerializeStructVariant, Error> {
         Err(key_error())
+    }
+}
+
+/// Serializes one entry straight into the map (`key`) or list (no key)
+/// being built: scalars and strings go in without a node of their own (no
+/// allocation for the value itself); anything else is built, then put in.
+struct SlotSerializer<'a> {
+    ser: ValueSerializer,
+    target: &'a mut Value,
+    key: Option<&'a str>,
+}
+
+impl SlotSerializer<'_> {
+    fn scalar(self, kind: u8, bits: u64) -> Result<(), Error> {
+        let vt = self.target.vt;
+        let done = match self.key {
+            Some(k) => (vt.insert_scalar())(self.target.node, abi_stable::std_types::RStr::from_str(k), kind, bits),
+            None => (vt.push_scalar())(self.target.node, kind, bits),
+        };
+        if !done {
+            self.put(Value::from_table(vt, (vt.scalar())(kind, bits)));
+        }
+        Ok(())
+    }
+
+    fn string(self, s: &str) -> Result<(), Error> {
+        let vt = self.target.vt;
+        let text = abi_stable::std_types::RStr::from_str(s);
+        let done = match self.key {
+            Some(k) => (vt.insert_string())(self.target.node, abi_stable::std_types::RStr::from_str(k), text),
+            None => (vt.push_string())(self.target.node, text),
+        };
+        if !done {
+            self.put(Value::from_table(vt, (vt.string())(text)));
+        }
+        Ok(())
+    }
+
+    fn put(self, value: Value) {
+        match self.key {
+            Some(k) => {
+                self.target.insert(k, value);
+            }
+            None => {
+                self.target.push(value);
+            }
+        }
+    }
+
+    fn built(self, value: Result<Value, Error>) -> Result<(), Error> {
+        self.put(value?);
+        Ok(())
+    }
+}
+
+use super::tree::kind;
+
+impl<'a> ser::Serializer for SlotSerializer<'a> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Slotted<'a, SeqBuilder>;
+    type SerializeTuple = Slotted<'a, SeqBuilder>;
+    type SerializeTupleStruct = Slotted<'a, SeqBuilder>;
+    type SerializeTupleVariant = Slotted<'a, SeqBuilder>;
+    type SerializeMap = Slotted<'a, MapBuilder>;
+    type SerializeStruct = Slotted<'a, MapBuilder>;
+    type SerializeStructVariant = Slotted<'a, MapBuilder>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.scalar(kind::BOOL, v as u64)
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        self.scalar(kind::INT, v as i64 as u64)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        self.scalar(kind::INT, v as i64 as u64)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        self.scalar(kind::INT, v as i64 as u64)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        self.scalar(kind::INT, v as u64)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        let ser = self.ser;
+        self.built(ser.serialize_i128(v))
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        self.scalar(kind::UINT, v as u64)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        self.scalar(kind::UINT, v as u64)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        self.scalar(kind::UINT, v as u64)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        self.scalar(kind::UINT, v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), Error> {
+        let ser = self.ser;
+        self.built(ser.serialize_u128(v))
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Error> {
+        self.scalar(kind::FLOAT, (v as f64).to_bits())
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Error> {
+        self.scalar(kind::FLOAT, v.to_bits())
+    }
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        self.string(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        self.string(v)
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
+        let ser = self.ser;
+        self.built(ser.serialize_bytes(v))
+    }
+    fn serialize_none(self) -> Result<(), Error> {
+        self.scalar(kind::NULL, 0)
+    }
+    fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.scalar(kind::NULL, 0)
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.scalar(kind::NULL, 0)
+    }
+    fn serialize_unit_variant(self, _name: &'static str, _i: u32, variant: &'static str) -> Result<(), Error> {
+        self.string(variant)
+    }
+    fn serialize_newtype_struct<T: ?Sized + Serialize>(self, name: &'static str, value: &T) -> Result<(), Error> {
+        let ser = self.ser;
+        if name == HANDLE_TOKEN {
+            return self.built(ser.serialize_newtype_struct(name, value));
+        }
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: ?Sized + Serialize>(
+        self,
+        name: &'static str,
+        i: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        let ser = self.ser;
+        self.built(ser.serialize_newtype_variant(name, i, variant, value))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        let inner = self.ser.serialize_seq(len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, Error> {
+        let inner = self.ser.serialize_tuple(len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_tuple_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeTupleStruct, Error> {
+        let inner = self.ser.serialize_tuple_struct(name, len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_tuple_variant(
+        self,
+        name: &'static str,
+        i: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        let inner = self.ser.serialize_tuple_variant(name, i, variant, len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        let inner = self.ser.serialize_map(len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, Error> {
+        let inner = self.ser.serialize_struct(name, len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+    fn serialize_struct_variant(
+        self,
+        name: &'static str,
+        i: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        let inner = self.ser.serialize_struct_variant(name, i, variant, len)?;
+        Ok(Slotted { slot: self, inner })
+    }
+}
+
+/// A compound value built for a slot, put there when it ends.
+struct Slotted<'a, B> {
+    slot: SlotSerializer<'a>,
+    inner: B,
+}
+
+macro_rules! slotted {
+    ($Trait:ident, $method:ident $(, $key:ident: $kty:ty)?) => {
+        impl<'a, B: ser::$Trait<Ok = Value, Error = Error>> ser::$Trait for Slotted<'a, B> {
+            type Ok = ();
+            type Error = Error;
+            fn $method<T: ?Sized + Serialize>(&mut self, $($key: $kty,)? value: &T) -> Result<(), Error> {
+                self.inner.$method($($key,)? value)
+            }
+            fn end(self) -> Result<(), Error> {
+                let value = self.inner.end();
+                self.slot.built(value)
+            }
+        }
+    };
+}
+
+slotted!(SerializeSeq, serialize_element);
+slotted!(SerializeTuple, serialize_element);
+slotted!(SerializeTupleStruct, serialize_field);
+slotted!(SerializeTupleVariant, serialize_field);
+slotted!(SerializeStruct, serialize_field, key: &'static str);
+slotted!(SerializeStructVariant, serialize_field, key: &'static str);
+
+impl<'a, B: ser::SerializeMap<Ok = Value, Error = Error>> ser::SerializeMap for Slotted<'a, B> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), Error> {
+        self.inner.serialize_key(key)
+    }
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
+        self.inner.serialize_value(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        let value = self.inner.end();
+        self.slot.built(value)
     }
 }

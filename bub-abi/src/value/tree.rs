@@ -23,11 +23,106 @@ use abi_stable::{
     std_types::{RStr, RString},
 };
 use indexmap::IndexMap;
+use smol_str::SmolStr;
 
 use crate::abi::{ValueVTable, ValueVTableRef};
 
+/// Up to this many entries a map is a plain list searched in order: one
+/// allocation, and faster than hashing for the handful of keys hook
+/// payloads have. Larger maps get an index (no quadratic build).
+const SMALL_MAP: usize = 16;
+
 /// A map node: insertion-ordered, like a Python dict and Bub's payloads.
-pub(crate) type NodeMap = IndexMap<Arc<str>, Node, foldhash::fast::RandomState>;
+#[derive(Debug, Clone)]
+pub(crate) enum NodeMap {
+    Small(Vec<(SmolStr, Node)>),
+    Big(IndexMap<SmolStr, Node, foldhash::fast::RandomState>),
+}
+
+impl NodeMap {
+    fn with_capacity(n: usize) -> Self {
+        if n <= SMALL_MAP {
+            NodeMap::Small(Vec::with_capacity(n))
+        } else {
+            NodeMap::Big(IndexMap::with_capacity_and_hasher(n, Default::default()))
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            NodeMap::Small(v) => v.len(),
+            NodeMap::Big(m) => m.len(),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
+        match self {
+            NodeMap::Small(v) => v.iter().find(|(k, _)| k == key).map(|(_, n)| n),
+            NodeMap::Big(m) => m.get(key),
+        }
+    }
+
+    fn get_index(&self, i: usize) -> Option<(&str, &Node)> {
+        match self {
+            NodeMap::Small(v) => v.get(i).map(|(k, n)| (k.as_str(), n)),
+            NodeMap::Big(m) => m.get_index(i).map(|(k, n)| (k.as_str(), n)),
+        }
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets `key` (in place if present, else appended).
+    fn insert(&mut self, key: &str, node: Node) {
+        match self {
+            NodeMap::Small(v) => {
+                if let Some(slot) = v.iter_mut().find(|(k, _)| k == key) {
+                    slot.1 = node;
+                } else if v.len() < SMALL_MAP {
+                    v.push((SmolStr::new(key), node));
+                } else {
+                    let mut m: IndexMap<SmolStr, Node, foldhash::fast::RandomState> =
+                        IndexMap::with_capacity_and_hasher(v.len() * 2, Default::default());
+                    m.extend(v.drain(..));
+                    m.insert(SmolStr::new(key), node);
+                    *self = NodeMap::Big(m);
+                }
+            }
+            NodeMap::Big(m) => {
+                m.insert(SmolStr::new(key), node);
+            }
+        }
+    }
+
+    fn shift_remove(&mut self, key: &str) {
+        match self {
+            NodeMap::Small(v) => v.retain(|(k, _)| k != key),
+            NodeMap::Big(m) => {
+                m.shift_remove(key);
+            }
+        }
+    }
+
+    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = (&str, &Node)> + '_> {
+        match self {
+            NodeMap::Small(v) => Box::new(v.iter().map(|(k, n)| (k.as_str(), n))),
+            NodeMap::Big(m) => Box::new(m.iter().map(|(k, n)| (k.as_str(), n))),
+        }
+    }
+
+    /// A copy with one more room; values are shared (counts bumped).
+    fn clone_for_insert(&self) -> Self {
+        match self {
+            NodeMap::Small(v) => {
+                let mut c = Vec::with_capacity(v.len() + 1);
+                c.extend(v.iter().cloned());
+                NodeMap::Small(c)
+            }
+            NodeMap::Big(m) => NodeMap::Big(m.clone()),
+        }
+    }
+}
 
 /// One node of a host value.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +134,8 @@ pub(crate) enum Node {
     /// Only for integers above `i64::MAX`.
     UInt(u64),
     Float(f64),
-    Str(Arc<str>),
+    /// Inline up to 23 bytes; longer strings are shared.
+    Str(SmolStr),
     Array(Arc<Vec<Node>>),
     Object(Arc<NodeMap>),
 }
@@ -60,7 +156,7 @@ pub(crate) mod kind {
 pub(crate) static NULL: Node = Node::Null;
 
 fn new_map(capacity: usize) -> NodeMap {
-    IndexMap::with_capacity_and_hasher(capacity, foldhash::fast::RandomState::default())
+    NodeMap::with_capacity(capacity)
 }
 
 impl Node {
@@ -178,7 +274,7 @@ extern "C" fn v_as_str(p: *const c_void, out: &mut RStr<'static>) -> bool {
     // SAFETY: see `node`; the 'static is narrowed again by the caller's wrapper.
     match unsafe { node(p) } {
         Node::Str(s) => {
-            *out = RStr::from_str(unsafe { &*(&**s as *const str) });
+            *out = RStr::from_str(unsafe { &*(s.as_str() as *const str) });
             true
         }
         _ => false,
@@ -216,7 +312,7 @@ extern "C" fn v_entry(p: *const c_void, i: usize, key: &mut RStr<'static>) -> *c
     match unsafe { node(p) } {
         Node::Object(o) => match o.get_index(i) {
             Some((k, n)) => {
-                *key = RStr::from_str(unsafe { &*(&**k as *const str) });
+                *key = RStr::from_str(unsafe { &*(k as *const str) });
                 n as *const Node as *const c_void
             }
             None => std::ptr::null(),
@@ -235,19 +331,72 @@ extern "C" fn v_release(p: *const c_void) {
     drop(unsafe { Arc::from_raw(p as *const Node) });
 }
 
-extern "C" fn v_scalar(kind: u8, bits: u64) -> *const c_void {
-    into_raw(match kind {
+fn scalar(kind: u8, bits: u64) -> Node {
+    match kind {
         kind::BOOL => Node::Bool(bits != 0),
         kind::INT => Node::Int(bits as i64),
         kind::UINT if bits > i64::MAX as u64 => Node::UInt(bits),
         kind::UINT => Node::Int(bits as i64),
         kind::FLOAT => Node::Float(f64::from_bits(bits)),
         _ => Node::Null,
-    })
+    }
+}
+
+extern "C" fn v_scalar(kind: u8, bits: u64) -> *const c_void {
+    into_raw(scalar(kind, bits))
+}
+
+/// Sets `key` of a map the caller is building to a scalar, without an
+/// intermediate node; false if the map is shared or not a map.
+extern "C" fn v_insert_scalar(object: *const c_void, key: RStr<'_>, kind: u8, bits: u64) -> bool {
+    // SAFETY: `object` is the caller's builder.
+    match unsafe { builder(object) } {
+        Some(Node::Object(o)) => {
+            Arc::make_mut(o).insert(key.as_str(), scalar(kind, bits));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Sets `key` of a map the caller is building to a string.
+extern "C" fn v_insert_string(object: *const c_void, key: RStr<'_>, s: RStr<'_>) -> bool {
+    // SAFETY: `object` is the caller's builder.
+    match unsafe { builder(object) } {
+        Some(Node::Object(o)) => {
+            Arc::make_mut(o).insert(key.as_str(), Node::Str(SmolStr::new(s.as_str())));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Appends a scalar to a list the caller is building.
+extern "C" fn v_push_scalar(array: *const c_void, kind: u8, bits: u64) -> bool {
+    // SAFETY: `array` is the caller's builder.
+    match unsafe { builder(array) } {
+        Some(Node::Array(a)) => {
+            Arc::make_mut(a).push(scalar(kind, bits));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Appends a string to a list the caller is building.
+extern "C" fn v_push_string(array: *const c_void, s: RStr<'_>) -> bool {
+    // SAFETY: `array` is the caller's builder.
+    match unsafe { builder(array) } {
+        Some(Node::Array(a)) => {
+            Arc::make_mut(a).push(Node::Str(SmolStr::new(s.as_str())));
+            true
+        }
+        _ => false,
+    }
 }
 
 extern "C" fn v_string(s: RStr<'_>) -> *const c_void {
-    into_raw(Node::Str(Arc::from(s.as_str())))
+    into_raw(Node::Str(SmolStr::new(s.as_str())))
 }
 
 extern "C" fn v_array(capacity: usize) -> *const c_void {
@@ -276,7 +425,7 @@ extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void
     // SAFETY: `object` is the caller's builder; `item` is given up on success.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
-            Arc::make_mut(o).insert(Arc::from(key.as_str()), unsafe { take(item) });
+            Arc::make_mut(o).insert(key.as_str(), unsafe { take(item) });
             true
         }
         _ => false,
@@ -288,10 +437,10 @@ extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -
     let item = unsafe { take(item) };
     let mut map = match unsafe { node(p) } {
         // Copies the key list and bumps a count per value; no value is copied.
-        Node::Object(o) => (**o).clone(),
+        Node::Object(o) => o.clone_for_insert(),
         _ => new_map(1),
     };
-    map.insert(Arc::from(key.as_str()), item);
+    map.insert(key.as_str(), item);
     into_raw(Node::Object(Arc::new(map)))
 }
 
@@ -352,6 +501,10 @@ static TABLE: WithMetadata<ValueVTable> = WithMetadata::new(ValueVTable {
     object: v_object,
     push: v_push,
     insert: v_insert,
+    insert_scalar: v_insert_scalar,
+    insert_string: v_insert_string,
+    push_scalar: v_push_scalar,
+    push_string: v_push_string,
     with_key: v_with_key,
     without_key: v_without_key,
     eq: v_eq,
@@ -376,7 +529,7 @@ impl serde::Serialize for Node {
             Node::UInt(u) => s.serialize_u64(*u),
             Node::Float(f) if f.is_finite() => s.serialize_f64(*f),
             Node::Float(_) => s.serialize_unit(),
-            Node::Str(t) => s.serialize_str(t),
+            Node::Str(t) => s.serialize_str(t.as_str()),
             Node::Array(a) => {
                 let mut seq = s.serialize_seq(Some(a.len()))?;
                 for n in a.iter() {
@@ -387,7 +540,7 @@ impl serde::Serialize for Node {
             Node::Object(o) => {
                 let mut map = s.serialize_map(Some(o.len()))?;
                 for (k, v) in o.iter() {
-                    map.serialize_entry(&**k, v)?;
+                    map.serialize_entry(k, v)?;
                 }
                 map.end()
             }
@@ -425,7 +578,7 @@ impl<'de> serde::Deserialize<'de> for Node {
                 Ok(Node::Float(f))
             }
             fn visit_str<E>(self, s: &str) -> Result<Node, E> {
-                Ok(Node::Str(Arc::from(s)))
+                Ok(Node::Str(SmolStr::new(s)))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
                 let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 12));
@@ -436,8 +589,8 @@ impl<'de> serde::Deserialize<'de> for Node {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
                 let mut m = new_map(map.size_hint().unwrap_or(0).min(1 << 12));
-                while let Some((k, v)) = map.next_entry::<String, Node>()? {
-                    m.insert(Arc::from(k), v);
+                while let Some((k, v)) = map.next_entry::<std::borrow::Cow<'de, str>, Node>()? {
+                    m.insert(&k, v);
                 }
                 Ok(Node::Object(Arc::new(m)))
             }
