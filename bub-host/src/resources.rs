@@ -9,15 +9,20 @@
 use std::sync::Arc;
 
 use bub_abi::{
-    resources::{kinds, UNSUPPORTED},
+    resources::{
+        clients::{
+            ChannelClient, CommandClient, EnvironmentClient, LifespanClient, SteeringInboxClient, TapeContextClient,
+            TapeStoreClient, ToolClient,
+        },
+        kinds, MethodError,
+    },
     types::{
         CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, StreamEvent, TapeEntry, TapeQuery,
         ToolSpec,
     },
     HookError, Object,
 };
-use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::runtime::Reply;
 
@@ -32,7 +37,7 @@ pub struct ResourceError {
     /// The resource's name (may be empty).
     pub name: String,
     /// The method.
-    pub method: String,
+    pub method: &'static str,
     /// What the plugin reported.
     pub error: HookError,
 }
@@ -94,37 +99,31 @@ impl Resource {
         &self.object
     }
 
-    /// Calls `method` with named arguments and reads the result as `T`.
-    pub async fn call<T: DeserializeOwned>(&self, method: &str, args: Value) -> Result<T, ResourceError> {
-        let fail = |error| ResourceError {
+    /// A client of this object's `Kind` protocol (`bub_abi::resources::clients`).
+    fn client<'a, C>(&'a self, make: fn(&'a Object) -> C) -> C {
+        make(&self.object)
+    }
+
+    /// Names a failed method call after this resource.
+    fn context<T>(&self, result: Result<T, MethodError>) -> Result<T, ResourceError> {
+        result.map_err(|e| ResourceError {
             plugin: self.plugin.to_string(),
             kind: self.kind,
             name: self.name.clone(),
-            method: method.to_owned(),
-            error,
-        };
-        let value = self.object.invoke(method, &args).await.map_err(fail)?;
-        serde_json::from_value(value)
-            .map_err(|e| fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("unexpected result: {e}"))))
+            method: e.method,
+            error: e.error,
+        })
     }
 
-    /// Calls an optional method (`enter`, `exit`, `close`): an object without
-    /// it is fine.
-    async fn call_optional(&self, method: &str, args: Value) -> Result<(), ResourceError> {
-        match self.call::<Value>(method, args).await {
-            Err(e) if e.error.kind == UNSUPPORTED => Ok(()),
-            other => other.map(drop),
-        }
-    }
-
-    /// Enters a scoped resource.
+    /// Enters a scoped resource (lifespans, tape stores and steering inboxes
+    /// share the lifespan protocol's optional `enter` / `exit`).
     pub async fn enter(&self) -> Result<(), ResourceError> {
-        self.call_optional("enter", json!({})).await
+        self.context(self.client(LifespanClient).enter().await)
     }
 
     /// Exits a scoped resource, telling it the scope's error.
     pub async fn exit(&self, error: Option<&ErrorInfo>) -> Result<(), ResourceError> {
-        self.call_optional("exit", json!({ "error": error })).await
+        self.context(self.client(LifespanClient).exit(&error).await)
     }
 }
 
@@ -205,108 +204,108 @@ handle!(
 impl TapeStore {
     /// Names of every tape.
     pub async fn list_tapes(&self) -> Result<Vec<String>, ResourceError> {
-        self.0.call("list_tapes", json!({})).await
+        self.0.context(self.0.client(TapeStoreClient).list_tapes().await)
     }
     /// Clears a tape.
     pub async fn reset(&self, tape: &str) -> Result<(), ResourceError> {
-        self.0.call::<Value>("reset", json!({ "tape": tape })).await.map(drop)
+        self.0.context(self.0.client(TapeStoreClient).reset(tape).await)
     }
     /// The entries a query selects.
     pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, ResourceError> {
-        self.0.call("fetch_all", json!({ "query": query })).await
+        self.0.context(self.0.client(TapeStoreClient).fetch_all(query).await)
     }
     /// Appends an entry; returns it with its id.
     pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
-        self.0.call("append", json!({ "tape": tape, "entry": entry })).await
+        self.0.context(self.0.client(TapeStoreClient).append(tape, entry).await)
     }
 }
 
 impl SteeringInbox {
     /// Queues a message for the turn of `state`.
     pub async fn enqueue_message(&self, message: &Envelope, state: &StateMap) -> Result<(), ResourceError> {
-        self.0.call::<Value>("enqueue_message", json!({ "message": message, "state": state })).await.map(drop)
+        self.0.context(self.0.client(SteeringInboxClient).enqueue_message(message, state).await)
     }
     /// Takes the queued messages of the turn of `state`.
     pub async fn drain_messages(&self, state: &StateMap) -> Result<Vec<Envelope>, ResourceError> {
-        self.0.call("drain_messages", json!({ "state": state })).await
+        self.0.context(self.0.client(SteeringInboxClient).drain_messages(state).await)
     }
     /// Counts the queued messages of the turn of `state`.
     pub async fn message_count(&self, state: &StateMap) -> Result<usize, ResourceError> {
-        self.0.call("message_count", json!({ "state": state })).await
+        self.0.context(self.0.client(SteeringInboxClient).message_count(state).await)
     }
 }
 
 impl Environment {
     /// The workspace.
     pub async fn workspace(&self) -> Result<Option<String>, ResourceError> {
-        self.0.call("workspace", json!({})).await
+        self.0.context(self.0.client(EnvironmentClient).workspace().await)
     }
     /// Reads a text file.
     pub async fn read_text(&self, path: &str) -> Result<String, ResourceError> {
-        self.0.call("read_text", json!({ "path": path })).await
+        self.0.context(self.0.client(EnvironmentClient).read_text(path).await)
     }
     /// Writes a text file.
     pub async fn write_text(&self, path: &str, content: &str) -> Result<(), ResourceError> {
-        self.0.call::<Value>("write_text", json!({ "path": path, "content": content })).await.map(drop)
+        self.0.context(self.0.client(EnvironmentClient).write_text(path, content).await)
     }
     /// Resolves a path against the workspace.
     pub async fn resolve_path(&self, path: &str) -> Result<String, ResourceError> {
-        self.0.call("resolve_path", json!({ "path": path })).await
+        self.0.context(self.0.client(EnvironmentClient).resolve_path(path).await)
     }
     /// Runs a process.
     pub async fn run(&self, request: &ProcessRequest) -> Result<ProcessOutput, ResourceError> {
-        self.0.call("run", json!({ "request": request })).await
+        self.0.context(self.0.client(EnvironmentClient).run(request).await)
     }
     /// Releases the environment.
     pub async fn close(&self) -> Result<(), ResourceError> {
-        self.0.call_optional("close", json!({})).await
+        self.0.context(self.0.client(EnvironmentClient).close().await)
     }
 }
 
 impl Channel {
     /// Starts it.
     pub async fn start(&self) -> Result<(), ResourceError> {
-        self.0.call::<Value>("start", json!({})).await.map(drop)
+        self.0.context(self.0.client(ChannelClient).start().await)
     }
     /// Stops it.
     pub async fn stop(&self) -> Result<(), ResourceError> {
-        self.0.call_optional("stop", json!({})).await
+        self.0.context(self.0.client(ChannelClient).stop().await)
     }
     /// Delivers a message.
     pub async fn send(&self, message: &Envelope) -> Result<(), ResourceError> {
-        self.0.call_optional("send", json!({ "message": message })).await
+        self.0.context(self.0.client(ChannelClient).send(message).await)
     }
     /// Shows one stream event of the turn answering `message`.
     pub async fn stream_event(&self, message: &Envelope, event: &StreamEvent) -> Result<(), ResourceError> {
-        self.0.call_optional("stream_event", json!({ "message": message, "event": event })).await
+        self.0.context(self.0.client(ChannelClient).stream_event(message, event).await)
     }
 }
 
 impl Tool {
     /// Its spec.
     pub async fn spec(&self) -> Result<ToolSpec, ResourceError> {
-        self.0.call("spec", json!({})).await
+        self.0.context(self.0.client(ToolClient).spec().await)
     }
     /// Runs it.
     pub async fn call(&self, arguments: &Map<String, Value>) -> Result<Value, ResourceError> {
-        self.0.call("call", json!({ "arguments": arguments })).await
+        self.0.context(self.0.client(ToolClient).call(arguments).await)
     }
 }
 
 impl CliCommand {
     /// Its spec.
     pub async fn spec(&self) -> Result<CommandSpec, ResourceError> {
-        self.0.call("spec", json!({})).await
+        self.0.context(self.0.client(CommandClient).spec().await)
     }
     /// Runs it with parsed arguments.
     pub async fn run(&self, args: &Map<String, Value>) -> Result<Value, ResourceError> {
-        self.0.call("call", json!({ "arguments": args })).await
+        self.0.context(self.0.client(CommandClient).call(args).await)
     }
 }
 
 impl TapeContext {
     /// The context's settings.
     pub async fn describe(&self) -> Result<Value, ResourceError> {
-        self.0.call("describe", json!({})).await
+        self.0.context(self.0.client(TapeContextClient).describe().await)
     }
 }

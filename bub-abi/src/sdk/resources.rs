@@ -125,6 +125,8 @@ pub mod kinds {
     pub const MESSAGE_HANDLER: &str = "message_handler";
     /// A model stream (`run_model_stream`).
     pub const STREAM: &str = "stream";
+    /// The host's framework, handed to `on_error`.
+    pub const FRAMEWORK: &str = "framework";
 }
 
 /// The error kind an object answers for a method it does not have.
@@ -248,6 +250,35 @@ pub trait Command: Send + Sync + 'static {
     fn run(&self, args: Map<String, Value>) -> impl Fut<Value>;
 }
 
+/// The host's message handler (handed to `provide_channels`): what a
+/// channel calls with each inbound message. Implemented by the host.
+pub trait MessageHandler: Send + Sync + 'static {
+    /// Processes `message`; returns when its turn is over.
+    fn handle(&self, message: Envelope) -> impl Fut<()>;
+    /// The channel has no more messages (end of input).
+    fn close(&self) -> impl Fut<()> {
+        async { Ok(()) }
+    }
+}
+
+/// The host's command line (handed to `register_cli_commands`).
+/// Implemented by the host.
+pub trait CliApp: Send + Sync + 'static {
+    /// The resolved workspace (`bub -w`).
+    fn workspace(&self) -> impl Fut<String>;
+    /// The host's home.
+    fn home(&self) -> impl Fut<String>;
+    /// The names of the commands already registered.
+    fn commands(&self) -> impl Fut<Vec<String>>;
+}
+
+/// The host's framework (handed to `on_error`). Implemented by the host.
+pub trait FrameworkOps: Send + Sync + 'static {
+    /// Sends `message` through every `dispatch_outbound` implementation;
+    /// their answers, in call order (None included).
+    fn dispatch_outbound(&self, message: Envelope) -> impl Fut<Vec<Value>>;
+}
+
 fn arg<T: DeserializeOwned>(args: &Value, kind: &str, method: &str, name: &str) -> Result<T, HookError> {
     let value = args.get(name).cloned().unwrap_or(Value::Null);
     serde_json::from_value(value).map_err(|e| {
@@ -276,13 +307,18 @@ pub fn unsupported(kind: &str, method: &str, known: &[&str]) -> ObjectFuture {
     Box::pin(async move { Err(HookError::new(UNSUPPORTED, message)) })
 }
 
-// One adapter per trait: method names and their arguments, in one list.
-macro_rules! adapter {
-    ($Adapter:ident, $Trait:ident, $kind:expr, |$this:ident| $name:expr,
-     [$($method:literal => $fname:ident($($a:ident: $aty:ty),*)),* $(,)?]) => {
-        struct $Adapter<T>(Arc<T>);
+// The object protocol: each kind's methods, declared once. One declaration
+// generates the plugin-side adapter (method name → trait method, argument
+// names → parameters) and the host-side client (`clients::<Kind>Client`,
+// typed methods that send exactly those names and keys), so the two sides
+// cannot drift apart. `opt` marks a method an object may lack: the client
+// reads the `UNSUPPORTED` answer as "nothing to do".
+macro_rules! protocol {
+    ($(#[$doc:meta])* $Adapter:ident<$T:ident: $Bound:path>, $Client:ident, $kind:expr, |$this:ident| $name:expr,
+     [$($method:ident($($a:ident: $aty:ty),*) -> $ret:ty $(, $opt:ident)?;)*]) => {
+        struct $Adapter<$T>(Arc<$T>);
 
-        impl<T: $Trait> ObjectImpl for $Adapter<T> {
+        impl<$T: $Bound> ObjectImpl for $Adapter<$T> {
             fn kind(&self) -> &str {
                 $kind
             }
@@ -295,137 +331,267 @@ macro_rules! adapter {
             fn invoke(&self, method: &str, _args: Value) -> ObjectFuture {
                 let _this = self.0.clone();
                 match method {
-                    $($method => Box::pin(async move {
-                        $(let $a: $aty = arg(&_args, $kind, $method, stringify!($a))?;)*
-                        reply(_this.$fname($($a),*).await)
+                    $(stringify!($method) => Box::pin(async move {
+                        $(let $a: $aty = arg(&_args, $kind, stringify!($method), stringify!($a))?;)*
+                        reply(_this.$method($($a),*).await)
                     }),)*
-                    other => unsupported($kind, other, &[$($method),*]),
+                    other => unsupported($kind, other, &[$(stringify!($method)),*]),
                 }
             }
+        }
+
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $Client<'a>(pub &'a Object);
+
+        impl $Client<'_> {
+            $(
+                #[doc = concat!("Calls `", stringify!($method), "` on the object.")]
+                #[allow(clippy::unused_unit)]
+                pub async fn $method(&self, $($a: &(impl ArgOf<$aty> + ?Sized)),*) -> Result<$ret, MethodError> {
+                    const METHOD: &str = stringify!($method);
+                    #[allow(unused_mut)]
+                    let mut args = crate::Value::object();
+                    $(args.insert(stringify!($a), crate::Value::from_serialize($a).map_err(|e| MethodError::new(METHOD, e))?);)*
+                    let optional = false $(|| { let _ = stringify!($opt); true })?;
+                    finish::<$ret>(METHOD, optional, self.0.invoke_value(METHOD, args).await)
+                }
+            )*
         }
     };
 }
 
-adapter!(LifespanObject, Lifespan, kinds::LIFESPAN, |_l| String::new(), [
-    "enter" => enter(),
-    "exit" => exit(error: Option<ErrorInfo>),
+/// A value that may be passed where a method declares `T`: `T` itself, a
+/// `str` for a `String`, `Option<&T>` for an `Option<T>`.
+pub trait ArgOf<T: ?Sized>: Serialize {}
+impl<T: Serialize + ?Sized> ArgOf<T> for T {}
+impl ArgOf<String> for str {}
+impl<T: Serialize> ArgOf<Option<T>> for Option<&T> {}
+
+/// A method call on an object that failed, with the method's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodError {
+    /// The method.
+    pub method: &'static str,
+    /// What the object (or reading its answer) reported.
+    pub error: HookError,
+}
+
+impl MethodError {
+    fn new(method: &'static str, error: HookError) -> Self {
+        MethodError { method, error }
+    }
+}
+
+impl std::fmt::Display for MethodError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.method, self.error)
+    }
+}
+
+impl std::error::Error for MethodError {}
+
+fn finish<R: DeserializeOwned + Default>(
+    method: &'static str,
+    optional: bool,
+    result: Result<crate::Value, HookError>,
+) -> Result<R, MethodError> {
+    match result {
+        Ok(v) => v.deserialize().map_err(|e| {
+            MethodError::new(method, HookError::new(crate::abi::ErrorKind::TYPE, format!("unexpected result: {e}")))
+        }),
+        Err(e) if optional && e.kind == UNSUPPORTED => Ok(R::default()),
+        Err(e) => Err(MethodError::new(method, e)),
+    }
+}
+
+/// The host-side clients of every object kind (one per `protocol!`).
+pub mod clients {
+    pub use super::{
+        ChannelClient, CliAppClient, CommandClient, EnvironmentClient, FrameworkClient, LifespanClient,
+        MessageHandlerClient, SteeringInboxClient, StreamClient, TapeContextClient, TapeStoreClient, ToolClient,
+    };
+}
+
+protocol!(
+    /// Calls a [`Lifespan`] object.
+    LifespanObject<T: Lifespan>, LifespanClient, kinds::LIFESPAN, |_l| String::new(), [
+    enter() -> (), opt;
+    exit(error: Option<ErrorInfo>) -> (), opt;
 ]);
-adapter!(TapeStoreObject, TapeStore, kinds::TAPE_STORE, |_s| String::new(), [
-    "list_tapes" => list_tapes(),
-    "reset" => reset(tape: String),
-    "fetch_all" => fetch_all(query: TapeQuery),
-    "append" => append(tape: String, entry: TapeEntry),
-    "enter" => enter(),
-    "exit" => exit(error: Option<ErrorInfo>),
+protocol!(
+    /// Calls a [`TapeStore`] object.
+    TapeStoreObject<T: TapeStore>, TapeStoreClient, kinds::TAPE_STORE, |_s| String::new(), [
+    list_tapes() -> Vec<String>;
+    reset(tape: String) -> ();
+    fetch_all(query: TapeQuery) -> Vec<TapeEntry>;
+    append(tape: String, entry: TapeEntry) -> TapeEntry;
+    enter() -> (), opt;
+    exit(error: Option<ErrorInfo>) -> (), opt;
 ]);
-adapter!(InboxObject, SteeringInbox, kinds::STEERING_INBOX, |_i| String::new(), [
-    "enqueue_message" => enqueue_message(message: Envelope, state: StateMap),
-    "drain_messages" => drain_messages(state: StateMap),
-    "message_count" => message_count(state: StateMap),
-    "enter" => enter(),
-    "exit" => exit(error: Option<ErrorInfo>),
+protocol!(
+    /// Calls a [`SteeringInbox`] object.
+    InboxObject<T: SteeringInbox>, SteeringInboxClient, kinds::STEERING_INBOX, |_i| String::new(), [
+    enqueue_message(message: Envelope, state: StateMap) -> ();
+    drain_messages(state: StateMap) -> Vec<Envelope>;
+    message_count(state: StateMap) -> usize;
+    enter() -> (), opt;
+    exit(error: Option<ErrorInfo>) -> (), opt;
 ]);
-adapter!(EnvironmentObject, Environment, kinds::ENVIRONMENT, |_e| String::new(), [
-    "workspace" => workspace(),
-    "read_text" => read_text(path: String),
-    "write_text" => write_text(path: String, content: String),
-    "resolve_path" => resolve_path(path: String),
-    "run" => run(request: ProcessRequest),
-    "close" => close(),
+protocol!(
+    /// Calls an [`Environment`] object.
+    EnvironmentObject<T: Environment>, EnvironmentClient, kinds::ENVIRONMENT, |_e| String::new(), [
+    workspace() -> Option<String>;
+    read_text(path: String) -> String;
+    write_text(path: String, content: String) -> ();
+    resolve_path(path: String) -> String;
+    run(request: ProcessRequest) -> ProcessOutput;
+    close() -> (), opt;
 ]);
-adapter!(ChannelObject, Channel, kinds::CHANNEL, |c| c.name(), [
-    "start" => start(),
-    "stop" => stop(),
-    "send" => send(message: Envelope),
-    "stream_event" => stream_event(message: Envelope, event: StreamEvent),
+protocol!(
+    /// Calls a [`Channel`] object.
+    ChannelObject<T: Channel>, ChannelClient, kinds::CHANNEL, |c| c.name(), [
+    start() -> ();
+    stop() -> (), opt;
+    send(message: Envelope) -> (), opt;
+    stream_event(message: Envelope, event: StreamEvent) -> (), opt;
+]);
+protocol!(
+    /// Calls a [`Tool`] object.
+    ToolObject<T: ToolMethods>, ToolClient, kinds::TOOL, |t| t.name(), [
+    spec() -> ToolSpec;
+    call(arguments: Map<String, Value>) -> Value;
+]);
+protocol!(
+    /// Calls a [`Command`] object.
+    CommandObject<T: CommandMethods>, CommandClient, kinds::CLI_COMMAND, |c| c.name(), [
+    spec() -> CommandSpec;
+    call(arguments: Map<String, Value>) -> Value;
+]);
+protocol!(
+    /// Calls a tape context object (`build_tape_context`).
+    TapeContextObject<T: TapeContextMethods>, TapeContextClient, kinds::TAPE_CONTEXT, |c| c.name(), [
+    describe() -> Value;
+]);
+protocol!(
+    /// Calls a model stream object (`run_model_stream`).
+    StreamObject<T: StreamMethods>, StreamClient, kinds::STREAM, |_s| String::new(), [
+    next() -> Option<StreamEvent>;
+    next_many() -> Vec<StreamEvent>;
+    close() -> (), opt;
 ]);
 
-/// Gives `spec` (sync on the trait) the same async shape as the other methods.
-trait SpecAsync {
-    type Spec: Serialize + Send;
-    fn spec_async(&self) -> impl Fut<Self::Spec>;
+protocol!(
+    /// Calls the host's message handler (what a channel does).
+    MessageHandlerObject<T: MessageHandler>, MessageHandlerClient, kinds::MESSAGE_HANDLER, |_h| String::new(), [
+    handle(message: Envelope) -> ();
+    close() -> (), opt;
+]);
+protocol!(
+    /// Calls the host's command line object.
+    CliAppObject<T: CliApp>, CliAppClient, kinds::CLI_APP, |_a| String::new(), [
+    workspace() -> String;
+    home() -> String;
+    commands() -> Vec<String>;
+]);
+protocol!(
+    /// Calls the host's framework (what `on_error` may do).
+    FrameworkObject<T: FrameworkOps>, FrameworkClient, kinds::FRAMEWORK, |_f| String::new(), [
+    dispatch_outbound(message: Envelope) -> Vec<Value>;
+]);
+
+/// A [`Tool`]'s methods as the object protocol declares them.
+#[doc(hidden)]
+pub trait ToolMethods: Send + Sync + 'static {
+    fn name(&self) -> String;
+    fn spec(&self) -> impl Fut<ToolSpec>;
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value>;
 }
 
-impl<T: Tool> SpecAsync for ToolAdapter<T> {
-    type Spec = ToolSpec;
-    fn spec_async(&self) -> impl Fut<ToolSpec> {
-        let spec = self.0.spec();
-        async { Ok(spec) }
-    }
-}
+struct ToolAdapter<T>(T, String);
 
-impl<T: Command> SpecAsync for CommandAdapter<T> {
-    type Spec = CommandSpec;
-    fn spec_async(&self) -> impl Fut<CommandSpec> {
-        let spec = self.0.spec();
-        async { Ok(spec) }
-    }
-}
-
-struct ToolAdapter<T>(T);
-struct CommandAdapter<T>(T);
-
-/// `Tool` and `Command` share their shape: a spec and one call.
-trait Callable: Send + Sync + 'static {
-    fn call_with(&self, args: Map<String, Value>) -> impl Fut<Value>;
-}
-
-impl<T: Tool> Callable for ToolAdapter<T> {
-    fn call_with(&self, args: Map<String, Value>) -> impl Fut<Value> {
-        self.0.call(args)
-    }
-}
-
-impl<T: Command> Callable for CommandAdapter<T> {
-    fn call_with(&self, args: Map<String, Value>) -> impl Fut<Value> {
-        self.0.run(args)
-    }
-}
-
-struct SpecObject<A>(Arc<A>, &'static str, String);
-
-impl<A: SpecAsync + Callable> ObjectImpl for SpecObject<A> {
-    fn kind(&self) -> &str {
-        self.1
-    }
-
-    fn name(&self) -> String {
-        self.2.clone()
-    }
-
-    fn invoke(&self, method: &str, args: Value) -> ObjectFuture {
-        let this = self.0.clone();
-        let kind = self.1;
-        match method {
-            "spec" => Box::pin(async move { reply(this.spec_async().await) }),
-            "call" => Box::pin(async move {
-                let arguments: Map<String, Value> = arg(&args, kind, "call", "arguments")?;
-                reply(this.call_with(arguments).await)
-            }),
-            other => unsupported(kind, other, &["spec", "call"]),
-        }
-    }
-}
-
-struct Plain(&'static str, String, Value);
-
-impl ObjectImpl for Plain {
-    fn kind(&self) -> &str {
-        self.0
-    }
-
+impl<T: Tool> ToolMethods for ToolAdapter<T> {
     fn name(&self) -> String {
         self.1.clone()
     }
+    fn spec(&self) -> impl Fut<ToolSpec> {
+        let spec = self.0.spec();
+        async { Ok(spec) }
+    }
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        self.0.call(arguments)
+    }
+}
 
+/// A [`Command`]'s methods as the object protocol declares them.
+#[doc(hidden)]
+pub trait CommandMethods: Send + Sync + 'static {
+    fn name(&self) -> String;
+    fn spec(&self) -> impl Fut<CommandSpec>;
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value>;
+}
+
+struct CommandAdapter<T>(T, String);
+
+impl<T: Command> CommandMethods for CommandAdapter<T> {
+    fn name(&self) -> String {
+        self.1.clone()
+    }
+    fn spec(&self) -> impl Fut<CommandSpec> {
+        let spec = self.0.spec();
+        async { Ok(spec) }
+    }
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        self.0.run(arguments)
+    }
+}
+
+/// A tape context's method as the object protocol declares it.
+#[doc(hidden)]
+pub trait TapeContextMethods: Send + Sync + 'static {
+    fn name(&self) -> String;
+    fn describe(&self) -> impl Fut<Value>;
+}
+
+/// A model stream's methods as the object protocol declares them.
+#[doc(hidden)]
+pub trait StreamMethods: Send + Sync + 'static {
+    fn next(&self) -> impl Fut<Option<StreamEvent>>;
+    fn next_many(&self) -> impl Fut<Vec<StreamEvent>>;
+    fn close(&self) -> impl Fut<()>;
+}
+
+/// A stream object over `methods` (the SDK's channel-backed stream).
+pub(crate) fn stream_object(methods: impl StreamMethods) -> Object {
+    Object::new(StreamObject(Arc::new(methods)))
+}
+
+/// A named object with no methods but `describe` (tape sidecars and
+/// contexts).
+struct Plain(String, Value);
+
+impl TapeContextMethods for Plain {
+    fn name(&self) -> String {
+        self.0.clone()
+    }
+    fn describe(&self) -> impl Fut<Value> {
+        let v = self.1.clone();
+        async { Ok(v) }
+    }
+}
+
+/// A tape sidecar: a kind and a name, no methods.
+struct Sidecar(String);
+
+impl ObjectImpl for Sidecar {
+    fn kind(&self) -> &str {
+        kinds::TAPE_SIDECAR
+    }
+    fn name(&self) -> String {
+        self.0.clone()
+    }
     fn invoke(&self, method: &str, _args: Value) -> ObjectFuture {
-        match method {
-            "describe" => {
-                let v = self.2.clone();
-                Box::pin(async move { Ok(v) })
-            }
-            other => unsupported(self.0, other, &["describe"]),
-        }
+        unsupported(kinds::TAPE_SIDECAR, method, &[])
     }
 }
 
@@ -458,23 +624,38 @@ impl Object {
     /// A [`Tool`] for `provide_tools`.
     pub fn tool(tool: impl Tool) -> Object {
         let name = tool.spec().name;
-        Object::new(SpecObject(Arc::new(ToolAdapter(tool)), kinds::TOOL, name))
+        Object::new(ToolObject(Arc::new(ToolAdapter(tool, name))))
     }
 
     /// A [`Command`] for `register_cli_commands`.
     pub fn cli_command(command: impl Command) -> Object {
         let name = command.spec().name;
-        Object::new(SpecObject(Arc::new(CommandAdapter(command)), kinds::CLI_COMMAND, name))
+        Object::new(CommandObject(Arc::new(CommandAdapter(command, name))))
+    }
+
+    /// The host's message handler (what `provide_channels` receives).
+    pub fn message_handler(handler: impl MessageHandler) -> Object {
+        Object::new(MessageHandlerObject(Arc::new(handler)))
+    }
+
+    /// The host's command-line object (what `register_cli_commands` receives).
+    pub fn cli_app(app: impl CliApp) -> Object {
+        Object::new(CliAppObject(Arc::new(app)))
+    }
+
+    /// The host's framework object (what `on_error` receives).
+    pub fn framework(framework: impl FrameworkOps) -> Object {
+        Object::new(FrameworkObject(Arc::new(framework)))
     }
 
     /// A tape sidecar named `name` for `provide_tape_sidecar`.
     pub fn tape_sidecar(name: impl Into<String>) -> Object {
-        Object::new(Plain(kinds::TAPE_SIDECAR, name.into(), Value::Null))
+        Object::new(Sidecar(name.into()))
     }
 
     /// A tape context for `build_tape_context`.
     pub fn tape_context(spec: TapeContextSpec) -> Object {
         let v = serde_json::to_value(&spec).unwrap_or(Value::Null);
-        Object::new(Plain(kinds::TAPE_CONTEXT, String::new(), v))
+        Object::new(TapeContextObject(Arc::new(Plain(String::new(), v))))
     }
 }

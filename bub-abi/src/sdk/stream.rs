@@ -8,15 +8,9 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, Mutex};
 
-use crate::{
-    abi::HookError,
-    sdk::object::{ObjectFuture, ObjectImpl},
-    types::StreamEvent,
-    Object,
-};
+use crate::{resources::Fut, types::StreamEvent, Object};
 
 /// The producing end of a model stream.
 #[derive(Clone)]
@@ -55,7 +49,7 @@ impl ModelStream {
     /// A stream fed through the returned sender (buffering `capacity` events).
     pub fn channel(capacity: usize) -> (EventSender, Object) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (EventSender { tx }, Object::new(Receiver { rx: Arc::new(Mutex::new(Some(rx))) }))
+        (EventSender { tx }, crate::resources::stream_object(Receiver { rx: Arc::new(Mutex::new(Some(rx))) }))
     }
 
     /// A stream of events known in advance.
@@ -73,42 +67,39 @@ struct Receiver {
     rx: Arc<Mutex<Option<mpsc::Receiver<StreamEvent>>>>,
 }
 
-impl ObjectImpl for Receiver {
-    fn kind(&self) -> &str {
-        "stream"
+impl crate::resources::StreamMethods for Receiver {
+    fn next(&self) -> impl Fut<Option<StreamEvent>> {
+        let rx = self.rx.clone();
+        async move {
+            let mut guard = rx.lock().await;
+            let Some(rx) = guard.as_mut() else { return Ok(None) };
+            Ok(rx.recv().await)
+        }
     }
 
-    fn invoke(&self, method: &str, _args: Value) -> ObjectFuture {
+    /// Every event available now (waiting for the first): one call instead
+    /// of one per event. `[]` at the end.
+    fn next_many(&self) -> impl Fut<Vec<StreamEvent>> {
         let rx = self.rx.clone();
-        match method {
-            "next" => Box::pin(async move {
-                let mut guard = rx.lock().await;
-                let Some(rx) = guard.as_mut() else { return Ok(Value::Null) };
-                match rx.recv().await {
-                    Some(event) => serde_json::to_value(event)
-                        .map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string())),
-                    None => Ok(Value::Null),
+        async move {
+            let mut guard = rx.lock().await;
+            let Some(rx) = guard.as_mut() else { return Ok(Vec::new()) };
+            let mut events = Vec::new();
+            if let Some(first) = rx.recv().await {
+                events.push(first);
+                while let Ok(more) = rx.try_recv() {
+                    events.push(more);
                 }
-            }),
-            // Every event available now (waiting for the first): one call
-            // instead of one per event. `[]` at the end.
-            "next_many" => Box::pin(async move {
-                let mut guard = rx.lock().await;
-                let Some(rx) = guard.as_mut() else { return Ok(Value::Array(Vec::new())) };
-                let mut events = Vec::new();
-                if let Some(first) = rx.recv().await {
-                    events.push(first);
-                    while let Ok(more) = rx.try_recv() {
-                        events.push(more);
-                    }
-                }
-                serde_json::to_value(events).map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string()))
-            }),
-            "close" => Box::pin(async move {
-                rx.lock().await.take();
-                Ok(Value::Null)
-            }),
-            other => crate::resources::unsupported("stream", other, &["next", "next_many", "close"]),
+            }
+            Ok(events)
+        }
+    }
+
+    fn close(&self) -> impl Fut<()> {
+        let rx = self.rx.clone();
+        async move {
+            rx.lock().await.take();
+            Ok(())
         }
     }
 }

@@ -17,7 +17,7 @@ use std::{
 };
 
 use bub_abi::{
-    resources::{Channel, Fut},
+    resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{Envelope, StreamEvent},
     Object,
 };
@@ -116,16 +116,18 @@ fn read_loop(inner: Arc<CliInner>) {
             return;
         }
     };
-    let call = |method: &str, args: Value| {
-        if let Err(e) = rt.block_on(inner.handler.invoke(method, &args)) {
-            eprintln!("error: {e}");
+    let handler = MessageHandlerClient(&inner.handler);
+    let report = |r: Result<(), bub_abi::resources::MethodError>| {
+        if let Err(e) = r {
+            eprintln!("error: {}", e.error);
         }
     };
+    let close = || report(rt.block_on(handler.close()));
     let mut editor = match rustyline::DefaultEditor::new() {
         Ok(e) => e,
         Err(e) => {
             eprintln!("bub chat: cannot open the terminal: {e}");
-            call("close", json!({}));
+            close();
             return;
         }
     };
@@ -144,7 +146,7 @@ fn read_loop(inner: Arc<CliInner>) {
                     let _ = editor.save_history(h);
                 }
                 let message = json!({"channel": "cli", "content": content, "context": {"sender_id": "human"}});
-                call("handle", json!({ "message": message }));
+                report(rt.block_on(handler.handle(&message)));
             }
             // Ctrl-C at the prompt: a fresh line, as a shell does.
             Err(rustyline::error::ReadlineError::Interrupted) => continue,
@@ -155,7 +157,7 @@ fn read_loop(inner: Arc<CliInner>) {
             }
         }
     }
-    call("close", json!({}));
+    close();
 }
 
 impl Channel for CliChannel {

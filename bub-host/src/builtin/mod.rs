@@ -151,7 +151,7 @@ impl Plugin for Builtin {
                 outbound[key] = v.clone();
             }
         }
-        framework.invoke("dispatch_outbound", &json!({ "message": outbound })).await?;
+        bub_abi::resources::clients::FrameworkClient(&framework).dispatch_outbound(&outbound).await?;
         Ok(())
     }
 

@@ -9,7 +9,10 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use bub_abi::{HookError, Object, ObjectFuture, ObjectImpl};
+use bub_abi::{
+    resources::{Fut, MessageHandler},
+    HookError, Object,
+};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -37,27 +40,20 @@ enum Event {
 /// returns when the turn is over; `close {}` ends the chat.
 struct Handler(mpsc::UnboundedSender<Event>);
 
-impl ObjectImpl for Handler {
-    fn kind(&self) -> &str {
-        bub_abi::resources::kinds::MESSAGE_HANDLER
+impl MessageHandler for Handler {
+    fn handle(&self, message: Value) -> impl Fut<()> {
+        let tx = self.0.clone();
+        async move {
+            let (done, finished) = oneshot::channel();
+            tx.send(Event::Message(message, done)).map_err(|_| HookError::plugin("the chat has ended"))?;
+            let _ = finished.await;
+            Ok(())
+        }
     }
 
-    fn invoke(&self, method: &str, args: Value) -> ObjectFuture {
-        let tx = self.0.clone();
-        match method {
-            "handle" => Box::pin(async move {
-                let (done, finished) = oneshot::channel();
-                let message = args.get("message").cloned().unwrap_or(Value::Null);
-                tx.send(Event::Message(message, done)).map_err(|_| HookError::plugin("the chat has ended"))?;
-                let _ = finished.await;
-                Ok(Value::Null)
-            }),
-            "close" => Box::pin(async move {
-                let _ = tx.send(Event::Close);
-                Ok(Value::Null)
-            }),
-            other => bub_abi::resources::unsupported(self.kind(), other, &["handle", "close"]),
-        }
+    fn close(&self) -> impl Fut<()> {
+        let _ = self.0.send(Event::Close);
+        async { Ok(()) }
     }
 }
 
@@ -82,7 +78,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
             _ = interrupted.notified() => bail!("interrupted while opening the session (a plugin's resource did not start)"),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let handler = Object::new(Handler(tx.clone()));
+        let handler = Object::message_handler(Handler(tx.clone()));
         let body = async {
             let channels = framework.get_channels(&handler)?;
             let Some(cli) = channels.into_iter().find(|c| c.name() == "cli") else {

@@ -11,13 +11,13 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
 use anyhow::{Context as _, Result};
 use bub_abi::{
-    resources::kinds,
+    resources::{CliApp, Fut},
     types::{CommandArg, CommandSpec},
-    Object, ObjectFuture, ObjectImpl,
+    Object,
 };
 use bub_host::resources::CliCommand;
 use clap::{ArgAction, CommandFactory, FromArgMatches};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::{context, dispatch, init_logging, Cli};
 
@@ -40,19 +40,20 @@ struct App {
     home: PathBuf,
 }
 
-impl ObjectImpl for App {
-    fn kind(&self) -> &str {
-        kinds::CLI_APP
+impl CliApp for App {
+    fn workspace(&self) -> impl Fut<String> {
+        let w = self.workspace.display().to_string();
+        async { Ok(w) }
     }
 
-    fn invoke(&self, method: &str, _args: Value) -> ObjectFuture {
-        let value = match method {
-            "workspace" => json!(self.workspace.display().to_string()),
-            "home" => json!(self.home.display().to_string()),
-            "commands" => json!(Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect::<Vec<_>>()),
-            other => return bub_abi::resources::unsupported(self.kind(), other, &["workspace", "home", "commands"]),
-        };
-        Box::pin(async move { Ok(value) })
+    fn home(&self) -> impl Fut<String> {
+        let h = self.home.display().to_string();
+        async { Ok(h) }
+    }
+
+    fn commands(&self) -> impl Fut<Vec<String>> {
+        let names = Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect();
+        async { Ok(names) }
     }
 }
 
@@ -138,7 +139,7 @@ pub fn run() -> Result<()> {
     init_logging(shared.verbose);
     let ctx = context(shared.home, shared.workspace)?;
     let framework = ctx.framework();
-    let app = Object::new(App { workspace: ctx.workspace.clone(), home: ctx.home.clone() });
+    let app = Object::cli_app(App { workspace: ctx.workspace.clone(), home: ctx.home.clone() });
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let builtin: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect();
 

@@ -1,6 +1,7 @@
 //! Model streams on the host side: Bub's `AsyncStreamEvents`.
 
 use bub_abi::{
+    resources::{clients::StreamClient, MethodError},
     types::{Envelope, ErrorInfo, StreamEvent},
     HookError, HookId, Object,
 };
@@ -34,15 +35,11 @@ impl ModelStream {
         if self.closed {
             return Ok(None);
         }
-        let fail = |e: HookError| HookFailure::new(&self.plugin, HookId::RunModelStream, e);
+        let fail = |e: MethodError| HookFailure::new(&self.plugin, HookId::RunModelStream, e.error);
+        let client = StreamClient(&self.object);
         if self.batched {
-            match self.object.invoke("next_many", &Value::Null).await {
-                // Not a list: a stream that does not know `next_many`.
-                Ok(Value::Null) => self.batched = false,
-                Ok(v) => {
-                    let events: Vec<StreamEvent> = serde_json::from_value(v).map_err(|e| {
-                        fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("a stream event is malformed: {e}")))
-                    })?;
+            match client.next_many().await {
+                Ok(events) => {
                     if events.is_empty() {
                         self.closed = true;
                     }
@@ -50,18 +47,16 @@ impl ModelStream {
                     return Ok(self.buffer.pop_front());
                 }
                 // A hand-written stream without `next_many`.
-                Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => self.batched = false,
+                Err(e) if e.error.kind == bub_abi::ErrorKind::UNSUPPORTED => self.batched = false,
                 Err(e) => return Err(fail(e)),
             }
         }
-        match self.object.invoke("next", &Value::Null).await.map_err(fail)? {
-            Value::Null => {
+        match client.next().await.map_err(fail)? {
+            None => {
                 self.closed = true;
                 Ok(None)
             }
-            v => serde_json::from_value(v).map(Some).map_err(|e| {
-                fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("a stream event is malformed: {e}")))
-            }),
+            event => Ok(event),
         }
     }
 
@@ -69,7 +64,7 @@ impl ModelStream {
     pub async fn close(&mut self) {
         if !self.closed {
             self.closed = true;
-            let _ = self.object.invoke("close", &Value::Null).await;
+            let _ = StreamClient(&self.object).close().await;
         }
     }
 

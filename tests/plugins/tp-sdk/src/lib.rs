@@ -121,9 +121,9 @@ impl Command for Greet {
     fn run(&self, args: Map<String, Value>) -> impl Fut<Value> {
         let app = self.app.clone();
         async move {
-            let workspace = app.invoke("workspace", &Value::Null).await?;
+            let workspace = bub_abi::resources::clients::CliAppClient(&app).workspace().await?;
             let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
-            let mut text = format!("hello {name} from {}", workspace.as_str().unwrap_or_default());
+            let mut text = format!("hello {name} from {workspace}");
             if args.get("shout") == Some(&Value::Bool(true)) {
                 text = text.to_uppercase();
             }
