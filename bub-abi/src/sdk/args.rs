@@ -188,6 +188,15 @@ macro_rules! gen_arg_views {
                     /// What the hook's SDK method returns.
                     pub type Return = $ret;
 
+                    /// The wire index of each argument (from the hook table).
+                    #[allow(non_upper_case_globals)]
+                    pub mod index {
+                        $(
+                            #[doc = concat!("Index of `", stringify!($arg), "`.")]
+                            pub const $arg: usize = $idx;
+                        )*
+                    }
+
                     #[doc = concat!("The arguments of `", stringify!($name), "`.")]
                     #[derive(Clone, Copy)]
                     pub struct Args<'a> {

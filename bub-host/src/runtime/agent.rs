@@ -68,7 +68,7 @@ impl Runtime {
         if impls.is_empty() {
             return (request, None);
         }
-        let mut args = CallArgs::from_values(vec![to_value(&request), Value::null()]).with_state(state.clone());
+        let Ok(mut args) = CallArgs::before_llm_call(&request, state) else { return (request, None) };
         for imp in impls {
             let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let parsed = match &answer {
@@ -78,7 +78,7 @@ impl Runtime {
             match parsed {
                 Some(BeforeLlmCall::Request(r)) => {
                     request = r;
-                    args.set(0, to_value(&request));
+                    args.set(bub_abi::args::before_llm_call::index::request, to_value(&request));
                 }
                 Some(BeforeLlmCall::Decision(d)) => return (request, Some(d)),
                 None => bad_return(HOOK, imp, answer_name(&answer), "LLMCallRequest | LLMCallDecision | None"),
@@ -94,8 +94,7 @@ impl Runtime {
         if impls.is_empty() {
             return;
         }
-        let args =
-            CallArgs::from_values(vec![to_value(request), to_value(result), Value::null()]).with_state(state.clone());
+        let Ok(args) = CallArgs::after_llm_call(request, result, state) else { return };
         for imp in impls {
             let _ = self.run_agent_hook(HOOK, imp, &args).await;
         }
@@ -116,7 +115,10 @@ impl Runtime {
         if impls.is_empty() {
             return (call, ToolCallDecision::proceed(None));
         }
-        let mut args = CallArgs::from_values(vec![to_value(&call), Value::null()]).with_state(state.clone());
+        const CALL: usize = bub_abi::args::before_tool_call::index::call;
+        let Ok(mut args) = CallArgs::before_tool_call(&call, state) else {
+            return (call, ToolCallDecision::proceed(None));
+        };
         for imp in impls {
             let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let Answer::Value(decision) = &answer else {
@@ -133,9 +135,9 @@ impl Runtime {
                     None => {}
                     Some(a) if a.is_null() => {}
                     Some(a) if a.is_object() => {
-                        let next = args.value(0).with("arguments", a);
+                        let next = args.value(CALL).with("arguments", a);
                         call.arguments = a.to_owned();
-                        args.set(0, next);
+                        args.set(CALL, next);
                     }
                     Some(_) => bad_return(HOOK, imp, "dict", "ToolCallDecision(arguments: dict) | None"),
                 },
@@ -162,15 +164,15 @@ impl Runtime {
         if impls.is_empty() {
             return result;
         }
-        let mut args =
-            CallArgs::from_values(vec![to_value(call), to_value(&result), Value::null()]).with_state(state.clone());
+        const RESULT: usize = bub_abi::args::after_tool_call::index::result;
+        let Ok(mut args) = CallArgs::after_tool_call(call, &result, state) else { return result };
         for imp in impls {
             let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             match &answer {
                 Answer::Value(v) => match v.deserialize::<serde_json::Value>() {
                     Ok(json) => {
                         result.result = Some(json);
-                        args.set(1, args.value(1).with("result", v));
+                        args.set(RESULT, args.value(RESULT).with("result", v));
                     }
                     Err(_) => bad_return(HOOK, imp, answer_name(&answer), "a JSON value | None"),
                 },
