@@ -4,20 +4,31 @@
 //! hosts those hooks in Rust, with plugins as native `cdylib` libraries
 //! loaded at run time. This crate is the contract between the two sides:
 //!
-//! - [`hooks`]: the hook table, the single list from which everything else
-//!   is generated (ABI slots, the [`Plugin`] trait, argument views, the host's
-//!   dispatch and `bub hooks`).
-//! - [`abi`]: the FFI-safe types (checked with `abi_stable` at load time):
-//!   the root module, the hook table, calls, returns, the state handle,
-//!   objects and host services.
-//! - [`types`]: typed payloads (envelopes, prompts, LLM and tool calls,
-//!   decisions, model options, …).
-//! - the SDK: [`Plugin`], [`#[plugin]`](plugin), [`export_plugin!`],
-//!   [`TurnState`], [`Object`].
+//! What a plugin author uses is at the crate root:
 //!
-//! The crate version is the ABI version ([`ABI_VERSION`]), separate from the
-//! host's version: a plugin built against `bub-abi 1.x` loads in every host
-//! speaking ABI 1.y; hooks added in a later minor are simply absent from it.
+//! - [`Plugin`], [`#[plugin]`](plugin), [`export_plugin!`], [`PluginContext`],
+//!   [`BoxError`]: writing and exporting a plugin;
+//! - [`types`]: Bub's payloads (envelopes, prompts, LLM and tool calls,
+//!   decisions, model options, …), read from the host's values;
+//! - [`Value`], [`ValueRef`] ([`value`]): host-owned values, for reading an
+//!   argument without copying it and building results from it;
+//! - [`TurnState`]: the live turn state;
+//! - [`resources`]: the object kinds a plugin provides (tape store, channel,
+//!   tool, …) and the clients that call the host's objects;
+//! - [`Hook`], [`HookError`], [`ErrorKind`]: for hand-written hooks;
+//! - [`hooks`]: the hook table, the single list from which the ABI slots,
+//!   the [`Plugin`] trait, the argument views, the host's entry points and
+//!   `bub hooks` are generated.
+//!
+//! The FFI types (`abi`) and the engine (`sdk`: thunks, future bridge, panic
+//! guards, log forwarding) are for hosts and generated code; they are public
+//! only because hosts and macros need them, and hidden from these docs.
+//!
+//! The crate version is the ABI version ([`ABI_VERSION`], 2.0.0), separate
+//! from the host's version: a plugin built against `bub-abi 2.x` loads in
+//! every host speaking ABI 2.y; hooks added in a later minor are simply
+//! absent from it. `docs/plugin-guide.md` says what changed from ABI 1 and
+//! how to port a plugin.
 //!
 //! ## A complete plugin
 //!
@@ -108,7 +119,9 @@
 
 #[macro_use]
 pub mod hooks;
+#[doc(hidden)]
 pub mod abi;
+#[doc(hidden)]
 pub mod sdk;
 pub mod types;
 pub mod value;
@@ -130,7 +143,9 @@ pub use value::{Value, ValueKind, ValueRef};
 pub use bub_abi_macros::__root_symbol;
 pub use bub_abi_macros::plugin;
 
+#[doc(hidden)]
 pub use abi_stable;
+#[doc(hidden)]
 pub use async_ffi;
 pub use serde_json;
 pub use tokio;

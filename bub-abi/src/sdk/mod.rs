@@ -1,4 +1,8 @@
-//! The plugin-side SDK: what a plugin author writes against.
+//! The plugin-side engine behind the crate-root API: argument views, the
+//! exported thunks and root module, the future bridge (plugin-local tokio),
+//! panic guards and log forwarding. Plugin authors use the re-exports at
+//! the crate root; these modules are public only for generated code and
+//! hosts.
 
 pub mod args;
 pub mod bridge;
