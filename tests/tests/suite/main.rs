@@ -1,0 +1,21 @@
+//! The integration suite: every test in one binary (one link instead of
+//! sixteen; nothing here depends on process-global state: logs are captured
+//! per thread, homes and workspaces are temporary folders told to each
+//! host). Each module names the spec behaviours it proves.
+
+mod agent;
+mod app_hooks;
+mod builtin;
+mod chat;
+mod cli;
+mod dispatch;
+mod examples;
+mod install;
+mod loading;
+mod openai;
+mod scope;
+mod sdk;
+mod shells;
+mod special;
+mod trust;
+mod turn;
