@@ -24,6 +24,9 @@ fn main() {
     if std::env::args().any(|a| a == "turn") {
         return turn_only();
     }
+    if std::env::args().any(|a| a == "state" || a == "chain") {
+        return values_only();
+    }
     let n = 10;
     let home = Home::new();
     let lib = lib_release("tp-bench");
@@ -75,6 +78,42 @@ fn main() {
         std::hint::black_box(rt.call_first_sync(HookId::ResolveSession, &args).unwrap());
     }
     println!("call_first_sync N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
+}
+
+/// `microbench state` / `microbench chain`: `call_many(load_state)` or the
+/// `before_tool_call` chain over 10 tp-bench plugins, in a loop (the
+/// plugin copies are kept, so profilers can read their symbols).
+fn values_only() {
+    let n = 10;
+    let home = Home::new();
+    let lib = lib_release("tp-bench");
+    for i in 0..n {
+        home.install(&format!("p{i:03}"), &lib, json!({"idx": i, "answer": true}));
+    }
+    let host = HostBuilder::new().discovered(&home.search()).build();
+    let home = Box::leak(Box::new(home));
+    let _ = &home;
+    let rt = host.runtime();
+    let iters = 200_000u32;
+    let t = Instant::now();
+    if std::env::args().any(|a| a == "chain") {
+        let call = bub_abi::types::ToolCall {
+            run_id: "r".into(),
+            tool: "fs.read".into(),
+            arguments: bub_abi::Value::from(json!({"path": "README.md", "limit": 100, "hops": 0})),
+        };
+        let state = bub_abi::TurnState::new();
+        for _ in 0..iters {
+            std::hint::black_box(run(rt.before_tool_call(call.clone(), &state)));
+        }
+        println!("before_tool_call N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
+    } else {
+        let args = CallArgs::load_state(&json!({"content": "hi"}), &"s".to_owned()).unwrap();
+        for _ in 0..iters {
+            std::hint::black_box(run(rt.call_many(HookId::LoadState, &args)).unwrap());
+        }
+        println!("call_many load_state N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
+    }
 }
 
 /// `microbench load`: where loading time goes.
