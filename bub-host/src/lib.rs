@@ -9,24 +9,28 @@
 //! - [`loader`]: opening a library and checking its ABI before running it;
 //! - [`registry`]: registration order and pluggy's per-hook ordering;
 //! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
-//!   sync variants, `notify_error`, the agent interception chains);
+//!   sync variants, `notify_error`, the agent interception chains), and one
+//!   typed entry point per hook generated from the hook table
+//!   (`runtime.resolve_session(&message)`);
 //! - [`framework`]: the turn pipeline (`process_inbound`), the `running()`
 //!   scope and the app hooks; [`resources`]: typed handles over the objects
 //!   app hooks return;
 //! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
 //!
 //! ```no_run
-//! use bub_host::{discovery::SearchPath, runtime::CallArgs, Host};
-//! use bub_abi::HookId;
+//! use bub_host::{discovery::SearchPath, HostBuilder};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let host = Host::discover(&SearchPath::from_env(None));
+//! // The builtin first, then every installed plugin; each is told the home
+//! // and the workspace (no environment variables).
+//! let host = HostBuilder::new().workspace("/srv/project").builtin().discovered(&SearchPath::from_env(None)).build();
 //! for plugin in host.registry().plugins() {
 //!     println!("{} {}", plugin.name, plugin.status.as_str());
 //! }
 //! let message = serde_json::json!({"channel": "cli", "chat_id": "42", "content": "hi"});
-//! let session = host.runtime().call_first(HookId::ResolveSession, &CallArgs::resolve_session(&message)?).await?;
-//! println!("{session:?}");
+//! if let Some(answer) = host.runtime().resolve_session(&message).await? {
+//!     println!("session {} (from {})", answer.get()?, answer.plugin());
+//! }
 //! # Ok(()) }
 //! ```
 
