@@ -32,6 +32,16 @@ use crate::abi::{ValueVTable, ValueVTableRef};
 /// payloads have. Larger maps get an index (no quadratic build).
 const SMALL_MAP: usize = 16;
 
+/// A short string without `SmolStr::new`'s whitespace special case.
+#[inline]
+fn small(s: &str) -> SmolStr {
+    if s.len() <= 23 {
+        SmolStr::new_inline(s)
+    } else {
+        SmolStr::new(s)
+    }
+}
+
 /// A map node: insertion-ordered, like a Python dict and Bub's payloads.
 #[derive(Debug, Clone)]
 pub(crate) enum NodeMap {
@@ -80,17 +90,17 @@ impl NodeMap {
                 if let Some(slot) = v.iter_mut().find(|(k, _)| k == key) {
                     slot.1 = node;
                 } else if v.len() < SMALL_MAP {
-                    v.push((SmolStr::new(key), node));
+                    v.push((small(key), node));
                 } else {
                     let mut m: IndexMap<SmolStr, Node, foldhash::fast::RandomState> =
                         IndexMap::with_capacity_and_hasher(v.len() * 2, Default::default());
                     m.extend(v.drain(..));
-                    m.insert(SmolStr::new(key), node);
+                    m.insert(small(key), node);
                     *self = NodeMap::Big(m);
                 }
             }
             NodeMap::Big(m) => {
-                m.insert(SmolStr::new(key), node);
+                m.insert(small(key), node);
             }
         }
     }
@@ -209,6 +219,16 @@ unsafe fn take(p: *const c_void) -> Node {
     // SAFETY: `p` came from `into_raw` and is given up by the caller.
     let arc = unsafe { Arc::from_raw(p as *const Node) };
     Arc::try_unwrap(arc).unwrap_or_else(|shared| (*shared).clone())
+}
+
+/// The inner value of a node a builder holds alone (no atomic check when it
+/// is not shared, which it never is while being built).
+#[inline]
+fn inner_mut<T: Clone>(arc: &mut Arc<T>) -> &mut T {
+    if Arc::get_mut(arc).is_none() {
+        return Arc::make_mut(arc);
+    }
+    Arc::get_mut(arc).expect("checked above")
 }
 
 /// The node behind an owned pointer, for a builder that holds its only
@@ -352,7 +372,7 @@ extern "C" fn v_insert_scalar(object: *const c_void, key: RStr<'_>, kind: u8, bi
     // SAFETY: `object` is the caller's builder.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
-            Arc::make_mut(o).insert(key.as_str(), scalar(kind, bits));
+            inner_mut(o).insert(key.as_str(), scalar(kind, bits));
             true
         }
         _ => false,
@@ -364,7 +384,7 @@ extern "C" fn v_insert_string(object: *const c_void, key: RStr<'_>, s: RStr<'_>)
     // SAFETY: `object` is the caller's builder.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
-            Arc::make_mut(o).insert(key.as_str(), Node::Str(SmolStr::new(s.as_str())));
+            inner_mut(o).insert(key.as_str(), Node::Str(small(s.as_str())));
             true
         }
         _ => false,
@@ -376,7 +396,7 @@ extern "C" fn v_push_scalar(array: *const c_void, kind: u8, bits: u64) -> bool {
     // SAFETY: `array` is the caller's builder.
     match unsafe { builder(array) } {
         Some(Node::Array(a)) => {
-            Arc::make_mut(a).push(scalar(kind, bits));
+            inner_mut(a).push(scalar(kind, bits));
             true
         }
         _ => false,
@@ -388,7 +408,7 @@ extern "C" fn v_push_string(array: *const c_void, s: RStr<'_>) -> bool {
     // SAFETY: `array` is the caller's builder.
     match unsafe { builder(array) } {
         Some(Node::Array(a)) => {
-            Arc::make_mut(a).push(Node::Str(SmolStr::new(s.as_str())));
+            inner_mut(a).push(Node::Str(small(s.as_str())));
             true
         }
         _ => false,
@@ -396,7 +416,7 @@ extern "C" fn v_push_string(array: *const c_void, s: RStr<'_>) -> bool {
 }
 
 extern "C" fn v_string(s: RStr<'_>) -> *const c_void {
-    into_raw(Node::Str(SmolStr::new(s.as_str())))
+    into_raw(Node::Str(small(s.as_str())))
 }
 
 extern "C" fn v_array(capacity: usize) -> *const c_void {
@@ -413,7 +433,7 @@ extern "C" fn v_push(array: *const c_void, item: *const c_void) -> bool {
     // SAFETY: `array` is the caller's builder; `item` is given up on success.
     match unsafe { builder(array) } {
         Some(Node::Array(a)) => {
-            Arc::make_mut(a).push(unsafe { take(item) });
+            inner_mut(a).push(unsafe { take(item) });
             true
         }
         _ => false,
@@ -425,7 +445,7 @@ extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void
     // SAFETY: `object` is the caller's builder; `item` is given up on success.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
-            Arc::make_mut(o).insert(key.as_str(), unsafe { take(item) });
+            inner_mut(o).insert(key.as_str(), unsafe { take(item) });
             true
         }
         _ => false,
@@ -578,7 +598,7 @@ impl<'de> serde::Deserialize<'de> for Node {
                 Ok(Node::Float(f))
             }
             fn visit_str<E>(self, s: &str) -> Result<Node, E> {
-                Ok(Node::Str(SmolStr::new(s)))
+                Ok(Node::Str(small(s)))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
                 let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 12));
