@@ -22,23 +22,7 @@ thread_local! {
     static PARKED: Cell<Option<(*const c_void, ValueVTableRef)>> = const { Cell::new(None) };
 }
 
-/// Why a value could not be read as the requested type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl de::Error for Error {
-    fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error(msg.to_string())
-    }
-}
+use super::Error;
 
 impl<'de> de::Deserializer<'de> for ValueRef<'de> {
     type Error = Error;

@@ -50,8 +50,35 @@ use abi_stable::std_types::{RStr, RString};
 
 use crate::abi::{HookError, ValueVTableRef};
 pub use crate::abi::{Value, ValueKind, ValueRef};
-pub use de::Error as DeError;
 pub use ser::ValueSerializer;
+
+/// Why a value could not be read as a type, or built from one (serde's
+/// error for both directions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(String);
+
+/// The error of [`ValueRef::deserialize`] (the same type as [`Error`]).
+pub type DeError = Error;
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl serde::de::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error(msg.to_string())
+    }
+}
+
+impl serde::ser::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error(msg.to_string())
+    }
+}
 
 static HOST_TABLE: OnceLock<ValueVTableRef> = OnceLock::new();
 

@@ -6,7 +6,7 @@
 //! through a thread-local slot. Any other serializer (serde_json, say) sees
 //! an ordinary newtype and gets the value's contents.
 
-use std::{cell::Cell, ffi::c_void, fmt};
+use std::{cell::Cell, ffi::c_void};
 
 use serde::ser::{self, Serialize};
 
@@ -20,23 +20,7 @@ thread_local! {
     static CAPTURED: Cell<Option<(*const c_void, ValueVTableRef)>> = const { Cell::new(None) };
 }
 
-/// Why a value could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl ser::Error for Error {
-    fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error(msg.to_string())
-    }
-}
+use super::Error;
 
 impl Serialize for ValueRef<'_> {
     fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
