@@ -138,10 +138,10 @@ impl HostBuilder {
     /// Loads everything and registers what loaded. Failures are recorded on
     /// the plugin's status (and logged); the host always comes up.
     pub fn build(self) -> Host {
-        let defaults = Places::default();
+        // The defaults cost a syscall and an environment read: only when needed.
         let places = Places {
-            home: self.home.unwrap_or(defaults.home),
-            workspace: self.workspace.unwrap_or(defaults.workspace),
+            home: self.home.unwrap_or_else(crate::discovery::bub_home),
+            workspace: self.workspace.unwrap_or_else(|| Places::default().workspace),
         };
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
