@@ -15,7 +15,7 @@ use bub_abi::{
     HookError, HookId, TurnState, Value, ValueKind, ValueRef,
 };
 
-use super::{finish, Answer, CallArgs, Done, Runtime};
+use super::{answer_type_name, finish, Answer, CallArgs, Done, Runtime};
 use crate::registry::Impl;
 
 fn failed(hook: HookId, imp: &Impl, e: &HookError) {
@@ -28,14 +28,6 @@ fn bad_return(hook: HookId, imp: &Impl, got: &str, expected: &str) {
         "hook.agent_hook_bad_return hook={hook} adapter={} got={got} expected={expected}",
         imp.plugin,
     );
-}
-
-fn answer_name(answer: &Answer) -> &'static str {
-    match answer {
-        Answer::Value(v) => super::value_type_name(v.as_ref()),
-        Answer::Object(_) => "object",
-        Answer::Objects(_) => "list",
-    }
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
@@ -81,7 +73,7 @@ impl Runtime {
                     args.set(bub_abi::args::before_llm_call::index::request, to_value(&request));
                 }
                 Some(BeforeLlmCall::Decision(d)) => return (request, Some(d)),
-                None => bad_return(HOOK, imp, answer_name(&answer), "LLMCallRequest | LLMCallDecision | None"),
+                None => bad_return(HOOK, imp, answer_type_name(&answer), "LLMCallRequest | LLMCallDecision | None"),
             }
         }
         (request, None)
@@ -122,7 +114,7 @@ impl Runtime {
         for imp in impls {
             let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let Answer::Value(decision) = &answer else {
-                bad_return(HOOK, imp, answer_name(&answer), EXPECTED);
+                bad_return(HOOK, imp, answer_type_name(&answer), EXPECTED);
                 continue;
             };
             let d = decision.as_ref();
@@ -174,9 +166,9 @@ impl Runtime {
                         result.result = Some(json);
                         args.set(RESULT, args.value(RESULT).with("result", v));
                     }
-                    Err(_) => bad_return(HOOK, imp, answer_name(&answer), "a JSON value | None"),
+                    Err(_) => bad_return(HOOK, imp, answer_type_name(&answer), "a JSON value | None"),
                 },
-                other => bad_return(HOOK, imp, answer_name(other), "a JSON value | None"),
+                other => bad_return(HOOK, imp, answer_type_name(other), "a JSON value | None"),
             }
         }
         result

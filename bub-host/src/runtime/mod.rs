@@ -115,7 +115,8 @@ pub fn value_type_name(value: ValueRef<'_>) -> &'static str {
     }
 }
 
-fn answer_type_name(answer: &Answer) -> &'static str {
+/// Python's type name of an answer (`object` and `list` for objects).
+pub(crate) fn answer_type_name(answer: &Answer) -> &'static str {
     match answer {
         Answer::Value(v) => value_type_name(v.as_ref()),
         Answer::Object(_) => "object",
@@ -213,7 +214,7 @@ impl Runtime {
         let views = args.views();
         let mut call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match resolve(imp.invoke(&mut call)).await {
+            match finish(imp, &mut call).await {
                 Done::None => {}
                 Done::Error(e) => return Err(failure(imp, hook, e)),
                 Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -233,46 +234,13 @@ impl Runtime {
         let views = args.views();
         let mut call = args.call(&views, DispatchMode::Async);
         for imp in impls {
-            match resolve(imp.invoke(&mut call)).await {
+            match finish(imp, &mut call).await {
                 Done::None => out.push(None),
                 Done::Error(e) => return Err(failure(imp, hook, e)),
                 Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
             }
         }
         Ok(out)
-    }
-
-    /// [`call_first`](Self::call_first) with arguments built only when some
-    /// plugin implements `hook`: nobody pays for serializing arguments of a
-    /// hook nobody implements.
-    pub async fn call_first_with<E>(
-        &self,
-        hook: HookId,
-        args: impl FnOnce() -> Result<CallArgs, serde_json::Error>,
-    ) -> Result<Option<Reply>, E>
-    where
-        E: From<HookFailure> + From<serde_json::Error>,
-    {
-        if !self.has(hook) {
-            return Ok(None);
-        }
-        Ok(self.call_first(hook, &args()?).await?)
-    }
-
-    /// [`call_many`](Self::call_many) with arguments built only when some
-    /// plugin implements `hook`.
-    pub async fn call_many_with<E>(
-        &self,
-        hook: HookId,
-        args: impl FnOnce() -> Result<CallArgs, serde_json::Error>,
-    ) -> Result<Vec<Option<Reply>>, E>
-    where
-        E: From<HookFailure> + From<serde_json::Error>,
-    {
-        if !self.has(hook) {
-            return Ok(Vec::new());
-        }
-        Ok(self.call_many(hook, &args()?).await?)
     }
 
     /// `call_first_sync`: like [`call_first`](Self::call_first); a pending
