@@ -57,11 +57,13 @@ impl Places {
 impl Default for Places {
     /// `$BUB_HOME` (else `~/.bub`) and the current directory.
     fn default() -> Self {
-        Places {
-            home: crate::discovery::bub_home(),
-            workspace: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
-        }
+        Places { home: crate::discovery::bub_home(), workspace: current_workspace() }
     }
+}
+
+/// The default workspace: the current directory.
+fn current_workspace() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
 }
 
 /// Builds a [`Host`] from plugin sources, in registration order.
@@ -141,7 +143,7 @@ impl HostBuilder {
         // The defaults cost a syscall and an environment read: only when needed.
         let places = Places {
             home: self.home.unwrap_or_else(crate::discovery::bub_home),
-            workspace: self.workspace.unwrap_or_else(|| Places::default().workspace),
+            workspace: self.workspace.unwrap_or_else(current_workspace),
         };
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
