@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use bub_abi::{
     types::{AdmitDecision, Envelope, ModelOptions, Prompt, StateMap, StreamState, TapeInfo, TurnSnapshot},
-    Object, TurnState, ValueKind,
+    Object, TurnState,
 };
 use serde_json::Value;
 
@@ -24,10 +24,9 @@ impl Framework {
     /// The system prompt: every block, lowest priority first, empty ones
     /// dropped, joined by a blank line (a plugin adds, never replaces).
     pub fn system_prompt(&self, prompt: &Prompt, state: &TurnState) -> Result<String, FrameworkError> {
+        // Only non-empty string blocks count (not `str()` of other values).
         let blocks: Vec<String> = (self.runtime.system_prompt(prompt, state)?.iter().rev())
-            .filter(|a| a.reply().value().is_some_and(|v| v.kind() == ValueKind::Str))
-            .filter_map(|a| a.get().ok())
-            .filter(|s| !s.is_empty())
+            .filter_map(|a| a.reply().value()?.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
             .collect();
         Ok(blocks.join("\n\n"))
     }
