@@ -36,6 +36,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod builtin;
 pub mod discovery;
 pub mod error;

@@ -10,18 +10,30 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, Mutex};
 
-use crate::{resources::Fut, types::StreamEvent, Object};
+use crate::{resources::Fut, types::StreamEvent, HookError, Object};
 
 /// The producing end of a model stream.
 #[derive(Clone)]
 pub struct EventSender {
-    tx: mpsc::Sender<StreamEvent>,
+    tx: mpsc::Sender<Result<StreamEvent, HookError>>,
 }
 
 impl EventSender {
     /// Sends one event; `Err` means the host closed the stream: stop producing.
     pub async fn send(&self, event: StreamEvent) -> Result<(), StreamClosed> {
-        self.tx.send(event).await.map_err(|_| StreamClosed)
+        self.tx.send(Ok(event)).await.map_err(|_| StreamClosed)
+    }
+
+    /// Ends the stream with `error`: the host's next read fails with it, so
+    /// the turn fails (Bub's exception raised from the stream), unlike an
+    /// `error` event, which is reported and the turn goes on.
+    pub async fn fail(&self, error: HookError) -> Result<(), StreamClosed> {
+        self.tx.send(Err(error)).await.map_err(|_| StreamClosed)
+    }
+
+    /// Waits until the host closes or drops the stream.
+    pub async fn closed(&self) {
+        self.tx.closed().await
     }
 
     /// Sends a `text` delta.
@@ -49,7 +61,8 @@ impl ModelStream {
     /// A stream fed through the returned sender (buffering `capacity` events).
     pub fn channel(capacity: usize) -> (EventSender, Object) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (EventSender { tx }, crate::resources::stream_object(Receiver { rx: Arc::new(Mutex::new(Some(rx))) }))
+        let state = RxState { rx: Some(rx), error: None };
+        (EventSender { tx }, crate::resources::stream_object(Receiver { rx: Arc::new(Mutex::new(state)) }))
     }
 
     /// A stream of events known in advance.
@@ -57,14 +70,21 @@ impl ModelStream {
         let (tx, object) = Self::channel(events.len());
         for e in events {
             // Cannot fail: the channel has room for every event.
-            let _ = tx.tx.try_send(e);
+            let _ = tx.tx.try_send(Ok(e));
         }
         object
     }
 }
 
 struct Receiver {
-    rx: Arc<Mutex<Option<mpsc::Receiver<StreamEvent>>>>,
+    rx: Arc<Mutex<RxState>>,
+}
+
+struct RxState {
+    rx: Option<mpsc::Receiver<Result<StreamEvent, HookError>>>,
+    // An error read behind events: handed out by the next call, so the
+    // events before it arrive first.
+    error: Option<HookError>,
 }
 
 impl crate::resources::StreamMethods for Receiver {
@@ -72,8 +92,11 @@ impl crate::resources::StreamMethods for Receiver {
         let rx = self.rx.clone();
         async move {
             let mut guard = rx.lock().await;
-            let Some(rx) = guard.as_mut() else { return Ok(None) };
-            Ok(rx.recv().await)
+            if let Some(e) = guard.error.take() {
+                return Err(e.into());
+            }
+            let Some(rx) = guard.rx.as_mut() else { return Ok(None) };
+            rx.recv().await.transpose().map_err(Into::into)
         }
     }
 
@@ -83,12 +106,22 @@ impl crate::resources::StreamMethods for Receiver {
         let rx = self.rx.clone();
         async move {
             let mut guard = rx.lock().await;
-            let Some(rx) = guard.as_mut() else { return Ok(Vec::new()) };
+            if let Some(e) = guard.error.take() {
+                return Err(e.into());
+            }
+            let state = &mut *guard;
+            let Some(rx) = state.rx.as_mut() else { return Ok(Vec::new()) };
             let mut events = Vec::new();
             if let Some(first) = rx.recv().await {
-                events.push(first);
+                events.push(first?);
                 while let Ok(more) = rx.try_recv() {
-                    events.push(more);
+                    match more {
+                        Ok(e) => events.push(e),
+                        Err(e) => {
+                            state.error = Some(e);
+                            break;
+                        }
+                    }
                 }
             }
             Ok(events)
@@ -98,7 +131,7 @@ impl crate::resources::StreamMethods for Receiver {
     fn close(&self) -> impl Fut<()> {
         let rx = self.rx.clone();
         async move {
-            rx.lock().await.take();
+            rx.lock().await.rx.take();
             Ok(())
         }
     }

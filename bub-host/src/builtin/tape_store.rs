@@ -103,11 +103,11 @@ impl FileTapeStore {
     }
 }
 
-fn now_iso() -> String {
+pub(crate) fn now_iso() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
-fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
+pub(crate) fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
     let is_anchor = |e: &TapeEntry, name: Option<&str>| {
         e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
     };
@@ -123,7 +123,11 @@ fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
         .skip(start)
         .filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind))
         .filter(|e| {
-            query.query.as_ref().is_none_or(|q| serde_json::Value::Object(e.payload.clone()).to_string().contains(q))
+            // Case-insensitive, over kind, date, payload and meta (Bub's base query).
+            query.query.as_ref().is_none_or(|q| {
+                let text = serde_json::json!([e.kind, e.date, e.payload, e.meta]).to_string().to_lowercase();
+                text.contains(&q.to_lowercase())
+            })
         })
         .collect();
     if let Some(limit) = query.limit {

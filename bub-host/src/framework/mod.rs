@@ -46,6 +46,7 @@ pub struct TurnResult {
 #[derive(Clone)]
 pub struct Framework {
     runtime: Runtime,
+    home: PathBuf,
     workspace: PathBuf,
     // The workspace as turn states and providers receive it, made once.
     workspace_text: Arc<str>,
@@ -61,6 +62,7 @@ impl Framework {
         let workspace_text = workspace.display().to_string().into();
         Framework {
             runtime: host.runtime(),
+            home: host.places().home.clone(),
             workspace,
             workspace_text,
             scope: Default::default(),
@@ -88,6 +90,11 @@ impl Framework {
         }
         let name = envelope::target_channel(message)?;
         router.iter().find(|c| c.name() == name).cloned()
+    }
+
+    /// The host's home (`$BUB_HOME`): config, tapes.
+    pub fn home(&self) -> &std::path::Path {
+        &self.home
     }
 
     /// The workspace (`-w/--workspace`).

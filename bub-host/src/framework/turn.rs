@@ -6,6 +6,9 @@ use bub_abi::{
 };
 use serde_json::{json, Value};
 
+/// The host's map behind a [`TurnState`].
+pub type SharedState = std::sync::Arc<std::sync::Mutex<StateMap>>;
+
 use super::{
     envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
     prompt, scope, Framework, FrameworkError, TurnResult,
@@ -50,32 +53,14 @@ impl Framework {
         let message = || -> &bub_abi::Value { message_value.get_or_init(|| bub_abi::Value::from(inbound)) };
 
         // 2. state: runtime defaults, then every load_state, low priority first.
-        let mut defaults = StateMap::new();
-        defaults.insert("_runtime_workspace".into(), Value::String(self.workspace_text.to_string()));
-        defaults.insert("_runtime_steering_inbox".into(), self.scope.inbox_ref());
-        if let Some(env) = self.get_environment(&session_id).await? {
-            defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
-        }
-        // The host's own state map: merged and read without JSON round trips.
-        let (state, state_map) = TurnState::shared(defaults);
+        let (state, state_map) = self.state_for(message(), &session_id).await?;
         let lock = || state_map.lock().unwrap_or_else(|p| p.into_inner());
-        // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
-        for answer in rt.load_state(message(), &session_id).await?.iter().rev() {
-            if let Ok(fragment) = answer.get() {
-                lock().extend(fragment);
-            }
-        }
+        // The builtin agent finds this framework through the state (Bub's
+        // `state._runtime_agent`), for this turn only.
+        let _agent = crate::agent::bub::register(self, &state);
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
-        let built =
-            match rt.build_prompt(message(), &session_id, &state).await? {
-                Some(answer) => Some(answer.get().map_err(|e| {
-                    FrameworkError::InvalidInput(format!("build_prompt returned an invalid value: {e}"))
-                })?),
-                None => None,
-            };
-        let prompt_value = built.filter(truthy).unwrap_or_else(|| Value::String(content_of(inbound)));
-        let content = prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)?;
+        let content = self.prompt_for(message(), inbound, &session_id, &state).await?;
         let legacy = prompt::to_legacy_prompt(&content);
 
         // 4. the model stage, with save_state in its `finally`.
@@ -109,6 +94,67 @@ impl Framework {
 
         let state = lock().clone();
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state })
+    }
+
+    /// Bub's `build_state`: the runtime defaults (workspace, steering inbox,
+    /// environment), then every `load_state` fragment, low priority first.
+    /// Returns the state handle and the host's map behind it.
+    pub async fn build_state(
+        &self,
+        message: &Envelope,
+        session_id: &str,
+    ) -> Result<(TurnState, SharedState), FrameworkError> {
+        self.state_for(&bub_abi::Value::from(message), session_id).await
+    }
+
+    async fn state_for(
+        &self,
+        message: &bub_abi::Value,
+        session_id: &str,
+    ) -> Result<(TurnState, SharedState), FrameworkError> {
+        let mut defaults = StateMap::new();
+        defaults.insert("_runtime_workspace".into(), Value::String(self.workspace_text.to_string()));
+        defaults.insert("_runtime_steering_inbox".into(), self.scope.inbox_ref());
+        if let Some(env) = self.get_environment(session_id).await? {
+            defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
+        }
+        // The host's own state map: merged and read without JSON round trips.
+        let (state, state_map) = TurnState::shared(defaults);
+        // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
+        for answer in self.runtime.load_state(message, &session_id.to_owned()).await?.iter().rev() {
+            if let Ok(fragment) = answer.get() {
+                state_map.lock().unwrap_or_else(|p| p.into_inner()).extend(fragment);
+            }
+        }
+        Ok((state, state_map))
+    }
+
+    /// Bub's `build_prompt`: the first non-None answer (falsy → the
+    /// message's content), as user content items.
+    pub async fn build_prompt_content(
+        &self,
+        message: &Envelope,
+        session_id: &str,
+        state: &TurnState,
+    ) -> Result<Vec<Value>, FrameworkError> {
+        self.prompt_for(&bub_abi::Value::from(message), message, session_id, state).await
+    }
+
+    async fn prompt_for(
+        &self,
+        message: &bub_abi::Value,
+        inbound: &Envelope,
+        session_id: &str,
+        state: &TurnState,
+    ) -> Result<Vec<Value>, FrameworkError> {
+        let built = match self.runtime.build_prompt(message, &session_id.to_owned(), state).await? {
+            Some(answer) => Some(answer.get().map_err(|e| {
+                FrameworkError::InvalidInput(format!("build_prompt returned an invalid value: {e}"))
+            })?),
+            None => None,
+        };
+        let prompt_value = built.filter(truthy).unwrap_or_else(|| Value::String(content_of(inbound)));
+        prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)
     }
 
     /// The model adapter (spec §2.1): the hook chosen by the latest plugin

@@ -1,0 +1,94 @@
+//! The builtin agent (Bub's `BubAgent`): an [`Agent`] built from a
+//! framework for one turn, and how the builtin plugin finds that framework.
+//!
+//! The builtin plugin answers `run_model_stream` / `run_model` through the
+//! ABI like any plugin, so a plugin with its own model hook overrides the
+//! agent by priority, exactly as in Bub. To build the agent it needs the
+//! framework running the turn: the framework registers itself for the
+//! turn's duration and puts the registration's number in the turn state
+//! (`_runtime_agent`, where Bub keeps its agent); the builtin looks it up.
+
+use std::{
+    collections::HashMap,
+    sync::{atomic::AtomicU64, Arc, Mutex, OnceLock},
+};
+
+use bub_abi::TurnState;
+use serde_json::{json, Value};
+
+use super::{
+    builtin_tools, plugins::AgentPlugins, provider::ModelSettings, run::RunOptions, tape, Agent, AgentError,
+    RunStream, Store,
+};
+use crate::framework::Framework;
+
+fn turns() -> &'static Mutex<HashMap<u64, Framework>> {
+    static TURNS: OnceLock<Mutex<HashMap<u64, Framework>>> = OnceLock::new();
+    TURNS.get_or_init(Default::default)
+}
+
+/// The framework of one turn, registered while it lives.
+pub struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        turns().lock().unwrap_or_else(|p| p.into_inner()).remove(&self.0);
+    }
+}
+
+/// Registers `framework` for the turn whose state is `state`.
+pub fn register(framework: &Framework, state: &TurnState) -> Registration {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    turns().lock().unwrap_or_else(|p| p.into_inner()).insert(id, framework.clone());
+    let _ = state.set("_runtime_agent", &json!({"$agent": id}));
+    Registration(id)
+}
+
+/// The framework running the turn of `state`, if any.
+pub fn framework_of(state: &TurnState) -> Option<Framework> {
+    let id = state.get_value("_runtime_agent")?.get("$agent")?.as_u64()?;
+    turns().lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+}
+
+/// Builds the turn's agent: store (the scope's, else memory), tape context,
+/// sidecars, settings, the agent's own tools, then the framework's plugins.
+pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
+    let settings = ModelSettings::load(framework.home()).map_err(AgentError::value)?;
+    let store = framework.get_tape_store().map(Store::Host).unwrap_or_else(Store::memory);
+    let mut agent = Agent::new(settings, store);
+    if let Ok(context) = framework.build_tape_context() {
+        if let Ok(Some(anchor)) = context.describe().await.map(|d| d.get("anchor").cloned()) {
+            agent.context.anchor = anchor.as_str().map(str::to_owned);
+        }
+    }
+    agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
+    for tool in builtin_tools::tools() {
+        agent.add_tool(tool);
+    }
+    AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
+    Ok(agent)
+}
+
+/// Runs one turn's prompt through the agent (Bub's `BubAgent.run_stream`).
+pub async fn run_stream(
+    framework: &Framework,
+    session_id: &str,
+    prompt: Vec<Value>,
+    state: TurnState,
+) -> Result<RunStream, AgentError> {
+    let agent = Arc::new(build(framework).await?);
+    if state.get_value("session_id").is_none() {
+        let _ = state.set("session_id", session_id);
+    }
+    let model = state.get_value("model").and_then(|m| m.as_str().map(str::to_owned)).filter(|m| !m.is_empty());
+    let model = model.or_else(|| Some(agent.settings.default_model()));
+    let options = RunOptions {
+        tape: tape::session_tape_name(framework.workspace(), session_id),
+        state,
+        merge_back: !session_id.starts_with("temp/"),
+        model,
+        ..Default::default()
+    };
+    agent.start(prompt, options).await
+}

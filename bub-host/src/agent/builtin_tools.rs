@@ -1,0 +1,171 @@
+//! The agent's own tools (spec §3.7): the ones that work on the run's tape
+//! and state, so they live in the host: `tape.info`, `tape.search`,
+//! `tape.reset`, `tape.handoff`, `tape.anchors`, and the commands `help`,
+//! `model`, `quit`. The workspace tools (`bash`, `fs.*`, `web.fetch`) are
+//! offered by the builtin plugin through `provide_tools`, so plugins can
+//! override them by priority.
+
+use bub_abi::types::TapeQuery;
+use serde_json::{json, Map, Value};
+
+use super::{
+    tape::context_false,
+    tools::{AgentTool, Exposure, ToolContext},
+    AgentError,
+};
+
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+fn arg_str(args: &Map<String, Value>, key: &str) -> Option<String> {
+    args.get(key).and_then(|v| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    })
+}
+
+fn arg_u64(args: &Map<String, Value>, key: &str) -> Option<u64> {
+    args.get(key).and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+}
+
+/// The tools, in Bub's registry order.
+pub fn tools() -> Vec<AgentTool> {
+    vec![
+        AgentTool::native("tape.info", "Show information about the current tape.", schema(json!({}), &[]), Exposure::Auto, info),
+        AgentTool::native(
+            "tape.search",
+            "Search the current tape for entries containing a text.",
+            schema(json!({"query": {"type": "string"}, "limit": {"type": "integer", "default": 20}}), &["query"]),
+            Exposure::Auto,
+            search,
+        ),
+        AgentTool::native(
+            "tape.reset",
+            "Reset the current tape (optionally archiving it first).",
+            schema(json!({"archive": {"type": "boolean", "default": false}}), &[]),
+            Exposure::Auto,
+            reset,
+        ),
+        AgentTool::native(
+            "tape.handoff",
+            "Add a handoff anchor: the model's context restarts after it.",
+            schema(json!({"name": {"type": "string", "default": "handoff"}, "summary": {"type": "string", "default": ""}}), &[]),
+            Exposure::Auto,
+            handoff,
+        ),
+        AgentTool::native("tape.anchors", "List the tape's anchors.", schema(json!({}), &[]), Exposure::Auto, anchors),
+        AgentTool::native("help", "Show the commands.", schema(json!({}), &[]), Exposure::Command, help),
+        AgentTool::native(
+            "model",
+            "Set the session's model (applies from the next turn).",
+            schema(json!({"model_id": {"type": "string"}}), &["model_id"]),
+            Exposure::Command,
+            model,
+        ),
+        AgentTool::native("quit", "End the session.", schema(json!({}), &[]), Exposure::Command, quit),
+    ]
+}
+
+async fn info(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let entries = cx.tape.entries().await?;
+    let anchors: Vec<_> = entries.iter().filter(|e| e.kind == "anchor").collect();
+    let last = anchors.last().and_then(|a| a.payload.get("name")).and_then(Value::as_str).unwrap_or("-");
+    let since = entries.iter().rev().take_while(|e| e.kind != "anchor").count();
+    let usage = entries
+        .iter()
+        .rev()
+        .find_map(|e| (e.kind == "event" && e.payload.get("name") == Some(&json!("run"))).then(|| e.payload["data"]["usage"].clone()))
+        .filter(|u| u.is_object());
+    let (total, rate) = match &usage {
+        Some(u) => {
+            let input = u["input_tokens"].as_f64().unwrap_or(0.0);
+            let cached = u["cached_tokens"].as_f64().unwrap_or(0.0);
+            let rate = (input > 0.0).then(|| format!("{:.2}%", 100.0 * cached / input));
+            (u["total_tokens"].as_u64().map_or("None".into(), |t| t.to_string()), rate.unwrap_or_else(|| "None".into()))
+        }
+        None => ("None".into(), "None".into()),
+    };
+    Ok(json!(format!(
+        "name: {}\nentries: {}\nanchors: {}\nlast_anchor: {last}\nentries_since_last_anchor: {since}\nlast_token_usage: {total}\nlast_token_cache_hit_rate: {rate}",
+        cx.tape.name(),
+        entries.len(),
+        anchors.len()
+    )))
+}
+
+async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let query = arg_str(&args, "query").unwrap_or_default();
+    let limit = arg_u64(&args, "limit").unwrap_or(20) as usize;
+    let q = TapeQuery {
+        tape: cx.tape.name().to_owned(),
+        query: Some(query.clone()),
+        kinds: vec!["message".into(), "tool_result".into()],
+        ..Default::default()
+    };
+    let needle = query.to_lowercase();
+    let mut filtered = 0;
+    let mut lines = Vec::new();
+    for e in cx.tape.fetch(&q).await?.into_iter().rev() {
+        let text = Value::Object(e.payload.clone()).to_string();
+        if text.contains("[tape.search]") {
+            filtered += 1;
+            continue;
+        }
+        if !text.to_lowercase().contains(&needle) {
+            continue;
+        }
+        if lines.len() < limit {
+            lines.push(json!({"date": e.date, "content": e.payload}).to_string());
+        }
+    }
+    let mut out = format!("[tape.search]: {} matches ({filtered} filtered)", lines.len());
+    for l in lines {
+        out.push('\n');
+        out.push_str(&l);
+    }
+    Ok(json!(out))
+}
+
+async fn reset(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    cx.tape.reset(Map::new()).await?;
+    Ok(json!("ok"))
+}
+
+async fn handoff(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let name = arg_str(&args, "name").filter(|n| !n.is_empty()).unwrap_or_else(|| "handoff".into());
+    let summary = arg_str(&args, "summary").unwrap_or_default();
+    cx.tape.handoff(&name, Some(json!({"summary": summary}))).await?;
+    Ok(json!(format!("anchor added: {name}")))
+}
+
+async fn anchors(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let entries = cx.tape.entries().await?;
+    let names: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == "anchor")
+        .filter_map(|e| e.payload.get("name").and_then(Value::as_str).map(|n| format!("- {n}")))
+        .collect();
+    let start = names.len().saturating_sub(20);
+    Ok(json!(if names.is_empty() { "(no anchors)".to_owned() } else { names[start..].join("\n") }))
+}
+
+async fn help(_args: Map<String, Value>, _cx: ToolContext) -> Result<Value, AgentError> {
+    Ok(json!(
+        "Commands (prefix ,):\n  ,help                 this text\n  ,model <provider:model>  set the session's model\n  ,quit                 end the session\n  ,<tool> [args] [k=v]  run a tool (e.g. ,fs.read path=README.md)\n  ,<shell line>         run it with bash (e.g. ,ls -la)"
+    ))
+}
+
+async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let id = arg_str(&args, "model_id").filter(|m| !m.trim().is_empty()).ok_or_else(|| AgentError::value("model_id is required"))?;
+    cx.state.set("model", &id).map_err(|e| AgentError::value(e.to_string()))?;
+    cx.tape.event("model_switch", json!({"model": id}), Map::new()).await?;
+    Ok(json!(format!("Session model set to {id} (applies from the next turn).")))
+}
+
+async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let _ = cx.state.set("_runtime_quit", &true);
+    let _ = context_false;
+    Ok(json!("bye"))
+}

@@ -1,0 +1,204 @@
+//! [`AgentPlugins`] (the seeds' `AgentPlugins`, spec §2.12–§2.13): a
+//! framework's plugins on an agent's bus.
+//!
+//! `attach` subscribes the four interception hooks (`before_llm_call`,
+//! `after_llm_call`, `before_tool_call`, `after_tool_call`, with the
+//! runtime's chain / short-circuit / fault rules), adds the framework's
+//! system prompt as a section, wires `continue_prompt` to
+//! `StepFinished(continue)` and the steering inbox to `MessagesPending`,
+//! and (with `tools`) adds the `provide_tools` tools the agent does not
+//! already have.
+
+use bub_abi::types::{Prompt, StreamState, TapeInfo};
+use serde_json::Value;
+
+use super::{
+    events::{handler, Event, Filter},
+    tools::AgentTool,
+    Agent, AgentError,
+};
+use crate::framework::Framework;
+
+/// A framework's plugins, ready to attach to agents.
+#[derive(Clone)]
+pub struct AgentPlugins {
+    framework: Framework,
+}
+
+/// What `components()` returns.
+#[derive(Clone)]
+pub struct AgentComponents {
+    /// The active tape store (only inside `running()`).
+    pub store: Option<crate::resources::TapeStore>,
+    /// The tape context.
+    pub context: Option<crate::resources::TapeContext>,
+    /// The sidecars.
+    pub sidecars: Vec<crate::resources::TapeSidecar>,
+}
+
+fn framework_error(e: crate::framework::FrameworkError) -> AgentError {
+    AgentError::value(e.to_string())
+}
+
+impl AgentPlugins {
+    /// Over `framework`.
+    pub fn new(framework: Framework) -> AgentPlugins {
+        AgentPlugins { framework }
+    }
+
+    /// The framework.
+    pub fn framework(&self) -> &Framework {
+        &self.framework
+    }
+
+    /// Enters the framework's `running()` scope.
+    pub async fn running(&self) -> Result<crate::framework::Running, crate::framework::FrameworkError> {
+        self.framework.running().await
+    }
+
+    /// Store (inside `running()`), tape context and sidecars.
+    pub fn components(&self) -> AgentComponents {
+        AgentComponents {
+            store: self.framework.get_tape_store(),
+            context: self.framework.build_tape_context().ok(),
+            sidecars: self.framework.get_tape_sidecars().unwrap_or_default(),
+        }
+    }
+
+    /// A turn state for `session_id` (Bub's `build_state`): the framework's
+    /// runtime defaults and every `load_state` fragment.
+    pub async fn build_state(
+        &self,
+        session_id: &str,
+        message: Option<&Value>,
+    ) -> Result<bub_abi::TurnState, AgentError> {
+        let message = message.cloned().unwrap_or_else(|| serde_json::json!({"session_id": session_id}));
+        let (state, _) = self.framework.build_state(&message, session_id).await.map_err(framework_error)?;
+        Ok(state)
+    }
+
+    /// Attaches the plugins to `agent` (after what is on its bus now).
+    pub async fn attach(&self, agent: &mut Agent, tools: bool) -> Result<(), AgentError> {
+        let rt = self.framework.runtime().clone();
+        let r = rt.clone();
+        agent.events.on(
+            Filter::Kind("LLMCallStarted"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::LlmCallStarted { request, decision } = event {
+                        let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
+                        *request = new;
+                        *decision = d;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        agent.events.on(
+            Filter::Kind("LLMCallFinished"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::LlmCallFinished { request, result } = event {
+                        r.after_llm_call(request, result, &cx.state).await;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        agent.events.on(
+            Filter::Kind("ToolCallStarted"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::ToolCallStarted { call, decision } = event {
+                        let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;
+                        *call = new;
+                        *decision = d;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        agent.events.on(
+            Filter::Kind("ToolCallFinished"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::ToolCallFinished { call, result } = event {
+                        *result = r.after_tool_call(call, std::mem::take(result), &cx.state).await;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        // The framework's system prompt, as one section.
+        let fw = self.framework.clone();
+        agent.sections.push(std::sync::Arc::new(move |pcx| {
+            let fw = fw.clone();
+            Box::pin(async move {
+                let prompt: Prompt = Value::Array(pcx.prompt.clone());
+                fw.system_prompt(&prompt, &pcx.state).map(Some).map_err(framework_error)
+            })
+        }));
+        // continue_prompt on StepFinished(continue).
+        let fw = self.framework.clone();
+        agent.events.on(
+            Filter::Kind("StepFinished"),
+            handler(move |event, cx| {
+                let fw = fw.clone();
+                Box::pin(async move {
+                    if let Event::StepFinished { status: super::events::Status::Continue, next_prompt, .. } = event {
+                        let tape = TapeInfo { name: cx.tape.name().to_owned() };
+                        let next = fw.continue_prompt(None, &tape, &StreamState::default()).await.map_err(framework_error)?;
+                        if let Some(text) = next {
+                            *next_prompt = Some(vec![Value::String(text)]);
+                        }
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        // The steering inbox on MessagesPending.
+        let fw = self.framework.clone();
+        agent.events.on(
+            Filter::Kind("MessagesPending"),
+            handler(move |event, cx| {
+                let fw = fw.clone();
+                Box::pin(async move {
+                    let Event::MessagesPending { messages } = event else { return Ok(()) };
+                    let Some(inbox) = fw.get_steering_inbox() else { return Ok(()) };
+                    let state = cx.state.to_map();
+                    let envelopes = inbox.drain_messages(&state).await.map_err(AgentError::store)?;
+                    for message in envelopes {
+                        let session = message.get("session_id").and_then(Value::as_str).unwrap_or("").to_owned();
+                        let content = fw.build_prompt_content(&message, &session, &cx.state).await.map_err(framework_error)?;
+                        messages.push(Value::Array(content));
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let fw = self.framework.clone();
+        agent.pending = Some(std::sync::Arc::new(move |state| {
+            let fw = fw.clone();
+            Box::pin(async move {
+                let Some(inbox) = fw.get_steering_inbox() else { return Ok(false) };
+                Ok(inbox.message_count(&state.to_map()).await.map_err(AgentError::store)? > 0)
+            })
+        }));
+        if tools {
+            for tool in self.framework.get_tools().map_err(framework_error)? {
+                let tool = AgentTool::from_plugin(tool).await?;
+                if agent.tools.iter().all(|t| t.name != tool.name) {
+                    agent.tools.push(tool);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,277 @@
+//! OpenAI chat completions (`POST {base}/chat/completions`), streaming
+//! (spec §6.4, §6.5): the format every OpenAI-compatible server speaks
+//! (vLLM, Ollama, llama.cpp, DeepSeek, OpenRouter, …).
+
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+
+use super::{
+    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    ProviderError, ToolCallFragments, Usage,
+};
+
+/// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
+const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
+/// Providers that want reasoning replayed as `reasoning_content`.
+const REASONING_CONTENT_PROVIDERS: &[&str] = &["deepseek", "moonshot", "zai", "minimax"];
+/// Options passed through as body keys.
+const PASSED: &[&str] = &[
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "parallel_tool_calls",
+    "stop",
+    "response_format",
+    "logit_bias",
+    "user",
+    "n",
+];
+
+fn part(p: &Value) -> Value {
+    match p {
+        Value::String(s) => json!({"type": "text", "text": s}),
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("text") => json!({"type": "text", "text": o.get("text").cloned().unwrap_or_default()}),
+            Some("image" | "image_url") => {
+                let url = o
+                    .get("url")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or_else(|| o.get("image_url").and_then(|u| u.get("url")).and_then(Value::as_str).map(str::to_owned))
+                    .or_else(|| {
+                        let data = o.get("data").and_then(Value::as_str)?;
+                        let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("image/png");
+                        Some(format!("data:{mime};base64,{data}"))
+                    })
+                    .unwrap_or_default();
+                json!({"type": "image_url", "image_url": {"url": url}})
+            }
+            Some("audio") => json!({"type": "input_audio", "input_audio": {
+                "data": o.get("data").cloned().unwrap_or_default(),
+                "format": o.get("media_type").and_then(Value::as_str).and_then(|m| m.split('/').nth(1)).unwrap_or("wav"),
+            }}),
+            Some("video") => json!({"type": "video_url", "video_url": {"url": o.get("url").cloned().unwrap_or_default()}}),
+            _ => Value::Object(o.clone()),
+        },
+        other => json!({"type": "text", "text": other.to_string()}),
+    }
+}
+
+fn content(c: &Value) -> Value {
+    match c {
+        Value::Array(parts) if parts.iter().all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")) => {
+            Value::String(content_text(c))
+        }
+        Value::Array(parts) => Value::Array(parts.iter().map(part).collect()),
+        Value::Null => Value::String(String::new()),
+        Value::String(_) => c.clone(),
+        other => Value::String(other.to_string()),
+    }
+}
+
+/// One neutral message in chat-completions form.
+fn message(m: &Value, kind: &str) -> Value {
+    let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+    match role {
+        "assistant" => {
+            let calls: Vec<Value> = m
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    json!({"id": c["id"], "type": "function", "function": {
+                        "name": c["name"], "arguments": c.get("arguments").cloned().unwrap_or(json!("{}")),
+                    }})
+                })
+                .collect();
+            let text = content_text(m.get("content").unwrap_or(&Value::Null));
+            let mut out = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(text) }});
+            if !calls.is_empty() {
+                out["tool_calls"] = Value::Array(calls);
+            }
+            if REASONING_CONTENT_PROVIDERS.contains(&kind) {
+                if let Some(r) = m.get("reasoning").and_then(Value::as_str) {
+                    out["reasoning_content"] = json!(r);
+                }
+            }
+            out
+        }
+        "tool" => json!({
+            "role": "tool",
+            "tool_call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
+            "content": content(m.get("content").unwrap_or(&Value::Null)),
+        }),
+        _ => json!({"role": role, "content": content(m.get("content").unwrap_or(&Value::Null))}),
+    }
+}
+
+/// The request body (spec §6.4).
+pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
+    let kind = client.config.kind.as_str();
+    let messages: Vec<Value> = repair_tool_calls(&request.messages).iter().map(|m| message(m, kind)).collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(client.model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max) = request.max_tokens {
+        let key = if MAX_TOKENS_PROVIDERS.contains(&kind) { "max_tokens" } else { "max_completion_tokens" };
+        body.insert(key.into(), json!(max));
+    }
+    for key in PASSED {
+        if let Some(v) = request.options.get(*key).filter(|v| !v.is_null()) {
+            body.insert((*key).into(), v.clone());
+        }
+    }
+    if let Some(effort) = request.options.get("reasoning_effort").filter(|v| !v.is_null()) {
+        if kind == "openrouter" {
+            body.insert("reasoning".into(), json!({"effort": effort}));
+        } else {
+            body.insert("reasoning_effort".into(), effort.clone());
+        }
+    }
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let mut extra = client.config.extra_body.clone();
+    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
+        deep_merge(&mut extra, call_extra);
+    }
+    deep_merge(&mut body, &extra);
+    Value::Object(body)
+}
+
+fn usage(u: &Value, into: &mut Usage) {
+    let n = |v: &Value| v.as_u64();
+    if let Some(x) = n(&u["prompt_tokens"]) {
+        into.input_tokens = x;
+    }
+    if let Some(x) = n(&u["completion_tokens"]) {
+        into.output_tokens = x;
+    }
+    if let Some(x) = n(&u["completion_tokens_details"]["reasoning_tokens"]) {
+        into.reasoning_tokens = x;
+    }
+    if let Some(x) = n(&u["prompt_tokens_details"]["cached_tokens"]) {
+        into.cached_tokens = x;
+    }
+    into.total_tokens = into.input_tokens + into.output_tokens;
+}
+
+fn error_text(e: &Value) -> String {
+    e.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| e.to_string())
+}
+
+/// Runs a call.
+pub async fn call(
+    client: &ModelClient,
+    request: &ModelRequest,
+    on_delta: &mut (dyn FnMut(Delta) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    let url = format!("{}/chat/completions", client.config.base_url);
+    let auth: Vec<(&str, String)> =
+        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    let resp = http::post(&client.config, &url, &auth, &body(client, request)).await?;
+    let mut events = http::events(resp);
+    let mut out = ModelResponse::default();
+    let mut calls = ToolCallFragments::default();
+    let mut total = Usage::default();
+    let mut saw_usage = false;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        if data == "[DONE]" {
+            out.tool_calls = calls.finish();
+            out.usage = saw_usage.then_some(total);
+            return Ok(out);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| ProviderError::Response(format!("malformed stream chunk ({e}): {data}")))?;
+        if let Some(e) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(ProviderError::Response(error_text(e)));
+        }
+        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            let delta = &choice["delta"];
+            let reasoning = delta.get("reasoning_content").or_else(|| delta.get("reasoning")).and_then(Value::as_str);
+            if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+                out.reasoning.push_str(r);
+                on_delta(Delta::Reasoning(r.to_owned()));
+            }
+            if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                out.text.push_str(t);
+                on_delta(Delta::Text(t.to_owned()));
+            }
+            if let Some(t) = delta.get("refusal").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                out.refusal.push_str(t);
+                on_delta(Delta::Text(t.to_owned()));
+            }
+            for tc in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                let key = tc.get("index").and_then(Value::as_u64).unwrap_or(0).to_string();
+                let f = &tc["function"];
+                calls.add(&key, tc["id"].as_str(), f["name"].as_str(), f["arguments"].as_str());
+            }
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            saw_usage = true;
+            usage(u, &mut total);
+        }
+    }
+    Err(ProviderError::Incomplete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::provider::{settings::ModelSettings, ToolDef};
+
+    fn client(spec: &str, client_args: Value) -> ModelClient {
+        let mut file = Map::new();
+        file.insert("client_args".into(), client_args);
+        ModelSettings::from_sources(vec![], &file).unwrap().client(spec).unwrap()
+    }
+
+    #[test]
+    fn body_has_bubs_keys_behaviour_217() {
+        let c = client("openai:m", json!({}));
+        let req = ModelRequest {
+            messages: vec![json!({"role": "user", "content": "hi"})],
+            max_tokens: Some(16384),
+            ..Default::default()
+        };
+        let b = body(&c, &req);
+        assert_eq!(b["model"], "m");
+        assert_eq!(b["max_completion_tokens"], 16384);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["stream_options"], json!({"include_usage": true}));
+        assert!(b.get("tools").is_none());
+        let req = ModelRequest {
+            tools: vec![ToolDef { name: "fs_read".into(), description: "d".into(), parameters: json!({}) }],
+            max_tokens: Some(42),
+            ..req
+        };
+        assert_eq!(body(&c, &req)["tools"][0]["function"]["name"], "fs_read");
+        assert_eq!(body(&client("ollama:m", json!({})), &req)["max_tokens"], 42);
+    }
+
+    #[test]
+    fn extra_body_merges_deeply_behaviour_219() {
+        let c = client("openai:m", json!({"extra_body": {"metadata": {"client": true}}}));
+        let mut options = Map::new();
+        options.insert("extra_body".into(), json!({"metadata": {"request": true}}));
+        let b = body(&c, &ModelRequest { options, ..Default::default() });
+        assert_eq!(b["metadata"], json!({"client": true, "request": true}));
+    }
+}

@@ -1,0 +1,181 @@
+//! The HTTP layer every wire format shares (Republic's rules, spec §6.7):
+//! retries on 408, 409, 429, 5xx and transport failures, never after a
+//! stream opened; backoff from `retry-after-ms` / `retry-after`, else
+//! exponential with jitter; Republic's error texts.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::{ProviderConfig, ProviderError};
+
+/// One server-sent event.
+pub use eventsource_stream::Event as SseEvent;
+
+fn retryable(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429) || status >= 500
+}
+
+/// The server's requested delay (`retry-after-ms`, `retry-after` as seconds
+/// or an HTTP date), clamped to `[0, max]`.
+fn retry_after(headers: &reqwest::header::HeaderMap, max: Duration) -> Option<Duration> {
+    let text = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
+    let delay = if let Some(ms) = text("retry-after-ms").and_then(|t| t.parse::<f64>().ok()) {
+        Duration::from_secs_f64((ms / 1000.0).max(0.0))
+    } else {
+        let t = text("retry-after")?;
+        match t.parse::<f64>() {
+            Ok(s) => Duration::from_secs_f64(s.max(0.0)),
+            Err(_) => {
+                let when = httpdate_to_system(t)?;
+                when.duration_since(std::time::SystemTime::now()).unwrap_or_default()
+            }
+        }
+    };
+    Some(delay.min(max))
+}
+
+fn httpdate_to_system(text: &str) -> Option<std::time::SystemTime> {
+    // RFC 7231 IMF-fixdate, e.g. "Wed, 21 Oct 2015 07:28:00 GMT".
+    let ts = jiff::fmt::rfc2822::parse(text).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(ts.timestamp().as_second().max(0) as u64))
+}
+
+/// A number in [0.75, 1) that differs between calls (backoff jitter).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    0.75 + 0.25 * (h.finish() % 10_000) as f64 / 10_000.0
+}
+
+/// The backoff before retry number `attempt` (0-based).
+pub fn backoff(config: &ProviderConfig, attempt: u32, headers: Option<&reqwest::header::HeaderMap>) -> Duration {
+    if let Some(d) = headers.and_then(|h| retry_after(h, config.max_retry_delay)) {
+        return d;
+    }
+    let exp = config.retry_delay.as_secs_f64() * 2f64.powi(attempt as i32);
+    Duration::from_secs_f64(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
+}
+
+fn client(config: &ProviderConfig) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10).min(config.http_timeout))
+        .read_timeout(config.http_timeout)
+        .build()
+        .map_err(|e| ProviderError::Connection(e.to_string()))
+}
+
+/// POSTs `body` to `url` with retries; returns the successful response.
+pub async fn post(
+    config: &ProviderConfig,
+    url: &str,
+    auth: &[(&str, String)],
+    body: &Value,
+) -> Result<reqwest::Response, ProviderError> {
+    let client = client(config)?;
+    let body = serde_json::to_vec(body).map_err(|e| ProviderError::Config(e.to_string()))?;
+    let mut attempt = 0;
+    loop {
+        let mut req = client.post(url).header("content-type", "application/json").body(body.clone());
+        let has_agent = config.headers.keys().any(|k| k.eq_ignore_ascii_case("user-agent"));
+        if !has_agent {
+            req = req.header("user-agent", concat!("bub/", env!("CARGO_PKG_VERSION")));
+        }
+        for (k, v) in auth {
+            req = req.header(*k, v);
+        }
+        for (k, v) in &config.headers {
+            req = req.header(k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
+        }
+        let outcome = req.send().await;
+        let retry_headers;
+        let error = match outcome {
+            Ok(resp) if resp.status().is_success() => return Ok(resp),
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                retry_headers = Some(resp.headers().clone());
+                let body = resp.text().await.unwrap_or_default();
+                let error = ProviderError::Status { status, body };
+                if !retryable(status) {
+                    return Err(error);
+                }
+                error
+            }
+            Err(e) => {
+                retry_headers = None;
+                if e.is_timeout() {
+                    ProviderError::Timeout
+                } else {
+                    ProviderError::Connection(e.to_string())
+                }
+            }
+        };
+        if attempt >= config.max_retries {
+            return Err(error);
+        }
+        let delay = backoff(config, attempt, retry_headers.as_ref());
+        tracing::debug!(target: "bub::provider", "retrying in {delay:?} after: {error}");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+/// The response's server-sent events; a read failure mid-stream is an error
+/// (never retried: the stream already opened).
+pub fn events(
+    resp: reqwest::Response,
+) -> impl futures_util::Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin {
+    use eventsource_stream::Eventsource;
+    resp.bytes_stream().eventsource().map(|r| {
+        r.map_err(|e| match e {
+            eventsource_stream::EventStreamError::Transport(t) if t.is_timeout() => ProviderError::Timeout,
+            other => ProviderError::Connection(format!("reading the event stream: {other}")),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ProviderConfig {
+        ProviderConfig {
+            kind: "openai".into(),
+            base_url: String::new(),
+            api_key: None,
+            api_format: None,
+            headers: Default::default(),
+            extra_body: Default::default(),
+            max_retries: 2,
+            retry_delay: Duration::from_millis(500),
+            max_retry_delay: Duration::from_secs(60),
+            http_timeout: Duration::from_secs(600),
+            call_timeout: None,
+        }
+    }
+
+    #[test]
+    fn retry_after_headers_set_the_backoff_behaviour_224() {
+        let c = config();
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "2.5".parse().unwrap());
+        assert_eq!(backoff(&c, 0, Some(&h)), Duration::from_millis(2500));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after-ms", "1250".parse().unwrap());
+        assert_eq!(backoff(&c, 0, Some(&h)), Duration::from_millis(1250));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "600".parse().unwrap());
+        assert_eq!(backoff(&c, 0, Some(&h)), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn exponential_backoff_with_jitter_behaviour_225() {
+        let c = config();
+        let first = backoff(&c, 0, None).as_secs_f64();
+        let second = backoff(&c, 1, None).as_secs_f64();
+        assert!((0.375..=0.5).contains(&first), "{first}");
+        assert!((0.75..=1.0).contains(&second), "{second}");
+    }
+}

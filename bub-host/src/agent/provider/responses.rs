@@ -1,0 +1,188 @@
+//! The OpenAI Responses API (`POST {base}/responses`), streaming (spec §6.6);
+//! chosen with `client_args.api_format = "responses"`.
+
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+
+use super::{
+    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    ProviderError, ToolCallFragments, Usage,
+};
+
+fn input_part(p: &Value, role: &str) -> Value {
+    let text_type = if role == "assistant" { "output_text" } else { "input_text" };
+    match p {
+        Value::String(s) => json!({"type": text_type, "text": s}),
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("text") => json!({"type": text_type, "text": o.get("text").cloned().unwrap_or_default()}),
+            Some("image") => {
+                let url = o.get("url").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| {
+                    let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("image/png");
+                    format!("data:{mime};base64,{}", o.get("data").and_then(Value::as_str).unwrap_or(""))
+                });
+                json!({"type": "input_image", "image_url": url})
+            }
+            _ => Value::Object(o.clone()),
+        },
+        other => json!({"type": text_type, "text": other.to_string()}),
+    }
+}
+
+/// The `input` items of the neutral messages.
+fn input(messages: &[Value]) -> Vec<Value> {
+    let mut items = Vec::new();
+    for m in repair_tool_calls(messages) {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let content = m.get("content").cloned().unwrap_or(Value::Null);
+        match role {
+            "tool" => items.push(json!({
+                "type": "function_call_output",
+                "call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
+                "output": content_text(&content),
+            })),
+            "assistant" => {
+                let text = content_text(&content);
+                if !text.is_empty() {
+                    items.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": text}]}));
+                }
+                for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                    items.push(json!({"type": "function_call", "call_id": c["id"], "name": c["name"],
+                        "arguments": c.get("arguments").cloned().unwrap_or(json!("{}"))}));
+                }
+            }
+            _ => {
+                let parts: Vec<Value> = match &content {
+                    Value::Array(ps) => ps.iter().map(|p| input_part(p, role)).collect(),
+                    other => vec![input_part(&Value::String(content_text(other)), role)],
+                };
+                items.push(json!({"role": role, "content": parts}));
+            }
+        }
+    }
+    items
+}
+
+/// The request body.
+pub fn body(client: &ModelClient, request: &ModelRequest) -> Result<Value, ProviderError> {
+    for rejected in ["stop", "seed", "top_k", "presence_penalty", "frequency_penalty"] {
+        if request.options.get(rejected).is_some_and(|v| !v.is_null()) {
+            return Err(ProviderError::Config(format!(
+                "the Responses API does not take `{rejected}`: remove it from BUB_COMPLETION_ARGS or use api_format \"chat\""
+            )));
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(client.model));
+    body.insert("input".into(), Value::Array(input(&request.messages)));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": false}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max) = request.max_tokens {
+        body.insert("max_output_tokens".into(), json!(max));
+    }
+    for key in ["tool_choice", "temperature", "top_p", "parallel_tool_calls", "user"] {
+        if let Some(v) = request.options.get(key).filter(|v| !v.is_null()) {
+            body.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(effort) = request.options.get("reasoning_effort").filter(|v| !v.is_null()) {
+        body.insert("reasoning".into(), json!({"effort": effort}));
+    }
+    body.insert("stream".into(), json!(true));
+    let mut extra = client.config.extra_body.clone();
+    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
+        deep_merge(&mut extra, call_extra);
+    }
+    deep_merge(&mut body, &extra);
+    Ok(Value::Object(body))
+}
+
+fn usage(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let (input, output) = (n(&u["input_tokens"]), n(&u["output_tokens"]));
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
+        cached_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
+        cache_write_tokens: 0,
+        total_tokens: input + output,
+    }
+}
+
+/// Runs a call.
+pub async fn call(
+    client: &ModelClient,
+    request: &ModelRequest,
+    on_delta: &mut (dyn FnMut(Delta) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    let url = format!("{}/responses", client.config.base_url);
+    let auth: Vec<(&str, String)> =
+        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    let resp = http::post(&client.config, &url, &auth, &body(client, request)?).await?;
+    let mut events = http::events(resp);
+    let mut out = ModelResponse::default();
+    let mut calls = ToolCallFragments::default();
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else { continue };
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or(event.event.as_str()).to_owned();
+        let text = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        match kind.as_str() {
+            "response.output_text.delta" => {
+                let d = text("delta");
+                out.text.push_str(&d);
+                on_delta(Delta::Text(d));
+            }
+            "response.refusal.delta" => {
+                let d = text("delta");
+                out.refusal.push_str(&d);
+                on_delta(Delta::Text(d));
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let d = text("delta");
+                out.reasoning.push_str(&d);
+                on_delta(Delta::Reasoning(d));
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let item = &data["item"];
+                if item["type"] == "function_call" {
+                    let key = item["id"].as_str().or(item["call_id"].as_str()).unwrap_or("0");
+                    let arguments = (kind.ends_with("done") && calls_is_empty(&calls, key))
+                        .then(|| item["arguments"].as_str())
+                        .flatten();
+                    calls.add(key, item["call_id"].as_str(), item["name"].as_str(), arguments);
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let key = data["item_id"].as_str().unwrap_or("0");
+                calls.add(key, None, None, data["delta"].as_str());
+            }
+            "response.completed" | "response.incomplete" => {
+                if let Some(u) = data["response"].get("usage").filter(|u| u.is_object()) {
+                    out.usage = Some(usage(u));
+                }
+                out.tool_calls = calls.finish();
+                return Ok(out);
+            }
+            "response.failed" | "error" => {
+                let e = data["response"].get("error").or_else(|| data.get("error")).unwrap_or(&data);
+                let message = e.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| e.to_string());
+                return Err(ProviderError::Response(message));
+            }
+            _ => {}
+        }
+    }
+    Err(ProviderError::Incomplete)
+}
+
+/// Whether no argument fragment arrived for `key` yet (a `done` item then
+/// carries the whole arguments).
+fn calls_is_empty(calls: &ToolCallFragments, key: &str) -> bool {
+    calls.arguments_of(key).is_none_or(str::is_empty)
+}
