@@ -1,5 +1,8 @@
 //! Command mode (spec §3.6): a prompt that is one text starting with the
 //! command prefix runs a tool (or a shell line) without a model.
+//!
+//! Deliberate difference from Bub: `,bash <line>` runs `<line>` (Bub would
+//! bind the line's words to `bash`'s parameters one by one).
 
 use serde_json::{Map, Value};
 
@@ -44,6 +47,14 @@ pub fn parse(line: &str, find: impl Fn(&str) -> Option<AgentTool>) -> Result<Par
         arguments.insert("command".into(), Value::String(line.to_owned()));
         return Ok(Parsed { name: "bash".into(), arguments });
     };
+    // `,bash echo hi`: the rest of the line is the command (deliberate
+    // difference: Bub binds `echo` to `command` and `hi` to `cwd`).
+    if tool.name == "bash" && !rest.is_empty() && !rest[0].contains('=') {
+        let command = line.trim_start()[first.len()..].trim().to_owned();
+        let mut arguments = Map::new();
+        arguments.insert("command".into(), Value::String(command));
+        return Ok(Parsed { name: "bash".into(), arguments });
+    }
     let names = tool.parameter_names();
     let mut arguments = Map::new();
     let mut positional = 0;

@@ -28,6 +28,7 @@ pub mod environment;
 pub mod inbox;
 pub mod shells;
 pub mod tape_store;
+pub mod workspace_tools;
 
 use bub_abi::{
     abi::PluginModRef,
@@ -49,6 +50,8 @@ pub struct Builtin {
     workspace: std::path::PathBuf,
     router: std::sync::Arc<cli_channel::Router>,
     shells: std::sync::Arc<shells::OpenScopes>,
+    // Messages starting with it are commands (`BUB_COMMAND_PREFIX`).
+    command_prefix: String,
 }
 
 /// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
@@ -86,6 +89,9 @@ impl Plugin for Builtin {
             workspace: ctx.workspace.clone(),
             router: Default::default(),
             shells: Default::default(),
+            command_prefix: crate::agent::ModelSettings::load(&ctx.home)
+                .map(|s| s.command_prefix)
+                .unwrap_or_else(|_| ",".into()),
         })
     }
 
@@ -102,8 +108,13 @@ impl Plugin for Builtin {
     }
 
     /// The content, prefixed by the message context; media as content parts.
+    /// A command (the content starts with the command prefix) is passed
+    /// trimmed, without the context.
     fn build_prompt(&self, message: Envelope) -> Option<Prompt> {
         let content = content_of(&message);
+        if content.trim().starts_with(&self.command_prefix) {
+            return Some(Value::String(content.trim().to_owned()));
+        }
         let text = prompt_text(&context_str(&message), content);
         let media = media_parts(&message);
         if media.is_empty() {
@@ -210,9 +221,56 @@ impl Plugin for Builtin {
         Some(vec![Object::channel(channel)])
     }
 
-    /// `bash`, running in the host's workspace (`bub -w`).
+    /// `bash`, `bash.output`, `bash.kill`, `fs.read`, `fs.write`, `fs.edit`
+    /// and `web.fetch`, in the host's workspace (`bub -w`).
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        Some(vec![Object::tool(shells::BashTool { workspace: self.workspace.clone(), scopes: self.shells.clone() })])
+        let ws = workspace_tools::Workspace { root: self.workspace.clone(), scopes: self.shells.clone() };
+        Some(ws.objects())
+    }
+
+    /// The agent (Bub's `BubAgent`), for the turn running in a framework;
+    /// None outside one. Events stream as they come; a failed run fails
+    /// the stream, so the turn fails.
+    async fn run_model_stream(&self, prompt: Prompt, session_id: String, state: TurnState) -> Result<Option<Object>, BoxError> {
+        let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
+        let content = crate::framework::prompt::to_content(&prompt)?;
+        let mut run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;
+        let (tx, stream) = bub_abi::ModelStream::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    item = run.next() => item,
+                    _ = tx.closed() => return, // the host dropped the stream: the run cancels
+                };
+                let sent = match item {
+                    None => return,
+                    Some(Ok(event)) => tx.send(event).await,
+                    Some(Err(e)) => tx.fail(bub_abi::HookError::new(bub_abi::ErrorKind::ERROR, e.to_string())).await,
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(stream))
+    }
+
+    /// The agent's text: every `text` delta of every step, concatenated.
+    async fn run_model(&self, prompt: Prompt, session_id: String, state: TurnState) -> Result<Option<String>, BoxError> {
+        let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
+        let content = crate::framework::prompt::to_content(&prompt)?;
+        let run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;
+        let (events, error) = run.collect().await;
+        if let Some(e) = error {
+            return Err(e.to_string().into());
+        }
+        Ok(Some(
+            events
+                .iter()
+                .filter(|e| e.kind == "text")
+                .filter_map(|e| e.data.get("delta").and_then(Value::as_str))
+                .collect(),
+        ))
     }
 }
 

@@ -14,12 +14,11 @@ use std::{
 };
 
 use bub_abi::{
-    resources::{Fut, Lifespan, Tool},
-    types::{ErrorInfo, ProcessRequest, ToolSpec},
+    resources::{Fut, Lifespan},
+    types::{ErrorInfo, ProcessRequest},
     BoxError,
 };
 use rustix::process::Signal;
-use serde_json::{json, Map, Value};
 use tokio::io::AsyncReadExt;
 
 use super::environment::{command, signal_group};
@@ -121,6 +120,36 @@ impl ShellScope {
         Ok((text, status))
     }
 
+    /// Terminates a shell's process group (TERM, then KILL after 3 s).
+    pub async fn kill(&self, id: &str) -> Result<(), BoxError> {
+        let pid = {
+            let inner = lock(&self.inner);
+            let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+            if lock(&shell.status).is_some() {
+                return Ok(());
+            }
+            shell.pid
+        };
+        let Some(pid) = pid else { return Ok(()) };
+        signal_group(pid, Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while group_alive(pid) {
+            if Instant::now() >= deadline {
+                signal_group(pid, Signal::KILL);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Let the reader record the exit.
+        for _ in 0..100 {
+            if self.output(id)?.1.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
     /// Closes the scope: no new starts, every group terminated.
     pub async fn close(&self) {
         let shells: Vec<Shell> = {
@@ -201,67 +230,6 @@ impl Lifespan for ShellLifespan {
             scope.close().await;
             lock(&registry.open).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&scope)));
             Ok(())
-        }
-    }
-}
-
-/// The `bash` tool: run a command in the workspace. `background: true` (or a
-/// foreground run outliving `timeout_ms`) leaves it running in the scope's
-/// shells and returns its id; `shell_id` reads a shell's output.
-pub struct BashTool {
-    /// Where commands run (the host's workspace, `bub -w`).
-    pub workspace: std::path::PathBuf,
-    /// The scopes its shells live in.
-    pub scopes: Arc<OpenScopes>,
-}
-
-impl Tool for BashTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "bash".into(),
-            description: "Run a shell command in the workspace; long runs continue in the background.".into(),
-            parameters: serde_json::from_value(json!({
-                "type": "object",
-                "properties": {
-                    "cmd": {"type": "string"},
-                    "background": {"type": "boolean"},
-                    "timeout_ms": {"type": "integer"},
-                    "shell_id": {"type": "string"}
-                }
-            }))
-            .unwrap_or_default(),
-            exposure: "auto".into(),
-        }
-    }
-
-    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
-        let workspace = self.workspace.clone();
-        let scopes = self.scopes.clone();
-        async move {
-            let scope = scopes.current().ok_or("shell runtime is closed (no running() scope is open)")?;
-            if let Some(id) = arguments.get("shell_id").and_then(Value::as_str) {
-                let (output, status) = scope.output(id)?;
-                return Ok(
-                    json!({"shell_id": id, "output": output, "running": status.is_none(), "returncode": status.flatten()}),
-                );
-            }
-            let cmd = arguments.get("cmd").and_then(Value::as_str).ok_or("`cmd` is required")?;
-            let id = scope.start(cmd, &workspace)?;
-            if arguments.get("background").and_then(Value::as_bool) == Some(true) {
-                return Ok(json!({"shell_id": id, "running": true}));
-            }
-            let timeout = arguments.get("timeout_ms").and_then(Value::as_u64).unwrap_or(30_000);
-            let deadline = Instant::now() + Duration::from_millis(timeout);
-            loop {
-                let (output, status) = scope.output(&id)?;
-                if let Some(code) = status {
-                    return Ok(json!({"shell_id": id, "output": output, "running": false, "returncode": code}));
-                }
-                if Instant::now() >= deadline {
-                    return Ok(json!({"shell_id": id, "output": output, "running": true}));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
         }
     }
 }

@@ -1,0 +1,284 @@
+//! The builtin's workspace tools, offered through `provide_tools` so that a
+//! plugin overrides any of them by priority (spec §3.7): `bash`,
+//! `bash.output`, `bash.kill` (background shells of the `running()` scope),
+//! `fs.read`, `fs.write`, `fs.edit` (paths relative to the workspace) and
+//! `web.fetch`. Results and messages follow Bub's texts.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bub_abi::{
+    resources::{Fut, Tool},
+    types::ToolSpec,
+    BoxError, Object,
+};
+use serde_json::{json, Map, Value};
+
+use super::shells::OpenScopes;
+
+/// What every workspace tool knows.
+#[derive(Clone)]
+pub struct Workspace {
+    /// The host's workspace.
+    pub root: PathBuf,
+    /// The shell scopes (for `bash`).
+    pub scopes: Arc<OpenScopes>,
+}
+
+impl Workspace {
+    fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.root.join(p)
+        }
+    }
+
+    /// The tools, as objects.
+    pub fn objects(&self) -> Vec<Object> {
+        [
+            Kind::Bash,
+            Kind::BashOutput,
+            Kind::BashKill,
+            Kind::FsRead,
+            Kind::FsWrite,
+            Kind::FsEdit,
+            Kind::WebFetch,
+        ]
+        .into_iter()
+        .map(|kind| Object::tool(WorkspaceTool { kind, ws: self.clone() }))
+        .collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Bash,
+    BashOutput,
+    BashKill,
+    FsRead,
+    FsWrite,
+    FsEdit,
+    WebFetch,
+}
+
+struct WorkspaceTool {
+    kind: Kind,
+    ws: Workspace,
+}
+
+fn spec(name: &str, description: &str, properties: Value, required: &[&str]) -> ToolSpec {
+    let parameters = json!({"type": "object", "properties": properties, "required": required});
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters: parameters.as_object().cloned().unwrap_or_default(),
+        exposure: "direct".into(),
+    }
+}
+
+fn s(args: &Map<String, Value>, k: &str) -> Option<String> {
+    args.get(k).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn n(args: &Map<String, Value>, k: &str) -> Option<f64> {
+    args.get(k).and_then(|v| v.as_f64().or_else(|| v.as_str().and_then(|t| t.parse().ok())))
+}
+
+fn b(args: &Map<String, Value>, k: &str) -> bool {
+    args.get(k).is_some_and(|v| v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")))
+}
+
+fn required(args: &Map<String, Value>, k: &str) -> Result<String, BoxError> {
+    s(args, k).ok_or_else(|| format!("`{k}` is required").into())
+}
+
+impl Tool for WorkspaceTool {
+    fn spec(&self) -> ToolSpec {
+        match self.kind {
+            Kind::Bash => spec(
+                "bash",
+                "Run a shell command in the workspace. Long runs continue in the background.",
+                json!({"command": {"type": "string"}, "cwd": {"type": "string"},
+                       "timeout_seconds": {"type": "number", "default": 30}, "background": {"type": "boolean", "default": false}}),
+                &["command"],
+            ),
+            Kind::BashOutput => spec(
+                "bash.output",
+                "Read the output of a background shell.",
+                json!({"shell_id": {"type": "string"}, "offset": {"type": "integer", "default": 0}, "limit": {"type": "integer"}}),
+                &["shell_id"],
+            ),
+            Kind::BashKill => spec("bash.kill", "Terminate a background shell.", json!({"shell_id": {"type": "string"}}), &["shell_id"]),
+            Kind::FsRead => spec(
+                "fs.read",
+                "Read a text file (lines from offset, at most limit).",
+                json!({"path": {"type": "string"}, "offset": {"type": "integer", "default": 0}, "limit": {"type": "integer"}}),
+                &["path"],
+            ),
+            Kind::FsWrite => spec(
+                "fs.write",
+                "Write a text file (parents are created).",
+                json!({"path": {"type": "string"}, "content": {"type": "string"}}),
+                &["path", "content"],
+            ),
+            Kind::FsEdit => spec(
+                "fs.edit",
+                "Replace every occurrence of old with new in a file, from line start.",
+                json!({"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"},
+                       "start": {"type": "integer", "default": 0}}),
+                &["path", "old", "new"],
+            ),
+            Kind::WebFetch => spec(
+                "web.fetch",
+                "Fetch a URL (GET) and return the body text.",
+                json!({"url": {"type": "string"}, "headers": {"type": "object"}, "timeout": {"type": "number"}}),
+                &["url"],
+            ),
+        }
+    }
+
+    fn call(&self, args: Map<String, Value>) -> impl Fut<Value> {
+        let (kind, ws) = (self.kind, self.ws.clone());
+        async move {
+            let text = match kind {
+                Kind::Bash => bash(&ws, &args).await?,
+                Kind::BashOutput => bash_output(&ws, &args)?,
+                Kind::BashKill => {
+                    let id = required(&args, "shell_id")?;
+                    let scope = ws.scopes.current().ok_or("shell runtime is closed")?;
+                    scope.kill(&id).await?;
+                    let (_, status) = scope.output(&id)?;
+                    format!("id: {id}\nstatus: {}\nexit_code: {}", status_name(status), exit_code(status))
+                }
+                Kind::FsRead => {
+                    let path = ws.resolve(&required(&args, "path")?);
+                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let offset = n(&args, "offset").unwrap_or(0.0) as usize;
+                    let lines = text.lines().skip(offset);
+                    match n(&args, "limit") {
+                        Some(l) => lines.take(l as usize).collect::<Vec<_>>().join("\n"),
+                        None => lines.collect::<Vec<_>>().join("\n"),
+                    }
+                }
+                Kind::FsWrite => {
+                    let raw = required(&args, "path")?;
+                    let path = ws.resolve(&raw);
+                    if let Some(parent) = path.parent() {
+                        tokio::fs::create_dir_all(parent).await?;
+                    }
+                    tokio::fs::write(&path, s(&args, "content").unwrap_or_default()).await
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    format!("wrote: {raw}")
+                }
+                Kind::FsEdit => {
+                    let raw = required(&args, "path")?;
+                    let path = ws.resolve(&raw);
+                    let (old, new) = (required(&args, "old")?, s(&args, "new").unwrap_or_default());
+                    let start = n(&args, "start").unwrap_or(0.0) as usize;
+                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let split = text.split_inclusive('\n').take(start).map(str::len).sum::<usize>();
+                    let (head, tail) = text.split_at(split);
+                    if !tail.contains(&old) {
+                        return Err(format!("'{old}' not found in {raw} from line {start}").into());
+                    }
+                    tokio::fs::write(&path, format!("{head}{}", tail.replace(&old, &new))).await?;
+                    format!("edited: {raw}")
+                }
+                Kind::WebFetch => web_fetch(&args).await?,
+            };
+            Ok(Value::String(text))
+        }
+    }
+}
+
+fn status_name(status: Option<Option<i32>>) -> &'static str {
+    match status {
+        None => "running",
+        Some(Some(_)) => "exited",
+        Some(None) => "killed",
+    }
+}
+
+fn exit_code(status: Option<Option<i32>>) -> String {
+    status.flatten().map_or("null".into(), |c| c.to_string())
+}
+
+async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxError> {
+    let command = required(args, "command")?;
+    let scope = ws.scopes.current().ok_or("shell runtime is closed (no running() scope is open)")?;
+    let cwd = s(args, "cwd").map_or(ws.root.clone(), |c| ws.resolve(&c));
+    let id = scope.start(&command, &cwd)?;
+    if b(args, "background") {
+        return Ok(format!(
+            "Shell started, shell_id: {id}\nRetrieve the output with bash_output or terminate it with bash_kill."
+        ));
+    }
+    let timeout = n(args, "timeout_seconds").unwrap_or(30.0).max(0.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+    loop {
+        let (output, status) = scope.output(&id)?;
+        if let Some(code) = status {
+            let out = output.trim();
+            let out = if out.is_empty() { "(no output)" } else { out };
+            return match code {
+                Some(0) => Ok(out.to_owned()),
+                other => Err(format!(
+                    "command exited with code {}\noutput:\n{out}",
+                    other.map_or("signal".into(), |c| c.to_string())
+                )
+                .into()),
+            };
+        }
+        if Instant::now() >= deadline {
+            return Ok(format!(
+                "command timed out after {} seconds; continuing in background\nshell_id: {id}",
+                timeout
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn bash_output(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxError> {
+    let id = required(args, "shell_id")?;
+    let scope = ws.scopes.current().ok_or("shell runtime is closed")?;
+    let (output, status) = scope.output(&id)?;
+    let offset = (n(args, "offset").unwrap_or(0.0) as usize).min(output.len());
+    let mut end = n(args, "limit").map_or(output.len(), |l| (offset + l as usize).min(output.len()));
+    while !output.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut start = offset;
+    while !output.is_char_boundary(start) {
+        start -= 1;
+    }
+    let slice = &output[start..end];
+    Ok(format!(
+        "id: {id}\nstatus: {}\nexit_code: {}\nnext_offset: {end}\noutput:\n{}",
+        status_name(status),
+        exit_code(status),
+        if slice.is_empty() { "(no output)" } else { slice }
+    ))
+}
+
+async fn web_fetch(args: &Map<String, Value>) -> Result<String, BoxError> {
+    let url = required(args, "url")?;
+    let timeout = n(args, "timeout").unwrap_or(10.0).max(0.1);
+    let client = reqwest::Client::builder().timeout(Duration::from_secs_f64(timeout)).build()?;
+    let mut req = client.get(&url).header("accept", "text/markdown");
+    for (k, v) in args.get("headers").and_then(Value::as_object).into_iter().flatten() {
+        req = req.header(k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
+    }
+    let resp = req.send().await.map_err(|e| format!("GET {url}: {e}"))?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(|e| format!("GET {url}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("GET {url}: HTTP {status}: {}", body.chars().take(500).collect::<String>()).into());
+    }
+    Ok(body)
+}
