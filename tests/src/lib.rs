@@ -16,6 +16,8 @@ use bub_host::{discovery::SearchPath, Host};
 use serde_json::{json, Value};
 
 /// The workspace root.
+pub mod provider;
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }

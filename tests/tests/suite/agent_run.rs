@@ -1,0 +1,318 @@
+//! The agent through `bub run`, against a scripted provider on loopback in
+//! each wire format (behaviours 95–236 of `bub-agent-semantics.md`).
+
+use bub_tests::{
+    lib,
+    provider::{anthropic, chat, responses, Provider, Reply},
+    run_bub, Home,
+};
+use serde_json::{json, Value};
+
+/// Points the home's config at `provider` with `model`, plus `extra` keys.
+fn configure(home: &Home, provider: &Provider, model: &str, extra: Value) {
+    let mut config = json!({
+        "model": model,
+        "api_key": "sk-test",
+        "api_base": provider.base_url,
+        "client_args": {"retry_delay": 0.01, "max_retry_delay": 0.05},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+}
+
+/// A workspace folder with `a.txt`.
+fn workspace() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "hello file\n").unwrap();
+    ws
+}
+
+fn bub(home: &Home, ws: &tempfile::TempDir, args: &[&str]) -> (String, String, bool) {
+    let mut all = vec!["-w", ws.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_bub(home, &all)
+}
+
+/// Every entry of every session tape (sidecars excluded), in file order.
+fn tape(home: &Home) -> Vec<Value> {
+    let mut out = Vec::new();
+    let dir = home.path().join("tapes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    files.sort();
+    for f in files.into_iter().filter(|f| !f.to_string_lossy().contains("__sidecar__")) {
+        for line in std::fs::read_to_string(f).unwrap().lines() {
+            out.push(serde_json::from_str(line).unwrap());
+        }
+    }
+    out
+}
+
+/// `kind` or `event:<name>` per entry.
+fn kinds(entries: &[Value]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|e| match e["kind"].as_str().unwrap() {
+            "event" => format!("event:{}", e["payload"]["name"].as_str().unwrap()),
+            k => k.to_owned(),
+        })
+        .collect()
+}
+
+fn messages(body: &Value) -> Vec<Value> {
+    body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_text_answer_is_streamed_recorded_and_printed_behaviour_97_106_190_217_231() {
+    let provider = Provider::start(vec![chat::text("Hello there")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:test-model", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Hello there"), "{out}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r.line, "POST /v1/chat/completions HTTP/1.1");
+    assert_eq!(r.header("authorization"), Some("Bearer sk-test"));
+    assert!(r.header("user-agent").unwrap().starts_with("bub/"));
+    assert_eq!(r.body["model"], "test-model");
+    assert_eq!(r.body["max_completion_tokens"], 16384);
+    assert_eq!(r.body["stream"], true);
+    assert_eq!(r.body["stream_options"], json!({"include_usage": true}));
+    let tools: Vec<&str> = r.body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    for name in ["bash", "bash_output", "bash_kill", "fs_read", "fs_write", "fs_edit", "web_fetch", "tape_info", "tape_handoff"] {
+        assert!(tools.contains(&name), "{name} missing from {tools:?}");
+    }
+    assert!(!tools.contains(&"help"), "command tools are never offered (behaviour 177)");
+    let msgs = messages(&r.body);
+    assert_eq!(msgs[0]["role"], "system");
+    assert!(msgs.last().unwrap()["content"].as_str().unwrap().ends_with("hi"));
+    assert_eq!(
+        kinds(&tape(&home)),
+        [
+            "anchor", "event:handoff", "event:loop.start", "event:loop.step.start", "system", "message", "message",
+            "event:run", "event:loop.step", "event:loop.finish"
+        ]
+    );
+    let entries = tape(&home);
+    assert_eq!(entries[0]["payload"], json!({"name": "session/start", "state": {"owner": "human"}}));
+    assert_eq!(entries[6]["payload"]["content"], "Hello there");
+    assert_eq!(entries[7]["payload"]["data"]["usage"]["total_tokens"], 5);
+}
+
+#[test]
+fn a_tool_step_then_a_text_step_behaviour_135_190_211_220() {
+    let provider = Provider::start(vec![
+        chat::tool_calls("Let me look", &[("call_1", "fs_read", r#"{"path": "a.txt"}"#)]),
+        chat::text("It says hello file."),
+    ]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "read a.txt"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Let me lookIt says hello file."), "{out}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    let second = messages(&requests[1].body);
+    let n = second.len();
+    assert_eq!(second[n - 2]["role"], "assistant");
+    assert_eq!(second[n - 2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(second[n - 2]["tool_calls"][0]["function"]["arguments"], r#"{"path": "a.txt"}"#);
+    assert_eq!(second[n - 1], json!({"role": "tool", "tool_call_id": "call_1", "content": "hello file"}));
+    let entries = tape(&home);
+    assert_eq!(
+        kinds(&entries)[4..],
+        [
+            "system", "message", "tool_call", "tool_result", "event:run", "event:loop.step", "event:loop.step.start",
+            "system", "message", "event:run", "event:loop.step", "event:loop.finish"
+        ]
+    );
+    assert_eq!(entries[6]["payload"]["content"], "Let me look");
+    assert_eq!(entries[7]["payload"]["results"], json!(["hello file"]));
+    assert_eq!(entries[9]["payload"]["data"]["status"], "continue");
+}
+
+#[test]
+fn the_conversation_is_remembered_across_turns_and_processes() {
+    let provider = Provider::start(vec![chat::text("First answer"), chat::text("Second answer")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    assert!(bub(&home, &ws, &["run", "one"]).2);
+    let (out, err, ok) = bub(&home, &ws, &["run", "two"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Second answer"));
+    let second = messages(&provider.requests()[1].body);
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(second[2]["content"], "First answer");
+}
+
+#[test]
+fn unknown_tools_fail_as_results_and_the_run_goes_on_behaviour_139() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "nope", "{}")]), chat::text("ok")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    let second = messages(&provider.requests()[1].body);
+    let tool: Value = serde_json::from_str(second.last().unwrap()["content"].as_str().unwrap()).unwrap();
+    assert_eq!(tool, json!({"kind": "tool", "message": "Unknown tool name: nope."}));
+}
+
+#[test]
+fn malformed_tool_arguments_fail_the_step_before_any_tool_runs_behaviour_138() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "fs_write", "not json")])]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains("Expected a function tool call with JSON object arguments."), "{err}");
+    let entries = tape(&home);
+    assert!(!kinds(&entries).contains(&"tool_result".to_owned()));
+    let finish = entries.last().unwrap();
+    assert_eq!(finish["payload"]["name"], "loop.finish");
+    assert_eq!(finish["payload"]["data"]["status"], "error");
+}
+
+#[test]
+fn a_denied_tool_reaches_the_model_as_an_error_and_is_audited() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    home.install("tool-policy", &lib("tool_policy"), json!({"rules": [{"tool": "fs_read", "deny": "no reading"}]}));
+    home.install("audit-log", &lib("audit_log"), json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    let second = messages(&provider.requests()[1].body);
+    let tool: Value = serde_json::from_str(second.last().unwrap()["content"].as_str().unwrap()).unwrap();
+    assert_eq!(tool, json!({"kind": "tool", "message": "blocked by policy: no reading"}));
+    let audit = std::fs::read_to_string(home.path().join("audit.jsonl")).unwrap();
+    let lines: Vec<Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["llm_call", "tool_call", "llm_call"]);
+    assert_eq!(lines[1]["tool"], "fs_read");
+    assert_eq!(lines[1]["ok"], false);
+}
+
+#[test]
+fn http_errors_are_retried_then_reported_behaviour_223_225_226() {
+    let provider = Provider::start(vec![Reply::Status(503, "busy".into(), vec![]), chat::text("fine")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("fine"));
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body, requests[1].body);
+
+    let provider = Provider::start(vec![Reply::Status(401, r#"{"error":"bad key"}"#.into(), vec![])]);
+    let home = Home::new();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains(r#"Provider returned HTTP 401: {"error":"bad key"}"#), "{err}");
+    assert_eq!(provider.requests().len(), 1, "4xx is not retried");
+
+    let provider = Provider::start(vec![Reply::Status(500, "a".into(), vec![]); 3]);
+    let home = Home::new();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains("Provider returned HTTP 500: a"), "{err}");
+    assert_eq!(provider.requests().len(), 3, "max_retries 2: three attempts");
+}
+
+#[test]
+fn a_stream_without_its_completion_signal_fails_behaviour_161() {
+    let provider = Provider::start(vec![Reply::Sse(vec![
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "bash", "arguments": "{\"command\":\"touch x\"}"}}]}}]}).to_string(),
+    ])]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains("Stream ended without a completion signal"), "{err}");
+    assert!(!ws.path().join("x").exists(), "the tool never ran");
+}
+
+#[test]
+fn a_finish_decision_skips_the_provider_behaviour_127() {
+    let provider = Provider::start(vec![]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    home.scripted(
+        "budget",
+        "",
+        json!({"before_llm_call": {"return": {"decision": {"action": "finish", "text": "budget exhausted"}}}}),
+    );
+    let (out, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("budget exhausted"), "{out}");
+    assert!(provider.requests().is_empty());
+}
+
+#[test]
+fn the_responses_api_and_anthropic_messages_behaviour_216_232() {
+    let provider = Provider::start(vec![responses::tool_call("c1", "fs_read", r#"{"path":"a.txt"}"#), responses::text("done")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({"client_args": {"api_format": "responses"}}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("done"));
+    let requests = provider.requests();
+    assert_eq!(requests[0].line, "POST /v1/responses HTTP/1.1");
+    let input = requests[1].body["input"].as_array().unwrap();
+    assert_eq!(input.last().unwrap(), &json!({"type": "function_call_output", "call_id": "c1", "output": "hello file"}));
+
+    let provider = Provider::start(vec![anthropic::tool_call("t1", "fs_read", r#"{"path":"a.txt"}"#), anthropic::text("seen")]);
+    let home = Home::new();
+    configure(&home, &provider, "anthropic:claude", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("seen"));
+    let requests = provider.requests();
+    assert_eq!(requests[0].line, "POST /v1/messages HTTP/1.1");
+    assert_eq!(requests[0].header("x-api-key"), Some("sk-test"));
+    assert_eq!(requests[0].body["cache_control"], json!({"type": "ephemeral"}));
+    let last = requests[1].body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"][0], json!({"type": "tool_result", "tool_use_id": "t1", "content": "hello file"}));
+}
+
+#[test]
+fn command_mode_runs_offline_through_the_tool_hooks_behaviour_164_168_171() {
+    let home = Home::new();
+    let ws = workspace();
+    let (out, err, ok) = bub(&home, &ws, &["run", ",echo hi"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("hi"));
+    let (out, err, ok) = bub(&home, &ws, &["run", ",fs.read a.txt"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("hello file"));
+    let entries = tape(&home);
+    assert!(!kinds(&entries).contains(&"event:loop.start".to_owned()), "commands emit no RunStarted");
+    let command = entries.iter().rev().find(|e| e["payload"]["name"] == "command").unwrap();
+    assert_eq!(command["payload"]["data"]["name"], "fs.read");
+    assert_eq!(command["payload"]["data"]["status"], "ok");
+
+    home.install("tool-policy", &lib("tool_policy"), json!({"rules": [{"tool": "bash", "deny": "no shells"}]}));
+    home.install("audit-log", &lib("audit_log"), json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", ",bash echo hi"]);
+    assert!(!ok);
+    assert!(err.contains("blocked by policy: no shells"), "{err}");
+    let audit = std::fs::read_to_string(home.path().join("audit.jsonl")).unwrap();
+    assert!(audit.contains(r#""tool":"bash""#) && audit.contains(r#""ok":false"#), "{audit}");
+}
