@@ -47,4 +47,27 @@ bub plugins info session-router
 say "bub run \"hello from bub-rs\"   (one turn: session-router resolves, echo-model answers, audit-log records)"
 bub run "hello from bub-rs"
 
-say "Done. Try: BUB_HOME=$home $target/release/bub chat   (Ctrl-D quits)"
+say "The builtin agent: disable echo-model and the builtin answers turns itself"
+# Without BUB_MODEL (or "model" in $BUB_HOME/config.json) the agent uses the
+# offline `echo` model, so this runs without a network; the agent loop, the
+# tape and the LLM/tool hooks run exactly as with a real model.
+bub plugins disable echo-model
+bub plugins config tool-policy \
+  'rules=[{"tool":"bash","argument":"command","contains":"rm ","deny":"no deleting in the demo"}]' >/dev/null
+bub run "hello, agent"
+
+say "Command mode: ,<tool> or ,<shell line> runs a tool without a model, through the tool hooks"
+bub run ",bash echo command mode runs tools offline"
+bub run ",fs.read README.md limit=3"
+if bub run ",bash rm -rf some-folder" 2>"$target/demo-denied.txt"; then
+  echo "expected the policy to deny this" >&2; exit 1
+fi
+echo "denied: $(grep -o 'blocked by policy: [^"]*' "$target/demo-denied.txt" | head -1)"
+
+say "What audit-log recorded (\$BUB_HOME/audit.jsonl)"
+cat "$home/audit.jsonl"
+
+say "Done. Try: BUB_HOME=$home $target/release/bub chat   (Ctrl-D quits; ,help lists the commands)"
+echo "A real model: BUB_MODEL=openai:gpt-4o-mini OPENAI_API_KEY=sk-... (any OpenAI-compatible server:"
+echo "BUB_MODEL=ollama:llama3.2 BUB_OLLAMA_API_BASE=http://localhost:11434/v1; Anthropic: BUB_MODEL=anthropic:claude-sonnet-4-5"
+echo "ANTHROPIC_API_KEY=...). Settings: docs/agent.md."

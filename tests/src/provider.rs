@@ -141,7 +141,8 @@ pub mod chat {
         Reply::Sse(vec![
             json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": a}}]}).to_string(),
             json!({"choices": [{"index": 0, "delta": {"content": b}}]}).to_string(),
-            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+                .to_string(),
             "[DONE]".into(),
         ])
     }
@@ -155,10 +156,16 @@ pub mod chat {
         }
         for (i, (id, name, args)) in calls.iter().enumerate() {
             let (a, b) = args.split_at(args.len() / 2);
-            events.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}}]}).to_string());
-            events.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": i, "function": {"arguments": b}}]}}]}).to_string());
+            events.push(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}}]})
+                .to_string(),
+            );
+            events.push(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": i, "function": {"arguments": b}}]}}]})
+                .to_string(),
+            );
         }
         events.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string());
         events.push("[DONE]".into());
@@ -174,7 +181,8 @@ pub mod responses {
     pub fn text(text: &str) -> Reply {
         Reply::Sse(vec![
             json!({"type": "response.output_text.delta", "delta": text}).to_string(),
-            json!({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 2}}}).to_string(),
+            json!({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 2}}})
+                .to_string(),
         ])
     }
 
@@ -201,8 +209,14 @@ pub mod anthropic {
     pub fn text(text: &str) -> Reply {
         Reply::NamedSse(vec![
             ev("message_start", json!({"type": "message_start", "message": {"usage": {"input_tokens": 3}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+            ),
             ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
             ev("message_delta", json!({"type": "message_delta", "usage": {"output_tokens": 2}})),
             ev("message_stop", json!({"type": "message_stop"})),
@@ -213,8 +227,14 @@ pub mod anthropic {
     pub fn tool_call(id: &str, name: &str, args: &str) -> Reply {
         Reply::NamedSse(vec![
             ev("message_start", json!({"type": "message_start", "message": {"usage": {"input_tokens": 3}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": args}})),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": args}}),
+            ),
             ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
             ev("message_delta", json!({"type": "message_delta", "usage": {"output_tokens": 2}})),
             ev("message_stop", json!({"type": "message_stop"})),

@@ -17,8 +17,8 @@ use bub_abi::TurnState;
 use serde_json::{json, Value};
 
 use super::{
-    builtin_tools, plugins::AgentPlugins, provider::ModelSettings, run::RunOptions, tape, Agent, AgentError,
-    RunStream, Store,
+    builtin_tools, plugins::AgentPlugins, provider::ModelSettings, run::RunOptions, tape, Agent, AgentError, RunStream,
+    Store,
 };
 use crate::framework::Framework;
 

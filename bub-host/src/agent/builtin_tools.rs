@@ -33,7 +33,13 @@ fn arg_u64(args: &Map<String, Value>, key: &str) -> Option<u64> {
 /// The tools, in Bub's registry order.
 pub fn tools() -> Vec<AgentTool> {
     vec![
-        AgentTool::native("tape.info", "Show information about the current tape.", schema(json!({}), &[]), Exposure::Auto, info),
+        AgentTool::native(
+            "tape.info",
+            "Show information about the current tape.",
+            schema(json!({}), &[]),
+            Exposure::Auto,
+            info,
+        ),
         AgentTool::native(
             "tape.search",
             "Search the current tape for entries containing a text.",
@@ -51,7 +57,10 @@ pub fn tools() -> Vec<AgentTool> {
         AgentTool::native(
             "tape.handoff",
             "Add a handoff anchor: the model's context restarts after it.",
-            schema(json!({"name": {"type": "string", "default": "handoff"}, "summary": {"type": "string", "default": ""}}), &[]),
+            schema(
+                json!({"name": {"type": "string", "default": "handoff"}, "summary": {"type": "string", "default": ""}}),
+                &[],
+            ),
             Exposure::Auto,
             handoff,
         ),
@@ -76,7 +85,10 @@ async fn info(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
     let usage = entries
         .iter()
         .rev()
-        .find_map(|e| (e.kind == "event" && e.payload.get("name") == Some(&json!("run"))).then(|| e.payload["data"]["usage"].clone()))
+        .find_map(|e| {
+            (e.kind == "event" && e.payload.get("name") == Some(&json!("run")))
+                .then(|| e.payload["data"]["usage"].clone())
+        })
         .filter(|u| u.is_object());
     let (total, rate) = match &usage {
         Some(u) => {
@@ -158,7 +170,9 @@ async fn help(_args: Map<String, Value>, _cx: ToolContext) -> Result<Value, Agen
 }
 
 async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-    let id = arg_str(&args, "model_id").filter(|m| !m.trim().is_empty()).ok_or_else(|| AgentError::value("model_id is required"))?;
+    let id = arg_str(&args, "model_id")
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| AgentError::value("model_id is required"))?;
     cx.state.set("model", &id).map_err(|e| AgentError::value(e.to_string()))?;
     cx.tape.event("model_switch", json!({"model": id}), Map::new()).await?;
     Ok(json!(format!("Session model set to {id} (applies from the next turn).")))

@@ -37,7 +37,8 @@ pub fn parse(line: &str, find: impl Fn(&str) -> Option<AgentTool>) -> Result<Par
     if line.is_empty() {
         return Err(AgentError::value("empty command"));
     }
-    let words = shlex::split(line).ok_or_else(|| AgentError::value(format!("cannot split command line {line:?}: unbalanced quotes")))?;
+    let words = shlex::split(line)
+        .ok_or_else(|| AgentError::value(format!("cannot split command line {line:?}: unbalanced quotes")))?;
     let Some((first, rest)) = words.split_first() else { return Err(AgentError::value("empty command")) };
     let Some(tool) = find(first) else {
         if find("bash").is_none() {
@@ -137,7 +138,10 @@ mod tests {
 
     #[test]
     fn the_prefix_makes_a_command_behaviour_163_165() {
-        assert_eq!(command_line(&[json!("  /greet ada punctuation=?")], Some("/")).as_deref(), Some("greet ada punctuation=?"));
+        assert_eq!(
+            command_line(&[json!("  /greet ada punctuation=?")], Some("/")).as_deref(),
+            Some("greet ada punctuation=?")
+        );
         assert_eq!(command_line(&[json!(",echo")], None), None);
         assert_eq!(command_line(&[json!(",a"), json!("b")], Some(",")), None);
         let p = parse("greet ada punctuation=?", find).unwrap();

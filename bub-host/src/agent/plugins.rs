@@ -154,7 +154,8 @@ impl AgentPlugins {
                 Box::pin(async move {
                     if let Event::StepFinished { status: super::events::Status::Continue, next_prompt, .. } = event {
                         let tape = TapeInfo { name: cx.tape.name().to_owned() };
-                        let next = fw.continue_prompt(None, &tape, &StreamState::default()).await.map_err(framework_error)?;
+                        let next =
+                            fw.continue_prompt(None, &tape, &StreamState::default()).await.map_err(framework_error)?;
                         if let Some(text) = next {
                             *next_prompt = Some(vec![Value::String(text)]);
                         }
@@ -176,7 +177,8 @@ impl AgentPlugins {
                     let envelopes = inbox.drain_messages(&state).await.map_err(AgentError::store)?;
                     for message in envelopes {
                         let session = message.get("session_id").and_then(Value::as_str).unwrap_or("").to_owned();
-                        let content = fw.build_prompt_content(&message, &session, &cx.state).await.map_err(framework_error)?;
+                        let content =
+                            fw.build_prompt_content(&message, &session, &cx.state).await.map_err(framework_error)?;
                         messages.push(Value::Array(content));
                     }
                     Ok(())

@@ -31,14 +31,16 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
             tape.event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
         }
         Event::StepFinished { step, status, elapsed_ms, error, .. } => {
-            let mut data = json!({"step": step, "elapsed_ms": elapsed_ms, "status": status.as_str(), "date": now_iso()});
+            let mut data =
+                json!({"step": step, "elapsed_ms": elapsed_ms, "status": status.as_str(), "date": now_iso()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
             tape.event("loop.step", data, none()).await?;
         }
         Event::RunFinished { status, steps, elapsed_ms, error } => {
-            let mut data = json!({"status": status.as_str(), "steps": steps, "elapsed_ms": elapsed_ms, "date": now_iso()});
+            let mut data =
+                json!({"status": status.as_str(), "steps": steps, "elapsed_ms": elapsed_ms, "date": now_iso()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
@@ -74,7 +76,8 @@ async fn record_chat(tape: &RunTape, chat: &ChatFinished) -> Result<(), AgentErr
     }
     if chat.context_error.is_none() {
         if !chat.tool_calls.is_empty() {
-            let mut payload = json!({"calls": chat.tool_calls, "content": chat.response_text.clone().unwrap_or_default()});
+            let mut payload =
+                json!({"calls": chat.tool_calls, "content": chat.response_text.clone().unwrap_or_default()});
             for (k, v) in &chat.assistant_fields {
                 payload[k] = v.clone();
             }

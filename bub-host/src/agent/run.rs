@@ -23,8 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    command,
-    context,
+    command, context,
     events::{ChatFinished, Event, EventContext, Status},
     provider::{Delta, ModelRequest, ModelResponse, ProviderError, ToolDef},
     tape::RunTape,
@@ -194,7 +193,8 @@ impl Agent {
             Err(e) => Err(e),
             Ok(parsed) => {
                 let tool = self.tools.iter().find(|t| t.name == parsed.name).cloned();
-                let call = PlannedCall { id: String::new(), tool, name: parsed.name.clone(), arguments: parsed.arguments };
+                let call =
+                    PlannedCall { id: String::new(), tool, name: parsed.name.clone(), arguments: parsed.arguments };
                 match tools::run_one(&self.events, cx, "run_command", call, true).await {
                     Err(e) => Err(e),
                     Ok(o) => match o.failed {
@@ -309,8 +309,13 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
             agent.events.emit(&mut ev, &run.cx).await?;
             return Ok(());
         }
-        let mut ev =
-            Event::StepFinished { step, status: Status::Continue, elapsed_ms: elapsed(), error: None, next_prompt: None };
+        let mut ev = Event::StepFinished {
+            step,
+            status: Status::Continue,
+            elapsed_ms: elapsed(),
+            error: None,
+            next_prompt: None,
+        };
         agent.events.emit(&mut ev, &run.cx).await?;
         next_prompt = match ev {
             Event::StepFinished { next_prompt, .. } => next_prompt,
@@ -393,8 +398,13 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     messages.extend(new_messages.iter().cloned());
     // 6. LLMCallStarted.
     let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
-    let request =
-        LlmCallRequest { run_id: run_id.clone(), model: run.model.clone(), messages, tool_names: tool_names.clone(), max_tokens: Some(max_tokens) };
+    let request = LlmCallRequest {
+        run_id: run_id.clone(),
+        model: run.model.clone(),
+        messages,
+        tool_names: tool_names.clone(),
+        max_tokens: Some(max_tokens),
+    };
     let mut started = Event::LlmCallStarted { request, decision: None };
     agent.events.emit(&mut started, cx).await?;
     let Event::LlmCallStarted { request, decision } = started else { unreachable!("same event") };
@@ -421,7 +431,8 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let mut options = run.options.clone();
     options.remove("tools");
     options.remove("max_tokens");
-    let model_request = ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };
+    let model_request =
+        ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };
     let call_started = Instant::now();
     let mut text_so_far = String::new();
     let outcome = call_model(agent, &request.model, &model_request, tx, &mut text_so_far).await;
@@ -471,7 +482,11 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
         let arguments = match serde_json::from_str::<Value>(&c.arguments) {
             Ok(Value::Object(m)) => m,
             _ => {
-                return Err(AgentError::bub("invalid_input", "Expected a function tool call with JSON object arguments.", None))
+                return Err(AgentError::bub(
+                    "invalid_input",
+                    "Expected a function tool call with JSON object arguments.",
+                    None,
+                ))
             }
         };
         let tool = offered.iter().find(|t| t.model_name() == c.name).cloned();
@@ -543,7 +558,8 @@ async fn call_model(
         match client.call(request, &mut on_delta).await {
             Ok(r) => return Ok(r),
             Err(e) => {
-                let opening = matches!(e, ProviderError::Status { .. } | ProviderError::Connection(_) | ProviderError::Config(_));
+                let opening =
+                    matches!(e, ProviderError::Status { .. } | ProviderError::Connection(_) | ProviderError::Config(_));
                 if produced || !opening {
                     return Err(e);
                 }

@@ -202,7 +202,10 @@ impl RunTape {
         let anchored = |e: &TapeEntry| {
             e.kind == "anchor"
                 && (query.last_anchor
-                    || query.after_anchor.as_ref().is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
+                    || query
+                        .after_anchor
+                        .as_ref()
+                        .is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
         };
         let cut = overlay.iter().rposition(anchored);
         let mut out = Vec::new();
@@ -216,9 +219,7 @@ impl RunTape {
             }
         }
         let start = cut.map_or(0, |i| i + 1);
-        out.extend(
-            overlay.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)),
-        );
+        out.extend(overlay.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)));
         if let Some(limit) = query.limit {
             let skip = out.len().saturating_sub(limit);
             out.drain(..skip);
@@ -245,7 +246,8 @@ impl RunTape {
     /// Adds the bootstrap anchor (`session/start {owner: "human"}`) when the
     /// tape has no anchor.
     pub async fn ensure_bootstrap(&self) -> Result<(), AgentError> {
-        let q = TapeQuery { tape: self.name.clone(), kinds: vec!["anchor".into()], limit: Some(1), ..Default::default() };
+        let q =
+            TapeQuery { tape: self.name.clone(), kinds: vec!["anchor".into()], limit: Some(1), ..Default::default() };
         if self.fetch(&q).await?.is_empty() {
             self.handoff("session/start", Some(json!({"owner": "human"}))).await?;
         }

@@ -133,7 +133,11 @@ impl AgentTool {
 
     /// The parameter names in schema order.
     pub fn parameter_names(&self) -> Vec<String> {
-        self.parameters.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+        self.parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Checks required arguments and simple types; the errors, if any.
@@ -242,7 +246,8 @@ pub async fn run_one(
     call: PlannedCall,
     command: bool,
 ) -> Result<Outcome, AgentError> {
-    let display = if command { call.tool.as_ref().map_or(call.name.clone(), |t| t.name.clone()) } else { call.name.clone() };
+    let display =
+        if command { call.tool.as_ref().map_or(call.name.clone(), |t| t.name.clone()) } else { call.name.clone() };
     let arguments = bub_abi::Value::from(&Value::Object(call.arguments));
     let hook_call = ToolCall { run_id: run_id.to_owned(), tool: display.clone(), arguments };
     let mut started = Event::ToolCallStarted { call: hook_call, decision: ToolCallDecision::proceed(None) };

@@ -231,7 +231,12 @@ impl Plugin for Builtin {
     /// The agent (Bub's `BubAgent`), for the turn running in a framework;
     /// None outside one. Events stream as they come; a failed run fails
     /// the stream, so the turn fails.
-    async fn run_model_stream(&self, prompt: Prompt, session_id: String, state: TurnState) -> Result<Option<Object>, BoxError> {
+    async fn run_model_stream(
+        &self,
+        prompt: Prompt,
+        session_id: String,
+        state: TurnState,
+    ) -> Result<Option<Object>, BoxError> {
         let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
         let content = crate::framework::prompt::to_content(&prompt)?;
         let mut run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;
@@ -256,7 +261,12 @@ impl Plugin for Builtin {
     }
 
     /// The agent's text: every `text` delta of every step, concatenated.
-    async fn run_model(&self, prompt: Prompt, session_id: String, state: TurnState) -> Result<Option<String>, BoxError> {
+    async fn run_model(
+        &self,
+        prompt: Prompt,
+        session_id: String,
+        state: TurnState,
+    ) -> Result<Option<String>, BoxError> {
         let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
         let content = crate::framework::prompt::to_content(&prompt)?;
         let run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;

@@ -40,18 +40,10 @@ impl Workspace {
 
     /// The tools, as objects.
     pub fn objects(&self) -> Vec<Object> {
-        [
-            Kind::Bash,
-            Kind::BashOutput,
-            Kind::BashKill,
-            Kind::FsRead,
-            Kind::FsWrite,
-            Kind::FsEdit,
-            Kind::WebFetch,
-        ]
-        .into_iter()
-        .map(|kind| Object::tool(WorkspaceTool { kind, ws: self.clone() }))
-        .collect()
+        [Kind::Bash, Kind::BashOutput, Kind::BashKill, Kind::FsRead, Kind::FsWrite, Kind::FsEdit, Kind::WebFetch]
+            .into_iter()
+            .map(|kind| Object::tool(WorkspaceTool { kind, ws: self.clone() }))
+            .collect()
     }
 }
 
@@ -113,7 +105,12 @@ impl Tool for WorkspaceTool {
                 json!({"shell_id": {"type": "string"}, "offset": {"type": "integer", "default": 0}, "limit": {"type": "integer"}}),
                 &["shell_id"],
             ),
-            Kind::BashKill => spec("bash.kill", "Terminate a background shell.", json!({"shell_id": {"type": "string"}}), &["shell_id"]),
+            Kind::BashKill => spec(
+                "bash.kill",
+                "Terminate a background shell.",
+                json!({"shell_id": {"type": "string"}}),
+                &["shell_id"],
+            ),
             Kind::FsRead => spec(
                 "fs.read",
                 "Read a text file (lines from offset, at most limit).",
@@ -157,7 +154,9 @@ impl Tool for WorkspaceTool {
                 }
                 Kind::FsRead => {
                     let path = ws.resolve(&required(&args, "path")?);
-                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let text = tokio::fs::read_to_string(&path)
+                        .await
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                     let offset = n(&args, "offset").unwrap_or(0.0) as usize;
                     let lines = text.lines().skip(offset);
                     match n(&args, "limit") {
@@ -171,7 +170,8 @@ impl Tool for WorkspaceTool {
                     if let Some(parent) = path.parent() {
                         tokio::fs::create_dir_all(parent).await?;
                     }
-                    tokio::fs::write(&path, s(&args, "content").unwrap_or_default()).await
+                    tokio::fs::write(&path, s(&args, "content").unwrap_or_default())
+                        .await
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                     format!("wrote: {raw}")
                 }
@@ -180,7 +180,9 @@ impl Tool for WorkspaceTool {
                     let path = ws.resolve(&raw);
                     let (old, new) = (required(&args, "old")?, s(&args, "new").unwrap_or_default());
                     let start = n(&args, "start").unwrap_or(0.0) as usize;
-                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let text = tokio::fs::read_to_string(&path)
+                        .await
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                     let split = text.split_inclusive('\n').take(start).map(str::len).sum::<usize>();
                     let (head, tail) = text.split_at(split);
                     if !tail.contains(&old) {

@@ -92,7 +92,9 @@ impl Framework {
             rt.dispatch_outbound(outbound).await?;
         }
 
-        let state = lock().clone();
+        let mut state = lock().clone();
+        // A handle for this turn only (see `agent::bub`): meaningless after it.
+        state.remove("_runtime_agent");
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state })
     }
 
@@ -147,12 +149,13 @@ impl Framework {
         session_id: &str,
         state: &TurnState,
     ) -> Result<Vec<Value>, FrameworkError> {
-        let built = match self.runtime.build_prompt(message, &session_id.to_owned(), state).await? {
-            Some(answer) => Some(answer.get().map_err(|e| {
-                FrameworkError::InvalidInput(format!("build_prompt returned an invalid value: {e}"))
-            })?),
-            None => None,
-        };
+        let built =
+            match self.runtime.build_prompt(message, &session_id.to_owned(), state).await? {
+                Some(answer) => Some(answer.get().map_err(|e| {
+                    FrameworkError::InvalidInput(format!("build_prompt returned an invalid value: {e}"))
+                })?),
+                None => None,
+            };
         let prompt_value = built.filter(truthy).unwrap_or_else(|| Value::String(content_of(inbound)));
         prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)
     }

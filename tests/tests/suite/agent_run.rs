@@ -39,7 +39,8 @@ fn bub(home: &Home, ws: &tempfile::TempDir, args: &[&str]) -> (String, String, b
 fn tape(home: &Home) -> Vec<Value> {
     let mut out = Vec::new();
     let dir = home.path().join("tapes");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     files.sort();
     for f in files.into_iter().filter(|f| !f.to_string_lossy().contains("__sidecar__")) {
         for line in std::fs::read_to_string(f).unwrap().lines() {
@@ -83,8 +84,11 @@ fn a_text_answer_is_streamed_recorded_and_printed_behaviour_97_106_190_217_231()
     assert_eq!(r.body["max_completion_tokens"], 16384);
     assert_eq!(r.body["stream"], true);
     assert_eq!(r.body["stream_options"], json!({"include_usage": true}));
-    let tools: Vec<&str> = r.body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    for name in ["bash", "bash_output", "bash_kill", "fs_read", "fs_write", "fs_edit", "web_fetch", "tape_info", "tape_handoff"] {
+    let tools: Vec<&str> =
+        r.body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    for name in
+        ["bash", "bash_output", "bash_kill", "fs_read", "fs_write", "fs_edit", "web_fetch", "tape_info", "tape_handoff"]
+    {
         assert!(tools.contains(&name), "{name} missing from {tools:?}");
     }
     assert!(!tools.contains(&"help"), "command tools are never offered (behaviour 177)");
@@ -94,8 +98,16 @@ fn a_text_answer_is_streamed_recorded_and_printed_behaviour_97_106_190_217_231()
     assert_eq!(
         kinds(&tape(&home)),
         [
-            "anchor", "event:handoff", "event:loop.start", "event:loop.step.start", "system", "message", "message",
-            "event:run", "event:loop.step", "event:loop.finish"
+            "anchor",
+            "event:handoff",
+            "event:loop.start",
+            "event:loop.step.start",
+            "system",
+            "message",
+            "message",
+            "event:run",
+            "event:loop.step",
+            "event:loop.finish"
         ]
     );
     let entries = tape(&home);
@@ -128,8 +140,18 @@ fn a_tool_step_then_a_text_step_behaviour_135_190_211_220() {
     assert_eq!(
         kinds(&entries)[4..],
         [
-            "system", "message", "tool_call", "tool_result", "event:run", "event:loop.step", "event:loop.step.start",
-            "system", "message", "event:run", "event:loop.step", "event:loop.finish"
+            "system",
+            "message",
+            "tool_call",
+            "tool_result",
+            "event:run",
+            "event:loop.step",
+            "event:loop.step.start",
+            "system",
+            "message",
+            "event:run",
+            "event:loop.step",
+            "event:loop.finish"
         ]
     );
     assert_eq!(entries[6]["payload"]["content"], "Let me look");
@@ -184,7 +206,8 @@ fn malformed_tool_arguments_fail_the_step_before_any_tool_runs_behaviour_138() {
 
 #[test]
 fn a_denied_tool_reaches_the_model_as_an_error_and_is_audited() {
-    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
     let home = Home::new();
     let ws = workspace();
     configure(&home, &provider, "openai:m", json!({}));
@@ -266,7 +289,8 @@ fn a_finish_decision_skips_the_provider_behaviour_127() {
 
 #[test]
 fn the_responses_api_and_anthropic_messages_behaviour_216_232() {
-    let provider = Provider::start(vec![responses::tool_call("c1", "fs_read", r#"{"path":"a.txt"}"#), responses::text("done")]);
+    let provider =
+        Provider::start(vec![responses::tool_call("c1", "fs_read", r#"{"path":"a.txt"}"#), responses::text("done")]);
     let home = Home::new();
     let ws = workspace();
     configure(&home, &provider, "openai:m", json!({"client_args": {"api_format": "responses"}}));
@@ -276,9 +300,13 @@ fn the_responses_api_and_anthropic_messages_behaviour_216_232() {
     let requests = provider.requests();
     assert_eq!(requests[0].line, "POST /v1/responses HTTP/1.1");
     let input = requests[1].body["input"].as_array().unwrap();
-    assert_eq!(input.last().unwrap(), &json!({"type": "function_call_output", "call_id": "c1", "output": "hello file"}));
+    assert_eq!(
+        input.last().unwrap(),
+        &json!({"type": "function_call_output", "call_id": "c1", "output": "hello file"})
+    );
 
-    let provider = Provider::start(vec![anthropic::tool_call("t1", "fs_read", r#"{"path":"a.txt"}"#), anthropic::text("seen")]);
+    let provider =
+        Provider::start(vec![anthropic::tool_call("t1", "fs_read", r#"{"path":"a.txt"}"#), anthropic::text("seen")]);
     let home = Home::new();
     configure(&home, &provider, "anthropic:claude", json!({}));
     let (out, err, ok) = bub(&home, &ws, &["run", "x"]);

@@ -217,9 +217,9 @@ fn two_hosts_share_nothing_and_bash_runs_in_the_workspace() {
             store.append(tape, &entry("message", json!({"content": tape}))).await?;
             let bash = fw.get_tools()?.into_iter().find(|t| t.name() == "bash").expect("the bash tool");
             let mut args = Map::new();
-            args.insert("cmd".into(), json!("pwd"));
+            args.insert("command".into(), json!("pwd"));
             let out = bash.call(&args).await?;
-            Ok::<_, bub_host::framework::FrameworkError>(out["output"].as_str().unwrap_or_default().trim().to_owned())
+            Ok::<_, bub_host::framework::FrameworkError>(out.as_str().unwrap_or_default().trim().to_owned())
         }))
         .unwrap()
     };

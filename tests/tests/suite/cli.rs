@@ -78,6 +78,8 @@ fn b93_bub_hooks_with_only_the_builtin() {
         "provide_tools",
         "render_outbound",
         "resolve_session",
+        "run_model",
+        "run_model_stream",
         "save_state",
         "system_prompt",
     ];

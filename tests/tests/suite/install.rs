@@ -109,7 +109,7 @@ fn replace_keeps_config_and_failed_replace_keeps_previous() {
     assert_eq!(list(&home), [("builtin".into(), "loaded".into()), ("x".into(), "loaded".into())]);
     assert_eq!(entries(&home), ["x"]);
     let (hooks, _, _) = bub(&home, &["hooks"]);
-    assert!(hooks.contains("run_model: x"), "{hooks}");
+    assert!(hooks.contains("run_model: builtin, x"), "{hooks}");
 }
 
 /// Disable keeps the plugin listed but unloaded; enable brings it back; remove deletes it.

@@ -6,11 +6,15 @@ use bub_host::{framework::Framework, HostBuilder};
 use bub_tests::block_on;
 use serde_json::{json, Map, Value};
 
-fn bash(fw: &Framework, args: Value) -> Result<Value, String> {
+fn tool(fw: &Framework, name: &str, args: Value) -> Result<String, String> {
     let tools = fw.get_tools().unwrap();
-    let tool = tools.iter().find(|t| t.name() == "bash").expect("the builtin provides bash");
+    let tool = tools.iter().find(|t| t.name() == name).expect("the builtin provides it");
     let args: Map<String, Value> = serde_json::from_value(args).unwrap();
-    block_on(tool.call(&args)).map_err(|e| e.to_string())
+    block_on(tool.call(&args)).map(|v| v.as_str().unwrap_or_default().to_owned()).map_err(|e| e.to_string())
+}
+
+fn bash(fw: &Framework, args: Value) -> Result<String, String> {
+    tool(fw, "bash", args)
 }
 
 /// Running (a zombie waiting for a reaper that may not exist here is not).
@@ -28,17 +32,20 @@ fn b64_scope_exit_terminates_shells() {
     let scope = block_on(fw.running()).unwrap();
 
     // Foreground: runs to completion.
-    let out = bash(&fw, json!({"cmd": "echo hi"})).unwrap();
-    assert_eq!((out["output"].as_str(), out["returncode"].as_i64()), (Some("hi\n"), Some(0)));
+    assert_eq!(bash(&fw, json!({"command": "echo hi"})).unwrap(), "hi");
+    // A failing command is a tool failure carrying its exit code and output (behaviour 186).
+    let err = bash(&fw, json!({"command": "echo boom; exit 7"})).unwrap_err();
+    assert!(err.contains("command exited with code 7\noutput:\nboom"), "{err}");
 
     // Background: a shell ignoring SIGTERM, and its child, in one group.
     let started =
-        bash(&fw, json!({"cmd": "trap '' TERM; echo $$; sleep 60 & echo $!; wait", "background": true})).unwrap();
-    let id = started["shell_id"].as_str().unwrap().to_owned();
+        bash(&fw, json!({"command": "trap '' TERM; echo $$; sleep 60 & echo $!; wait", "background": true})).unwrap();
+    let id = started.lines().next().unwrap().strip_prefix("Shell started, shell_id: ").unwrap().to_owned();
     assert!(id.starts_with("bash-") && id.len() == 13, "{id}");
     let pids: Vec<i32> = loop {
-        let out = bash(&fw, json!({"shell_id": id})).unwrap();
-        let pids: Vec<i32> = out["output"].as_str().unwrap().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        let out = tool(&fw, "bash.output", json!({"shell_id": id})).unwrap();
+        assert!(out.starts_with(&format!("id: {id}\nstatus: running\nexit_code: null\n")), "{out}");
+        let pids: Vec<i32> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
         if pids.len() == 2 {
             break pids;
         }
@@ -54,6 +61,6 @@ fn b64_scope_exit_terminates_shells() {
     assert!(pids.iter().all(|p| !alive(*p)), "every process of the group is gone");
 
     // New starts fail once the scope is closed.
-    let err = bash(&fw, json!({"cmd": "echo late"})).unwrap_err();
+    let err = bash(&fw, json!({"command": "echo late"})).unwrap_err();
     assert!(err.contains("shell runtime is closed"), "{err}");
 }

@@ -6,8 +6,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage,
+    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse, ProviderError,
+    ToolCallFragments, Usage,
 };
 
 fn block(p: &Value) -> Value {
@@ -44,7 +44,8 @@ fn messages(neutral: &[Value]) -> (String, Vec<Value>) {
                     blocks.push(json!({"type": "text", "text": text}));
                 }
                 for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    let input: Value = c["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
+                    let input: Value =
+                        c["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
                     blocks.push(json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input}));
                 }
                 out.push(json!({"role": "assistant", "content": blocks}));
@@ -171,7 +172,9 @@ pub async fn call(
             }
             "error" => {
                 let e = &data["error"];
-                return Err(ProviderError::Response(e["message"].as_str().map(str::to_owned).unwrap_or_else(|| e.to_string())));
+                return Err(ProviderError::Response(
+                    e["message"].as_str().map(str::to_owned).unwrap_or_else(|| e.to_string()),
+                ));
             }
             _ => {}
         }
@@ -187,7 +190,11 @@ mod tests {
     #[test]
     fn cache_control_and_max_tokens_behaviour_232() {
         let c = ModelSettings::from_sources(vec![], &Map::new()).unwrap().client("anthropic:claude").unwrap();
-        let req = ModelRequest { messages: vec![json!({"role": "user", "content": "hi"})], max_tokens: Some(42), ..Default::default() };
+        let req = ModelRequest {
+            messages: vec![json!({"role": "user", "content": "hi"})],
+            max_tokens: Some(42),
+            ..Default::default()
+        };
         let b = body(&c, &req);
         assert_eq!(b["cache_control"], json!({"type": "ephemeral"}));
         assert_eq!(b["max_tokens"], 42);

@@ -6,8 +6,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage,
+    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse, ProviderError,
+    ToolCallFragments, Usage,
 };
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
@@ -41,7 +41,9 @@ fn part(p: &Value) -> Value {
                     .get("url")
                     .and_then(Value::as_str)
                     .map(str::to_owned)
-                    .or_else(|| o.get("image_url").and_then(|u| u.get("url")).and_then(Value::as_str).map(str::to_owned))
+                    .or_else(|| {
+                        o.get("image_url").and_then(|u| u.get("url")).and_then(Value::as_str).map(str::to_owned)
+                    })
                     .or_else(|| {
                         let data = o.get("data").and_then(Value::as_str)?;
                         let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("image/png");
@@ -54,7 +56,9 @@ fn part(p: &Value) -> Value {
                 "data": o.get("data").cloned().unwrap_or_default(),
                 "format": o.get("media_type").and_then(Value::as_str).and_then(|m| m.split('/').nth(1)).unwrap_or("wav"),
             }}),
-            Some("video") => json!({"type": "video_url", "video_url": {"url": o.get("url").cloned().unwrap_or_default()}}),
+            Some("video") => {
+                json!({"type": "video_url", "video_url": {"url": o.get("url").cloned().unwrap_or_default()}})
+            }
             _ => Value::Object(o.clone()),
         },
         other => json!({"type": "text", "text": other.to_string()}),
@@ -63,7 +67,9 @@ fn part(p: &Value) -> Value {
 
 fn content(c: &Value) -> Value {
     match c {
-        Value::Array(parts) if parts.iter().all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")) => {
+        Value::Array(parts)
+            if parts.iter().all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")) =>
+        {
             Value::String(content_text(c))
         }
         Value::Array(parts) => Value::Array(parts.iter().map(part).collect()),

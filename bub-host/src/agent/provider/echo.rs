@@ -7,7 +7,8 @@ use super::{content_text, Delta, ModelRequest, ModelResponse, Usage};
 /// Answers at once.
 pub fn call(request: &ModelRequest, on_delta: &mut (dyn FnMut(Delta) + Send)) -> ModelResponse {
     let last_user = request.messages.iter().rev().find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"));
-    let text = last_user.map(|m| content_text(m.get("content").unwrap_or(&serde_json::Value::Null))).unwrap_or_default();
+    let text =
+        last_user.map(|m| content_text(m.get("content").unwrap_or(&serde_json::Value::Null))).unwrap_or_default();
     if !text.is_empty() {
         on_delta(Delta::Text(text.clone()));
     }

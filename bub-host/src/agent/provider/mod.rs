@@ -318,15 +318,20 @@ pub(crate) fn repair_tool_calls(messages: &[Value]) -> Vec<Value> {
                 let call = json!({"id": id, "name": m.get("name").cloned().unwrap_or(json!("")), "arguments": "{}"});
                 match out.last_mut() {
                     Some(prev) if prev.get("role").and_then(Value::as_str) == Some("assistant") => {
-                        let calls = prev.as_object_mut().expect("message object").entry("tool_calls").or_insert(json!([]));
+                        let calls =
+                            prev.as_object_mut().expect("message object").entry("tool_calls").or_insert(json!([]));
                         if let Value::Array(a) = calls {
                             a.push(call);
                         }
                     }
                     Some(prev) if prev.get("role").and_then(Value::as_str) == Some("tool") => {
                         // Announce it on the assistant message that opened this run of tool messages.
-                        if let Some(a) = out.iter_mut().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant")) {
-                            if let Value::Array(calls) = a.as_object_mut().expect("object").entry("tool_calls").or_insert(json!([])) {
+                        if let Some(a) =
+                            out.iter_mut().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+                        {
+                            if let Value::Array(calls) =
+                                a.as_object_mut().expect("object").entry("tool_calls").or_insert(json!([]))
+                            {
                                 calls.push(call);
                             }
                         }

@@ -5,8 +5,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage,
+    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse, ProviderError,
+    ToolCallFragments, Usage,
 };
 
 fn input_part(p: &Value, role: &str) -> Value {
@@ -172,7 +172,8 @@ pub async fn call(
             }
             "response.failed" | "error" => {
                 let e = data["response"].get("error").or_else(|| data.get("error")).unwrap_or(&data);
-                let message = e.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| e.to_string());
+                let message =
+                    e.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| e.to_string());
                 return Err(ProviderError::Response(message));
             }
             _ => {}

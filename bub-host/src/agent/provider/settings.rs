@@ -148,9 +148,17 @@ impl ModelSettings {
         s.fallback_models = match var("BUB_FALLBACK_MODELS") {
             Some(t) => serde_json::from_value(json_setting(&t, "BUB_FALLBACK_MODELS")?)
                 .map_err(|_| "BUB_FALLBACK_MODELS must be a JSON list of model specs".to_owned())?,
-            None => file.get("fallback_models").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default(),
+            None => {
+                file.get("fallback_models").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+            }
         };
-        let str_or_json = |t: String| if t.trim_start().starts_with('{') { json_setting(&t, "setting") } else { Ok(Value::String(t)) };
+        let str_or_json = |t: String| {
+            if t.trim_start().starts_with('{') {
+                json_setting(&t, "setting")
+            } else {
+                Ok(Value::String(t))
+            }
+        };
         s.api_key = match var("BUB_API_KEY") {
             Some(t) => Some(str_or_json(t)?),
             None => file.get("api_key").cloned(),
@@ -221,8 +229,8 @@ impl ModelSettings {
                 _ => return Err(format!("{name} must be a JSON object")),
             };
         }
-        if let Some(p) = var("BUB_COMMAND_PREFIX")
-            .or_else(|| file.get("command_prefix").and_then(Value::as_str).map(str::to_owned))
+        if let Some(p) =
+            var("BUB_COMMAND_PREFIX").or_else(|| file.get("command_prefix").and_then(Value::as_str).map(str::to_owned))
         {
             if p.is_empty() || p.chars().any(char::is_whitespace) {
                 return Err(format!("BUB_COMMAND_PREFIX must be non-empty and without whitespace, got {p:?}"));
@@ -266,10 +274,16 @@ impl ModelSettings {
                 .map(str::to_owned)
                 .or_else(|| match setting {
                     Some(Value::String(s)) => Some(s.clone()),
-                    Some(Value::Object(m)) => m.get(&provider.to_lowercase()).or_else(|| m.get(&provider)).and_then(Value::as_str).map(str::to_owned),
+                    Some(Value::Object(m)) => m
+                        .get(&provider.to_lowercase())
+                        .or_else(|| m.get(&provider))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                     _ => None,
                 })
-                .or_else(|| self.env.iter().find(|(k, _)| *k == env_name).map(|(_, v)| v.clone()).filter(|v| !v.is_empty()))
+                .or_else(|| {
+                    self.env.iter().find(|(k, _)| *k == env_name).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+                })
         };
         let api_key = pick(custom.and_then(|c| c.get("api_key")), &self.api_key, format!("{prefix}_API_KEY"));
         let base = pick(custom.and_then(|c| c.get("api_base")), &self.api_base, format!("{prefix}_API_BASE"))
