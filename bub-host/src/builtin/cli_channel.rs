@@ -58,12 +58,15 @@ struct CliInner {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     // Text already shown live for the running turn.
     streamed: Mutex<String>,
+    // The cursor is not at the start of a line (streamed text without a newline).
+    mid_line: std::sync::atomic::AtomicBool,
 }
 
 impl CliInner {
     fn print(&self, message: &Envelope) {
         let content = message.get("content").map(crate::framework::envelope::py_str).unwrap_or_default();
         let streamed = std::mem::take(&mut *self.streamed.lock().unwrap_or_else(|p| p.into_inner()));
+        self.mid_line.store(false, std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
         // The answer was shown as it streamed: just end its line.
         if !streamed.is_empty() && streamed == content {
@@ -79,7 +82,7 @@ impl CliInner {
 
     fn show(&self, event: &StreamEvent) {
         if event.kind != "text" {
-            return;
+            return self.show_activity(event);
         }
         let delta = match &event.data["delta"] {
             Value::String(s) => s.clone(),
@@ -87,8 +90,48 @@ impl CliInner {
             other => other.to_string(),
         };
         self.streamed.lock().unwrap_or_else(|p| p.into_inner()).push_str(&delta);
+        self.mid_line.store(!delta.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
         let _ = write!(out, "{delta}");
+        let _ = out.flush();
+    }
+}
+
+impl CliInner {
+    /// Tool calls, their results and errors, one short line each, so the
+    /// user sees what the agent does while it works.
+    fn show_activity(&self, event: &StreamEvent) {
+        let short = |v: &Value| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let line = text.lines().next().unwrap_or("").to_owned();
+            let more = text.lines().nth(1).is_some() || line.chars().count() > 160;
+            let line: String = line.chars().take(160).collect();
+            if more {
+                format!("{line} …")
+            } else {
+                line
+            }
+        };
+        let lines: Vec<String> = match event.kind.as_str() {
+            "tool_call" => (event.data["tool_calls"].as_array().into_iter().flatten())
+                .map(|c| format!("  -> {} {}", c["name"].as_str().unwrap_or("?"), short(&c["arguments"])))
+                .collect(),
+            "tool_result" => (event.data["tool_results"].as_array().into_iter().flatten())
+                .map(|r| format!("  <- {}", short(r)))
+                .collect(),
+            "error" => vec![format!("  ! {}", event.data["message"].as_str().unwrap_or("error"))],
+            _ => return,
+        };
+        let mut out = std::io::stdout().lock();
+        if self.mid_line.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            let _ = writeln!(out);
+        }
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = out.flush();
     }
 }
@@ -103,7 +146,13 @@ impl CliChannel {
     /// A channel feeding `handler`, keeping its history in `history`, and
     /// reachable through `router` while it runs.
     pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<Router>) -> Self {
-        let inner = CliInner { handler, history, thread: Mutex::new(None), streamed: Mutex::new(String::new()) };
+        let inner = CliInner {
+            handler,
+            history,
+            thread: Mutex::new(None),
+            streamed: Mutex::new(String::new()),
+            mid_line: Default::default(),
+        };
         CliChannel { inner: Arc::new(inner), router }
     }
 }

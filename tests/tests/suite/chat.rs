@@ -11,7 +11,7 @@ use std::{
 };
 
 use bub_tests::{bub_bin, lib, Home};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A `bub chat` on a pseudo-terminal.
 struct Terminal {
@@ -161,4 +161,49 @@ fn chat_ctrl_c_cancels_the_running_turn() {
     let screen = term.screen.clone();
     assert!(term.wait().success());
     assert!(!screen.lock().unwrap()[at..].contains("too late"));
+}
+
+/// Issue "agent" item 8: `bub chat` shows the agent's stream as it works
+/// (tool calls, their results, the text); Ctrl-C while the provider hangs
+/// cancels the run, which still ends on the tape (`loop.finish cancelled`).
+#[test]
+fn chat_shows_the_agents_stream_and_ctrl_c_cancels_the_run() {
+    use bub_tests::provider::{chat, Provider, Reply};
+    let provider = Provider::start(vec![
+        chat::tool_calls("Checking.", &[("c1", "bash", r#"{"command": "echo tool-output"}"#)]),
+        chat::text("All done."),
+        Reply::Hang(Duration::from_secs(30)),
+    ]);
+    let home = Home::new();
+    let config = json!({"model": "openai:m", "api_base": provider.base_url, "api_key": "k"});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    term.send("run it\r");
+    let at = term.expect(at, "Checking.");
+    let at = term.expect(at, "-> bash {\"command\": \"echo tool-output\"}");
+    let at = term.expect(at, "<- tool-output");
+    let at = term.expect(at, "All done.");
+    let at = term.expect(at, "> ");
+    term.send("wait for me\r");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while provider.requests().len() < 3 {
+        assert!(Instant::now() < deadline, "the third call never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    term.send("\x03");
+    let at = term.expect(at, "turn cancelled");
+    term.expect(at, "> ");
+    term.send("\x04");
+    assert!(term.wait().success());
+    let tapes = std::fs::read_dir(home.path().join("tapes")).unwrap().flatten().map(|e| e.path());
+    let text: String = tapes.map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    let finishes: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["payload"]["name"] == "loop.finish")
+        .collect();
+    assert_eq!(finishes.len(), 2, "{text}");
+    assert_eq!(finishes[0]["payload"]["data"]["status"], "ok");
+    assert_eq!(finishes[1]["payload"]["data"]["status"], "cancelled");
 }
