@@ -4,6 +4,7 @@
 //! host). Each module names the spec behaviours it proves.
 
 mod agent;
+mod agent_loop;
 mod agent_run;
 mod app_hooks;
 mod builtin;

@@ -1,0 +1,302 @@
+//! The agent as a library (`bub_host::agent`): an embedder's [`Agent`] with
+//! its own handlers on the bus, against a scripted provider (behaviours of
+//! `bub-agent-semantics.md` §2).
+
+use std::sync::{Arc, Mutex};
+
+use bub_abi::{types::LlmCallDecision, TurnState};
+use bub_host::agent::{
+    events::{handler, Event, Filter},
+    Agent, AgentTool, Exposure, ModelSettings, RunOptions, Store,
+};
+use bub_tests::{
+    block_on,
+    provider::{chat, Provider, Reply},
+};
+use serde_json::{json, Map, Value};
+
+fn agent(provider: &Provider) -> Agent {
+    let mut file = Map::new();
+    file.insert("model".into(), json!("openai:m"));
+    file.insert("api_base".into(), json!(provider.base_url));
+    file.insert("client_args".into(), json!({"retry_delay": 0.01, "max_retry_delay": 0.02}));
+    let settings = ModelSettings::from_sources(vec![], &file).unwrap();
+    let mut agent = Agent::new(settings, Store::memory());
+    agent.add_tool(AgentTool::native(
+        "echo.back",
+        "Returns its text.",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        Exposure::Auto,
+        |args, _cx| async move { Ok(args.get("text").cloned().unwrap_or_default()) },
+    ));
+    agent
+}
+
+/// Records every event's name (and StepFinished's status).
+fn record(agent: &mut Agent) -> Arc<Mutex<Vec<String>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    agent.events.on(
+        Filter::Any,
+        handler(move |event, _cx| {
+            let name = match event {
+                Event::StepFinished { status, .. } => format!("StepFinished({})", status.as_str()),
+                Event::RunFinished { status, .. } => format!("RunFinished({})", status.as_str()),
+                other => other.name().to_owned(),
+            };
+            s.lock().unwrap().push(name);
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    seen
+}
+
+fn options(tape: &str) -> RunOptions {
+    RunOptions { tape: tape.into(), state: TurnState::new(), merge_back: true, ..Default::default() }
+}
+
+fn run(agent: Agent, prompt: &str) -> (Vec<(String, Value)>, Option<String>) {
+    let agent = Arc::new(agent);
+    block_on(async move {
+        let stream = agent.start(vec![json!(prompt)], options("t")).await.unwrap();
+        let (events, error) = stream.collect().await;
+        (events.into_iter().map(|e| (e.kind, e.data)).collect(), error.map(|e| e.to_string()))
+    })
+}
+
+#[test]
+fn event_order_of_a_tool_step_then_a_text_step_behaviour_133_134_135_136() {
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "echo_back", r#"{"text":"hi"}"#)]), chat::text("ok")]);
+    let mut agent = agent(&provider);
+    let seen = record(&mut agent);
+    let (events, error) = run(agent, "go");
+    assert_eq!(error, None);
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["usage", "tool_call", "tool_result", "final", "text", "text", "usage", "final"]);
+    // No usage reported: zeros (behaviour 134); reported: 3 + 2 (behaviour 133).
+    assert_eq!(events[0].1["usage"]["total_tokens"], 0);
+    assert_eq!(
+        events[6].1["usage"],
+        json!({"input_tokens": 3, "output_tokens": 2, "reasoning_tokens": 0, "cached_tokens": 0, "cache_write_tokens": 0, "total_tokens": 5})
+    );
+    assert_eq!(events[2].1, json!({"tool_results": ["hi"]}));
+    assert_eq!(events[7].1, json!({"ok": true, "text": "ok"}));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "StepStarted",
+            "MessagesPending",
+            "LLMCallStarted",
+            "LLMCallFinished",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ChatFinished",
+            "StepFinished(continue)",
+            "StepStarted",
+            "MessagesPending",
+            "LLMCallStarted",
+            "LLMCallFinished",
+            "ChatFinished",
+            "StepFinished(ok)",
+            "RunFinished(ok)"
+        ]
+    );
+}
+
+#[test]
+fn an_empty_prompt_and_no_model_behaviour_96_101() {
+    let provider = Provider::start(vec![]);
+    let mut a = agent(&provider);
+    let seen = record(&mut a);
+    let (events, _) = run(a, "");
+    assert_eq!(events[0], ("text".into(), json!({"delta": "error: empty prompt"})));
+    assert_eq!(events[1], ("final".into(), json!({"text": "error: empty prompt", "ok": false})));
+    assert!(seen.lock().unwrap().is_empty());
+    let mut a = agent(&provider);
+    a.model = None;
+    let a = Arc::new(a);
+    let err = block_on(async move { a.start(vec![json!("x")], options("t")).await.err().unwrap().to_string() });
+    assert_eq!(err, "no model to run: pass model to the run or to the agent");
+}
+
+#[test]
+fn max_steps_ends_the_run_behaviour_111_143() {
+    let call = || chat::tool_calls("", &[("c1", "echo_back", r#"{"text":"again"}"#)]);
+    let provider = Provider::start(vec![call(), call(), call()]);
+    let mut a = agent(&provider);
+    a.max_steps = Some(2);
+    let seen = record(&mut a);
+    let (_, error) = run(a, "loop");
+    assert_eq!(error.as_deref(), Some("max_steps_reached=2"));
+    assert_eq!(provider.requests().len(), 2);
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "RunFinished(error)");
+    assert!(agent(&provider).with_max_tool_concurrency(Some(0)).is_err());
+}
+
+#[test]
+fn handlers_rewrite_requests_and_results_behaviour_123_127_145_150() {
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "echo_back", r#"{"text":"orig"}"#)]), chat::text("ok")]);
+    let mut a = agent(&provider);
+    a.events.on(
+        Filter::Kind("LLMCallStarted"),
+        handler(|event, _cx| {
+            if let Event::LlmCallStarted { request, .. } = event {
+                request.model = "openai:other".into();
+                request.max_tokens = Some(42);
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    a.events.on(
+        Filter::Kind("ToolCallStarted"),
+        handler(|event, _cx| {
+            if let Event::ToolCallStarted { call, .. } = event {
+                call.arguments = bub_abi::Value::from(&json!({"text": "rewritten"}));
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    a.events.on(
+        Filter::Kind("ToolCallFinished"),
+        handler(|event, _cx| {
+            if let Event::ToolCallFinished { result, .. } = event {
+                let r = result.result.clone().unwrap_or_default();
+                result.result = Some(json!(format!("bounded:{}", r.as_str().unwrap_or(""))));
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let (events, error) = run(a, "go");
+    assert_eq!(error, None);
+    assert_eq!(events[2].1, json!({"tool_results": ["bounded:rewritten"]}));
+    let requests = provider.requests();
+    assert_eq!(requests[0].body["model"], "other");
+    assert_eq!(requests[0].body["max_completion_tokens"], 42);
+
+    // A finish decision: no provider call, later handlers do not run.
+    let provider = Provider::start(vec![]);
+    let mut a = agent(&provider);
+    a.events.on(
+        Filter::Kind("LLMCallStarted"),
+        handler(|event, _cx| {
+            if let Event::LlmCallStarted { decision, .. } = event {
+                *decision = Some(LlmCallDecision::finish("budget exhausted"));
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let later = Arc::new(Mutex::new(0));
+    let l = later.clone();
+    a.events.on(
+        Filter::Kind("LLMCallStarted"),
+        handler(move |_e, _cx| {
+            *l.lock().unwrap() += 1;
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let (events, _) = run(a, "go");
+    assert_eq!(
+        events,
+        [
+            ("text".into(), json!({"delta": "budget exhausted"})),
+            ("final".into(), json!({"ok": true, "text": "budget exhausted"}))
+        ]
+    );
+    assert!(provider.requests().is_empty());
+    assert_eq!(*later.lock().unwrap(), 0);
+}
+
+#[test]
+fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
+    let overflow = || Reply::Status(400, "This model's maximum context length is 8192 tokens".into(), vec![]);
+    let provider = Provider::start(vec![overflow(), chat::text("fits now")]);
+    let a = agent(&provider);
+    let store = a.store.clone();
+    let (events, error) = run(a, "big");
+    assert_eq!(error, None);
+    assert_eq!(events.last().unwrap().1["text"], "fits now");
+    let entries =
+        block_on(store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() })).unwrap();
+    let anchor =
+        entries.iter().find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow").unwrap();
+    assert_eq!(anchor.payload["state"]["reason"], "context_length_exceeded");
+    let statuses: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.payload.get("name") == Some(&json!("loop.step")))
+        .map(|e| e.payload["data"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["auto_handoff", "ok"]);
+    let second = provider.requests()[1].body["messages"].as_array().unwrap().clone();
+    assert!(second.last().unwrap()["content"] == "big", "the original prompt is resent");
+
+    let provider = Provider::start(vec![overflow(), overflow()]);
+    let (_, error) = run(agent(&provider), "big");
+    assert!(error.unwrap().contains("maximum context length"));
+}
+
+#[test]
+fn dropping_the_stream_cancels_the_run_behaviour_99_100() {
+    let provider = Provider::start(vec![Reply::Hang(std::time::Duration::from_secs(20))]);
+    let mut a = agent(&provider);
+    let seen = record(&mut a);
+    let a = Arc::new(a);
+    let store = a.store.clone();
+    block_on(async move {
+        let stream = a.start(vec![json!("wait")], options("t")).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while provider.requests().is_empty() {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        drop(stream);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !seen.lock().unwrap().iter().any(|s| s.starts_with("RunFinished")) {
+            assert!(std::time::Instant::now() < deadline, "no RunFinished");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let names = seen.lock().unwrap().clone();
+        assert_eq!(names.last().unwrap(), "RunFinished(cancelled)");
+        assert!(!names.iter().any(|n| n == "LLMCallFinished" || n == "ChatFinished"), "{names:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let entries =
+            store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() }).await.unwrap();
+        assert!(entries.iter().all(|e| e.kind != "message"), "no chat message, not even the prompt");
+        assert!(entries.iter().any(|e| e.payload.get("name") == Some(&json!("loop.finish"))));
+    });
+}
+
+#[test]
+fn tools_run_concurrently_up_to_the_limit_behaviour_142() {
+    for (limit, expected) in [(None, 3), (Some(2), 2), (Some(1), 1)] {
+        let calls: Vec<(&str, &str, &str)> = vec![("a", "slow", "{}"), ("b", "slow", "{}"), ("c", "slow", "{}")];
+        let provider = Provider::start(vec![chat::tool_calls("", &calls), chat::text("ok")]);
+        let mut a = agent(&provider).with_max_tool_concurrency(limit).unwrap();
+        let (now, peak) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+        let (n, p) = (now.clone(), peak.clone());
+        a.add_tool(AgentTool::native(
+            "slow",
+            "",
+            json!({"type": "object", "properties": {}}),
+            Exposure::Auto,
+            move |_a, _c| {
+                let (n, p) = (n.clone(), p.clone());
+                async move {
+                    {
+                        let mut cur = n.lock().unwrap();
+                        *cur += 1;
+                        let mut max = p.lock().unwrap();
+                        *max = (*max).max(*cur);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    *n.lock().unwrap() -= 1;
+                    Ok(json!("done"))
+                }
+            },
+        ));
+        let (_, error) = run(a, "go");
+        assert_eq!(error, None);
+        assert_eq!(*peak.lock().unwrap(), expected, "limit {limit:?}");
+    }
+}
