@@ -85,6 +85,7 @@ fn event_order_of_a_tool_step_then_a_text_step_behaviour_133_134_135_136() {
     assert_eq!(
         *seen.lock().unwrap(),
         [
+            "RunStarted",
             "StepStarted",
             "MessagesPending",
             "LLMCallStarted",
