@@ -26,6 +26,7 @@
 pub mod cli_channel;
 pub mod environment;
 pub mod inbox;
+pub mod sessions;
 pub mod shells;
 pub mod tape_store;
 pub mod workspace_tools;
@@ -100,9 +101,13 @@ impl Plugin for Builtin {
         Some(default_session_id(&message))
     }
 
-    /// The session id, for hooks that read it from the state.
+    /// The session id, for hooks that read it from the state, and the
+    /// session's settings (`model`, set by the `,model` command).
     fn load_state(&self, session_id: String) -> Option<StateMap> {
         let mut m = Map::new();
+        if let Some(Value::Object(settings)) = sessions::load(&self.home).remove(&session_id) {
+            m.extend(settings);
+        }
         m.insert("session_id".into(), Value::String(session_id));
         Some(m)
     }
@@ -125,8 +130,11 @@ impl Plugin for Builtin {
         Some(Value::Array(parts))
     }
 
-    /// Nothing to persist: the tape store holds the conversation.
-    fn save_state(&self) {}
+    /// The session's settings, when a command changed them (the tape store
+    /// holds the conversation itself).
+    fn save_state(&self, session_id: String, state: TurnState) -> Result<(), BoxError> {
+        sessions::save(&self.home, &session_id, &state)
+    }
 
     /// One outbound copying the message's addressing.
     fn render_outbound(&self, message: Envelope, session_id: String, model_output: String) -> Option<Value> {

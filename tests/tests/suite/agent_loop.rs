@@ -301,3 +301,44 @@ fn tools_run_concurrently_up_to_the_limit_behaviour_142() {
         assert_eq!(*peak.lock().unwrap(), expected, "limit {limit:?}");
     }
 }
+
+/// Steering (behaviours 107, 117, 153, 156): messages waiting in the scope's
+/// inbox for this session are drained at the start of the step (through
+/// `MessagesPending`, as `AgentPlugins.attach` wires it) and sent before the
+/// prompt; another session's stay; a message arriving while a text-only
+/// step runs keeps the run going for one more step.
+#[test]
+fn steering_messages_join_the_next_step_behaviour_107_117_153() {
+    use bub_host::{agent::bub, framework::Framework, HostBuilder};
+    let provider = Provider::start(vec![chat::text("first"), chat::text("second")]);
+    let home = bub_tests::Home::new();
+    let config = json!({"model": "openai:m", "api_base": provider.base_url, "api_key": "k"});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let host = HostBuilder::new().home(home.path()).workspace(ws.path()).builtin().build();
+    let fw = Framework::new(&host, ws.path());
+    block_on(async {
+        let scope = fw.running().await.unwrap();
+        for (session, text) in [("user/s1", "P1"), ("other", "not mine"), ("user/s1", "P2")] {
+            let mut state = Map::new();
+            state.insert("session_id".into(), json!(session));
+            let message = json!({"session_id": session, "content": text});
+            assert!(fw.steer_message(message, session, &mut state, None).await.unwrap());
+        }
+        let (state, _) = fw.build_state(&json!({"session_id": "user/s1"}), "user/s1").await.unwrap();
+        let stream = bub::run_stream(&fw, "user/s1", vec![json!("X")], state.clone()).await.unwrap();
+        let (_, error) = stream.collect().await;
+        assert!(error.is_none(), "{error:?}");
+        let messages = provider.requests()[0].body["messages"].as_array().unwrap().clone();
+        let users: Vec<&str> =
+            messages.iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap()).collect();
+        assert_eq!(users, ["P1", "P2", "X"]);
+        assert_eq!(provider.requests().len(), 1, "nothing pending: one step");
+        // The other session's message is still there.
+        let inbox = fw.get_steering_inbox().unwrap();
+        let mut other = Map::new();
+        other.insert("session_id".into(), json!("other"));
+        assert_eq!(inbox.message_count(&other).await.unwrap(), 1);
+        scope.exit(None).await.unwrap();
+    });
+}

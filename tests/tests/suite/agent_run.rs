@@ -344,3 +344,25 @@ fn command_mode_runs_offline_through_the_tool_hooks_behaviour_164_168_171() {
     let audit = std::fs::read_to_string(home.path().join("audit.jsonl")).unwrap();
     assert!(audit.contains(r#""tool":"bash""#) && audit.contains(r#""ok":false"#), "{audit}");
 }
+
+#[test]
+fn the_model_command_switches_the_sessions_model_behaviour_175() {
+    let provider = Provider::start(vec![chat::text("from the other model")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:default-model", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", ",model openai:gpt-4o"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Session model set to openai:gpt-4o (applies from the next turn)."), "{out}");
+    assert!(provider.requests().is_empty());
+    let switch = tape(&home).into_iter().find(|e| e["payload"]["name"] == "model_switch").unwrap();
+    assert_eq!(switch["payload"]["data"], json!({"model": "openai:gpt-4o"}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert_eq!(provider.requests()[0].body["model"], "gpt-4o");
+    // Another session keeps the configured model.
+    let provider2 = Provider::start(vec![chat::text("x")]);
+    configure(&home, &provider2, "openai:default-model", json!({}));
+    assert!(bub(&home, &ws, &["run", "--session-id", "other", "hi"]).2);
+    assert_eq!(provider2.requests()[0].body["model"], "default-model");
+}
