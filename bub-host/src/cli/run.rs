@@ -22,7 +22,8 @@ pub struct RunArgs {
     /// The session (default: "<channel>:<chat_id>").
     #[arg(long)]
     session_id: Option<String>,
-    /// Print the whole turn result as JSON.
+    /// Print the whole turn result as JSON, with every event of the model's
+    /// stream (text, tool calls and results, usage, errors).
     #[arg(long)]
     json: bool,
 }
@@ -40,9 +41,11 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
     if let Value::Object(m) = &mut inbound {
         complete_channel_message(m);
     }
+    // With --json the model streams, so that its events can be shown.
+    let json = args.json;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = runtime
-        .block_on(framework.scoped(|fw| async move { fw.process_inbound(&mut inbound, false).await }))
+        .block_on(framework.scoped(|fw| async move { fw.process_inbound(&mut inbound, json).await }))
         .context("the turn failed")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);

@@ -39,6 +39,9 @@ pub struct TurnResult {
     pub outbounds: Vec<Envelope>,
     /// The turn state at the end.
     pub state: StateMap,
+    /// The model's stream events, in order (streamed turns only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<bub_abi::types::StreamEvent>,
 }
 
 /// Runs turns and scopes over a host's plugins. Cheap to clone; clones share

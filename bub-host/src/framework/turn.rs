@@ -64,7 +64,8 @@ impl Framework {
         let legacy = prompt::to_legacy_prompt(&content);
 
         // 4. the model stage, with save_state in its `finally`.
-        let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output).await;
+        let mut events = Vec::new();
+        let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output, &mut events).await;
         let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
         rt.save_state(&session_id, &state, message(), &saved_output).await?;
         let model_output = model?;
@@ -95,7 +96,7 @@ impl Framework {
         let mut state = lock().clone();
         // A handle for this turn only (see `agent::bub`): meaningless after it.
         state.remove("_runtime_agent");
-        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state })
+        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })
     }
 
     /// Bub's `build_state`: the runtime defaults (workspace, steering inbox,
@@ -170,6 +171,7 @@ impl Framework {
         session_id: &str,
         state: &TurnState,
         stream_output: bool,
+        events: &mut Vec<StreamEvent>,
     ) -> Result<String, FrameworkError> {
         let rt = &self.runtime;
         let args = CallArgs::run_model(legacy, &session_id.to_owned(), state)?;
@@ -196,7 +198,8 @@ impl Framework {
             Some(_) => match rt.run_model_stream(&args).await {
                 Ok(None) => None,
                 Ok(Some(stream)) => {
-                    let (text, errors) = stream.collect_text_to(channel.as_ref().map(|c| (c, inbound))).await?;
+                    let (text, errors) =
+                        stream.collect_events_to(channel.as_ref().map(|c| (c, inbound)), Some(events)).await?;
                     for e in errors {
                         rt.notify_error("run_model", &e, Some(inbound)).await;
                     }

@@ -78,12 +78,25 @@ impl ModelStream {
     /// `channel` (rendering the stream answering `message` live); a channel
     /// failing to show an event is logged, and the turn goes on.
     pub async fn collect_text_to(
+        self,
+        channel: Option<(&Channel, &Envelope)>,
+    ) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
+        self.collect_events_to(channel, None).await
+    }
+
+    /// [`collect_text_to`](Self::collect_text_to), also keeping every event
+    /// in `events`.
+    pub async fn collect_events_to(
         mut self,
         channel: Option<(&Channel, &Envelope)>,
+        mut events: Option<&mut Vec<StreamEvent>>,
     ) -> Result<(String, Vec<ErrorInfo>), HookFailure> {
         let mut text = String::new();
         let mut errors = Vec::new();
         while let Some(event) = self.next().await? {
+            if let Some(events) = events.as_deref_mut() {
+                events.push(event.clone());
+            }
             if let Some((channel, message)) = channel {
                 if let Err(e) = channel.stream_event(message, &event).await {
                     tracing::warn!(target: "bub::framework", "{e}");

@@ -366,3 +366,18 @@ fn the_model_command_switches_the_sessions_model_behaviour_175() {
     assert!(bub(&home, &ws, &["run", "--session-id", "other", "hi"]).2);
     assert_eq!(provider2.requests()[0].body["model"], "default-model");
 }
+
+#[test]
+fn run_json_shows_the_whole_stream() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "--json", "x"]);
+    assert!(ok, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    let kinds: Vec<&str> = result["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["usage", "tool_call", "tool_result", "final", "text", "text", "usage", "final"]);
+    assert_eq!(result["events"][2]["data"], json!({"tool_results": ["hello file"]}));
+    assert_eq!(result["model_output"], "ok");
+}
