@@ -15,6 +15,8 @@
 //! - [`framework`]: the turn pipeline (`process_inbound`), the `running()`
 //!   scope and the app hooks; [`resources`]: typed handles over the objects
 //!   app hooks return;
+//! - [`agent`]: Bub's agent (the loop, events, tools, tape fork, command
+//!   mode, providers), which the builtin runs for every turn;
 //! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
 //!
 //! ```no_run

@@ -14,7 +14,31 @@
 //!
 //! An embedder builds an [`Agent`], attaches a framework's plugins to it
 //! with [`AgentPlugins::attach`], and reads [`RunStream`]s; the builtin
-//! plugin does exactly that for every turn ([`bub`]).
+//! plugin does exactly that for every turn ([`bub`]). The user's guide is
+//! `docs/agent.md`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use bub_host::agent::{events::{handler, Event, Filter}, Agent, AgentPlugins, ModelSettings, RunOptions, Store};
+//!
+//! # async fn demo(framework: bub_host::framework::Framework) -> Result<(), Box<dyn std::error::Error>> {
+//! let settings = ModelSettings::load(framework.home())?;
+//! let mut agent = Agent::new(settings, Store::memory()); // the tape recorder is subscribed first
+//! AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?; // hooks, prompt, steering, tools
+//! agent.events.on(Filter::Kind("ToolCallFinished"), handler(|event, _cx| {
+//!     if let Event::ToolCallFinished { call, .. } = event {
+//!         println!("ran {}", call.tool);
+//!     }
+//!     Box::pin(async { Ok(()) })
+//! }));
+//! let agent = Arc::new(agent);
+//! let options = RunOptions { tape: "my-tape".into(), merge_back: true, ..Default::default() };
+//! let mut stream = agent.start(vec!["list the files".into()], options).await?;
+//! while let Some(event) = stream.next().await {
+//!     println!("{:?}", event?);
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod bub;
 pub mod builtin_tools;

@@ -369,7 +369,8 @@ fn the_model_command_switches_the_sessions_model_behaviour_175() {
 
 #[test]
 fn run_json_shows_the_whole_stream() {
-    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "fs_read", r#"{"path":"a.txt"}"#)]), chat::text("ok")]);
     let home = Home::new();
     let ws = workspace();
     configure(&home, &provider, "openai:m", json!({}));
