@@ -28,12 +28,13 @@ pub mod environment;
 pub mod inbox;
 pub mod sessions;
 pub mod shells;
+pub mod suggest;
 pub mod tape_store;
 pub mod workspace_tools;
 
 use bub_abi::{
     abi::PluginModRef,
-    types::{Envelope, ErrorInfo, Prompt, StateMap, StreamState, TapeContextSpec},
+    types::{Envelope, ErrorInfo, Prompt, StateMap, StreamState, TapeContextSpec, ToolCall, ToolCallDecision},
     BoxError, Object, Plugin, PluginContext, TurnState,
 };
 use serde_json::{json, Map, Value};
@@ -227,6 +228,27 @@ impl Plugin for Builtin {
         let history = self.home.join("chat_history");
         let channel = cli_channel::CliChannel::new(message_handler, Some(history), self.router.clone());
         Some(vec![Object::channel(channel)])
+    }
+
+    /// A call to a tool the step did not offer is answered with the closest
+    /// names (Bub's text), so the model can correct itself; commands and
+    /// offered tools pass.
+    fn before_tool_call(&self, call: ToolCall, state: TurnState) -> Option<ToolCallDecision> {
+        if call.run_id == "run_command" {
+            return None;
+        }
+        let offered: Vec<String> = state.get("_runtime_tool_names").ok().flatten()?;
+        if offered.iter().any(|n| *n == call.tool) {
+            return None;
+        }
+        let close = suggest::close_matches(&call.tool, offered.iter().map(String::as_str), 3, 0.6);
+        let text = if close.is_empty() {
+            format!("Tool `{}` does not exist. No similar tool is available.", call.tool)
+        } else {
+            let list: String = close.iter().map(|n| format!("\n- {n}")).collect();
+            format!("Tool `{}` does not exist. Did you mean one of the following?{list}", call.tool)
+        };
+        Some(ToolCallDecision::replace(Value::String(text)))
     }
 
     /// `bash`, `bash.output`, `bash.kill`, `fs.read`, `fs.write`, `fs.edit`

@@ -342,3 +342,11 @@ fn steering_messages_join_the_next_step_behaviour_107_117_153() {
         scope.exit(None).await.unwrap();
     });
 }
+
+#[test]
+fn an_unknown_tool_without_hooks_fails_as_a_result_behaviour_139() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "nope", "{}")]), chat::text("ok")]);
+    let (events, error) = run(agent(&provider), "go");
+    assert_eq!(error, None);
+    assert_eq!(events[2].1, json!({"tool_results": [{"kind": "tool", "message": "Unknown tool name: nope."}]}));
+}

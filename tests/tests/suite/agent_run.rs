@@ -176,16 +176,21 @@ fn the_conversation_is_remembered_across_turns_and_processes() {
 }
 
 #[test]
-fn unknown_tools_fail_as_results_and_the_run_goes_on_behaviour_139() {
-    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "nope", "{}")]), chat::text("ok")]);
+fn unknown_tools_get_the_closest_names_and_the_run_goes_on_behaviour_140() {
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "fs_reed", "{}"), ("c2", "zzz", "{}")]), chat::text("ok")]);
     let home = Home::new();
     let ws = workspace();
     configure(&home, &provider, "openai:m", json!({}));
     let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
     assert!(ok, "{err}");
     let second = messages(&provider.requests()[1].body);
-    let tool: Value = serde_json::from_str(second.last().unwrap()["content"].as_str().unwrap()).unwrap();
-    assert_eq!(tool, json!({"kind": "tool", "message": "Unknown tool name: nope."}));
+    let n = second.len();
+    assert_eq!(
+        second[n - 2]["content"],
+        "Tool `fs_reed` does not exist. Did you mean one of the following?\n- fs_read\n- fs_edit\n- fs_write"
+    );
+    assert_eq!(second[n - 1]["content"], "Tool `zzz` does not exist. No similar tool is available.");
 }
 
 #[test]

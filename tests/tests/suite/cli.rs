@@ -63,6 +63,7 @@ fn b93_bub_hooks_with_only_the_builtin() {
     let (out, _, ok) = bub(&home, &["hooks"]);
     assert!(ok);
     let expected = [
+        "before_tool_call",
         "build_prompt",
         "build_tape_context",
         "continue_prompt",
