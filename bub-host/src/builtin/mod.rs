@@ -238,7 +238,7 @@ impl Plugin for Builtin {
             return None;
         }
         let offered: Vec<String> = state.get("_runtime_tool_names").ok().flatten()?;
-        if offered.iter().any(|n| *n == call.tool) {
+        if offered.contains(&call.tool) {
             return None;
         }
         let close = suggest::close_matches(&call.tool, offered.iter().map(String::as_str), 3, 0.6);

@@ -18,10 +18,10 @@ fn matches(a: &[char], b: &[char]) -> usize {
     let (mut best, mut at_a, mut at_b) = (0, 0, 0);
     // The longest block, earliest in `a`, then earliest in `b` (difflib's tie rule).
     let mut prev = vec![0usize; b.len() + 1];
-    for i in 0..a.len() {
+    for (i, ca) in a.iter().enumerate() {
         let mut row = vec![0usize; b.len() + 1];
-        for j in 0..b.len() {
-            if a[i] == b[j] {
+        for (j, cb) in b.iter().enumerate() {
+            if ca == cb {
                 row[j + 1] = prev[j] + 1;
                 if row[j + 1] > best {
                     best = row[j + 1];
