@@ -36,6 +36,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-sdk",
     "tp-bench",
     "tp-noop",
+    "tp-agent-noop",
     "tp-allstages",
     "echo-model",
     "session-router",

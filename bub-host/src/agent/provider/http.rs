@@ -59,12 +59,40 @@ pub fn backoff(config: &ProviderConfig, attempt: u32, headers: Option<&reqwest::
     Duration::from_secs_f64(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
 }
 
-fn client(config: &ProviderConfig) -> Result<reqwest::Client, ProviderError> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10).min(config.http_timeout))
-        .read_timeout(config.http_timeout)
-        .build()
-        .map_err(|e| ProviderError::Connection(e.to_string()))
+/// The HTTP clients of one agent, one per timeout setting: building a
+/// client (its TLS roots) costs about as much as a whole agent step, and a
+/// shared client keeps connections alive between steps. Per agent, not per
+/// process: pooled connections belong to the tokio runtime that opened them.
+#[derive(Clone, Default)]
+pub struct Clients(std::sync::Arc<std::sync::Mutex<Vec<(Duration, reqwest::Client)>>>);
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clients")
+    }
+}
+
+impl PartialEq for Clients {
+    /// Settings compare by their values, not by their connection pools.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Clients {
+    fn get(&self, config: &ProviderConfig) -> Result<reqwest::Client, ProviderError> {
+        let mut clients = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, c)) = clients.iter().find(|(t, _)| *t == config.http_timeout) {
+            return Ok(c.clone());
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10).min(config.http_timeout))
+            .read_timeout(config.http_timeout)
+            .build()
+            .map_err(|e| ProviderError::Connection(e.to_string()))?;
+        clients.push((config.http_timeout, client.clone()));
+        Ok(client)
+    }
 }
 
 /// POSTs `body` to `url` with retries; returns the successful response.
@@ -74,7 +102,7 @@ pub async fn post(
     auth: &[(&str, String)],
     body: &Value,
 ) -> Result<reqwest::Response, ProviderError> {
-    let client = client(config)?;
+    let client = config.clients.get(config)?;
     let body = serde_json::to_vec(body).map_err(|e| ProviderError::Config(e.to_string()))?;
     let mut attempt = 0;
     loop {
@@ -153,6 +181,7 @@ mod tests {
             max_retry_delay: Duration::from_secs(60),
             http_timeout: Duration::from_secs(600),
             call_timeout: None,
+            clients: Default::default(),
         }
     }
 

@@ -53,6 +53,8 @@ pub struct ModelSettings {
     pub command_prefix: String,
     // The environment, for `<P>_API_KEY` lookups at client time.
     env: Vec<(String, String)>,
+    // HTTP clients, made once per settings value (one agent).
+    clients: super::http::Clients,
 }
 
 impl Default for ModelSettings {
@@ -70,6 +72,7 @@ impl Default for ModelSettings {
             completion_args: Map::new(),
             command_prefix: ",".into(),
             env: Vec::new(),
+            clients: Default::default(),
         }
     }
 }
@@ -99,6 +102,8 @@ pub struct ProviderConfig {
     pub http_timeout: Duration,
     /// Bound on a whole call (`model_timeout_seconds`).
     pub call_timeout: Option<Duration>,
+    /// The HTTP clients (shared by the clients of one settings value).
+    pub clients: super::http::Clients,
 }
 
 fn json_setting(text: &str, name: &str) -> Result<Value, String> {
@@ -301,6 +306,7 @@ impl ModelSettings {
             max_retry_delay: args.get("max_retry_delay").and_then(seconds).unwrap_or(Duration::from_secs(60)),
             http_timeout: args.get("timeout").and_then(seconds).unwrap_or(Duration::from_secs(600)),
             call_timeout: self.model_timeout,
+            clients: self.clients.clone(),
         };
         Ok(ModelClient { spec: spec.to_owned(), provider, model, config })
     }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The agent benchmark (issue "agent" item 10): bub-rs and Python Bub 0.6.0a3
+# back to back against the same scripted provider (scripts/scripted_provider.py,
+# its own process): 5-step runs, one tool call per step, 10 no-op plugins with
+# the four interception hooks; CPU time per step of the agent's process. Then
+# the memory of a 1,000-entry tape read back as context (bub-rs).
+#
+#   scripts/agent-bench.sh [RUNS]      (honours CARGO_TARGET_DIR; Python from ../shared/bench/setup.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-100}"
+target="${CARGO_TARGET_DIR:-target}"
+venv="${BUB_BENCH_VENV:-/tmp/bub06}"
+[ -x "$venv/bin/python" ] || bash ../shared/bench/setup.sh "$venv" >&2
+cargo build --quiet --release -p tp-agent-noop -p bub-tests --example agent_bench
+port_file="$(mktemp)"
+python3 scripts/scripted_provider.py 5 >"$port_file" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -f "$port_file"' EXIT
+for _ in $(seq 50); do [ -s "$port_file" ] && break; sleep 0.1; done
+export BASE="http://127.0.0.1:$(cat "$port_file")/v1"
+for round in 1 2; do
+  "$target"/release/examples/agent_bench "$runs" | sed "s/^/round $round: /"
+  "$venv"/bin/python scripts/agent_bench.py "$((runs / 5 > 10 ? runs / 5 : 10))" | sed "s/^/round $round: /"
+done

@@ -1,0 +1,99 @@
+//! The agent benchmark, Rust side (`scripts/agent-bench.sh` runs both sides
+//! back to back): the builtin agent with 10 installed no-op plugins (the
+//! four interception hooks) runs 5-step runs (one `fs_read` call per step,
+//! then a text step) against `scripts/scripted_provider.py` in another
+//! process; reports this process's CPU time per step, i.e. everything
+//! except waiting for the provider. Also: the resident memory of a
+//! 1,000-entry tape read back as the model's context.
+//!
+//! `BASE=http://127.0.0.1:PORT/v1 cargo run --release -p bub-tests --example agent_bench [RUNS]`
+
+use bub_host::{agent::bub, discovery::SearchPath, framework::Framework, HostBuilder};
+use bub_tests::{install_into, lib_release};
+use serde_json::json;
+
+const STEPS: usize = 5;
+
+fn cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn one_run(fw: &Framework, session: &str) {
+    let (state, _) = fw.build_state(&json!({"session_id": session}), session).await.expect("state");
+    let stream = bub::run_stream(fw, session, vec![json!("read a.txt")], state).await.expect("a run");
+    let (events, error) = stream.collect().await;
+    assert!(error.is_none(), "{error:?}");
+    let results = events.iter().filter(|e| e.kind == "tool_result").count();
+    assert_eq!(results, STEPS - 1, "{events:?}");
+}
+
+fn main() {
+    let base = std::env::var("BASE").expect("BASE=http://127.0.0.1:PORT/v1 (scripts/scripted_provider.py)");
+    let runs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "hello file\n").unwrap();
+    let config = json!({"model": "openai:bench", "api_key": "k", "api_base": base});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let noop = lib_release("tp-agent-noop");
+    for i in 0..10 {
+        install_into(&home.path().join("plugins"), &format!("p{i}"), &noop, json!({}));
+    }
+    let search = SearchPath::new(home.path(), None);
+    let host = HostBuilder::new().home(home.path()).workspace(&ws).builtin().discovered(&search).build();
+    assert_eq!(host.registry().plugins().iter().filter(|p| p.status.as_str() == "loaded").count(), 11);
+    let fw = Framework::new(&host, &ws);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        for i in 0..3 {
+            one_run(&fw, &format!("warm/{i}")).await;
+        }
+        let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
+        for i in 0..runs {
+            one_run(&fw, &format!("bench/{i}")).await;
+        }
+        let (cpu, wall) = (cpu_seconds() - cpu0, wall0.elapsed().as_secs_f64());
+        let steps = (runs * STEPS) as f64;
+        println!(
+            "{}",
+            json!({"impl": "rust", "runs": runs, "steps": runs * STEPS,
+                   "cpu_us_per_step": (cpu / steps * 1e7).round() / 10.0, "wall_us_per_step": (wall / steps * 1e7).round() / 10.0})
+        );
+    });
+
+    // Memory: a 1,000-entry tape (500 user/assistant exchanges) read back as context.
+    rt.block_on(async {
+        let scope = fw.running().await.unwrap();
+        let store = fw.get_tape_store().unwrap();
+        let tape = bub_host::agent::tape::session_tape_name(&ws, "memory");
+        for i in 0..500 {
+            for (role, text) in [("user", format!("question {i}: {}", "lorem ipsum ".repeat(8))), ("assistant", format!("answer {i}: {}", "dolor sit amet ".repeat(12)))] {
+                let entry = bub_host::agent::tape::entry("message", json!({"role": role, "content": text}), Default::default());
+                store.append(&tape, &entry).await.unwrap();
+            }
+        }
+        let before = rss_kib();
+        let run = bub_host::agent::RunTape::fork(bub_host::agent::Store::Host(store), &tape, &[], false);
+        let spec = bub_abi::types::TapeContextSpec { anchor: None };
+        let messages = bub_host::agent::context::messages(&run, &spec).await.unwrap();
+        let after = rss_kib();
+        let bytes = std::fs::metadata(home.path().join("tapes").join(format!("{tape}.jsonl"))).unwrap().len();
+        println!(
+            "{}",
+            json!({"impl": "rust", "tape_entries": 1000, "context_messages": messages.len(), "tape_file_kib": bytes / 1024,
+                   "rss_kib": after, "rss_growth_kib": after.saturating_sub(before)})
+        );
+        scope.exit(None).await.unwrap();
+    });
+}
