@@ -83,11 +83,16 @@ pub async fn run_stream(
     }
     let model = state.get_value("model").and_then(|m| m.as_str().map(str::to_owned)).filter(|m| !m.is_empty());
     let model = model.or_else(|| Some(agent.settings.default_model()));
+    // Bub's run metadata: the turn's allowed skills and tools (none: all).
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("allowed_skills".into(), Value::Null);
+    metadata.insert("allowed_tools".into(), Value::Null);
     let options = RunOptions {
         tape: tape::session_tape_name(framework.workspace(), session_id),
         state,
         merge_back: !session_id.starts_with("temp/"),
         model,
+        metadata,
         ..Default::default()
     };
     agent.start(prompt, options).await

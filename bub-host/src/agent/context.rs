@@ -96,6 +96,6 @@ pub fn tool_message_content(result: &Value) -> Value {
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => {
             o.get("content").cloned().unwrap_or(json!([]))
         }
-        other => Value::String(other.to_string()),
+        other => Value::String(super::tools::python_json(other)),
     }
 }

@@ -163,7 +163,7 @@ impl Agent {
         };
         let mut started = Event::RunStarted {
             model: model.clone(),
-            prompt: Value::Array(prompt.clone()),
+            prompt: user_content(&prompt),
             metadata: options.metadata.clone(),
         };
         if let Err(e) = self.events.emit(&mut started, &cx).await {
@@ -267,7 +267,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         }
         run.steps.store(step, Ordering::SeqCst);
         let started = Instant::now();
-        let mut ev = Event::StepStarted { step, prompt: next_prompt.clone().map(Value::Array) };
+        let mut ev = Event::StepStarted { step, prompt: next_prompt.as_deref().map(user_content) };
         agent.events.emit(&mut ev, &run.cx).await?;
         let elapsed = || started.elapsed().as_millis() as u64;
         let should_continue = match one_step(run, next_prompt.clone(), tx).await {

@@ -245,7 +245,7 @@ impl ToolCallFragments {
     pub(crate) fn add(&mut self, key: &str, id: Option<&str>, name: Option<&str>, arguments: Option<&str>) {
         let call = self.calls.entry(key.to_owned()).or_insert_with(|| {
             self.order.push(key.to_owned());
-            ToolCallOut { id: String::new(), name: String::new(), arguments: String::new(), metadata: Value::Null }
+            ToolCallOut { id: String::new(), name: String::new(), arguments: String::new(), metadata: json!({}) }
         });
         if let Some(id) = id.filter(|s| !s.is_empty()) {
             call.id = id.to_owned();

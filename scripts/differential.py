@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Differential test: the same scripted provider replies, through `bub run`,
+to Python Bub 0.6.0a3 and to bub-rs; compares what each sent the provider,
+printed, and recorded on the session tape, after normalising what must
+differ (dates, run ids, durations, system prompts, tool lists).
+
+    python3 scripts/differential.py BUB_RS PYTHON_BUB [--only NAME]   (scripts/differential.sh sets these up)
+
+Aspects compared per scenario: `output` (what `bub run` printed, and
+whether it succeeded), `requests` (every request body the provider got:
+messages except the system prompt, model, streaming and token keys),
+`tape` (every session-tape entry: kind, payload, meta keys; system prompts
+blanked), `tools` (the tool names offered to the model).
+
+Scenarios: tests/differential/scenarios.json. Deliberate differences:
+tests/differential/known-differences.json ({scenario or "*": {aspect: reason}});
+a difference not listed there fails the run.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "tests" / "differential"
+
+
+def sse(reply):
+    if "status" in reply:
+        return reply["status"], reply.get("body", ""), "application/json"
+    chunks = []
+    if reply.get("text"):
+        chunks.append({"choices": [{"index": 0, "delta": {"role": "assistant", "content": reply["text"]}}]})
+    for i, (cid, name, args) in enumerate(reply.get("tool_calls", [])):
+        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return 200, body, "text/event-stream"
+
+
+class Server:
+    def __init__(self):
+        self.replies, self.requests = [], []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                outer.requests.append({"path": self.path, "body": body})
+                reply = outer.replies.pop(0) if outer.replies else {"status": 500, "body": "script exhausted"}
+                status, text, ctype = sse(reply)
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
+RUN_ID = re.compile(r"run-\d{8}T\d{6}\d*Z")
+
+
+def norm_text(s):
+    return RUN_ID.sub("<run_id>", DATE.sub("<date>", s))
+
+
+def norm(v):
+    if isinstance(v, str):
+        return norm_text(v)
+    if isinstance(v, list):
+        return [norm(x) for x in v]
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if k in ("elapsed_ms", "duration_ms", "date", "elapsed_seconds"):
+                continue
+            out[k] = norm(x)
+        return out
+    return v
+
+
+def tape_view(home):
+    entries = []
+    tapes = sorted((home / "tapes").glob("*.jsonl")) if (home / "tapes").exists() else []
+    for f in tapes:
+        if "__sidecar__" in f.name:
+            continue
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            p = e["payload"]
+            if e["kind"] == "system":
+                p = {"content": "<system prompt>"}
+            entries.append({"kind": e["kind"], "payload": norm(p), "meta": sorted(e.get("meta", {}))})
+    return entries
+
+
+def request_view(req):
+    body = req["body"]
+    msgs = []
+    for m in body.get("messages", []):
+        if m.get("role") == "system":
+            msgs.append({"role": "system"})
+            continue
+        msgs.append(norm(m))
+    view = {"path": req["path"], "messages": msgs}
+    for k in ("model", "stream", "stream_options", "max_completion_tokens", "max_tokens"):
+        if k in body:
+            view[k] = body[k]
+    return view
+
+
+def run_impl(impl, binary, scenario, server, workdir):
+    home = workdir / f"home-{impl}"
+    ws = workdir / "ws"
+    shutil.rmtree(ws, ignore_errors=True)
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello file\n")
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_"))}
+    client_args = {"api_format": "chat", "retry_delay": 0.01, "max_retry_delay": 0.05}
+    env.update({"BUB_HOME": str(home), "BUB_MODEL": "openai:m", "BUB_API_KEY": "k", "BUB_API_BASE": server.base,
+                "BUB_CLIENT_ARGS": json.dumps(client_args), "NO_COLOR": "1"})
+    plugin = scenario.get("plugin")
+    if impl == "python" and plugin:
+        site = workdir / "pysite"
+        dist = site / "bubdiff-0.0.0.dist-info"
+        dist.mkdir(parents=True, exist_ok=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bubdiff\nVersion: 0.0.0\n")
+        (dist / "entry_points.txt").write_text("[bub]\nbubdiff = bubdiff_plugin:Plugin\n")
+        shutil.copy(HERE / "bubdiff_plugin.py", site / "bubdiff_plugin.py")
+        env["PYTHONPATH"] = str(site)
+        env["BUBDIFF_MODE"] = plugin
+    if impl == "rust" and plugin:
+        install_rust_plugin(binary, home, plugin, env)
+    outputs, requests_before = [], len(server.requests)
+    for turn in scenario["turns"]:
+        server.replies = list(turn["replies"])
+        p = subprocess.run([binary, "run", turn["message"]], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        out = p.stdout.strip().splitlines()
+        outputs.append({"ok": p.returncode == 0, "stdout": norm_text("\n".join(out[1:]) if out[:1] == ["[cli:local]"] else "\n".join(out))})
+    raw = server.requests[requests_before:]
+    requests = [request_view(r) for r in raw]
+    tools = sorted({t["function"]["name"] for r in raw for t in r["body"].get("tools", [])})
+    return {"output": outputs, "requests": requests, "tape": tape_view(home), "tools": tools}
+
+
+def install_rust_plugin(binary, home, plugin, env):
+    target = Path(os.environ["BUB_RS_TARGET"]).resolve()
+    if plugin in ("deny", "replace"):
+        rule = {"tool": "fs_read", "deny": "no reading"} if plugin == "deny" else {"tool": "fs_read", "replace": "replaced result"}
+        lib = target / "libtool_policy.so"
+        subprocess.run([binary, "plugins", "install", str(lib)], env=env, check=True, capture_output=True)
+        subprocess.run([binary, "plugins", "config", "tool-policy", "rules=" + json.dumps([rule])], env=env, check=True, capture_output=True)
+    elif plugin == "finish":
+        lib = target / "libtp_scripted.so"
+        subprocess.run([binary, "plugins", "install", str(lib), "--name", "finish"], env=env, check=True, capture_output=True)
+        hooks = {"before_llm_call": {"return": {"decision": {"action": "finish", "text": "budget exhausted"}}}}
+        subprocess.run([binary, "plugins", "config", "finish", "hooks=" + json.dumps(hooks)], env=env, check=True, capture_output=True)
+
+
+def diff(a, b, path=""):
+    """The first few differing paths between two JSON values."""
+    out = []
+    if type(a) is not type(b):
+        return [f"{path}: {json.dumps(a)[:200]} != {json.dumps(b)[:200]}"]
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                out.append(f"{path}.{k}: only in {'python' if k in a else 'rust'}: {json.dumps(a.get(k, b.get(k)))[:200]}")
+            else:
+                out += diff(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            out.append(f"{path}: length {len(a)} != {len(b)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += diff(x, y, f"{path}[{i}]")
+    elif a != b:
+        out.append(f"{path}: {json.dumps(a)[:200]} != {json.dumps(b)[:200]}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rust_bub")
+    ap.add_argument("python_bub")
+    ap.add_argument("--only")
+    ap.add_argument("--report", help="write the full comparison (JSON) here")
+    args = ap.parse_args()
+    args.rust_bub, args.python_bub = (str(Path(shutil.which(b) or b).resolve()) for b in (args.rust_bub, args.python_bub))
+    scenarios = json.loads((HERE / "scenarios.json").read_text())
+    known = json.loads((HERE / "known-differences.json").read_text())
+    failed, report = False, {}
+    for sc in scenarios:
+        if args.only and args.only != sc["name"]:
+            continue
+        server = Server()
+        with tempfile.TemporaryDirectory(prefix="bub-diff-") as tmp:
+            # The same workspace path for both, so the session tape names match.
+            py = run_impl("python", args.python_bub, sc, server, Path(tmp))
+            rs = run_impl("rust", args.rust_bub, sc, server, Path(tmp))
+        server.httpd.shutdown()
+        report[sc["name"]] = {"python": py, "rust": rs}
+        for aspect in ("output", "requests", "tape", "tools"):
+            d = diff(py[aspect], rs[aspect], aspect)
+            reason = known.get(sc["name"], {}).get(aspect) or known.get("*", {}).get(aspect)
+            if not d:
+                print(f"{sc['name']:28} {aspect:9} same")
+            elif reason:
+                print(f"{sc['name']:28} {aspect:9} differs (known: {reason})")
+            else:
+                failed = True
+                print(f"{sc['name']:28} {aspect:9} DIFFERS")
+                for line in d[:8]:
+                    print(f"    {line}")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
