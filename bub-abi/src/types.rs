@@ -325,7 +325,8 @@ pub struct TapeEntry {
 pub struct TapeQuery {
     /// The tape.
     pub tape: String,
-    /// Only entries whose payload contains this text.
+    /// Only entries containing this text (case-insensitive; Bub's stores
+    /// then answer newest first, one entry per distinct payload).
     #[serde(default)]
     pub query: Option<String>,
     /// Only entries after the anchor of this name.
@@ -337,7 +338,8 @@ pub struct TapeQuery {
     /// Only these kinds (all when empty).
     #[serde(default)]
     pub kinds: Vec<String>,
-    /// At most this many entries (the latest).
+    /// At most this many entries: the first ones (chronologically, or the
+    /// newest of a text query).
     #[serde(default)]
     pub limit: Option<usize>,
 }

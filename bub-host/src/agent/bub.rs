@@ -63,10 +63,17 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
         }
     }
     agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
-    for tool in builtin_tools::tools() {
+    // Bub's registry order: spill.read first, the tape tools, then the rest.
+    let own = builtin_tools::more_tools();
+    let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
+    for tool in spill_read.into_iter().chain(builtin_tools::tools()).chain(rest) {
         agent.add_tool(tool);
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
+    // After the plugins' after_tool_call hooks, as Bub's trylast builtin.
+    if agent.sidecars.iter().any(|s| s == super::spill::SIDECAR) {
+        super::spill::subscribe(&mut agent.events);
+    }
     Ok(agent)
 }
 

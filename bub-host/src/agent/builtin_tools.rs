@@ -114,12 +114,15 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
         tape: cx.tape.name().to_owned(),
         query: Some(query.clone()),
         kinds: vec!["message".into(), "tool_result".into()],
+        limit: Some(limit + 50),
         ..Default::default()
     };
     let needle = query.to_lowercase();
     let mut filtered = 0;
     let mut lines = Vec::new();
-    for e in cx.tape.fetch(&q).await?.into_iter().rev() {
+    // Newest first from the store; the run's own entries follow unfiltered
+    // (the fork's quirk), so the text is checked here too.
+    for e in cx.tape.fetch(&q).await? {
         let text = Value::Object(e.payload.clone()).to_string();
         if text.contains("[tape.search]") {
             filtered += 1;
@@ -182,4 +185,118 @@ async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
     let _ = cx.state.set("_runtime_quit", &true);
     let _ = context_false;
     Ok(json!("bye"))
+}
+
+/// `spill.read`, `tool.describe` and `subagent`.
+pub fn more_tools() -> Vec<AgentTool> {
+    vec![
+        AgentTool::native(
+            "spill.read",
+            "Read bounded chunks from an oversized tool result stored in the current session's spill tape.",
+            schema(
+                json!({"handle": {"type": "string"}, "cursor": {"type": "integer", "default": 0},
+                       "count": {"type": "integer", "default": 1}, "from_end": {"type": "boolean", "default": false}}),
+                &["handle"],
+            ),
+            Exposure::Direct,
+            |args, cx| async move {
+                let handle = arg_str(&args, "handle").unwrap_or_default();
+                let int = |k: &str, d: i64| {
+                    args.get(k).and_then(|v| v.as_i64().or_else(|| v.as_str()?.parse().ok())).unwrap_or(d)
+                };
+                let from_end =
+                    args.get("from_end").is_some_and(|v| v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")));
+                Ok(json!(super::spill::read(&cx.tape, &handle, int("cursor", 0), int("count", 1), from_end).await?))
+            },
+        ),
+        AgentTool::native(
+            "tool.describe",
+            "Describe tools by name (their parameters); loads deferred tools for the next steps.",
+            schema(json!({"names": {"type": "array", "items": {"type": "string"}}}), &["names"]),
+            Exposure::Direct,
+            describe,
+        ),
+        AgentTool::native(
+            "subagent",
+            "Run a sub-agent on a prompt and return its answer.",
+            schema(
+                json!({"prompt": {"type": "string"}, "model": {"type": "string"},
+                       "session": {"type": "string", "default": "temp"},
+                       "allowed_tools": {"type": "array", "items": {"type": "string"}}}),
+                &["prompt"],
+            ),
+            Exposure::Auto,
+            subagent,
+        ),
+    ]
+}
+
+async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let names: Vec<String> = match args.get("names") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::String(s)) => s.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    let (mut tools, mut unknown, mut loaded) = (Vec::new(), Vec::new(), Vec::new());
+    for name in names {
+        match cx.tools.iter().find(|t| t.name == name || t.model_name() == name) {
+            Some(t) => {
+                tools.push(json!({"name": t.model_name(), "description": t.description, "parameters": t.parameters}));
+                if t.deferred {
+                    loaded.push(t.name.clone());
+                }
+            }
+            None => unknown.push(name),
+        }
+    }
+    if !loaded.is_empty() {
+        cx.tape.event("tool.loaded", json!({"names": loaded}), Map::new()).await?;
+    }
+    Ok(json!({"tools": tools, "unknown": unknown}))
+}
+
+async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let prompt = arg_str(&args, "prompt").unwrap_or_default();
+    let framework = super::bub::framework_of(&cx.state)
+        .ok_or_else(|| AgentError::value("subagent needs a framework turn (it runs through the builtin agent)"))?;
+    let parent: String = cx.state.get("session_id").ok().flatten().unwrap_or_default();
+    let session = match arg_str(&args, "session").as_deref().unwrap_or("temp") {
+        "temp" => format!("temp/{:08x}", rand32()),
+        "inherit" => parent,
+        other => other.to_owned(),
+    };
+    let (state, _) = framework
+        .build_state(&json!({"session_id": session}), &session)
+        .await
+        .map_err(|e| AgentError::value(e.to_string()))?;
+    let _registration = super::bub::register(&framework, &state);
+    let allowed: Vec<String> = match args.get("allowed_tools").and_then(Value::as_array) {
+        Some(a) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        None => cx.tools.iter().map(|t| t.name.clone()).collect(),
+    };
+    let allowed: Vec<String> = allowed.into_iter().filter(|n| n != "subagent").collect();
+    state.set("_runtime_allowed_tools", &allowed).map_err(|e| AgentError::value(e.to_string()))?;
+    if let Some(model) = arg_str(&args, "model") {
+        state.set("model", &model).map_err(|e| AgentError::value(e.to_string()))?;
+    }
+    let mut stream = super::bub::run_stream(&framework, &session, vec![json!(prompt)], state).await?;
+    let mut out = String::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(e) if e.kind == "text" => out.push_str(e.data["delta"].as_str().unwrap_or("")),
+            Ok(e) if e.kind == "error" => {
+                out.push_str(&format!("[Error: {}]", e.data["message"].as_str().unwrap_or("")))
+            }
+            Ok(_) => {}
+            Err(e) => out.push_str(&format!("[Error: {e}]")),
+        }
+    }
+    Ok(json!(out))
+}
+
+fn rand32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
 }

@@ -225,6 +225,8 @@ pub struct EventContext {
     pub state: TurnState,
     /// The run's tape (its fork).
     pub tape: Arc<RunTape>,
+    /// The agent's tools (for tools that describe tools).
+    pub tools: Arc<Vec<super::tools::AgentTool>>,
 }
 
 /// A boxed future of a handler.

@@ -9,7 +9,8 @@
 //! - [`context`] — tape entries to model messages;
 //! - [`recorder`] — events to tape entries (subscribed first);
 //! - [`plugins`] — [`AgentPlugins`]: the framework's hooks on an agent's bus;
-//! - [`builtin_tools`] — the builtin's agent tools (tape, help, model, quit);
+//! - [`builtin_tools`] — the builtin's agent tools (tape, spill, describe,
+//!   subagent, help, model, quit); [`spill`] — oversized results;
 //! - [`provider`] — model specs, settings and the three wire formats.
 //!
 //! An embedder builds an [`Agent`], attaches a framework's plugins to it
@@ -49,6 +50,7 @@ pub mod plugins;
 pub mod provider;
 pub mod recorder;
 pub mod run;
+pub mod spill;
 pub mod tape;
 pub mod tools;
 

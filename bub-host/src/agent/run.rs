@@ -147,7 +147,7 @@ impl Agent {
         }
         let tape = Arc::new(RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back));
         tape.ensure_bootstrap().await?;
-        let cx = EventContext { state: options.state.clone(), tape: tape.clone() };
+        let cx = EventContext { state: options.state.clone(), tape: tape.clone(), tools: Arc::new(self.tools.clone()) };
         if let Some(line) = command::command_line(&prompt, self.command_prefix.as_deref()) {
             let outcome = self.run_command(&line, &cx).await;
             tape.merge().await?;
@@ -327,23 +327,46 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
     }
 }
 
-/// The tools the model is offered this step, in registry order.
-fn step_tools(agent: &Agent, state: &TurnState) -> Vec<tools::AgentTool> {
-    let allowed: Option<Vec<String>> = state.get("_runtime_allowed_tools").ok().flatten();
-    agent
+/// The tools the model is offered this step, in registry order: the
+/// allowed ones (state `_runtime_allowed_tools`), deferred tools only once
+/// `tool.describe` loaded them on this tape (`tool.loaded` events), and
+/// `tool.describe` only while a deferred tool remains hidden.
+async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::AgentTool>, AgentError> {
+    let allowed: Option<Vec<String>> = cx.state.get("_runtime_allowed_tools").ok().flatten();
+    let allowed =
+        |t: &tools::AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
+    let mut loaded = std::collections::HashSet::new();
+    if agent.tools.iter().any(|t| t.deferred) {
+        let q = bub_abi::types::TapeQuery {
+            tape: cx.tape.name().to_owned(),
+            kinds: vec!["event".into()],
+            ..Default::default()
+        };
+        for e in cx.tape.fetch(&q).await? {
+            if e.payload.get("name") == Some(&json!("tool.loaded")) {
+                for n in e.payload["data"]["names"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    loaded.insert(n.to_owned());
+                }
+            }
+        }
+    }
+    let hidden = agent.tools.iter().any(|t| t.deferred && allowed(t) && !loaded.contains(&t.name));
+    Ok(agent
         .tools
         .iter()
-        .filter(|t| matches!(t.exposure, Exposure::Auto | Exposure::Direct) && !t.deferred)
-        .filter(|t| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name())))
+        .filter(|t| matches!(t.exposure, Exposure::Auto | Exposure::Direct))
+        .filter(|t| !t.deferred || loaded.contains(&t.name))
+        .filter(|t| t.name != "tool.describe" || hidden)
+        .filter(|t| allowed(t))
         .cloned()
-        .collect()
+        .collect())
 }
 
 async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool, AgentError> {
     let agent = &run.agent;
     let cx = &run.cx;
     // 1–2. Tools, then the system prompt (before steering is drained).
-    let offered = step_tools(agent, &cx.state);
+    let offered = step_tools(agent, cx).await?;
     let tool_names: Vec<String> = offered.iter().map(|t| t.model_name()).collect();
     let pcx = PromptContext {
         prompt: prompt.clone().unwrap_or_default(),

@@ -221,8 +221,7 @@ impl RunTape {
         let start = cut.map_or(0, |i| i + 1);
         out.extend(overlay.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)));
         if let Some(limit) = query.limit {
-            let skip = out.len().saturating_sub(limit);
-            out.drain(..skip);
+            out.truncate(limit);
         }
         Ok(out)
     }

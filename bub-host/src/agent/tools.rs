@@ -54,6 +54,8 @@ pub struct ToolContext {
     pub state: TurnState,
     /// Whether the call is a command.
     pub command: bool,
+    /// The agent's tools.
+    pub tools: Arc<Vec<AgentTool>>,
 }
 
 /// A boxed tool future.
@@ -272,6 +274,7 @@ pub async fn run_one(
                         run_id: run_id.to_owned(),
                         state: cx.state.clone(),
                         command,
+                        tools: cx.tools.clone(),
                     };
                     match tool.invoke(args, tcx).await {
                         Ok(v) if command => Ok(v),

@@ -118,21 +118,27 @@ pub(crate) fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntr
     } else {
         0
     };
-    let mut out: Vec<TapeEntry> = entries
-        .into_iter()
-        .skip(start)
-        .filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind))
-        .filter(|e| {
-            // Case-insensitive, over kind, date, payload and meta (Bub's base query).
-            query.query.as_ref().is_none_or(|q| {
-                let text = serde_json::json!([e.kind, e.date, e.payload, e.meta]).to_string().to_lowercase();
-                text.contains(&q.to_lowercase())
+    let mut out: Vec<TapeEntry> =
+        entries.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)).collect();
+    if let Some(q) = &query.query {
+        // Bub's text search: case-insensitive over kind, date, payload and
+        // meta; newest first; one entry per distinct payload; 20 by default.
+        let needle = q.to_lowercase();
+        let mut seen = std::collections::HashSet::new();
+        out = out
+            .into_iter()
+            .rev()
+            .filter(|e| {
+                serde_json::json!([e.kind, e.date, e.payload, e.meta]).to_string().to_lowercase().contains(&needle)
             })
-        })
-        .collect();
+            .filter(|e| seen.insert(serde_json::Value::Object(e.payload.clone()).to_string()))
+            .take(query.limit.unwrap_or(20))
+            .collect();
+        return out;
+    }
+    // The first `limit` entries (Bub's `sliced[:limit]`).
     if let Some(limit) = query.limit {
-        let skip = out.len().saturating_sub(limit);
-        out.drain(..skip);
+        out.truncate(limit);
     }
     out
 }

@@ -350,3 +350,55 @@ fn an_unknown_tool_without_hooks_fails_as_a_result_behaviour_139() {
     assert_eq!(error, None);
     assert_eq!(events[2].1, json!({"tool_results": [{"kind": "tool", "message": "Unknown tool name: nope."}]}));
 }
+
+/// Spilling (behaviours 208, 209): a 20,000-character result becomes a
+/// reference under 2,000 characters when `spill_read` is offered, and
+/// `spill.read` reassembles it exactly from the sidecar tape; without
+/// `spill_read` among the step's tools the model gets the full text.
+#[test]
+fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
+    use bub_host::agent::{builtin_tools, spill, RunTape};
+    let big: String = (0..2000).map(|i| format!("line {i:04}\n")).collect::<String>().chars().take(20_000).collect();
+    for offered in [true, false] {
+        let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "big", "{}")]), chat::text("ok")]);
+        let mut a = agent(&provider);
+        let b = big.clone();
+        a.add_tool(AgentTool::native(
+            "big",
+            "",
+            json!({"type": "object", "properties": {}}),
+            Exposure::Auto,
+            move |_a, _c| {
+                let b = b.clone();
+                async move { Ok(json!(b)) }
+            },
+        ));
+        for t in builtin_tools::more_tools().into_iter().filter(|t| t.name == "spill.read") {
+            a.add_tool(t);
+        }
+        a.sidecars = vec![spill::SIDECAR.into()];
+        spill::subscribe(&mut a.events);
+        let store = a.store.clone();
+        let a = Arc::new(a);
+        let opts = options("t");
+        if !offered {
+            opts.state.set("_runtime_allowed_tools", &["big"]).unwrap();
+        }
+        let (_, error) = block_on(async move { a.start(vec![json!("go")], opts).await.unwrap().collect().await });
+        assert!(error.is_none(), "{error:?}");
+        let second = provider.requests()[1].body["messages"].as_array().unwrap().clone();
+        let seen = second.last().unwrap()["content"].as_str().unwrap().to_owned();
+        if !offered {
+            assert_eq!(seen, big, "without spill_read the full output is kept");
+            continue;
+        }
+        assert!(seen.starts_with("[tool output spilled: 20,000 bytes in 2 chunks; handle: "), "{seen}");
+        assert!(seen.len() < 2000);
+        let handle = seen.split("handle: ").nth(1).unwrap().split(']').next().unwrap().to_owned();
+        let tape = RunTape::fork(store, "t", &[spill::SIDECAR.into()], false);
+        let page = block_on(spill::read(&tape, &handle, 0, 4, false)).unwrap();
+        let (head, content) = page.split_once("content:\n").unwrap();
+        assert!(head.contains("chunks: 0-1\nnext_cursor: 2\ncomplete: true"), "{head}");
+        assert_eq!(content, big);
+    }
+}

@@ -387,3 +387,27 @@ fn run_json_shows_the_whole_stream() {
     assert_eq!(result["events"][2]["data"], json!({"tool_results": ["hello file"]}));
     assert_eq!(result["model_output"], "ok");
 }
+
+#[test]
+fn subagent_runs_a_nested_unmerged_session_behaviour_189() {
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("c1", "subagent", r#"{"prompt": "sub task"}"#)]),
+        chat::text("sub answer"),
+        chat::text("done"),
+    ]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", "delegate"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("done"));
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    let sub_tools: Vec<&str> =
+        requests[1].body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(!sub_tools.contains(&"subagent") && sub_tools.contains(&"fs_read"), "{sub_tools:?}");
+    assert_eq!(messages(&requests[1].body).last().unwrap()["content"], "sub task");
+    assert_eq!(messages(&requests[2].body).last().unwrap()["content"], "sub answer");
+    let tapes: Vec<_> = std::fs::read_dir(home.path().join("tapes")).unwrap().flatten().collect();
+    assert_eq!(tapes.len(), 1, "the temp/ session is not merged back");
+}

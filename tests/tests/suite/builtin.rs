@@ -41,7 +41,7 @@ fn tape_store_appends_durably_and_survives_a_torn_line() {
         assert_eq!(after.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
         let kinds =
             TapeQuery { tape: "t1".into(), kinds: vec!["message".into()], limit: Some(1), ..Default::default() };
-        assert_eq!(store.fetch_all(&kinds).await?[0].payload["content"], "two");
+        assert_eq!(store.fetch_all(&kinds).await?[0].payload["content"], "one", "limit keeps the first (Bub)");
         assert!(store.list_tapes().await?.contains(&"t1".to_owned()));
         let bad = store.append("../escape", &entry("message", json!({}))).await;
         assert!(bad.unwrap_err().to_string().contains("invalid tape name"));
