@@ -143,9 +143,58 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
     Ok(json!(out))
 }
 
-async fn reset(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-    cx.tape.reset(Map::new()).await?;
-    Ok(json!("ok"))
+async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let archive = args.get("archive").is_some_and(|v| v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")));
+    if !archive {
+        cx.tape.reset(Map::new()).await?;
+        return Ok(json!("ok"));
+    }
+    // Bub's archive: the tape and each sidecar as JSONL next to the tapes,
+    // one stamp; a sidecar whose archive failed is kept, not reset.
+    let home = super::bub::framework_of(&cx.state)
+        .map(|f| f.home().to_path_buf())
+        .ok_or_else(|| AgentError::value("tape.reset(archive=true) needs the host's home (a framework turn)"))?;
+    let dir = home.join("tapes");
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
+    let write = |tape: String, entries: Vec<bub_abi::types::TapeEntry>| {
+        let dir = dir.clone();
+        let path = dir.join(format!("{tape}.jsonl.{stamp}.bak"));
+        async move {
+            tokio::fs::create_dir_all(&dir).await?;
+            let mut text = String::new();
+            for e in &entries {
+                text.push_str(&serde_json::to_string(e).unwrap_or_default());
+                text.push('\n');
+            }
+            tokio::fs::write(&path, text).await.map(|()| path)
+        }
+    };
+    let main = write(cx.tape.name().to_owned(), cx.tape.entries().await?)
+        .await
+        .map_err(|e| AgentError::value(format!("cannot archive tape {}: {e}", cx.tape.name())))?;
+    let mut outcomes = Vec::new();
+    for (name, tape) in cx.tape.sidecars() {
+        let q = TapeQuery { tape: tape.clone(), ..Default::default() };
+        let result = match cx.tape.fetch(&q).await {
+            Ok(entries) => write(tape, entries).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        outcomes.push((name, result));
+    }
+    let failed: Vec<String> = outcomes.iter().filter(|(_, r)| r.is_err()).map(|(n, _)| n.clone()).collect();
+    let mut state = Map::new();
+    state.insert("archived".into(), json!(main.display().to_string()));
+    cx.tape.reset_keeping(state, &failed).await?;
+    for (name, result) in outcomes {
+        let data = match result {
+            Ok(path) => {
+                json!({"sidecar": name, "reason": "tape.reset", "status": "ok", "archive": path.display().to_string()})
+            }
+            Err(e) => json!({"sidecar": name, "reason": "tape.reset", "status": "error", "error": e}),
+        };
+        cx.tape.event("sidecar.archive", data, context_false()).await?;
+    }
+    Ok(json!(format!("Archived: {}", main.display())))
 }
 
 async fn handoff(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
@@ -182,8 +231,9 @@ async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
 }
 
 async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    // The session's end is the channel's to act on (the gateway's router
+    // quits the session; `bub chat` ends at Ctrl-D): mark it in the state.
     let _ = cx.state.set("_runtime_quit", &true);
-    let _ = context_false;
     Ok(json!("bye"))
 }
 

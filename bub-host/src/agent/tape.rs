@@ -253,12 +253,24 @@ impl RunTape {
         Ok(())
     }
 
+    /// The mounted sidecars: `(name, tape)`.
+    pub fn sidecars(&self) -> Vec<(String, String)> {
+        let names = self.managed.iter().skip(1);
+        names.map(|t| (t.rsplit("__sidecar__").next().unwrap_or(t).to_owned(), t.clone())).collect()
+    }
+
     /// Clears the main tape (in the fork), restarts it with
     /// `session/start {owner: "human", …state}`, and resets the sidecars.
     pub async fn reset(&self, state: Map<String, Value>) -> Result<(), AgentError> {
+        self.reset_keeping(state, &[]).await
+    }
+
+    /// [`reset`](Self::reset), leaving the sidecars named in `keep` alone.
+    pub async fn reset_keeping(&self, state: Map<String, Value>, keep: &[String]) -> Result<(), AgentError> {
+        let kept: Vec<String> = keep.iter().map(|k| sidecar_tape_name(&self.name, k)).collect();
         {
             let mut overlay = self.overlay.lock().await;
-            for tape in &self.managed {
+            for tape in self.managed.iter().filter(|t| !kept.contains(t)) {
                 let o = overlay.entry(tape.clone()).or_default();
                 o.entries.clear();
                 o.reset = true;
@@ -269,10 +281,14 @@ impl RunTape {
             s[k] = v;
         }
         self.handoff("session/start", Some(s)).await?;
-        for sidecar in self.managed.iter().skip(1) {
-            let name = sidecar.rsplit("__sidecar__").next().unwrap_or(sidecar);
+        for (name, _) in self.sidecars() {
             let meta = context_false();
-            self.event("sidecar.reset", json!({"sidecar": name, "status": "ok", "reason": "tape.reset"}), meta).await?;
+            let data = if keep.contains(&name) {
+                json!({"sidecar": name, "status": "skipped", "reason": "tape.reset", "cause": "archive_failed"})
+            } else {
+                json!({"sidecar": name, "status": "ok", "reason": "tape.reset"})
+            };
+            self.event("sidecar.reset", data, meta).await?;
         }
         Ok(())
     }

@@ -42,7 +42,10 @@ fn tape(home: &Home) -> Vec<Value> {
     let mut files: Vec<_> =
         std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     files.sort();
-    for f in files.into_iter().filter(|f| !f.to_string_lossy().contains("__sidecar__")) {
+    for f in files
+        .into_iter()
+        .filter(|f| !f.to_string_lossy().contains("__sidecar__") && f.extension().is_some_and(|e| e == "jsonl"))
+    {
         for line in std::fs::read_to_string(f).unwrap().lines() {
             out.push(serde_json::from_str(line).unwrap());
         }
@@ -410,4 +413,55 @@ fn subagent_runs_a_nested_unmerged_session_behaviour_189() {
     assert_eq!(messages(&requests[2].body).last().unwrap()["content"], "sub answer");
     let tapes: Vec<_> = std::fs::read_dir(home.path().join("tapes")).unwrap().flatten().collect();
     assert_eq!(tapes.len(), 1, "the temp/ session is not merged back");
+}
+
+#[test]
+fn a_hanging_provider_times_out_and_a_broken_stream_fails_clearly() {
+    let provider = Provider::start(vec![Reply::Hang(std::time::Duration::from_secs(10))]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({"model_timeout_seconds": 1}));
+    bub_tests::bub_bin(); // built before the clock starts
+    let started = std::time::Instant::now();
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains("Provider request timed out"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+
+    let provider = Provider::start(vec![Reply::Sse(vec!["{not json".into()])]);
+    let home = Home::new();
+    configure(&home, &provider, "openai:m", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(!ok);
+    assert!(err.contains("malformed stream chunk"), "{err}");
+    // The tape stays readable and records the failed run.
+    let entries = tape(&home);
+    assert_eq!(entries.last().unwrap()["payload"]["data"]["status"], "error");
+}
+
+#[test]
+fn tape_reset_with_archive_behaviour_201() {
+    let provider = Provider::start(vec![chat::text("remember me")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    assert!(bub(&home, &ws, &["run", "hello"]).2);
+    let (out, err, ok) = bub(&home, &ws, &["run", ",tape.reset archive=true"]);
+    assert!(ok, "{err}");
+    let archived = out.lines().find_map(|l| l.strip_prefix("Archived: ")).expect(&out).to_owned();
+    let baks: Vec<String> = std::fs::read_dir(home.path().join("tapes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".bak"))
+        .collect();
+    assert_eq!(baks.len(), 2, "{baks:?}");
+    let stamp = |n: &str| n.rsplit(".jsonl.").next().unwrap().to_owned();
+    assert_eq!(stamp(&baks[0]), stamp(&baks[1]), "one stamp");
+    assert!(std::fs::read_to_string(&archived).unwrap().contains("remember me"));
+    let entries = tape(&home);
+    assert_eq!(entries[0]["payload"]["state"], json!({"owner": "human", "archived": archived}));
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["payload"]["name"].as_str()).collect();
+    assert_eq!(names[1..4], ["handoff", "sidecar.reset", "sidecar.archive"]);
+    assert!(!entries.iter().any(|e| e.to_string().contains("remember me")), "the old entries are gone");
 }
