@@ -1,5 +1,11 @@
 //! `openai-chat`: an OpenAI-compatible chat model (`run_model_stream`).
 //!
+//! An example of a plugin that *replaces* the builtin agent (the latest
+//! plugin with a model hook wins, as in Bub): one chat completion per turn,
+//! no tools, no tape. For the agent itself with OpenAI-compatible servers,
+//! set `BUB_MODEL=openai:<model>` instead (docs/agent.md). It uses the same
+//! HTTP and event-stream crates as the builtin's providers.
+//!
 //! POSTs `{model, messages, stream: true}` to `<base_url>/chat/completions`
 //! and turns the server-sent events into Bub stream events: `text` deltas,
 //! `usage`, then `final {ok, text}`. Failures do not raise: an HTTP error, a
@@ -58,7 +64,7 @@ fn content(prompt: &Prompt) -> Value {
     }
 }
 
-fn event(kind: &str, data: Value) -> StreamEvent {
+fn event_of(kind: &str, data: Value) -> StreamEvent {
     StreamEvent { kind: kind.into(), data }
 }
 
@@ -71,11 +77,11 @@ impl OpenAiChat {
             Ok(()) => true,
             Err((kind, message)) => {
                 tracing::warn!(kind, %message, "chat completion failed");
-                let _ = tx.send(event("error", json!({"kind": kind, "message": message}))).await;
+                let _ = tx.send(event_of("error", json!({"kind": kind, "message": message}))).await;
                 false
             }
         };
-        let _ = tx.send(event("final", json!({"ok": ok, "text": text}))).await;
+        let _ = tx.send(event_of("final", json!({"ok": ok, "text": text}))).await;
     }
 
     async fn exchange(&self, body: Value, tx: &EventSender, text: &mut String) -> Result<(), (&'static str, String)> {
@@ -85,7 +91,7 @@ impl OpenAiChat {
             request = request.bearer_auth(key);
         }
         let timeout = |what: &str| ("timeout", format!("no answer from {url} for {:?} ({what})", self.idle_timeout));
-        let mut response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
+        let response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
             Err(_) => return Err(timeout("waiting for the response")),
             Ok(Err(e)) => return Err(("network", format!("POST {url}: {e}"))),
             Ok(Ok(r)) => r,
@@ -96,36 +102,39 @@ impl OpenAiChat {
             let detail: String = detail.chars().take(500).collect();
             return Err(("provider", format!("HTTP {status} from {url}: {detail}")));
         }
-        let mut pending = String::new();
+        // Server-sent events framed by the same crate as the builtin agent's
+        // providers (eventsource-stream).
+        use eventsource_stream::Eventsource;
+        use futures_util::StreamExt;
+        let mut events = response.bytes_stream().eventsource();
         loop {
-            let chunk = match tokio::time::timeout(self.idle_timeout, response.chunk()).await {
+            let event = match tokio::time::timeout(self.idle_timeout, events.next()).await {
                 Err(_) => return Err(timeout("reading the stream")),
-                Ok(Err(e)) => return Err(("network", format!("reading the stream from {url}: {e}"))),
-                Ok(Ok(None)) => return Ok(()),
-                Ok(Ok(Some(bytes))) => bytes,
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(("network", format!("reading the stream from {url}: {e}"))),
+                Ok(Some(Ok(event))) => event,
             };
-            pending.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = pending.find('\n') {
-                let line: String = pending.drain(..=end).collect();
-                let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim) else { continue };
-                if data == "[DONE]" {
-                    return Ok(());
+            let data = event.data.trim();
+            if data.is_empty() {
+                continue;
+            }
+            if data == "[DONE]" {
+                return Ok(());
+            }
+            let Ok(msg) = serde_json::from_str::<Value>(data) else {
+                return Err(("provider", format!("malformed stream data: {data}")));
+            };
+            if let Some(err) = msg.get("error") {
+                return Err(("provider", err.get("message").and_then(Value::as_str).unwrap_or("error").to_owned()));
+            }
+            if let Some(delta) = msg["choices"][0]["delta"]["content"].as_str() {
+                text.push_str(delta);
+                if tx.text(delta).await.is_err() {
+                    return Ok(()); // the host closed the stream
                 }
-                let Ok(msg) = serde_json::from_str::<Value>(data) else {
-                    return Err(("provider", format!("malformed stream data: {data}")));
-                };
-                if let Some(err) = msg.get("error") {
-                    return Err(("provider", err.get("message").and_then(Value::as_str).unwrap_or("error").to_owned()));
-                }
-                if let Some(delta) = msg["choices"][0]["delta"]["content"].as_str() {
-                    text.push_str(delta);
-                    if tx.text(delta).await.is_err() {
-                        return Ok(()); // the host closed the stream
-                    }
-                }
-                if let Some(usage) = msg.get("usage").filter(|u| !u.is_null()) {
-                    let _ = tx.send(event("usage", json!({"usage": usage}))).await;
-                }
+            }
+            if let Some(usage) = msg.get("usage").filter(|u| !u.is_null()) {
+                let _ = tx.send(event_of("usage", json!({"usage": usage}))).await;
             }
         }
     }
