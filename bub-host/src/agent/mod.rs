@@ -61,7 +61,7 @@ use serde_json::{Map, Value};
 
 pub use self::{
     events::{Event, EventBus, EventContext, Filter},
-    plugins::AgentPlugins,
+    plugins::{AgentPlugins, PluginAgentHooks},
     provider::ModelSettings,
     run::{RunOptions, RunStream},
     tape::{RunTape, Store},

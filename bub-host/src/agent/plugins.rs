@@ -19,6 +19,87 @@ use super::{
 };
 use crate::framework::Framework;
 
+/// The four interception hooks on an agent's bus (Bub's
+/// `PluginAgentHooks`): `LLMCallStarted` → `before_llm_call` (a rewritten
+/// request or a finish decision), `LLMCallFinished` → `after_llm_call`,
+/// `ToolCallStarted` → `before_tool_call` (rewritten arguments, replace or
+/// deny), `ToolCallFinished` → `after_tool_call` (a new result). Each runs
+/// its implementations in priority order with the runtime's chain,
+/// short-circuit and fault rules (a failing implementation is logged and
+/// skipped; a policy blocks by returning a decision).
+#[derive(Clone)]
+pub struct PluginAgentHooks {
+    runtime: crate::Runtime,
+}
+
+impl PluginAgentHooks {
+    /// Over a runtime's plugins.
+    pub fn new(runtime: crate::Runtime) -> PluginAgentHooks {
+        PluginAgentHooks { runtime }
+    }
+
+    /// Subscribes the four handlers to `bus`, after what is on it now.
+    pub fn subscribe(&self, bus: &mut super::EventBus) {
+        let rt = self.runtime.clone();
+        let r = rt.clone();
+        bus.on(
+            Filter::Kind("LLMCallStarted"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::LlmCallStarted { request, decision } = event {
+                        let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
+                        *request = new;
+                        *decision = d;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        bus.on(
+            Filter::Kind("LLMCallFinished"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::LlmCallFinished { request, result } = event {
+                        r.after_llm_call(request, result, &cx.state).await;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        bus.on(
+            Filter::Kind("ToolCallStarted"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::ToolCallStarted { call, decision } = event {
+                        let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;
+                        *call = new;
+                        *decision = d;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+        let r = rt.clone();
+        bus.on(
+            Filter::Kind("ToolCallFinished"),
+            handler(move |event, cx| {
+                let r = r.clone();
+                Box::pin(async move {
+                    if let Event::ToolCallFinished { call, result } = event {
+                        *result = r.after_tool_call(call, std::mem::take(result), &cx.state).await;
+                    }
+                    Ok(())
+                })
+            }),
+        );
+    }
+}
+
 /// A framework's plugins, ready to attach to agents.
 #[derive(Clone)]
 pub struct AgentPlugins {
@@ -79,63 +160,7 @@ impl AgentPlugins {
 
     /// Attaches the plugins to `agent` (after what is on its bus now).
     pub async fn attach(&self, agent: &mut Agent, tools: bool) -> Result<(), AgentError> {
-        let rt = self.framework.runtime().clone();
-        let r = rt.clone();
-        agent.events.on(
-            Filter::Kind("LLMCallStarted"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::LlmCallStarted { request, decision } = event {
-                        let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
-                        *request = new;
-                        *decision = d;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        agent.events.on(
-            Filter::Kind("LLMCallFinished"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::LlmCallFinished { request, result } = event {
-                        r.after_llm_call(request, result, &cx.state).await;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        agent.events.on(
-            Filter::Kind("ToolCallStarted"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::ToolCallStarted { call, decision } = event {
-                        let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;
-                        *call = new;
-                        *decision = d;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        agent.events.on(
-            Filter::Kind("ToolCallFinished"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::ToolCallFinished { call, result } = event {
-                        *result = r.after_tool_call(call, std::mem::take(result), &cx.state).await;
-                    }
-                    Ok(())
-                })
-            }),
-        );
+        PluginAgentHooks::new(self.framework.runtime().clone()).subscribe(&mut agent.events);
         // The framework's system prompt, as one section.
         let fw = self.framework.clone();
         agent.sections.push(std::sync::Arc::new(move |pcx| {

@@ -402,3 +402,42 @@ fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
         assert_eq!(content, big);
     }
 }
+
+/// Behaviour 234: `PluginAgentHooks::subscribe` puts the interception hooks
+/// on an agent's bus after what is there (the recorder) and before handlers
+/// added later: a plugin's deny stops the event before a later handler.
+#[test]
+fn plugin_agent_hooks_subscribe_behaviour_234() {
+    use bub_host::agent::PluginAgentHooks;
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "echo_back", r#"{"text":"x"}"#)]), chat::text("ok")]);
+    let home = bub_tests::Home::new();
+    home.scripted("policy", "", json!({"before_tool_call": {"return": {"action": "deny", "message": "no"}}}));
+    let mut a = agent(&provider);
+    PluginAgentHooks::new(home.host().runtime()).subscribe(&mut a.events);
+    let later = Arc::new(Mutex::new(0));
+    let l = later.clone();
+    a.events.on(
+        Filter::Kind("ToolCallStarted"),
+        handler(move |_e, _cx| {
+            *l.lock().unwrap() += 1;
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let (events, error) = run(a, "go");
+    assert_eq!(error, None);
+    assert_eq!(events[2].1, json!({"tool_results": [{"kind": "tool", "message": "no"}]}));
+    assert_eq!(*later.lock().unwrap(), 0, "the deny stopped delivery");
+    // The scripted plugin implements every hook: all four ran, in the loop's order.
+    assert_eq!(
+        home.trace(),
+        [
+            "policy:before_llm_call",
+            "policy:after_llm_call",
+            "policy:before_tool_call",
+            "policy:after_tool_call",
+            "policy:before_llm_call",
+            "policy:after_llm_call"
+        ]
+    );
+}
