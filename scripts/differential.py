@@ -157,7 +157,14 @@ def run_impl(impl, binary, scenario, server, workdir):
     outputs, requests_before = [], len(server.requests)
     for turn in scenario["turns"]:
         server.replies = list(turn["replies"])
-        p = subprocess.run([binary, "run", turn["message"]], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        if scenario.get("steer"):
+            # No CLI steers from a script: a driver runs `bub run`'s turn with
+            # the messages already in the scope's inbox.
+            driver = [str(Path(binary).parent / "python"), str(HERE / "steer_run.py")] if impl == "python" else [os.environ["BUB_RS_STEER_RUN"]]
+            cmd = driver + [turn["message"], *scenario["steer"]]
+        else:
+            cmd = [binary, "run", turn["message"]]
+        p = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
         out = p.stdout.strip().splitlines()
         outputs.append({"ok": p.returncode == 0, "stdout": norm_text("\n".join(out[1:]) if out[:1] == ["[cli:local]"] else "\n".join(out))})
     raw = server.requests[requests_before:]
