@@ -227,6 +227,8 @@ pub struct EventContext {
     pub tape: Arc<RunTape>,
     /// The agent's tools (for tools that describe tools).
     pub tools: Arc<Vec<super::tools::AgentTool>>,
+    /// How long one tool call may run.
+    pub tool_timeout: Option<std::time::Duration>,
 }
 
 /// A boxed future of a handler.

@@ -166,6 +166,9 @@ pub struct Agent {
     pub max_steps: Option<u32>,
     /// Tools run at once (None: all of a response's calls).
     pub max_tool_concurrency: Option<usize>,
+    /// How long one tool call may run before it fails as timed out
+    /// (`BUB_TOOL_TIMEOUT_SECONDS`, default 600; None: forever).
+    pub tool_timeout: Option<std::time::Duration>,
     /// The command prefix (None: no command mode).
     pub command_prefix: Option<String>,
     /// The bus: the recorder first, then what is attached.
@@ -174,6 +177,13 @@ pub struct Agent {
     pub pending: Option<PendingCheck>,
     /// Chat options sent with every call (completion args).
     pub options: Map<String, Value>,
+}
+
+/// `BUB_TOOL_TIMEOUT_SECONDS` (default 600; 0 = no limit).
+fn settings_tool_timeout() -> Option<std::time::Duration> {
+    let secs =
+        std::env::var("BUB_TOOL_TIMEOUT_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(600.0);
+    (secs > 0.0 && secs.is_finite()).then(|| std::time::Duration::from_secs_f64(secs))
 }
 
 impl Agent {
@@ -194,6 +204,7 @@ impl Agent {
             context: TapeContextSpec::default(),
             sidecars: Vec::new(),
             max_tool_concurrency: None,
+            tool_timeout: settings_tool_timeout(),
             events,
             pending: None,
         }

@@ -147,7 +147,12 @@ impl Agent {
         }
         let tape = Arc::new(RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back));
         tape.ensure_bootstrap().await?;
-        let cx = EventContext { state: options.state.clone(), tape: tape.clone(), tools: Arc::new(self.tools.clone()) };
+        let cx = EventContext {
+            state: options.state.clone(),
+            tape: tape.clone(),
+            tools: Arc::new(self.tools.clone()),
+            tool_timeout: self.tool_timeout,
+        };
         if let Some(line) = command::command_line(&prompt, self.command_prefix.as_deref()) {
             let outcome = self.run_command(&line, &cx).await;
             tape.merge().await?;

@@ -276,7 +276,17 @@ pub async fn run_one(
                         command,
                         tools: cx.tools.clone(),
                     };
-                    match tool.invoke(args, tcx).await {
+                    let invoked = match cx.tool_timeout {
+                        Some(limit) => tokio::time::timeout(limit, tool.invoke(args, tcx)).await.unwrap_or_else(|_| {
+                            Err(AgentError::bub(
+                                "tool",
+                                format!("Tool '{}' timed out after {} seconds.", tool.name, limit.as_secs_f64()),
+                                None,
+                            ))
+                        }),
+                        None => tool.invoke(args, tcx).await,
+                    };
+                    match invoked {
                         Ok(v) if command => Ok(v),
                         Ok(v) => Ok(render(v)),
                         Err(e) => Err(e),

@@ -441,3 +441,28 @@ fn plugin_agent_hooks_subscribe_behaviour_234() {
         ]
     );
 }
+
+/// A tool that hangs fails as a tool error after the tool timeout; the run
+/// goes on and the model is told.
+#[test]
+fn a_hanging_tool_times_out_as_a_tool_failure() {
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "stuck", "{}")]), chat::text("ok")]);
+    let mut a = agent(&provider);
+    a.tool_timeout = Some(std::time::Duration::from_millis(200));
+    a.add_tool(AgentTool::native(
+        "stuck",
+        "",
+        json!({"type": "object", "properties": {}}),
+        Exposure::Auto,
+        |_a, _c| async {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            Ok(json!("never"))
+        },
+    ));
+    let (events, error) = run(a, "go");
+    assert_eq!(error, None);
+    assert_eq!(
+        events[2].1,
+        json!({"tool_results": [{"kind": "tool", "message": "Tool 'stuck' timed out after 0.2 seconds."}]})
+    );
+}
