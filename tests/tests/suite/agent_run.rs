@@ -465,3 +465,28 @@ fn tape_reset_with_archive_behaviour_201() {
     assert_eq!(names[1..4], ["handoff", "sidecar.reset", "sidecar.archive"]);
     assert!(!entries.iter().any(|e| e.to_string().contains("remember me")), "the old entries are gone");
 }
+
+#[test]
+fn a_failing_configured_model_falls_back_behaviour_227() {
+    let relay = Provider::start(vec![Reply::Status(503, "down".into(), vec![]); 3]);
+    let openai = Provider::start(vec![chat::text("from the fallback")]);
+    let home = Home::new();
+    let ws = workspace();
+    let config = json!({
+        "model": "relay:big",
+        "fallback_models": ["openai:gpt-5"],
+        "providers": {"relay": {"type": "openai", "api_base": relay.base_url, "api_key": "relay-key"}},
+        "api_base": {"openai": openai.base_url},
+        "api_key": {"openai": "openai-key"},
+        "client_args": {"retry_delay": 0.01, "max_retry_delay": 0.02},
+    });
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (out, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("from the fallback"), "{out}");
+    assert_eq!(relay.requests().len(), 3);
+    assert_eq!(relay.requests()[0].header("authorization"), Some("Bearer relay-key"));
+    let second = &openai.requests()[0];
+    assert_eq!(second.header("authorization"), Some("Bearer openai-key"));
+    assert_eq!(second.body["model"], "gpt-5");
+}
