@@ -6,8 +6,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse, ProviderError,
-    ToolCallFragments, Usage,
+    apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    ProviderError, ToolCallFragments, Usage,
 };
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
@@ -149,11 +149,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
     }
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    let mut extra = client.config.extra_body.clone();
-    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
-        deep_merge(&mut extra, call_extra);
-    }
-    deep_merge(&mut body, &extra);
+    apply_extra_body(client, request, &mut body);
     Value::Object(body)
 }
 

@@ -233,6 +233,16 @@ pub fn deep_merge(base: &mut Map<String, Value>, overlay: &Map<String, Value>) {
     }
 }
 
+/// Deep-merges the provider's `extra_body` (client args) and then the
+/// call's own (completion args) into `body`: call values win.
+pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, body: &mut Map<String, Value>) {
+    let mut extra = client.config.extra_body.clone();
+    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
+        deep_merge(&mut extra, call_extra);
+    }
+    deep_merge(body, &extra);
+}
+
 /// Accumulates streamed tool-call fragments keyed by index: id and name are
 /// the latest non-empty value, arguments concatenate in arrival order.
 #[derive(Debug, Default)]

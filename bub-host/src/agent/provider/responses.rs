@@ -5,8 +5,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    content_text, deep_merge, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse, ProviderError,
-    ToolCallFragments, Usage,
+    apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    ProviderError, ToolCallFragments, Usage,
 };
 
 fn input_part(p: &Value, role: &str) -> Value {
@@ -94,11 +94,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Result<Value, Provi
         body.insert("reasoning".into(), json!({"effort": effort}));
     }
     body.insert("stream".into(), json!(true));
-    let mut extra = client.config.extra_body.clone();
-    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
-        deep_merge(&mut extra, call_extra);
-    }
-    deep_merge(&mut body, &extra);
+    apply_extra_body(client, request, &mut body);
     Ok(Value::Object(body))
 }
 
