@@ -57,8 +57,14 @@ impl SearchPath {
         let mut out = Vec::new();
         for root in &self.roots {
             let Ok(entries) = std::fs::read_dir(root) else { continue };
-            let mut dirs: Vec<PathBuf> =
-                entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+            // Hidden folders are never plugins: the installer stages and
+            // retires versions in `.staging-*` / `.old-*` folders.
+            let mut dirs: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
             dirs.sort();
             out.extend(dirs);
         }

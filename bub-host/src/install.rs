@@ -152,6 +152,7 @@ impl Installer {
         let library = if source.is_dir() { build_crate(&source)? } else { source };
 
         std::fs::create_dir_all(&self.root).map_err(io("create", &self.root))?;
+        self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
         let result = self.stage_and_swap(&library, &stage, name);
         if result.is_err() {
@@ -187,8 +188,19 @@ impl Installer {
         };
         manifest.write(stage)?;
 
-        // Swap: the old folder moves aside, the new one takes its name; if
-        // that fails, the old one comes back.
+        // Swap. Where the filesystem can exchange two names atomically, a
+        // concurrent run sees the old version or the new one, never neither;
+        // the old folder is then under the staging name and goes.
+        if target.exists() && exchange(stage, &target).is_ok() {
+            let _ = std::fs::remove_dir_all(stage);
+            let installed = target.join(&manifest.library);
+            if let Ok(meta) = std::fs::metadata(&installed) {
+                integrity::remember(&target, &meta, &sha256);
+            }
+            return Ok(Installed { manifest, dir: target, replaced: previous.map(|m| m.version.unwrap_or_default()) });
+        }
+        // Otherwise: the old folder moves aside, the new one takes its name;
+        // if that fails, the old one comes back.
         let aside = self.root.join(format!(".old-{name}-{}-{}", std::process::id(), nanos()));
         let had_old = target.exists();
         if had_old {
@@ -208,6 +220,30 @@ impl Installer {
             integrity::remember(&target, &meta, &sha256);
         }
         Ok(Installed { manifest, dir: target, replaced: previous.map(|m| m.version.unwrap_or_default()) })
+    }
+
+    /// Removes what killed installs left: `.staging-<pid>-*` and
+    /// `.old-<name>-<pid>-*` folders of processes that no longer run.
+    fn clean_leftovers(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = if let Some(rest) = name.strip_prefix(".staging-") {
+                rest.split('-').next()
+            } else if let Some(rest) = name.strip_prefix(".old-") {
+                rest.rsplit('-').nth(1)
+            } else {
+                continue;
+            };
+            let Some(pid) = pid.and_then(|p| p.parse::<i32>().ok()) else { continue };
+            // Alive unless the kernel says there is no such process.
+            let alive = rustix::process::Pid::from_raw(pid)
+                .is_some_and(|p| !matches!(rustix::process::test_kill_process(p), Err(rustix::io::Errno::SRCH)));
+            if !alive {
+                tracing::info!(target: "bub::install", "removing {}, left by an install that did not finish", entry.path().display());
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 
     /// Removes installed plugin `name`; returns its folder.
@@ -248,6 +284,12 @@ impl Manifest {
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a
+/// Exchanges two paths atomically (Linux `renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    rustix::fs::renameat_with(rustix::fs::CWD, a, rustix::fs::CWD, b, rustix::fs::RenameFlags::EXCHANGE)
+        .map_err(std::io::Error::from)
+}
+
 /// rename (mode 0644): readers see the old file or the new one, never half.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

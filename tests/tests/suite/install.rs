@@ -166,3 +166,48 @@ fn plugins_config_sets_and_unsets_keys() {
     let (_, err, ok) = bub(&home, &["plugins", "config", "missing"]);
     assert!(!ok && err.contains("missing"), "{err}");
 }
+
+/// Issue "reliability" item 2: the installer's hidden work folders are never
+/// discovered as plugins; leftovers of a killed install are cleaned by the
+/// next install; a reinstall is seen by a concurrent reader as the old or
+/// the new version, never neither.
+#[test]
+fn hidden_folders_are_not_plugins_and_reinstalls_are_never_missing() {
+    let home = Home::new();
+    let root = home.path().join("plugins");
+    // A stale staging copy of a policy plugin and a retired version: both hidden.
+    bub_tests::install_into(&root, ".staging-2147483646-1", &lib("tool_policy"), json!({}));
+    bub_tests::install_into(&root, ".old-tool-policy-2147483646-2", &lib("tool_policy"), json!({}));
+    assert_eq!(list(&home), [("builtin".to_owned(), "loaded".to_owned())]);
+
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("echo-model").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(entries(&home), ["echo-model"], "the dead installs' folders are gone");
+
+    // Reinstall in a loop while another thread keeps discovering the plugin.
+    let search = bub_host::discovery::SearchPath::new(home.path(), None);
+    let installer = bub_host::install::Installer::new(home.path());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    let reader = std::thread::spawn(move || {
+        let (mut seen, mut missing) = (0, 0);
+        while !d.load(std::sync::atomic::Ordering::Relaxed) {
+            let found = search
+                .candidates()
+                .into_iter()
+                .any(|dir| bub_host::manifest::Manifest::read(&dir).is_ok_and(|m| m.name == "echo-model"));
+            seen += 1;
+            if !found {
+                missing += 1;
+            }
+        }
+        (seen, missing)
+    });
+    for _ in 0..20 {
+        installer.install(&lib("echo-model"), None).unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (seen, missing) = reader.join().unwrap();
+    assert!(seen > 20, "the reader ran ({seen} looks)");
+    assert_eq!(missing, 0, "{missing} of {seen} looks found no echo-model");
+}
