@@ -154,7 +154,10 @@ impl HostBuilder {
             }
             // The first plugin discovered under a name claims it, even if it
             // failed: the order stays deterministic and the failure visible.
-            taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
+            // A folder whose manifest names another plugin claims nothing.
+            if record.claims {
+                taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
+            }
             registry.register(record);
         }
         Host { registry: Arc::new(registry), places: Arc::new(places) }
@@ -211,6 +214,21 @@ fn load_folder(
         Ok(m) => m,
         Err(e) => return PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string()),
     };
+    // The name must be a safe one and the folder's own: a folder cannot
+    // claim (and so shadow) another plugin's name.
+    let folder = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if !crate::manifest::valid_name(&manifest.name) || manifest.name != folder {
+        let detail = format!(
+            "{}/plugin.json names the plugin \"{}\", but a plugin's name must be its folder's (\"{}\") and use only \
+             letters, digits, '-', '_' and '.': reinstall it with `bub plugins install`",
+            dir.display(),
+            crate::manifest::printable(&manifest.name, 64),
+            crate::manifest::printable(&folder, 64),
+        );
+        let mut record = PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), detail);
+        record.claims = false;
+        return record;
+    }
     let path = manifest.library_path(dir);
     if let Some(record) = shadowed(&manifest.name, &path, taken) {
         return record;
@@ -292,6 +310,7 @@ fn register_library(
         status: PluginStatus::Loaded,
         hooks: None,
         instance: bub_abi::abi::Instance::NONE,
+        claims: true,
     };
     match loader::initialise(&lib, &record.name, config, places) {
         Ok(instance) => {

@@ -122,10 +122,7 @@ impl Installer {
     }
 
     fn plugin_dir(&self, name: &str) -> Result<PathBuf, InstallError> {
-        let ok = !name.is_empty()
-            && !name.starts_with('.')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
+        if !crate::manifest::valid_name(name) {
             return Err(InstallError::InvalidName { name: name.to_owned() });
         }
         Ok(self.root.join(name))

@@ -41,6 +41,37 @@ fn yes() -> bool {
     true
 }
 
+/// Whether `name` may name a plugin: 1–64 ASCII letters, digits, `-`, `_`
+/// and `.`, not starting with `.` (so it is a safe folder name, prints as
+/// itself, and is never a hidden installer folder).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// `text` fit to print in a terminal row: control characters and bidi
+/// overrides escaped (a plugin cannot forge rows or reorder text), and at
+/// most `max` characters (`…` marks a cut).
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n >= max {
+            out.push('…');
+            break;
+        }
+        let bidi =
+            matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl Manifest {
     /// Reads and validates `<dir>/plugin.json`.
     pub fn read(dir: &Path) -> Result<Manifest, LoadError> {

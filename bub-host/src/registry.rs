@@ -56,6 +56,9 @@ pub struct PluginRecord {
     pub status: PluginStatus,
     pub(crate) hooks: Option<HookTableRef>,
     pub(crate) instance: Instance,
+    // Whether it claims its name (a folder whose manifest names another
+    // plugin does not).
+    pub(crate) claims: bool,
 }
 
 impl std::fmt::Debug for PluginRecord {
@@ -81,6 +84,7 @@ impl PluginRecord {
             status: PluginStatus::Failed { detail },
             hooks: None,
             instance: Instance::NONE,
+            claims: true,
         }
     }
 

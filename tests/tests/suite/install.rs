@@ -211,3 +211,39 @@ fn hidden_folders_are_not_plugins_and_reinstalls_are_never_missing() {
     assert!(seen > 20, "the reader ran ({seen} looks)");
     assert_eq!(missing, 0, "{missing} of {seen} looks found no echo-model");
 }
+
+/// Issue "reliability" items 3 and 6: a folder whose manifest names another
+/// plugin fails and claims nothing (it cannot disable the real one); names
+/// with newlines, ANSI escapes or bidi overrides are refused and printed
+/// escaped; a 70,000-character version does not crash `plugins list`.
+#[test]
+fn manifests_cannot_claim_forge_or_crash_the_listing() {
+    let home = Home::new();
+    let root = home.path().join("plugins");
+    let rewrite = |folder: &str, key: &str, value: Value| {
+        let path = root.join(folder).join("plugin.json");
+        let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        m[key] = value;
+        std::fs::write(&path, m.to_string()).unwrap();
+    };
+    bub_tests::install_into(&root, "0-claim", &lib("echo-model"), json!({}));
+    rewrite("0-claim", "name", json!("tool-policy"));
+    bub_tests::install_into(&root, "tool-policy", &lib("tool_policy"), json!({}));
+    bub_tests::install_into(&root, "zz-forge", &lib("echo-model"), json!({}));
+    rewrite("zz-forge", "name", json!("zz-forge\nbuiltin  1.0  2.0  loaded  \u{1b}[31m\u{202e}evil"));
+    bub_tests::install_into(&root, "zz-long", &lib("echo-model"), json!({}));
+    rewrite("zz-long", "version", json!("9".repeat(70_000)));
+    rewrite("zz-long", "enabled", json!(false)); // a disabled plugin lists its manifest's version
+
+    let (out, err, ok) = bub(&home, &["plugins", "list"]);
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with("    error:")).collect();
+    assert_eq!(rows.len(), 1 + 5, "header, builtin, four folders:\n{out}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}'), "{out:?}");
+    let statuses = list(&home);
+    assert!(statuses.contains(&("tool-policy".to_owned(), "loaded".to_owned())), "{statuses:?}");
+    assert!(statuses.contains(&("0-claim".to_owned(), "failed".to_owned())), "{statuses:?}");
+    assert!(statuses.contains(&("zz-forge".to_owned(), "failed".to_owned())), "{statuses:?}");
+    assert!(out.contains("must be its folder's"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("zz-long") && l.contains('…')), "{out}");
+}

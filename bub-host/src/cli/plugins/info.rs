@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use anyhow::{bail, Result};
+use bub_host::manifest::printable;
 use serde_json::{json, Value};
 
 use crate::cli::Context;
@@ -28,14 +29,16 @@ pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&info)?)?;
         return Ok(());
     }
-    let field = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| "-".into());
-    writeln!(out, "name:         {}", record.name)?;
+    // Escaped: what a manifest or library says cannot forge lines.
+    let field = |v: &Value| v.as_str().map(|s| printable(s, 4096)).unwrap_or_else(|| "-".into());
+    writeln!(out, "name:         {}", printable(&record.name, 4096))?;
     writeln!(out, "version:      {}", field(&info["version"]))?;
     writeln!(out, "ABI:          {}", field(&info["abi_version"]))?;
-    writeln!(out, "description:  {}", if record.description.is_empty() { "-" } else { &record.description })?;
+    let description = if record.description.is_empty() { "-".to_owned() } else { printable(&record.description, 4096) };
+    writeln!(out, "description:  {description}")?;
     writeln!(out, "status:       {}", record.status.as_str())?;
     if let Some(detail) = info["detail"].as_str() {
-        writeln!(out, "error:        {detail}")?;
+        writeln!(out, "error:        {}", printable(detail, 4096))?;
     }
     writeln!(out, "path:         {}", field(&info["path"]))?;
     if let Some(m) = &manifest {

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Result;
-use bub_host::{PluginRecord, PluginStatus};
+use bub_host::{manifest::printable, PluginRecord, PluginStatus};
 use serde_json::{json, Value};
 
 use crate::cli::Context;
@@ -40,12 +40,15 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
     let rows: Vec<[String; 5]> = plugins
         .iter()
         .map(|p| {
+            // Escaped and clipped: a manifest field can neither forge rows
+            // nor make a column wider than a terminal.
+            let cell = |s: &str| printable(s, 64);
             [
-                p.name.clone(),
-                or_dash(&p.version),
-                or_dash(&p.abi_version),
+                cell(&p.name),
+                cell(&or_dash(&p.version)),
+                cell(&or_dash(&p.abi_version)),
                 p.status.as_str().to_owned(),
-                p.path.as_ref().map_or_else(|| "(built in)".to_owned(), |p| p.display().to_string()),
+                p.path.as_ref().map_or_else(|| "(built in)".to_owned(), |p| printable(&p.display().to_string(), 4096)),
             ]
         })
         .collect();
@@ -53,7 +56,7 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
     let mut widths = header.clone().map(|h| h.len());
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let line = |r: &[String; 5]| {
@@ -74,7 +77,7 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
     for (p, r) in plugins.iter().zip(&rows) {
         writeln!(out, "{}", line(r).trim_end())?;
         if let PluginStatus::Failed { detail } = &p.status {
-            writeln!(out, "    error: {detail}")?;
+            writeln!(out, "    error: {}", printable(detail, 4096))?;
         }
     }
     Ok(())
