@@ -244,17 +244,22 @@ fn load_folder(
         let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
         return PluginRecord::failed(manifest.name, Some(path), detail);
     }
-    let trusted = integrity::check_trust(dir, &path)
-        .and_then(|()| integrity::verify_sha256(dir, &path, manifest.sha256.as_deref()));
-    if let Err(e) = trusted {
-        return PluginRecord::failed(manifest.name, Some(path), e.to_string());
-    }
+    // Checked on the library opened once, and that open file is what loads.
+    let file = match integrity::check_parents(dir)
+        .and_then(|()| integrity::open_trusted(dir, &path, manifest.sha256.as_deref()))
+    {
+        Ok(file) => file,
+        Err(e) => return PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+    };
     let mut config = manifest.config;
     if let Some(serde_json::Value::Object(section)) = app_config.get(&manifest.name) {
         crate::runtime::special::deep_merge(&mut config, section.clone());
     }
     config.extend(env_config(&manifest.name, std::env::vars_os()));
-    open_and_register(manifest.name, path, &config, places)
+    match loader::open_file(file, &path) {
+        Ok(lib) => register_library(manifest.name, Some(path), lib, &config, places),
+        Err(e) => PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+    }
 }
 
 /// Config keys from the environment: `BUB_<NAME>__<KEY>=value` sets `key`

@@ -7,6 +7,14 @@
 //!   others, and must be owned by the user running `bub` (or by root);
 //! - the library's sha256 must match the one its manifest recorded at install.
 //!
+//! - every folder from the plugin folder up to `/` must not be writable by
+//!   group or others unless it is sticky (like `/tmp`), and must be owned by
+//!   the user or root (ssh's `StrictModes`): otherwise another user could
+//!   swap what lies below it;
+//! - the checks are made on the library *opened once* ([`open_trusted`]),
+//!   and the loader loads that open file (`/proc/self/fd/N`), so a path
+//!   swapped between check and load changes nothing.
+//!
 //! Hashing a library costs ~1 ms per MB, paid on every `bub` start for every
 //! plugin. So a successful verification is remembered in the plugin folder
 //! (`.verified`), keyed by the library's device, inode, size, mtime and
@@ -55,9 +63,140 @@ pub fn check_trust(dir: &Path, library: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// The sha256 of a file, in lowercase hex.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
+fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> {
+    let sticky_dir = dir && mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky_dir {
+        return Err(LoadError::Untrusted {
+            path: path.to_owned(),
+            detail: format!("is writable by group or others (mode {:o})", mode & 0o7777),
+            fix: format!("run `chmod go-w {}`", path.display()),
+        });
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if uid != me && uid != 0 {
+        return Err(LoadError::Untrusted {
+            path: path.to_owned(),
+            detail: format!("is owned by uid {uid}, but bub runs as uid {me}"),
+            fix: "reinstall the plugin as this user with `bub plugins install` (or move BUB_HOME to a folder you own)"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a plugin folder any of whose parents, up to `/`, another user
+/// could write (a sticky folder such as `/tmp` is fine: others cannot
+/// rename or remove what they do not own in it).
+pub fn check_parents(dir: &Path) -> Result<(), LoadError> {
+    let dir = crate::discovery::absolute(dir.to_path_buf());
+    for parent in dir.ancestors().skip(1) {
+        let meta = std::fs::metadata(parent).map_err(|e| LoadError::Untrusted {
+            path: parent.to_owned(),
+            detail: format!("cannot be inspected: {e}"),
+            fix: "check that the plugin folder's parents exist and are readable".into(),
+        })?;
+        refuse(parent, meta.uid(), meta.mode(), true).map_err(|e| match e {
+            LoadError::Untrusted { path, detail, fix } => LoadError::Untrusted {
+                path,
+                detail: format!("{detail}; it holds the plugin folder {}", dir.display()),
+                fix,
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// Opens `library` (a file directly in the plugin folder `dir`) once,
+/// without following symbolic links, and checks trust (folder and file:
+/// owner, mode, a regular file) and the sha256 `expected` on the open
+/// descriptors. Load the returned file with `loader::open_file`.
+pub fn open_trusted(dir: &Path, library: &Path, expected: Option<&str>) -> Result<std::fs::File, LoadError> {
+    use rustix::fs::{fstat, openat, FileType, Mode, OFlags};
+    let untrusted = |path: &Path, detail: String, fix: &str| LoadError::Untrusted {
+        path: path.to_owned(),
+        detail,
+        fix: fix.to_owned(),
+    };
+    let name = match (library.parent(), library.file_name()) {
+        (Some(parent), Some(name)) if parent == dir => name,
+        _ => {
+            return Err(untrusted(
+                library,
+                "is not a file directly in its plugin folder".into(),
+                "reinstall the plugin with `bub plugins install`",
+            ))
+        }
+    };
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let dir_fd = rustix::fs::open(dir, flags | OFlags::DIRECTORY, Mode::empty()).map_err(|e| {
+        untrusted(
+            dir,
+            format!("cannot be opened as a folder ({e}; a symbolic link?)"),
+            "reinstall the plugin with `bub plugins install`",
+        )
+    })?;
+    let st =
+        fstat(&dir_fd).map_err(|e| untrusted(dir, format!("cannot be inspected: {e}"), "check that it is readable"))?;
+    refuse(dir, st.st_uid, st.st_mode, true)?;
+    let fd = openat(&dir_fd, name, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => {
+            untrusted(library, "is a symbolic link".into(), "reinstall the plugin with `bub plugins install`")
+        }
+        rustix::io::Errno::NOENT => LoadError::LibraryMissing { path: library.to_owned() },
+        other => untrusted(library, format!("cannot be opened: {other}"), "check that it is readable"),
+    })?;
+    let st =
+        fstat(&fd).map_err(|e| untrusted(library, format!("cannot be inspected: {e}"), "check that it is readable"))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(untrusted(
+            library,
+            "is not a regular file".into(),
+            "reinstall the plugin with `bub plugins install`",
+        ));
+    }
+    refuse(library, st.st_uid, st.st_mode, false)?;
+    let mut file = std::fs::File::from(fd);
+    verify_open_file(dir, library, &mut file, expected)?;
+    Ok(file)
+}
+
+/// [`verify_sha256`] on an open file (its metadata and contents come from
+/// the descriptor, not the path).
+fn verify_open_file(
+    dir: &Path,
+    library: &Path,
+    file: &mut std::fs::File,
+    expected: Option<&str>,
+) -> Result<(), LoadError> {
+    use std::io::Seek;
+    let Some(expected) = expected.map(str::to_ascii_lowercase) else {
+        return Err(LoadError::Integrity { path: library.to_owned(), detail: "its manifest records no sha256".into() });
+    };
+    let read_error = |e: std::io::Error| LoadError::Integrity {
+        path: library.to_owned(),
+        detail: format!("cannot be read to check its sha256: {e}"),
+    };
+    let meta = file.metadata().map_err(read_error)?;
+    let remembered = std::fs::read_to_string(dir.join(VERIFIED_FILE)).unwrap_or_default();
+    if remembered == stamp(&meta, &expected) {
+        return Ok(());
+    }
+    let found = sha256_reader(&mut *file).map_err(read_error)?;
+    file.rewind().map_err(read_error)?;
+    if found != expected {
+        return Err(LoadError::Integrity {
+            path: library.to_owned(),
+            detail: format!(
+                "has sha256 {found}, but its manifest records {expected}: the library changed after it was installed"
+            ),
+        });
+    }
+    remember(dir, &meta, &found);
+    Ok(())
+}
+
+fn sha256_reader(mut file: impl Read) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     loop {
@@ -68,6 +207,11 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The sha256 of a file, in lowercase hex.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    sha256_reader(std::fs::File::open(path)?)
 }
 
 fn stamp(meta: &Metadata, sha256: &str) -> String {

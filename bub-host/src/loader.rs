@@ -85,7 +85,32 @@ pub fn host_abi() -> semver::Version {
 /// Opens and checks the library at `path` (steps 1–4).
 pub fn open(path: &Path) -> Result<Library, LoadError> {
     let path = crate::discovery::absolute(path.to_path_buf());
-    let raw = RawLibrary::load_at(&path).map_err(|e| open_error(&path, e))?;
+    open_as(&path, &path, None)
+}
+
+/// Opens and checks the library already open as `file` (whose trust and
+/// hash were checked on that very descriptor), through `/proc/self/fd/N`,
+/// so that what is loaded is exactly what was checked even if `path` is
+/// swapped meanwhile. `path` names it in messages.
+///
+/// A loaded library keeps its descriptor open for the life of the process:
+/// the dynamic loader recognises libraries by the name they were opened
+/// under, and a reused descriptor number would name another library.
+pub fn open_file(file: std::fs::File, path: &Path) -> Result<Library, LoadError> {
+    use std::os::fd::AsRawFd;
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    if !by_fd.exists() {
+        // No /proc (a chroot, another OS): the path, checked just before.
+        return open(path);
+    }
+    open_as(&by_fd, &crate::discovery::absolute(path.to_path_buf()), Some(file))
+}
+
+fn open_as(load: &Path, path: &Path, keep: Option<std::fs::File>) -> Result<Library, LoadError> {
+    let path = path.to_path_buf();
+    let raw = RawLibrary::load_at(load).map_err(|e| open_error(&path, e))?;
+    // Loaded (and never unloaded): its descriptor must stay reserved.
+    std::mem::forget(keep);
     // SAFETY: the header is read from a library we never unload (the
     // `forget` below), so its `'static` references stay valid. Reading the
     // symbol trusts that a symbol with abi_stable's mangled root-module name

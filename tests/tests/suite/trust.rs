@@ -98,3 +98,30 @@ fn owned_by_another_user_is_refused() {
     chown(dir.join("libtp_sdk.so"), Some(0), None).unwrap();
     assert_eq!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded);
 }
+
+/// Issue "reliability" item 1: every folder above a plugin that another user
+/// could write makes it refused (ssh's StrictModes), naming the folder and
+/// the fix; a sticky folder (like /tmp) is fine. A library that is a
+/// symbolic link is refused (the file checked is the file loaded: it is
+/// opened once, without following links, and loaded through its descriptor).
+#[test]
+fn writable_parents_and_symlinked_libraries_are_refused() {
+    let home = Home::new();
+    home.install("x", &lib("tp-sdk"), json!({}));
+    let set_mode =
+        |p: &std::path::Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    set_mode(home.path(), 0o775);
+    let d = detail(&home, "x");
+    assert!(d.contains("is writable by group or others (mode 775)") && d.contains("it holds the plugin folder"), "{d}");
+    assert!(d.contains(&format!("chmod go-w {}", home.path().display())), "{d}");
+    set_mode(home.path(), 0o1777);
+    assert!(matches!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded), "sticky is fine");
+    set_mode(home.path(), 0o700);
+
+    let dir = home.path().join("plugins/x");
+    let real = home.path().join("elsewhere.so");
+    std::fs::rename(dir.join("libtp_sdk.so"), &real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.join("libtp_sdk.so")).unwrap();
+    let d = detail(&home, "x");
+    assert!(d.contains("is a symbolic link"), "{d}");
+}
