@@ -121,6 +121,12 @@ impl Installer {
         &self.root
     }
 
+    /// The lock every change to the plugins folder holds.
+    fn lock(&self) -> Result<FileLock, InstallError> {
+        let path = self.root.join(".lock");
+        lock_file(&path).map_err(io("lock", &path))
+    }
+
     fn plugin_dir(&self, name: &str) -> Result<PathBuf, InstallError> {
         if !crate::manifest::valid_name(name) {
             return Err(InstallError::InvalidName { name: name.to_owned() });
@@ -149,6 +155,7 @@ impl Installer {
         let library = if source.is_dir() { build_crate(&source)? } else { source };
 
         std::fs::create_dir_all(&self.root).map_err(io("create", &self.root))?;
+        let _lock = self.lock()?;
         self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
         let result = self.stage_and_swap(&library, &stage, name);
@@ -246,6 +253,7 @@ impl Installer {
     /// Removes installed plugin `name`; returns its folder.
     pub fn remove(&self, name: &str) -> Result<PathBuf, InstallError> {
         let dir = self.plugin_dir(name)?;
+        let _lock = self.lock()?;
         if !dir.exists() {
             return Err(InstallError::NotInstalled { name: name.to_owned(), root: self.root.clone() });
         }
@@ -256,6 +264,7 @@ impl Installer {
     /// Enables or disables installed plugin `name` (a disabled plugin is
     /// discovered and listed, not loaded).
     pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<Manifest, InstallError> {
+        let _lock = self.lock()?;
         let mut manifest = self.manifest(name)?;
         manifest.enabled = enabled;
         manifest.write(&self.plugin_dir(name)?)?;
@@ -264,8 +273,19 @@ impl Installer {
 
     /// Replaces the configuration of installed plugin `name`.
     pub fn set_config(&self, name: &str, config: serde_json::Map<String, Value>) -> Result<Manifest, InstallError> {
+        self.update_config(name, |c| *c = config)
+    }
+
+    /// Changes the configuration of installed plugin `name` with `change`,
+    /// read and written under the folder's lock (no lost updates).
+    pub fn update_config(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut serde_json::Map<String, Value>),
+    ) -> Result<Manifest, InstallError> {
+        let _lock = self.lock()?;
         let mut manifest = self.manifest(name)?;
-        manifest.config = config;
+        change(&mut manifest.config);
         manifest.write(&self.plugin_dir(name)?)?;
         Ok(manifest)
     }
@@ -281,6 +301,26 @@ impl Manifest {
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a
+/// An exclusive lock on a file, held until dropped (`flock`): serializes
+/// read-modify-write changes across processes (two `bub plugins config` at
+/// once keep both changes).
+#[derive(Debug)]
+pub struct FileLock {
+    _fd: rustix::fd::OwnedFd,
+}
+
+/// Takes the exclusive lock of `path` (created, mode 0600), waiting for
+/// another holder to finish.
+pub fn lock_file(path: &Path) -> std::io::Result<FileLock> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
+    rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
+    Ok(FileLock { _fd: fd })
+}
+
 /// Exchanges two paths atomically (Linux `renameat2(RENAME_EXCHANGE)`).
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     rustix::fs::renameat_with(rustix::fs::CWD, a, rustix::fs::CWD, b, rustix::fs::RenameFlags::EXCHANGE)

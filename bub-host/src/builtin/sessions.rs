@@ -2,7 +2,7 @@
 //! sets lives on in `<home>/sessions.json` (`{session: {model: …}}`), read by
 //! the builtin's `load_state` and written by its `save_state` when changed.
 //! Written to a temporary file and renamed, so a crash never leaves half a
-//! file.
+//! file, under a lock, so parallel turns never lose each other's changes.
 
 use std::path::Path;
 
@@ -38,9 +38,17 @@ pub fn save(home: &Path, session_id: &str, state: &TurnState) -> Result<(), BoxE
             wanted.insert((*key).to_owned(), v);
         }
     }
+    let unchanged = |all: &Map<String, Value>| {
+        all.get(session_id).and_then(Value::as_object).cloned().unwrap_or_default() == wanted
+    };
+    // Most turns change nothing: no lock for them.
+    if unchanged(&load(home)) {
+        return Ok(());
+    }
+    let lock = home.join(".sessions.lock");
+    let _lock = crate::install::lock_file(&lock).map_err(|e| format!("cannot lock {}: {e}", lock.display()))?;
     let mut all = load(home);
-    let current = all.get(session_id).and_then(Value::as_object).cloned().unwrap_or_default();
-    if current == wanted {
+    if unchanged(&all) {
         return Ok(());
     }
     if wanted.is_empty() {

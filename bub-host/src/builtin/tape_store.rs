@@ -6,6 +6,11 @@
 //! mid-write leaves at most a torn last line; reading skips it (with a
 //! warning) and the next append starts on a fresh line, so a torn tail is
 //! never fatal and never glues two entries together.
+//!
+//! Several processes write the same tapes (a gateway and `bub run`s): each
+//! append takes an exclusive `flock` on the tape file, reads the last id
+//! from the file's tail under it, and writes its line, so ids are unique
+//! and increasing across processes and lines never interleave.
 
 use std::{
     collections::HashMap,
@@ -25,8 +30,8 @@ use tokio::sync::Mutex;
 #[derive(Clone)]
 pub struct FileTapeStore {
     dir: PathBuf,
-    // Last id per tape, loaded on first append; the lock also serializes
-    // appends, so ids are unique and lines never interleave.
+    // Serializes this process's appends and resets (the file lock does it
+    // across processes).
     last_ids: Arc<Mutex<HashMap<String, u64>>>,
 }
 
@@ -81,26 +86,51 @@ impl FileTapeStore {
         Ok(out)
     }
 
-    fn append_blocking(&self, path: &Path, line: &[u8]) -> std::io::Result<()> {
+    /// Appends `entry` under the tape file's exclusive lock: its id is the
+    /// file's last id + 1, read under that lock.
+    fn append_locked(&self, path: &Path, entry: &mut TapeEntry) -> Result<(), BoxError> {
+        use std::io::{Read, Seek, SeekFrom};
         std::fs::create_dir_all(&self.dir)?;
         let mut file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(path)?;
-        // A torn last line (no newline) must not swallow this entry.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         let len = file.metadata()?.len();
+        // The last complete line holding an id, from the tail (a whole read
+        // only when the tail holds none).
+        let tail_start = len.saturating_sub(64 * 1024);
+        file.seek(SeekFrom::Start(tail_start))?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)?;
+        let last_id = |bytes: &[u8]| {
+            bytes.split(|b| *b == b'\n').rev().find_map(|l| serde_json::from_slice::<IdOnly>(l).ok()).map(|e| e.id)
+        };
+        let last = match last_id(&tail) {
+            Some(id) => id,
+            None if tail_start > 0 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
+            None => 0,
+        };
+        entry.id = last + 1;
+        let line = serde_json::to_vec(&*entry)?;
         let mut buf = Vec::with_capacity(line.len() + 2);
-        if len > 0 {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut last = [0u8; 1];
-            file.seek(SeekFrom::Start(len - 1))?;
-            file.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                buf.push(b'\n');
-            }
+        // A torn last line (no newline) must not swallow this entry.
+        if tail.last().is_some_and(|b| *b != b'\n') {
+            buf.push(b'\n');
         }
-        buf.extend_from_slice(line);
+        buf.extend_from_slice(&line);
         buf.push(b'\n');
         file.write_all(&buf)?;
-        file.sync_data()
+        file.sync_data()?;
+        Ok(())
     }
+}
+
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    id: u64,
+}
+
+/// The tape name of `<dir>/<tape>.jsonl`.
+fn path_tape(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_owned()).unwrap_or_default()
 }
 
 pub(crate) fn now_iso() -> String {
@@ -189,16 +219,11 @@ impl TapeStore for FileTapeStore {
         async move {
             let path = this.path(&tape)?;
             let mut ids = this.last_ids.lock().await;
-            let last = match ids.get(&tape) {
-                Some(id) => *id,
-                None => this.read(&tape)?.iter().map(|e| e.id).max().unwrap_or(0),
-            };
-            entry.id = last + 1;
             if entry.date.is_empty() {
                 entry.date = now_iso();
             }
-            let line = serde_json::to_vec(&entry)?;
-            this.append_blocking(&path, &line).map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
+            this.append_locked(&path, &mut entry)
+                .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
             ids.insert(tape, entry.id);
             Ok(entry)
         }

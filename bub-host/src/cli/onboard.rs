@@ -24,6 +24,9 @@ pub fn config_path(home: &Path) -> std::path::PathBuf {
 
 pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
     let path = config_path(&ctx.home);
+    // Read, merged and written under a lock: parallel onboardings keep both.
+    let lock = ctx.home.join(".config.lock");
+    let _lock = bub_host::install::lock_file(&lock).with_context(|| format!("cannot lock {}", lock.display()))?;
     let current: StateMap = match std::fs::read_to_string(&path) {
         Ok(text) => match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(m)) => m,

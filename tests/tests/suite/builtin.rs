@@ -248,3 +248,36 @@ fn one_library_two_hosts_two_configs() {
     };
     assert_eq!((ask(&host_a), ask(&host_b)), ("from-a".to_owned(), "from-b".to_owned()));
 }
+
+/// Issue "reliability" item 5: appends from many writers (each its own store
+/// instance, as separate processes are) to one tape get unique, gapless ids,
+/// and large concurrent appends never leave blank lines.
+#[test]
+fn concurrent_appends_get_unique_ids_and_no_blank_lines() {
+    use bub_abi::resources::TapeStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let path = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                let store = bub_host::builtin::tape_store::FileTapeStore::new(path);
+                block_on(async {
+                    for i in 0..25 {
+                        // Every fifth entry is large (~100 KB): many write() calls.
+                        let text = if i % 5 == 0 { "x".repeat(100_000) } else { format!("w{w} e{i}") };
+                        store.append("shared".into(), entry("message", json!({"content": text}))).await.unwrap();
+                    }
+                })
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let text = std::fs::read_to_string(dir.path().join("shared.jsonl")).unwrap();
+    assert!(!text.lines().any(|l| l.trim().is_empty()), "no blank lines");
+    let mut ids: Vec<u64> =
+        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_u64().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, (1..=200).collect::<Vec<_>>());
+}

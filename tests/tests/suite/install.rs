@@ -247,3 +247,32 @@ fn manifests_cannot_claim_forge_or_crash_the_listing() {
     assert!(out.contains("must be its folder's"), "{out}");
     assert!(out.lines().any(|l| l.starts_with("zz-long") && l.contains('…')), "{out}");
 }
+
+/// Issue "reliability" item 4: ten `bub plugins config` processes at once
+/// keep all ten keys (each change is read and written under the plugins
+/// folder's lock).
+#[test]
+fn parallel_config_changes_are_all_kept() {
+    let home = Home::new();
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("echo-model").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let children: Vec<_> = (0..10)
+        .map(|i| {
+            std::process::Command::new(bub_tests::bub_bin())
+                .arg("--home")
+                .arg(home.path())
+                .args(["plugins", "config", "echo-model", &format!("k{i}={i}")])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let (out, _, _) = bub(&home, &["plugins", "config", "echo-model"]);
+    let config: Value = serde_json::from_str(&out).unwrap();
+    for i in 0..10 {
+        assert_eq!(config[format!("k{i}")], json!(i), "{config}");
+    }
+}
