@@ -123,7 +123,8 @@ impl Installer {
 
     /// The lock every change to the plugins folder holds.
     fn lock(&self) -> Result<FileLock, InstallError> {
-        let path = self.root.join(".lock");
+        // Beside the plugins folder (`<home>/.plugins.lock`), not in it.
+        let path = self.root.parent().unwrap_or(&self.root).join(".plugins.lock");
         lock_file(&path).map_err(io("lock", &path))
     }
 
