@@ -167,20 +167,21 @@ impl HostBuilder {
 /// `<home>/config.json`, or nothing (a broken file is reported, not fatal).
 fn read_app_config(home: &Path) -> Map<String, serde_json::Value> {
     let path = home.join("config.json");
-    match std::fs::read_to_string(&path) {
+    let problem = match crate::install::read_settings_file(&path) {
         Ok(text) => match serde_json::from_str(&text) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => {
-                tracing::warn!(
-                    target: "bub::plugin",
-                    "{} is not a JSON object; plugins get their manifest config only. Fix it or run `bub onboard`",
-                    path.display()
-                );
-                Map::new()
-            }
+            Ok(serde_json::Value::Object(m)) => return m,
+            Ok(_) => "is not a JSON object".to_owned(),
+            Err(e) => format!("is not valid JSON ({e})"),
         },
-        Err(_) => Map::new(),
-    }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Map::new(),
+        Err(e) => format!("cannot be read: {e}"),
+    };
+    tracing::warn!(
+        target: "bub::plugin",
+        "{} {problem}; plugins get their manifest config only. Fix it or run `bub onboard`",
+        path.display()
+    );
+    Map::new()
 }
 
 fn load_source(

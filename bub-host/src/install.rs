@@ -302,6 +302,30 @@ impl Manifest {
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a
+/// The largest settings file the host reads (`config.json`, `plugin.json`,
+/// `sessions.json`): 4 MiB.
+pub const MAX_SETTINGS_FILE: u64 = 4 << 20;
+
+/// Reads a settings file: only a regular file (a FIFO would block, a device
+/// like `/dev/zero` never end) of at most [`MAX_SETTINGS_FILE`] bytes, with
+/// an error that says which rule it broke.
+pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is not a regular file"));
+    }
+    if meta.len() > MAX_SETTINGS_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("is {} bytes, over the {MAX_SETTINGS_FILE}-byte limit for settings", meta.len()),
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_SETTINGS_FILE + 1).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// An exclusive lock on a file, held until dropped (`flock`): serializes
 /// read-modify-write changes across processes (two `bub plugins config` at
 /// once keep both changes).

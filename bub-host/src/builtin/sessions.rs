@@ -18,7 +18,7 @@ fn path(home: &Path) -> std::path::PathBuf {
 
 /// Every session's settings (nothing when the file is missing or unreadable).
 pub fn load(home: &Path) -> Map<String, Value> {
-    match std::fs::read_to_string(path(home)) {
+    match crate::install::read_settings_file(&path(home)) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(Value::Object(m)) => m,
             _ => {

@@ -27,7 +27,7 @@ pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
     // Read, merged and written under a lock: parallel onboardings keep both.
     let lock = ctx.home.join(".config.lock");
     let _lock = bub_host::install::lock_file(&lock).with_context(|| format!("cannot lock {}", lock.display()))?;
-    let current: StateMap = match std::fs::read_to_string(&path) {
+    let current: StateMap = match bub_host::install::read_settings_file(&path) {
         Ok(text) => match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(m)) => m,
             _ => bail!("Onboarding failed: {} is not a JSON object; fix or remove it", path.display()),

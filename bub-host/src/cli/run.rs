@@ -8,7 +8,7 @@ use bub_host::framework::envelope::complete_channel_message;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The message to process.
+    /// The message to process; `-` reads it from standard input.
     message: String,
     /// The channel the message comes from.
     #[arg(long, default_value = "cli")]
@@ -31,8 +31,17 @@ pub struct RunArgs {
 pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
     let framework = ctx.framework();
     let session = args.session_id.clone().unwrap_or_else(|| format!("{}:{}", args.channel, args.chat_id));
+    // `-`: the message from standard input (any size; an argument is capped by the OS).
+    let message = if args.message == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("cannot read the message from standard input")?;
+        text
+    } else {
+        args.message.clone()
+    };
     let mut inbound = json!({
-        "content": args.message,
+        "content": message,
         "channel": args.channel,
         "chat_id": args.chat_id,
         "session_id": session,

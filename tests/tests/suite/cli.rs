@@ -268,3 +268,33 @@ fn bub_onboard_collects_and_saves() {
         "{err}"
     );
 }
+
+/// Issue "reliability" items 13 and 17: `config.json` that is a FIFO or
+/// `/dev/zero` is refused at once (not read forever); `bub run -` takes a
+/// message larger than an argument can be from standard input.
+#[test]
+fn settings_files_must_be_small_regular_files_and_run_reads_stdin() {
+    let home = Home::new();
+    std::os::unix::fs::symlink("/dev/zero", home.path().join("config.json")).unwrap();
+    let (out, err, ok) = bub(&home, &["run", ",echo hi"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("hi"));
+    assert!(err.contains("config.json cannot be read: is not a regular file"), "{err}");
+
+    std::fs::remove_file(home.path().join("config.json")).unwrap();
+    // Through the offline echo model: the answer repeats the message.
+    let big = "y".repeat(200_000);
+    let mut child = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), big.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(result["model_output"].as_str().unwrap().ends_with(&big));
+}

@@ -133,7 +133,7 @@ pub fn default_base(kind: &str) -> &'static str {
 impl ModelSettings {
     /// From the process environment and `<home>/config.json`.
     pub fn load(home: &Path) -> Result<ModelSettings, String> {
-        let file = match std::fs::read_to_string(home.join("config.json")) {
+        let file = match crate::install::read_settings_file(&home.join("config.json")) {
             Ok(text) => match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Object(m)) => m,
                 _ => Map::new(), // reported where plugins read it (host.rs)
