@@ -169,7 +169,10 @@ impl Installer {
     fn stage_and_swap(&self, library: &Path, stage: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
         set_mode(stage, 0o755)?;
-        let file = library.file_name().ok_or_else(|| InstallError::NotFound { path: library.to_owned() })?;
+        // Installed under one fixed name, whatever the source is called: a
+        // source named `plugin.json` or `.verified` cannot overwrite the
+        // installer's own files.
+        let file = std::ffi::OsStr::new(INSTALLED_LIBRARY);
         let staged = stage.join(file);
         std::fs::copy(library, &staged).map_err(io("copy the library to", &staged))?;
         set_mode(&staged, 0o755)?;
@@ -302,6 +305,9 @@ impl Manifest {
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a
+/// The file name an installed library gets in its plugin folder.
+pub const INSTALLED_LIBRARY: &str = "plugin.so";
+
 /// The largest settings file the host reads (`config.json`, `plugin.json`,
 /// `sessions.json`): 4 MiB.
 pub const MAX_SETTINGS_FILE: u64 = 4 << 20;

@@ -3,5 +3,30 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    quiet_output_errors();
     cli::run()
+}
+
+/// `println!` panics when standard output fails. A reader that went away
+/// (`bub run … | head`) ends the run quietly with status 0, as ripgrep
+/// does; any other output failure (a full disk) is one line and status 1,
+/// not a backtrace. Every other panic keeps the default report.
+fn quiet_output_errors() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if let Some(cause) = message.strip_prefix("failed printing to stdout: ") {
+            if cause.contains("Broken pipe") {
+                std::process::exit(0);
+            }
+            eprintln!("error: cannot write the output: {cause}");
+            std::process::exit(1);
+        }
+        default(info);
+    }));
 }

@@ -298,3 +298,35 @@ fn settings_files_must_be_small_regular_files_and_run_reads_stdin() {
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(result["model_output"].as_str().unwrap().ends_with(&big));
 }
+
+/// Issue "reliability" item 9: a closed pipe ends `bub` quietly with status
+/// 0; a full disk is one line and status 1 (no panic, no backtrace).
+#[test]
+fn closed_pipes_and_full_disks_are_not_panics() {
+    let home = Home::new();
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", ",echo hi"])
+        .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim(), "error: cannot write the output: No space left on device (os error 28)");
+
+    let mut child = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away before anything is written
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "z".repeat(300_000).as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}

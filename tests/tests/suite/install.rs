@@ -41,7 +41,7 @@ fn install_library_then_info() {
         serde_json::from_str(&std::fs::read_to_string(home.path().join("plugins/tp-sdk/plugin.json")).unwrap())
             .unwrap();
     assert_eq!(manifest["name"], "tp-sdk");
-    assert_eq!(manifest["library"], "libtp_sdk.so");
+    assert_eq!(manifest["library"], "plugin.so", "a fixed safe name, whatever the source is called");
     assert_eq!(manifest["version"], "0.3.1");
     assert_eq!(manifest["abi_version"], bub_abi::ABI_VERSION);
     assert_eq!(manifest["sha256"].as_str().unwrap().len(), 64);
@@ -100,7 +100,7 @@ fn replace_keeps_config_and_failed_replace_keeps_previous() {
     assert!(ok, "{err}");
     assert!(out.starts_with("replaced x 0.3.1 with 0.1.0"), "{out}");
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    assert_eq!(m["library"], "libecho_model.so");
+    assert_eq!(m["library"], "plugin.so");
     assert_eq!(m["config"], json!({"prefix": "kept: "}));
 
     let (_, err, ok) =
@@ -274,5 +274,23 @@ fn parallel_config_changes_are_all_kept() {
     let config: Value = serde_json::from_str(&out).unwrap();
     for i in 0..10 {
         assert_eq!(config[format!("k{i}")], json!(i), "{config}");
+    }
+}
+
+/// Issue "reliability" item 8: a library file named like the installer's own
+/// files is installed under the fixed name, leaving them intact.
+#[test]
+fn a_library_named_like_installer_files_cannot_overwrite_them() {
+    let home = Home::new();
+    let odd = tempfile::tempdir().unwrap();
+    for name in ["plugin.json", ".verified"] {
+        let src = odd.path().join(name);
+        std::fs::copy(lib("echo-model"), &src).unwrap();
+        let (_, err, ok) = bub(&home, &["plugins", "install", src.to_str().unwrap(), "--name", "odd"]);
+        assert!(ok, "{err}");
+        let dir = home.path().join("plugins/odd");
+        let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("plugin.json")).unwrap()).unwrap();
+        assert_eq!(manifest["library"], "plugin.so");
+        assert_eq!(list(&home)[1], ("odd".to_owned(), "loaded".to_owned()));
     }
 }
