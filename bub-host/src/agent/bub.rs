@@ -94,13 +94,18 @@ pub async fn run_stream(
     let mut metadata = serde_json::Map::new();
     metadata.insert("allowed_skills".into(), Value::Null);
     metadata.insert("allowed_tools".into(), Value::Null);
+    // The session's reasoning effort wins over the completion args' (behaviour 218).
+    let mut call_options = serde_json::Map::new();
+    if let Some(effort) = state.get_value("reasoning_effort").filter(|e| e.as_str().is_some_and(|s| !s.is_empty())) {
+        call_options.insert("reasoning_effort".into(), effort);
+    }
     let options = RunOptions {
         tape: tape::session_tape_name(framework.workspace(), session_id),
         state,
         merge_back: !session_id.starts_with("temp/"),
         model,
         metadata,
-        ..Default::default()
+        options: call_options,
     };
     agent.start(prompt, options).await
 }

@@ -269,6 +269,20 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_effort_per_provider_behaviour_218() {
+        let mut options = Map::new();
+        options.insert("reasoning_effort".into(), json!("high"));
+        let req = ModelRequest { options, ..Default::default() };
+        assert_eq!(body(&client("openai:m", json!({})), &req)["reasoning_effort"], "high");
+        let openrouter = body(&client("openrouter:openrouter/auto", json!({})), &req);
+        assert_eq!(openrouter["reasoning"], json!({"effort": "high"}));
+        assert_eq!(openrouter["model"], "openrouter/auto");
+        assert!(openrouter.get("reasoning_effort").is_none());
+        let c = client("openrouter:x", json!({}));
+        assert_eq!(c.config.base_url, "https://openrouter.ai/api/v1");
+    }
+
+    #[test]
     fn extra_body_merges_deeply_behaviour_219() {
         let c = client("openai:m", json!({"extra_body": {"metadata": {"client": true}}}));
         let mut options = Map::new();
