@@ -490,3 +490,20 @@ fn a_failing_configured_model_falls_back_behaviour_227() {
     assert_eq!(second.header("authorization"), Some("Bearer openai-key"));
     assert_eq!(second.body["model"], "gpt-5");
 }
+
+#[test]
+fn the_sessions_reasoning_effort_wins_behaviour_218() {
+    let provider = Provider::start(vec![chat::text("ok")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({"completion_args": {"reasoning_effort": "low", "tools": [1]}}));
+    home.scripted("effort", "", json!({"load_state": {"return": {"reasoning_effort": "high"}}}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+    assert!(ok, "{err}");
+    let body = &provider.requests()[0].body;
+    assert_eq!(body["reasoning_effort"], "high");
+    assert!(
+        body["tools"].as_array().unwrap().iter().all(|t| t["type"] == "function"),
+        "tools in completion args are ignored"
+    );
+}

@@ -219,5 +219,11 @@ fn app_config_overrides_manifest_config() {
     assert_eq!(session(Some(&config.to_string())), "from-config");
     let (value, logs) = bub_tests::capture_logs(|| session(Some("not json")));
     assert_eq!(value, "from-manifest");
+    // The reason and where it went wrong (issue "reliability" item 15).
+    assert!(
+        logs.iter().any(|l| l.contains("config.json is not valid JSON (expected ident at line 1 column 2)")),
+        "{logs:?}"
+    );
+    let (_, logs) = bub_tests::capture_logs(|| session(Some("[1, 2]")));
     assert!(logs.iter().any(|l| l.contains("config.json is not a JSON object")), "{logs:?}");
 }
