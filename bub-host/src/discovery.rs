@@ -35,12 +35,20 @@ impl SearchPath {
                 continue;
             }
             let p = PathBuf::from(entry);
-            if p.is_absolute() {
-                if !roots.contains(&p) {
-                    roots.push(p);
-                }
-            } else {
+            if !p.is_absolute() {
                 ignored.push((entry.to_owned(), "BUB_PLUGIN_PATH entries must be absolute paths"));
+            } else if p.join("plugin.json").is_file() {
+                // A plugin folder given where a root of plugin folders goes.
+                ignored.push((
+                    entry.to_owned(),
+                    "is a plugin folder; BUB_PLUGIN_PATH lists folders that hold plugin folders (use its parent)",
+                ));
+            } else if p.exists() && !p.is_dir() {
+                ignored.push((entry.to_owned(), "is not a folder"));
+            } else if !p.exists() {
+                ignored.push((entry.to_owned(), "does not exist"));
+            } else if !roots.contains(&p) {
+                roots.push(p);
             }
         }
         SearchPath { roots, ignored }

@@ -55,10 +55,20 @@ pub enum InstallError {
     #[error("not installed: {0}")]
     Check(LoadError),
     /// The plugin name is not usable as a folder name.
-    #[error("invalid plugin name {name:?}: use letters, digits, '-', '_' or '.', not starting with '.'")]
+    #[error("invalid plugin name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' (and not `builtin`, the host's own)")]
     InvalidName {
         /// The name.
         name: String,
+    },
+    /// Another installed plugin reads the same environment variables.
+    #[error("plugin name {name:?} collides with the installed plugin {other:?}: both would read {env}* settings; choose another name with --name")]
+    NameCollision {
+        /// The new name.
+        name: String,
+        /// The installed one.
+        other: String,
+        /// The shared variable prefix.
+        env: String,
     },
     /// No plugin of that name is installed.
     #[error("no plugin named '{name}' is installed in {root}. See `bub plugins list`")]
@@ -129,7 +139,9 @@ impl Installer {
     }
 
     fn plugin_dir(&self, name: &str) -> Result<PathBuf, InstallError> {
-        if !crate::manifest::valid_name(name) {
+        // `builtin` is the host's own plugin: one installed under that name
+        // could never load.
+        if !crate::manifest::valid_name(name) || name == "builtin" {
             return Err(InstallError::InvalidName { name: name.to_owned() });
         }
         Ok(self.root.join(name))
@@ -152,6 +164,11 @@ impl Installer {
         let source = crate::discovery::absolute(source.to_path_buf());
         if !source.exists() {
             return Err(InstallError::NotFound { path: source });
+        }
+        if !source.is_dir() && !source.is_file() {
+            // A FIFO or a device would block the copy or never end.
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file or a crate folder");
+            return Err(io("read", &source)(e));
         }
         let library = if source.is_dir() { build_crate(&source)? } else { source };
 
@@ -181,6 +198,7 @@ impl Installer {
         let lib = loader::open(&staged)?;
         let name = name.unwrap_or(lib.name()).to_owned();
         let target = self.plugin_dir(&name)?;
+        self.check_env_collision(&name)?;
         let previous = Manifest::read(&target).ok();
 
         let sha256 = integrity::sha256_file(&staged).map_err(io("hash", &staged))?;
@@ -228,6 +246,20 @@ impl Installer {
             integrity::remember(&target, &meta, &sha256);
         }
         Ok(Installed { manifest, dir: target, replaced: previous.map(|m| m.version.unwrap_or_default()) })
+    }
+
+    /// Refuses a name whose settings variables (`BUB_<NAME>__*`, upper case,
+    /// `-` as `_`) an installed plugin of another name already reads.
+    fn check_env_collision(&self, name: &str) -> Result<(), InstallError> {
+        let key = |n: &str| format!("BUB_{}__", n.to_uppercase().replace('-', "_"));
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Ok(()) };
+        for entry in entries.flatten() {
+            let other = entry.file_name().to_string_lossy().into_owned();
+            if other != name && !other.starts_with('.') && key(&other) == key(name) {
+                return Err(InstallError::NameCollision { name: name.to_owned(), other, env: key(name) });
+            }
+        }
+        Ok(())
     }
 
     /// Removes what killed installs left: `.staging-<pid>-*` and

@@ -270,6 +270,7 @@ fn open_error(path: &Path, e: LibraryError) -> LoadError {
     let prefix = format!("{}: ", path.display());
     let detail = detail.strip_prefix(&prefix).map(str::to_owned).unwrap_or(detail);
     let detail = match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => format!("it is not a regular file ({})", one_line(&detail)),
         Ok(m) if m.len() == 0 => format!("the file is empty ({})", one_line(&detail)),
         Err(_) => format!("the file does not exist ({})", one_line(&detail)),
         _ => one_line(&detail),

@@ -294,3 +294,38 @@ fn a_library_named_like_installer_files_cannot_overwrite_them() {
         assert_eq!(list(&home)[1], ("odd".to_owned(), "loaded".to_owned()));
     }
 }
+
+/// Issue "reliability" items 15 and 16: `builtin` cannot be installed (it
+/// could never load); names that share settings variables collide at
+/// install; a FIFO is refused as not a regular file, at once; a
+/// `BUB_PLUGIN_PATH` entry that is a plugin folder, a file or missing is
+/// reported, not silently ignored.
+#[test]
+fn install_refuses_names_that_cannot_work_and_odd_sources() {
+    let home = Home::new();
+    let echo = lib("echo-model");
+    let (_, err, ok) = bub(&home, &["plugins", "install", echo.to_str().unwrap(), "--name", "builtin"]);
+    assert!(!ok && err.contains("not `builtin`, the host's own"), "{err}");
+    assert!(bub(&home, &["plugins", "install", echo.to_str().unwrap(), "--name", "e-m"]).2);
+    let (_, err, ok) = bub(&home, &["plugins", "install", echo.to_str().unwrap(), "--name", "E_M"]);
+    assert!(!ok && err.contains("collides with the installed plugin \"e-m\": both would read BUB_E_M__*"), "{err}");
+
+    let fifo = home.path().join("pipe.so");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let (_, err, ok) = bub(&home, &["plugins", "install", fifo.to_str().unwrap()]);
+    assert!(!ok && err.contains("not a regular file"), "{err}");
+
+    let plugin_folder = home.path().join("plugins/e-m");
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["plugins", "list"])
+        .env("BUB_PLUGIN_PATH", format!("{}:/no/such/root:{}", plugin_folder.display(), fifo.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("is a plugin folder; BUB_PLUGIN_PATH lists folders that hold plugin folders"), "{err}");
+    assert!(err.contains("\"/no/such/root\": does not exist") || err.contains("does not exist"), "{err}");
+    assert!(err.contains("is not a folder"), "{err}");
+    assert!(!err.contains('\u{1b}'), "no colour codes in a pipe: {err:?}");
+}
