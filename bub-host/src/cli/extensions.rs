@@ -146,6 +146,23 @@ pub fn run() -> Result<()> {
     let mut commands: Vec<(CliCommand, CommandSpec)> = Vec::new();
     for command in framework.get_cli_commands(&app).context("collecting plugin commands")? {
         let spec = runtime.block_on(command.spec())?;
+        // A subcommand and its arguments are plain words: `-x` would read as
+        // an option of bub, `a b` could never be typed.
+        let word = |w: &str| {
+            w.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+                && w.len() <= 64
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        if let Some(bad) = std::iter::once(&spec.name).chain(spec.args.iter().map(|a| &a.name)).find(|w| !word(w)) {
+            tracing::warn!(
+                target: "bub::cli",
+                "plugin '{}' registers command `{}` with the name {:?}: names are letters, digits, '-' and '_' (not starting with '-'); ignored",
+                command.resource().plugin(),
+                bub_host::manifest::printable(&spec.name, 64),
+                bub_host::manifest::printable(bad, 64),
+            );
+            continue;
+        }
         if builtin.contains(&spec.name) {
             tracing::warn!(
                 target: "bub::cli",

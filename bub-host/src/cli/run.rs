@@ -53,11 +53,26 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
     // With --json the model streams, so that its events can be shown.
     let json = args.json;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = runtime
-        .block_on(framework.scoped(|fw| async move { fw.process_inbound(&mut inbound, json).await }))
-        .context("the turn failed")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+    // The answer is printed as soon as the turn is done, before the scope
+    // exits (a slow lifespan exit must not hold it back).
+    runtime.block_on(async {
+        let scope = framework.running().await.context("the turn failed")?;
+        let turn = framework.process_inbound(&mut inbound, json).await;
+        let printed = match &turn {
+            Ok(result) => print_result(result, json),
+            Err(_) => Ok(()),
+        };
+        let exited = scope.exit(turn.as_ref().err().map(|e| e.info()).as_ref()).await;
+        turn.context("the turn failed")?;
+        printed?;
+        exited.context("leaving the running() scope failed")
+    })?;
+    Ok(())
+}
+
+fn print_result(result: &bub_host::framework::TurnResult, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(result)?);
         return Ok(());
     }
     for outbound in &result.outbounds {

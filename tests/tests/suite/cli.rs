@@ -330,3 +330,37 @@ fn closed_pipes_and_full_disks_are_not_panics() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+/// Issue "reliability" item 11 (in part): a finished turn's answer is
+/// printed before a slow scope exit, not after it.
+#[test]
+fn the_answer_is_printed_before_a_slow_scope_exit() {
+    use std::io::BufRead;
+    let home = Home::new();
+    home.scripted(
+        "slow-exit",
+        "",
+        json!({"provide_lifespan": {"object": {"kind": "lifespan", "name": "L", "methods": {"exit": {"sleep_ms": 4000}}}}}),
+    );
+    bub_tests::bub_bin();
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", ",echo early"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answered = None;
+    for line in lines.by_ref() {
+        if line.unwrap().contains("early") {
+            answered = Some(started.elapsed());
+            break;
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    let (answered, ended) = (answered.expect("the answer"), started.elapsed());
+    assert!(ended >= std::time::Duration::from_secs(4), "the scope exit ran ({ended:?})");
+    assert!(ended - answered >= std::time::Duration::from_secs(3), "answered at {answered:?}, ended at {ended:?}");
+}
