@@ -64,14 +64,32 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
     runtime.block_on(async {
         // Ctrl-C: from now on SIGINT cancels the running turn instead of
         // killing bub. At the prompt the line editor sees Ctrl-C itself.
+        // The signals are watched on a thread of their own, so that a
+        // plugin blocking this runtime's thread (a hanging sync hook) cannot
+        // hold them up: a second Ctrl-C within 3 s ends bub at once.
         let interrupted = Arc::new(Notify::new());
-        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let notify = interrupted.clone();
-        tokio::spawn(async move {
-            while sigint.recv().await.is_some() {
-                notify.notify_waiters();
-            }
-        });
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("bub-sigint".into()).spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                let mut sigint = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+                    Ok(s) => s,
+                    Err(e) => return drop(ready_tx.send(Err(e))),
+                };
+                let _ = ready_tx.send(Ok(()));
+                let mut last: Option<std::time::Instant> = None;
+                while sigint.recv().await.is_some() {
+                    if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(3)) {
+                        eprintln!("^C again: bub exits now");
+                        std::process::exit(130);
+                    }
+                    last = Some(std::time::Instant::now());
+                    notify.notify_waiters();
+                }
+            })
+        })?;
+        ready_rx.recv().map_err(|_| anyhow::anyhow!("the Ctrl-C watcher did not start"))??;
 
         let scope = tokio::select! {
             scope = framework.running() => scope?,

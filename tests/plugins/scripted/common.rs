@@ -10,6 +10,7 @@
 //     "return": <json>, "raw": "<text>",     answer (raw: verbatim, maybe not JSON)
 //     "error": "msg", "panic": "msg",        fail
 //     "async": true, "sleep_ms": n,          answer from a tokio future
+//     "block_ms": n,                         (sync) block the calling thread first
 //     "panic_in_future": "msg",
 //     "connect": "127.0.0.1:port",           async: send a line over TCP, return the reply
 //     "set_state": {k: v}, "get_state": "k", write / read the live turn state
@@ -125,6 +126,10 @@ impl Scripted {
     }
 
     fn respond(&self, script: &Value, args: &[Value], raw_args: &[String], state: Option<&TurnState>) -> HookReturn {
+        // A sync hook that blocks its thread (a hang no runtime can cancel).
+        if let Some(ms) = script.get("block_ms").and_then(Value::as_u64) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         if let Some(msg) = script.get("error").and_then(Value::as_str) {
             return HookReturn::error(HookError::plugin(msg));
         }

@@ -207,3 +207,27 @@ fn chat_shows_the_agents_stream_and_ctrl_c_cancels_the_run() {
     assert_eq!(finishes[0]["payload"]["data"]["status"], "ok");
     assert_eq!(finishes[1]["payload"]["data"]["status"], "cancelled");
 }
+
+/// Issue "reliability" item 12: a sync hook blocking the turn's thread
+/// cannot be cancelled, but a second Ctrl-C within 3 s ends bub at once.
+#[test]
+fn chat_second_ctrl_c_exits_even_when_a_sync_hook_hangs() {
+    let home = Home::new();
+    home.scripted("stuck", "", json!({"build_prompt": {"block_ms": 60_000, "return": "never"}}));
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    term.send("hello\r");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !home.trace().iter().any(|l| l == "stuck:build_prompt") {
+        assert!(Instant::now() < deadline, "the hook was never called");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    term.send("\x03");
+    std::thread::sleep(Duration::from_millis(300));
+    term.send("\x03");
+    term.expect(at, "^C again: bub exits now");
+    let status = term.wait();
+    assert_eq!(status.code(), Some(130));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
