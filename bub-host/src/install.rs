@@ -345,13 +345,34 @@ pub const INSTALLED_LIBRARY: &str = "plugin.so";
 pub const MAX_SETTINGS_FILE: u64 = 4 << 20;
 
 /// Reads a settings file: only a regular file (a FIFO would block, a device
-/// like `/dev/zero` never end) of at most [`MAX_SETTINGS_FILE`] bytes, with
-/// an error that says which rule it broke.
+/// like `/dev/zero` never end) of at most [`MAX_SETTINGS_FILE`] bytes, owned
+/// by the user (or root) and not writable by group or others (another
+/// user's `config.json` could point a model's `base_url` at her server),
+/// with an error that says which rule it broke.
 pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is not a regular file"));
+    }
+    // Settings steer what loads and where keys go: trusted like libraries.
+    let me = rustix::process::geteuid().as_raw();
+    if meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "is writable by group or others (mode {:o}); run `chmod go-w {}`",
+                meta.mode() & 0o7777,
+                path.display()
+            ),
+        ));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("is owned by uid {}, but bub runs as uid {me}; remove it or take it over", meta.uid()),
+        ));
     }
     if meta.len() > MAX_SETTINGS_FILE {
         return Err(std::io::Error::new(

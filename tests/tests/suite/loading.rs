@@ -227,3 +227,30 @@ fn app_config_overrides_manifest_config() {
     let (_, logs) = bub_tests::capture_logs(|| session(Some("[1, 2]")));
     assert!(logs.iter().any(|l| l.contains("config.json is not a JSON object")), "{logs:?}");
 }
+
+/// Issue "reliability" item 3: `config.json` steers plugins (a base URL, a
+/// key) and is trusted like a library: one writable by others is ignored
+/// with the reason and the fix.
+#[test]
+fn a_config_json_others_can_write_is_ignored() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    home.scripted("cfg", "", json!({"resolve_session": {"return": "from-manifest"}}));
+    let config = json!({"cfg": {"hooks": {"resolve_session": {"return": "from-config"}}}});
+    let path = home.path().join("config.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let session = || {
+        let args = bub_host::CallArgs::resolve_session(&json!({})).unwrap();
+        let reply = block_on(home.host().runtime().call_first(bub_abi::HookId::ResolveSession, &args));
+        reply.unwrap().unwrap().parse::<String>().unwrap()
+    };
+    let (value, logs) = bub_tests::capture_logs(session);
+    assert_eq!(value, "from-manifest");
+    assert!(
+        logs.iter().any(|l| l.contains("is writable by group or others (mode 666)") && l.contains("chmod go-w")),
+        "{logs:?}"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(session(), "from-config");
+}
