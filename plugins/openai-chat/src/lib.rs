@@ -8,10 +8,10 @@
 //!
 //! POSTs `{model, messages, stream: true}` to `<base_url>/chat/completions`
 //! and turns the server-sent events into Bub stream events: `text` deltas,
-//! `usage`, then `final {ok, text}`. Failures do not raise: an HTTP error, a
-//! broken connection or a timeout becomes an `error` event
-//! (`kind` = `provider` | `network` | `timeout`) followed by `final {ok: false}`,
-//! which the framework reports through `on_error` while the turn goes on.
+//! `usage`, then `final {ok, text}`. An HTTP error, a broken connection or a
+//! timeout ends the stream with an error (`provider: …`, `network: …`,
+//! `timeout: …`), so the turn fails with that reason (`on_error`, and `bub
+//! run` exits non-zero) instead of answering nothing.
 //!
 //! Settings, from the plugin's config, else the environment:
 //!
@@ -72,16 +72,17 @@ impl OpenAiChat {
     /// Runs one chat completion, sending events until done or closed.
     async fn stream(&self, body: Value, tx: EventSender) {
         let mut text = String::new();
-        let outcome = self.exchange(body, &tx, &mut text).await;
-        let ok = match outcome {
-            Ok(()) => true,
+        match self.exchange(body, &tx, &mut text).await {
+            Ok(()) => {
+                let _ = tx.send(event_of("final", json!({"ok": true, "text": text}))).await;
+            }
+            // The turn fails with the reason (`bub run` exits non-zero):
+            // an unreachable or refusing provider is not an empty answer.
             Err((kind, message)) => {
                 tracing::warn!(kind, %message, "chat completion failed");
-                let _ = tx.send(event_of("error", json!({"kind": kind, "message": message}))).await;
-                false
+                let _ = tx.fail(bub_abi::HookError::new(bub_abi::ErrorKind::ERROR, format!("{kind}: {message}"))).await;
             }
-        };
-        let _ = tx.send(event_of("final", json!({"ok": ok, "text": text}))).await;
+        }
     }
 
     async fn exchange(&self, body: Value, tx: &EventSender, text: &mut String) -> Result<(), (&'static str, String)> {

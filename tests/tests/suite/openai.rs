@@ -65,16 +65,25 @@ fn serve(reply: &'static str) -> (String, JoinHandle<(String, Value)>) {
 }
 
 fn events(home: &Home, addr: &str) -> Vec<(String, Value)> {
+    let (events, error) = events_or_error(home, addr);
+    assert_eq!(error, None);
+    events
+}
+
+/// The events, and the error that ended the stream, if any.
+fn events_or_error(home: &Home, _addr: &str) -> (Vec<(String, Value)>, Option<String>) {
     let rt = home.host().runtime();
-    let _ = addr;
     let args = CallArgs::run_model_stream(&json!("Say hello"), &"s".to_owned(), &TurnState::new()).unwrap();
     block_on(async {
         let mut stream = rt.run_model_stream(&args).await.unwrap().expect("a stream");
         let mut out = Vec::new();
-        while let Some(e) = stream.next().await.unwrap() {
-            out.push((e.kind, e.data));
+        loop {
+            match stream.next().await {
+                Ok(Some(e)) => out.push((e.kind, e.data)),
+                Ok(None) => return (out, None),
+                Err(e) => return (out, Some(e.to_string())),
+            }
         }
-        out
     })
 }
 
@@ -113,35 +122,31 @@ fn streams_chat_completions() {
     );
 }
 
-/// An HTTP error becomes an `error` event (kind provider) and `final {ok: false}`.
+/// An HTTP error ends the stream with the reason, so the turn fails (issue
+/// "reliability" item 14: not an empty answer and exit 0).
 #[test]
-fn http_errors_become_error_events() {
+fn http_errors_fail_the_stream() {
     let (addr, server) = serve("401");
     let home = Home::new();
     install(&home, &addr, 5000);
-    let got = events(&home, &addr);
+    let (got, error) = events_or_error(&home, &addr);
     server.join().unwrap();
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!(got[0].0, "error");
-    assert_eq!(got[0].1["kind"], "provider");
-    let msg = got[0].1["message"].as_str().unwrap();
-    assert!(msg.contains("401") && msg.contains("invalid api key"), "{msg}");
-    assert_eq!(got[1], ("final".to_owned(), json!({"ok": false, "text": ""})));
+    assert!(got.is_empty(), "{got:?}");
+    let msg = error.expect("the stream fails");
+    assert!(msg.contains("provider: HTTP 401") && msg.contains("invalid api key"), "{msg}");
 }
 
-/// A server that never answers: a `timeout` error event after `timeout_ms`,
-/// and the turn is not held up longer than that.
+/// A server that never answers: the stream fails with `timeout` after
+/// `timeout_ms`, and the turn is not held up longer than that.
 #[test]
 fn a_hanging_server_times_out() {
     let (addr, _server) = serve("hang");
     let home = Home::new();
     install(&home, &addr, 300);
     let start = Instant::now();
-    let got = events(&home, &addr);
+    let (_, error) = events_or_error(&home, &addr);
     assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
-    assert_eq!(got[0].0, "error");
-    assert_eq!(got[0].1["kind"], "timeout");
-    assert_eq!(got[1].1["ok"], false);
+    assert!(error.expect("the stream fails").contains("timeout: no answer"));
 }
 
 /// Behaviour 5: a plugin with only `run_model_stream`, through the text
