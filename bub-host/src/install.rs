@@ -54,6 +54,9 @@ pub enum InstallError {
     /// The library failed the load checks; nothing was installed.
     #[error("not installed: {0}")]
     Check(LoadError),
+    /// The library failed the load checks (the message names the source file).
+    #[error("not installed: {0}")]
+    Rejected(String),
     /// The plugin name is not usable as a folder name.
     #[error("invalid plugin name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' (and not `builtin`, the host's own)")]
     InvalidName {
@@ -194,8 +197,12 @@ impl Installer {
         std::fs::copy(library, &staged).map_err(io("copy the library to", &staged))?;
         set_mode(&staged, 0o755)?;
 
-        // The check loads exactly the copy that will be installed.
-        let lib = loader::open(&staged)?;
+        // The check loads exactly the copy that will be installed; its
+        // errors name the user's file, not the hidden staging copy.
+        let lib = loader::open(&staged).map_err(|e| {
+            let text = e.to_string().replace(&staged.display().to_string(), &library.display().to_string());
+            InstallError::Rejected(text)
+        })?;
         let name = name.unwrap_or(lib.name()).to_owned();
         let target = self.plugin_dir(&name)?;
         self.check_env_collision(&name)?;

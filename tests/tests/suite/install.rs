@@ -81,6 +81,9 @@ fn broken_library_is_not_installed() {
     let (_, err, ok) = bub(&home, &["plugins", "install", text.to_str().unwrap()]);
     assert!(!ok && err.contains("as a shared library"), "{err}");
     assert_eq!(err.matches("as a shared library").count(), 1, "the reason is repeated: {err}");
+    // It names the user's file, not the installer's hidden staging copy.
+    assert!(err.contains(&format!("cannot open {} as a shared library", text.display())), "{err}");
+    assert!(!err.contains(".staging-"), "{err}");
     assert!(entries(&home).is_empty(), "{:?}", entries(&home));
 }
 
