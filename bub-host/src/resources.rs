@@ -118,12 +118,45 @@ impl Resource {
     /// Enters a scoped resource (lifespans, tape stores and steering inboxes
     /// share the lifespan protocol's optional `enter` / `exit`).
     pub async fn enter(&self) -> Result<(), ResourceError> {
-        self.context(self.client(LifespanClient).enter().await)
+        let client = self.client(LifespanClient);
+        self.within("enter", async { self.context(client.enter().await) }).await
     }
 
     /// Exits a scoped resource, telling it the scope's error.
     pub async fn exit(&self, error: Option<&ErrorInfo>) -> Result<(), ResourceError> {
-        self.context(self.client(LifespanClient).exit(&error).await)
+        let client = self.client(LifespanClient);
+        self.within("exit", async { self.context(client.exit(&error).await) }).await
+    }
+
+    /// Runs a scope method under the lifespan deadline
+    /// (`BUB_LIFESPAN_TIMEOUT_SECONDS`, default 60; 0 = none): a resource
+    /// that hangs on entry or exit is cancelled and named, instead of
+    /// holding `bub` forever.
+    async fn within(
+        &self,
+        method: &'static str,
+        call: impl std::future::Future<Output = Result<(), ResourceError>>,
+    ) -> Result<(), ResourceError> {
+        let seconds = std::env::var("BUB_LIFESPAN_TIMEOUT_SECONDS")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(60.0);
+        if !(seconds > 0.0 && seconds.is_finite()) || tokio::runtime::Handle::try_current().is_err() {
+            return call.await;
+        }
+        match tokio::time::timeout(std::time::Duration::from_secs_f64(seconds), call).await {
+            Ok(r) => r,
+            Err(_) => Err(ResourceError {
+                plugin: self.plugin.to_string(),
+                kind: self.kind,
+                name: self.name.clone(),
+                method,
+                error: HookError::new(
+                    bub_abi::ErrorKind::ERROR,
+                    format!("did not finish within {seconds} s and was cancelled (BUB_LIFESPAN_TIMEOUT_SECONDS)"),
+                ),
+            }),
+        }
     }
 }
 

@@ -364,3 +364,35 @@ fn the_answer_is_printed_before_a_slow_scope_exit() {
     assert!(ended >= std::time::Duration::from_secs(4), "the scope exit ran ({ended:?})");
     assert!(ended - answered >= std::time::Duration::from_secs(3), "answered at {answered:?}, ended at {ended:?}");
 }
+
+/// Issue "reliability" item 11 (lifespans): a resource that hangs on entry
+/// is cancelled after `BUB_LIFESPAN_TIMEOUT_SECONDS` and named; one that
+/// hangs on exit does not hold the answer back and is named too.
+#[test]
+fn hanging_lifespans_are_cancelled_and_named() {
+    let run = |method: &str| {
+        let home = Home::new();
+        home.scripted(
+            "stuck",
+            "",
+            json!({"provide_lifespan": {"object": {"kind": "lifespan", "name": "L", "methods": {method: {"sleep_ms": 30_000}}}}}),
+        );
+        bub_tests::bub_bin();
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(bub_tests::bub_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(["run", ",echo hi"])
+            .env("BUB_LIFESPAN_TIMEOUT_SECONDS", "1")
+            .output()
+            .unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (ok, _, err) = run("enter");
+    assert!(!ok);
+    assert!(err.contains("lifespan `L` of plugin 'stuck' failed in `enter`: did not finish within 1 s"), "{err}");
+    let (ok, out, err) = run("exit");
+    assert!(out.contains("hi"), "{out}");
+    assert!(!ok && err.contains("failed in `exit`: did not finish within 1 s"), "{err}");
+}
