@@ -21,12 +21,7 @@
 //! ctime: any change to the file (even a `touch` or `chmod`) changes its
 //! ctime, which the owner cannot set back, and the hash is checked again.
 
-use std::{
-    fs::Metadata,
-    io::Read,
-    os::unix::fs::{MetadataExt, PermissionsExt},
-    path::Path,
-};
+use std::{fs::Metadata, io::Read, os::unix::fs::MetadataExt, path::Path};
 
 use sha2::{Digest, Sha256};
 
@@ -34,34 +29,6 @@ use crate::error::LoadError;
 
 /// File holding the remembered verification, inside the plugin folder.
 pub const VERIFIED_FILE: &str = ".verified";
-
-/// Refuses a folder or library writable by group/others or owned by someone else.
-pub fn check_trust(dir: &Path, library: &Path) -> Result<(), LoadError> {
-    for path in [dir, library] {
-        let meta = std::fs::metadata(path).map_err(|e| LoadError::Untrusted {
-            path: path.to_owned(),
-            detail: format!("cannot be inspected: {e}"),
-            fix: "check that it exists and is readable".into(),
-        })?;
-        let mode = meta.permissions().mode();
-        if mode & 0o022 != 0 {
-            return Err(LoadError::Untrusted {
-                path: path.to_owned(),
-                detail: format!("is writable by group or others (mode {:o})", mode & 0o7777),
-                fix: format!("run `chmod go-w {}`", path.display()),
-            });
-        }
-        let me = rustix::process::geteuid().as_raw();
-        if meta.uid() != me && meta.uid() != 0 {
-            return Err(LoadError::Untrusted {
-                path: path.to_owned(),
-                detail: format!("is owned by uid {}, but bub runs as uid {me}", meta.uid()),
-                fix: "reinstall the plugin as this user with `bub plugins install`".into(),
-            });
-        }
-    }
-    Ok(())
-}
 
 fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> {
     let sticky_dir = dir && mode & 0o1000 != 0;
@@ -161,8 +128,9 @@ pub fn open_trusted(dir: &Path, library: &Path, expected: Option<&str>) -> Resul
     Ok(file)
 }
 
-/// [`verify_sha256`] on an open file (its metadata and contents come from
-/// the descriptor, not the path).
+/// Checks the open library against the manifest's sha256 (`expected`),
+/// using and refreshing the remembered verification in `dir`; metadata and
+/// contents come from the descriptor, not the path.
 fn verify_open_file(
     dir: &Path,
     library: &Path,
@@ -225,33 +193,6 @@ fn stamp(meta: &Metadata, sha256: &str) -> String {
         meta.ctime(),
         meta.ctime_nsec()
     )
-}
-
-/// Checks the library against the manifest's sha256 (`expected`), using and
-/// refreshing the remembered verification in `dir`.
-pub fn verify_sha256(dir: &Path, library: &Path, expected: Option<&str>) -> Result<(), LoadError> {
-    let Some(expected) = expected.map(str::to_ascii_lowercase) else {
-        return Err(LoadError::Integrity { path: library.to_owned(), detail: "its manifest records no sha256".into() });
-    };
-    let meta = std::fs::metadata(library).map_err(|_| LoadError::LibraryMissing { path: library.to_owned() })?;
-    let remembered = std::fs::read_to_string(dir.join(VERIFIED_FILE)).unwrap_or_default();
-    if remembered == stamp(&meta, &expected) {
-        return Ok(());
-    }
-    let found = sha256_file(library).map_err(|e| LoadError::Integrity {
-        path: library.to_owned(),
-        detail: format!("cannot be read to check its sha256: {e}"),
-    })?;
-    if found != expected {
-        return Err(LoadError::Integrity {
-            path: library.to_owned(),
-            detail: format!(
-                "has sha256 {found}, but its manifest records {expected}: the library changed after it was installed"
-            ),
-        });
-    }
-    remember(dir, &meta, &found);
-    Ok(())
 }
 
 /// Remembers that `library` (with `meta`) has sha256 `sha256`.
