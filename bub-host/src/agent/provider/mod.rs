@@ -221,26 +221,15 @@ impl ModelClient {
     }
 }
 
-/// Deep-merges `overlay` into `base` (objects merge, anything else replaces).
-pub fn deep_merge(base: &mut Map<String, Value>, overlay: &Map<String, Value>) {
-    for (k, v) in overlay {
-        match (base.get_mut(k), v) {
-            (Some(Value::Object(b)), Value::Object(o)) => deep_merge(b, o),
-            _ => {
-                base.insert(k.clone(), v.clone());
-            }
-        }
-    }
-}
-
 /// Deep-merges the provider's `extra_body` (client args) and then the
 /// call's own (completion args) into `body`: call values win.
 pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, body: &mut Map<String, Value>) {
+    use crate::runtime::special::deep_merge;
     let mut extra = client.config.extra_body.clone();
     if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
-        deep_merge(&mut extra, call_extra);
+        deep_merge(&mut extra, call_extra.clone());
     }
-    deep_merge(body, &extra);
+    deep_merge(body, extra);
 }
 
 /// Accumulates streamed tool-call fragments keyed by index: id and name are
@@ -396,7 +385,10 @@ mod tests {
     #[test]
     fn deep_merge_merges_objects_behaviour_219() {
         let mut a = json!({"metadata": {"client": true}}).as_object().unwrap().clone();
-        deep_merge(&mut a, json!({"metadata": {"request": true}}).as_object().unwrap());
+        crate::runtime::special::deep_merge(
+            &mut a,
+            json!({"metadata": {"request": true}}).as_object().unwrap().clone(),
+        );
         assert_eq!(Value::Object(a), json!({"metadata": {"client": true, "request": true}}));
     }
 }
