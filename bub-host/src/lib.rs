@@ -49,6 +49,7 @@ pub mod install;
 pub mod integrity;
 pub mod loader;
 pub mod manifest;
+mod random;
 pub mod registry;
 pub mod resources;
 pub mod runtime;

@@ -311,7 +311,7 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         .ok_or_else(|| AgentError::value("subagent needs a framework turn (it runs through the builtin agent)"))?;
     let parent: String = cx.state.get("session_id").ok().flatten().unwrap_or_default();
     let session = match arg_str(&args, "session").as_deref().unwrap_or("temp") {
-        "temp" => format!("temp/{:08x}", rand32()),
+        "temp" => format!("temp/{:08x}", crate::random::u64() as u32),
         "inherit" => parent,
         other => other.to_owned(),
     };
@@ -342,11 +342,4 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         }
     }
     Ok(json!(out))
-}
-
-fn rand32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.finish() as u32
 }

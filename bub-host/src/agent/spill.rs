@@ -72,14 +72,9 @@ fn utf8_chunks(text: &str) -> Vec<&str> {
     out
 }
 
+/// 32 hex digits, like Bub's `uuid4().hex`.
 fn handle() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let word = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-        h.finish()
-    };
-    format!("{:016x}{:016x}", word(), word())
+    format!("{:016x}{:016x}", crate::random::u64(), crate::random::u64())
 }
 
 /// Writes `text` to the spill tape when it is large; what the model sees.

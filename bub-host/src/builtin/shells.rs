@@ -79,7 +79,7 @@ impl ShellScope {
         let request = ProcessRequest { command: Some(cmd.to_owned()), ..Default::default() };
         let mut child = command(&request, cwd)?.spawn().map_err(|e| format!("cannot start shell: {e}"))?;
         let id = loop {
-            let id = format!("bash-{:08x}", rand_u32());
+            let id = format!("bash-{:08x}", crate::random::u64() as u32);
             if !inner.shells.contains_key(&id) {
                 break id;
             }
@@ -189,19 +189,6 @@ impl ShellScope {
 fn group_alive(pid: u32) -> bool {
     let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else { return false };
     rustix::process::test_kill_process_group(pid).is_ok()
-}
-
-/// A random-looking id: std's per-process random hash keys over the clock
-/// and a counter (ids only need to be unique within a scope, which `start`
-/// checks).
-fn rand_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    h.write_u128(now.as_nanos());
-    h.finish() as u32
 }
 
 /// The builtin lifespan: a shell scope per `running()` scope.

@@ -44,10 +44,7 @@ fn httpdate_to_system(text: &str) -> Option<std::time::SystemTime> {
 
 /// A number in [0.75, 1) that differs between calls (backoff jitter).
 fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    0.75 + 0.25 * (h.finish() % 10_000) as f64 / 10_000.0
+    0.75 + 0.25 * (crate::random::u64() % 10_000) as f64 / 10_000.0
 }
 
 /// The backoff before retry number `attempt` (0-based).
