@@ -13,7 +13,6 @@
 //! and increasing across processes and lines never interleave.
 
 use std::{
-    collections::HashMap,
     io::{BufRead, Write},
     path::{Path, PathBuf},
     sync::Arc,
@@ -31,14 +30,14 @@ use tokio::sync::Mutex;
 pub struct FileTapeStore {
     dir: PathBuf,
     // Serializes this process's appends and resets (the file lock does it
-    // across processes).
-    last_ids: Arc<Mutex<HashMap<String, u64>>>,
+    // across processes; ids are read from the file under it).
+    writing: Arc<Mutex<()>>,
 }
 
 impl FileTapeStore {
     /// A store in `dir` (created on first append).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileTapeStore { dir: dir.into(), last_ids: Default::default() }
+        FileTapeStore { dir: dir.into(), writing: Default::default() }
     }
 
     /// The folder.
@@ -198,13 +197,12 @@ impl TapeStore for FileTapeStore {
         let this = self.clone();
         async move {
             let path = this.path(&tape)?;
-            let mut ids = this.last_ids.lock().await;
+            let _writing = this.writing.lock().await;
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(format!("cannot reset tape {}: {e}", path.display()).into()),
             }
-            ids.insert(tape, 0);
             Ok(())
         }
     }
@@ -218,13 +216,12 @@ impl TapeStore for FileTapeStore {
         let this = self.clone();
         async move {
             let path = this.path(&tape)?;
-            let mut ids = this.last_ids.lock().await;
+            let _writing = this.writing.lock().await;
             if entry.date.is_empty() {
                 entry.date = now_iso();
             }
             this.append_locked(&path, &mut entry)
                 .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
-            ids.insert(tape, entry.id);
             Ok(entry)
         }
     }
