@@ -53,7 +53,9 @@ pub struct Builtin {
     router: std::sync::Arc<cli_channel::Router>,
     shells: std::sync::Arc<shells::OpenScopes>,
     // Messages starting with it are commands (`BUB_COMMAND_PREFIX`).
-    command_prefix: String,
+    // Read on the first prompt, not when the host starts (most commands,
+    // `bub plugins list` say, never build one).
+    command_prefix: std::sync::OnceLock<String>,
 }
 
 /// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
@@ -91,9 +93,7 @@ impl Plugin for Builtin {
             workspace: ctx.workspace.clone(),
             router: Default::default(),
             shells: Default::default(),
-            command_prefix: crate::agent::ModelSettings::load(&ctx.home)
-                .map(|s| s.command_prefix)
-                .unwrap_or_else(|_| ",".into()),
+            command_prefix: std::sync::OnceLock::new(),
         })
     }
 
@@ -118,7 +118,10 @@ impl Plugin for Builtin {
     /// trimmed, without the context.
     fn build_prompt(&self, message: Envelope) -> Option<Prompt> {
         let content = content_of(&message);
-        if content.trim().starts_with(&self.command_prefix) {
+        let prefix = self.command_prefix.get_or_init(|| {
+            crate::agent::ModelSettings::load(&self.home).map(|s| s.command_prefix).unwrap_or_else(|_| ",".into())
+        });
+        if content.trim().starts_with(prefix.as_str()) {
             return Some(Value::String(content.trim().to_owned()));
         }
         let text = prompt_text(&context_str(&message), content);
