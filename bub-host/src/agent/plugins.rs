@@ -38,60 +38,33 @@ impl PluginAgentHooks {
         PluginAgentHooks { runtime }
     }
 
-    /// Subscribes the four handlers to `bus`, after what is on it now.
+    /// Subscribes the hooks to `bus`, after what is on it now: one handler
+    /// (the four events are disjoint, so one place on the bus serves all).
     pub fn subscribe(&self, bus: &mut super::EventBus) {
         let rt = self.runtime.clone();
-        let r = rt.clone();
         bus.on(
-            Filter::Kind("LLMCallStarted"),
+            Filter::Any,
             handler(move |event, cx| {
-                let r = r.clone();
+                let r = rt.clone();
                 Box::pin(async move {
-                    if let Event::LlmCallStarted { request, decision } = event {
-                        let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
-                        *request = new;
-                        *decision = d;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        bus.on(
-            Filter::Kind("LLMCallFinished"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::LlmCallFinished { request, result } = event {
-                        r.after_llm_call(request, result, &cx.state).await;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        bus.on(
-            Filter::Kind("ToolCallStarted"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::ToolCallStarted { call, decision } = event {
-                        let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;
-                        *call = new;
-                        *decision = d;
-                    }
-                    Ok(())
-                })
-            }),
-        );
-        let r = rt.clone();
-        bus.on(
-            Filter::Kind("ToolCallFinished"),
-            handler(move |event, cx| {
-                let r = r.clone();
-                Box::pin(async move {
-                    if let Event::ToolCallFinished { call, result } = event {
-                        *result = r.after_tool_call(call, std::mem::take(result), &cx.state).await;
+                    match event {
+                        Event::LlmCallStarted { request, decision } => {
+                            let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
+                            *request = new;
+                            *decision = d;
+                        }
+                        Event::LlmCallFinished { request, result } => {
+                            r.after_llm_call(request, result, &cx.state).await
+                        }
+                        Event::ToolCallStarted { call, decision } => {
+                            let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;
+                            *call = new;
+                            *decision = d;
+                        }
+                        Event::ToolCallFinished { call, result } => {
+                            *result = r.after_tool_call(call, std::mem::take(result), &cx.state).await;
+                        }
+                        _ => {}
                     }
                     Ok(())
                 })
