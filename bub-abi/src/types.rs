@@ -144,6 +144,64 @@ pub struct TurnSnapshot {
     pub steering_count: u32,
 }
 
+/// What kind of channel an object is, and how the gateway treats it
+/// (Bub's `Channel` subclasses and properties). Every field has Bub's
+/// default, so a channel without an `info` method is a plain, enabled,
+/// undebounced channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChannelInfo {
+    /// `channel` (plain), `interface` (enabled only when named, like `cli`)
+    /// or `lifecycle` (enabled with any plain channel unless excluded).
+    pub role: ChannelRole,
+    /// Whether the channel is usable at all (e.g. it has its token).
+    pub enabled: bool,
+    /// Whether inbound messages are debounced and batched per session.
+    pub needs_debounce: bool,
+}
+
+impl Default for ChannelInfo {
+    fn default() -> Self {
+        ChannelInfo { role: ChannelRole::Channel, enabled: true, needs_debounce: false }
+    }
+}
+
+/// [`ChannelInfo::role`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelRole {
+    /// A plain channel: enabled by `all` or by name.
+    #[default]
+    Channel,
+    /// Enabled only when named explicitly (`cli`).
+    Interface,
+    /// Started alongside any plain channel unless excluded with `!name`.
+    Lifecycle,
+}
+
+/// What became of a message handed to the host with
+/// `MessageHandler::submit`: the answer a request/response channel (HTTP)
+/// sends back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Delivery {
+    /// `processed`, `failed`, `dropped` (admission), `steered` (folded into
+    /// the session's running turn, which answers it), `ignored` (unknown
+    /// channel, inactive message), or `cancelled` (the gateway stopped).
+    pub status: String,
+    /// The resolved session, when known.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The turn's model output (`processed`).
+    #[serde(default)]
+    pub model_output: Option<String>,
+    /// The turn's rendered outbounds (`processed`).
+    #[serde(default)]
+    pub outbounds: Vec<Envelope>,
+    /// Why (`failed`, `dropped`, `ignored`, `cancelled`).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 /// `LLMCallRequest`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct LlmCallRequest {

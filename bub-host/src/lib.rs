@@ -43,6 +43,7 @@ pub mod builtin;
 pub mod discovery;
 pub mod error;
 pub mod framework;
+pub mod gateway;
 pub mod host;
 mod host_services;
 pub mod install;

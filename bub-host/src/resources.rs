@@ -17,8 +17,8 @@ use bub_abi::{
         kinds, MethodError,
     },
     types::{
-        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, StreamEvent, TapeEntry, TapeQuery,
-        ToolSpec,
+        AdmitDecision, ChannelInfo, CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap,
+        StreamEvent, TapeEntry, TapeQuery, ToolSpec, TurnSnapshot,
     },
     HookError, Object,
 };
@@ -131,8 +131,9 @@ impl Resource {
     /// Runs a scope method under the lifespan deadline
     /// (`BUB_LIFESPAN_TIMEOUT_SECONDS`, default 60; 0 = none): a resource
     /// that hangs on entry or exit is cancelled and named, instead of
-    /// holding `bub` forever.
-    async fn within(
+    /// holding `bub` forever. (The gateway holds channels' `start` and
+    /// `stop` to it too: they must not block.)
+    pub(crate) async fn within(
         &self,
         method: &'static str,
         call: impl std::future::Future<Output = Result<(), ResourceError>>,
@@ -311,6 +312,19 @@ impl Channel {
     /// Shows one stream event of the turn answering `message`.
     pub async fn stream_event(&self, message: &Envelope, event: &StreamEvent) -> Result<(), ResourceError> {
         self.0.context(self.0.client(ChannelClient).stream_event(message, event).await)
+    }
+    /// Its role, enablement and debouncing (Bub's defaults when it does not say).
+    pub async fn info(&self) -> Result<ChannelInfo, ResourceError> {
+        self.0.context(self.0.client(ChannelClient).info().await)
+    }
+    /// Its own admission decision for one of its messages.
+    pub async fn admit_message(
+        &self,
+        session_id: &str,
+        message: &Envelope,
+        turn: &TurnSnapshot,
+    ) -> Result<Option<AdmitDecision>, ResourceError> {
+        self.0.context(self.0.client(ChannelClient).admit_message(session_id, message, turn).await)
     }
 }
 

@@ -93,8 +93,8 @@ use crate::{
         plugin::BoxError,
     },
     types::{
-        CommandSpec, Envelope, ErrorInfo, ProcessOutput, ProcessRequest, StateMap, StreamEvent, TapeContextSpec,
-        TapeEntry, TapeQuery, ToolSpec,
+        AdmitDecision, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
+        StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeQuery, ToolSpec, TurnSnapshot,
     },
     Object,
 };
@@ -231,6 +231,23 @@ pub trait Channel: Send + Sync + 'static {
         let _ = (message, event);
         async { Ok(()) }
     }
+    /// Role, enablement and debouncing. Default: a plain, enabled,
+    /// undebounced channel.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        async { Ok(ChannelInfo::default()) }
+    }
+    /// This channel's own admission decision for one of its messages, asked
+    /// when no plugin's `admit_message` decided (Bub's builtin delegates to
+    /// the channel). Default: None, the gateway's default scheduling.
+    fn admit_message(
+        &self,
+        session_id: String,
+        message: Envelope,
+        turn: TurnSnapshot,
+    ) -> impl Fut<Option<AdmitDecision>> {
+        let _ = (session_id, message, turn);
+        async { Ok(None) }
+    }
 }
 
 /// Something the model may call (`provide_tools`): Bub's `Tool`.
@@ -253,8 +270,20 @@ pub trait Command: Send + Sync + 'static {
 /// The host's message handler (handed to `provide_channels`): what a
 /// channel calls with each inbound message. Implemented by the host.
 pub trait MessageHandler: Send + Sync + 'static {
-    /// Processes `message`; returns when its turn is over.
+    /// Hands `message` to the host (Bub's `on_receive`). The gateway returns
+    /// once the message is queued; `bub chat` once its turn is over. An
+    /// error means the message was not taken (e.g. the gateway is stopping).
     fn handle(&self, message: Envelope) -> impl Fut<()>;
+    /// Hands `message` to the host and returns what became of it: its turn's
+    /// outbounds, or why it had none. For request/response channels.
+    /// Default: [`handle`](Self::handle), then `processed`.
+    fn submit(&self, message: Envelope) -> impl Fut<Delivery> {
+        let handled = self.handle(message);
+        async move {
+            handled.await?;
+            Ok(Delivery { status: "processed".into(), ..Default::default() })
+        }
+    }
     /// The channel has no more messages (end of input).
     fn close(&self) -> impl Fut<()> {
         async { Ok(()) }
@@ -455,6 +484,8 @@ protocol!(
     stop() -> (), opt;
     send(message: Envelope) -> (), opt;
     stream_event(message: Envelope, event: StreamEvent) -> (), opt;
+    info() -> ChannelInfo, opt;
+    admit_message(session_id: String, message: Envelope, turn: TurnSnapshot) -> Option<AdmitDecision>, opt;
 ]);
 protocol!(
     /// Calls a [`Tool`] object.
@@ -485,6 +516,7 @@ protocol!(
     /// Calls the host's message handler (what a channel does).
     MessageHandlerObject<T: MessageHandler>, MessageHandlerClient, kinds::MESSAGE_HANDLER, |_h| String::new(), [
     handle(message: Envelope) -> ();
+    submit(message: Envelope) -> Delivery, opt;
     close() -> (), opt;
 ]);
 protocol!(

@@ -18,7 +18,7 @@ use std::{
 
 use bub_abi::{
     resources::{clients::MessageHandlerClient, Channel, Fut},
-    types::{Envelope, StreamEvent},
+    types::{AdmitAction, AdmitDecision, ChannelInfo, ChannelRole, Envelope, StreamEvent, TurnSnapshot},
     Object,
 };
 use serde_json::{json, Value};
@@ -242,5 +242,24 @@ impl Channel for CliChannel {
     fn stream_event(&self, _message: Envelope, event: StreamEvent) -> impl Fut<()> {
         self.inner.show(&event);
         async { Ok(()) }
+    }
+
+    /// An interface: `bub gateway` runs it only when named.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        async { Ok(ChannelInfo { role: ChannelRole::Interface, ..Default::default() }) }
+    }
+
+    /// A line typed while a turn runs steers it (Bub's CLI channel).
+    fn admit_message(
+        &self,
+        _session_id: String,
+        _message: Envelope,
+        turn: TurnSnapshot,
+    ) -> impl Fut<Option<AdmitDecision>> {
+        let decision = turn.is_running.then(|| AdmitDecision {
+            action: AdmitAction::Steer,
+            reason: Some("cli session is already generating".into()),
+        });
+        async move { Ok(decision) }
     }
 }

@@ -2,6 +2,7 @@
 
 mod chat;
 mod extensions;
+mod gateway;
 mod hooks;
 mod onboard;
 mod plugins;
@@ -44,6 +45,8 @@ enum Command {
     Run(run::RunArgs),
     /// Chat in the terminal through the `cli` channel (Ctrl-C cancels a turn, Ctrl-D quits).
     Chat(chat::ChatArgs),
+    /// Run the enabled channels (HTTP, …) until SIGINT/SIGTERM; each message is a turn.
+    Gateway(gateway::GatewayArgs),
     /// Collect the plugins' onboarding config and save it under BUB_HOME.
     Onboard(onboard::OnboardArgs),
     /// Show which plugins implement which hooks.
@@ -116,6 +119,7 @@ fn dispatch(cli: Cli) -> ExitCode {
     finish(match cli.command {
         Command::Run(args) => run::run(&ctx, &args),
         Command::Chat(args) => chat::run(&ctx, &args),
+        Command::Gateway(args) => gateway::run(&ctx, &args),
         Command::Onboard(args) => onboard::run(&ctx, &args),
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),

@@ -54,8 +54,6 @@ pub struct Framework {
     // The workspace as turn states and providers receive it, made once.
     workspace_text: Arc<str>,
     scope: Arc<scope::Shared>,
-    // Channels bound as the stream router (Bub's bound channel manager).
-    router: Arc<std::sync::Mutex<Vec<Channel>>>,
 }
 
 impl Framework {
@@ -69,7 +67,6 @@ impl Framework {
             workspace,
             workspace_text,
             scope: Default::default(),
-            router: Default::default(),
         }
     }
 
@@ -81,18 +78,10 @@ impl Framework {
     /// Binds `channels` as the stream router: a streamed turn shows each
     /// model event to the channel its message names (`output_channel`, else
     /// `channel`), as Bub's channel manager does. Replaces earlier bindings.
+    /// Outbounds of turns and errors go to the bound channel they name
+    /// (see `runtime::router`).
     pub fn bind_channels(&self, channels: Vec<Channel>) {
-        *self.router.lock().unwrap_or_else(|p| p.into_inner()) = channels;
-    }
-
-    /// The bound channel a message's stream goes to.
-    fn routed_channel(&self, message: &Envelope) -> Option<Channel> {
-        let router = self.router.lock().unwrap_or_else(|p| p.into_inner());
-        if router.is_empty() {
-            return None;
-        }
-        let name = envelope::target_channel(message)?;
-        router.iter().find(|c| c.name() == name).cloned()
+        self.runtime.bind_channels(channels);
     }
 
     /// The host's home (`$BUB_HOME`): config, tapes.

@@ -37,19 +37,14 @@ impl Framework {
         let rt = &self.runtime;
 
         // 1. resolve_session: the first non-None answer, falsy → the default.
-        let answer = rt.resolve_session(inbound).await?;
-        let session_id = match answer.map(|a| a.reply().parse::<Value>()).transpose() {
-            Ok(Some(v)) if truthy(&v) => py_str(&v),
-            Ok(_) => default_session_id(inbound),
-            Err(e) => return Err(FrameworkError::Type(format!("hook.resolve_session returned invalid JSON: {e}"))),
-        };
+        let session_id = self.resolve_session(inbound).await?;
         if let Value::Object(m) = inbound {
             m.entry("session_id").or_insert_with(|| Value::String(session_id.clone()));
         }
         let inbound: &Envelope = inbound;
         // Every later stage passes the same message text: serialize it once,
         // when a stage first needs it.
-        let message_value = std::cell::OnceCell::new();
+        let message_value = std::sync::OnceLock::new();
         let message = || -> &bub_abi::Value { message_value.get_or_init(|| bub_abi::Value::from(inbound)) };
 
         // 2. state: runtime defaults, then every load_state, low priority first.
@@ -90,13 +85,24 @@ impl Framework {
 
         // 7. dispatch_outbound: each outbound to every implementation.
         for outbound in &outbounds {
-            rt.dispatch_outbound(outbound).await?;
+            rt.deliver_outbound(outbound).await?;
         }
 
         let mut state = lock().clone();
         // A handle for this turn only (see `agent::bub`): meaningless after it.
         state.remove("_runtime_agent");
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })
+    }
+
+    /// `resolve_session`: the first non-None answer; a falsy one (or none)
+    /// → the default id (`session_id`, else `<channel>:<chat_id>`).
+    pub async fn resolve_session(&self, inbound: &Envelope) -> Result<String, FrameworkError> {
+        let answer = self.runtime.resolve_session(inbound).await?;
+        match answer.map(|a| a.reply().parse::<Value>()).transpose() {
+            Ok(Some(v)) if truthy(&v) => Ok(py_str(&v)),
+            Ok(_) => Ok(default_session_id(inbound)),
+            Err(e) => Err(FrameworkError::Type(format!("hook.resolve_session returned invalid JSON: {e}"))),
+        }
     }
 
     /// Bub's `build_state`: the runtime defaults (workspace, steering inbox,
@@ -176,7 +182,7 @@ impl Framework {
         let rt = &self.runtime;
         let args = CallArgs::run_model(legacy, &session_id.to_owned(), state)?;
         // Streaming: the bound channel sees the events as they come.
-        let channel = if stream_output { self.routed_channel(inbound) } else { None };
+        let channel = if stream_output { rt.bound_channel(inbound) } else { None };
         let output = match rt.select_model(stream_output).map(|s| s.hook) {
             None => None,
             Some(HookId::RunModel) => match rt.call_first(HookId::RunModel, &args).await? {

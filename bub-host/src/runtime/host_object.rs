@@ -4,7 +4,8 @@
 //! Bub's builtin reports a turn's failure to the user by dispatching an
 //! error outbound; in Python it reaches the framework directly. Across the
 //! ABI it gets this object. Methods: `dispatch_outbound {message}` (every
-//! `dispatch_outbound` implementation, as a turn does; returns their answers).
+//! `dispatch_outbound` implementation and the bound channel, as a turn
+//! does; returns the implementations' answers).
 
 use bub_abi::{
     resources::{FrameworkOps, Fut},
@@ -27,7 +28,7 @@ impl FrameworkOps for FrameworkObject {
     fn dispatch_outbound(&self, message: Envelope) -> impl Fut<Vec<Value>> {
         let rt = self.0.clone();
         async move {
-            let answers = rt.dispatch_outbound(&message).await?;
+            let answers = rt.deliver_outbound(&message).await?;
             Ok(answers.iter().map(|a| a.reply().parse::<Value>().unwrap_or(Value::Null)).collect())
         }
     }

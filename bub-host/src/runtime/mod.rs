@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod args;
 mod host_object;
+mod router;
 pub mod special;
 pub mod stream;
 pub mod typed;
@@ -161,6 +162,7 @@ fn done(outcome: Outcome) -> Done {
 #[derive(Clone)]
 pub struct Runtime {
     registry: Arc<Registry>,
+    router: Arc<router::Router>,
 }
 
 /// Calls one implementation; awaits it if it is pending.
@@ -190,7 +192,7 @@ fn failure(imp: &Impl, hook: HookId, e: HookError) -> HookFailure {
 impl Runtime {
     /// A runtime over `registry`.
     pub fn new(registry: Arc<Registry>) -> Self {
-        Runtime { registry }
+        Runtime { registry, router: Default::default() }
     }
 
     /// The registry.

@@ -1,0 +1,78 @@
+//! `bub gateway [--enable-channel NAME]…`: runs the enabled channels until
+//! SIGINT or SIGTERM (see `bub_host::gateway` for what stopping does).
+//!
+//! Turns run on a multi-threaded runtime, so one blocking plugin hook holds
+//! a worker, not the gateway. A second signal skips the grace period.
+
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use bub_host::gateway::{Gateway, GatewaySettings};
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    sync::Notify,
+};
+
+use super::Context;
+
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// A channel to run (repeatable; `all`, or `!name` to exclude). Default:
+    /// BUB_ENABLED_CHANNELS, else `all` (every channel but interfaces like `cli`).
+    #[arg(long = "enable-channel", value_name = "NAME")]
+    enable_channel: Vec<String>,
+}
+
+pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
+    let mut settings = GatewaySettings::from_env();
+    if !args.enable_channel.is_empty() {
+        settings.enabled_channels = args.enable_channel.clone();
+    }
+    let framework = ctx.framework();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("bub-gateway")
+        .build()
+        .context("could not start the gateway's runtime")?;
+    let result = runtime.block_on(async {
+        let gateway = Gateway::new(framework, settings.clone()).await?;
+        let stop = Arc::new(Notify::new());
+        let signals = watch_signals(stop.clone(), settings.shutdown_grace)?;
+        let report = gateway.run(async move { stop.notified().await }).await;
+        signals.abort();
+        let report = report?;
+        if let Some(path) = &report.unprocessed_file {
+            eprintln!("{} message(s) did not get their turn; saved in {}", report.unprocessed, path.display());
+        }
+        anyhow::Ok(())
+    });
+    // A plugin blocking a worker forever must not keep bub alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
+}
+
+/// SIGINT/SIGTERM: the first starts the graceful stop; another after that
+/// exits at once (status 130), as the grace period may be long.
+fn watch_signals(stop: Arc<Notify>, grace: std::time::Duration) -> Result<tokio::task::JoinHandle<()>> {
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    Ok(tokio::spawn(async move {
+        let mut seen = false;
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            if seen {
+                eprintln!("second signal: bub gateway exits now");
+                std::process::exit(130);
+            }
+            seen = true;
+            eprintln!(
+                "stopping: finishing running turns (up to {}s; BUB_SHUTDOWN_GRACE_SECONDS); signal again to exit now",
+                grace.as_secs_f64()
+            );
+            stop.notify_one();
+        }
+    }))
+}

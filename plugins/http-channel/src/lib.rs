@@ -1,0 +1,403 @@
+//! `http-channel`: an HTTP channel for `bub gateway`.
+//!
+//! `POST /v1/messages` with `{"content": "...", "session_id"?, "chat_id"?,
+//! "sender"?, "context"?, "kind"?, "stream"?}` hands the message to the
+//! gateway and answers with what became of it:
+//!
+//! ```json
+//! {"status": "processed", "session_id": "http:default", "reply": "…", "outbounds": [...]}
+//! ```
+//!
+//! With `"stream": true` (or `Accept: text/event-stream`) the answer is a
+//! server-sent event stream of the turn's model events (`text`, `tool_call`,
+//! …, named by their kind) ending with one `reply` event carrying the JSON
+//! above. `GET /v1/health` answers `ok`.
+//!
+//! Status codes: 200 processed; 202 steered (folded into the session's
+//! running turn, which answers it); 409 dropped by admission; 422 ignored;
+//! 500 the turn failed; 503 the gateway is stopping (retry later) or the
+//! turn was cancelled; 400 a malformed request; 401 a missing or wrong token.
+//!
+//! Config (`bub plugins config http-channel key=value`, or
+//! `BUB_HTTP_CHANNEL__<KEY>`): `bind` (default `127.0.0.1:8787`; port 0
+//! picks a free one), `token` (a bearer token every request must carry;
+//! required to listen on anything but loopback), `admission` (`follow_up`,
+//! the default: a session's messages queue behind its running turn, so
+//! replies come in order; `process`: run concurrently; `steer`: fold into
+//! the running turn). The address it listens on is logged and written to
+//! the plugin's data folder (`address`), for scripts.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{header, HeaderMap, StatusCode},
+    response::{
+        sse::{Event, Sse},
+        IntoResponse, Response,
+    },
+    routing::{get, post},
+    Json, Router,
+};
+use bub_abi::{
+    resources::{clients::MessageHandlerClient, Channel, Fut},
+    types::{AdmitAction, AdmitDecision, Delivery, Envelope, StreamEvent, TurnSnapshot},
+    BoxError, Object, Plugin, PluginContext,
+};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+/// The channel's name (messages carry `"channel": "http"`).
+const NAME: &str = "http";
+
+/// The plugin.
+pub struct HttpChannelPlugin {
+    config: Config,
+    data_dir: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    bind: String,
+    token: Option<String>,
+    admission: Admission,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Admission {
+    FollowUp,
+    Process,
+    Steer,
+}
+
+fn text(config: &Map<String, Value>, key: &str) -> Option<String> {
+    match config.get(key)? {
+        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+impl Config {
+    fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
+        let bind = text(config, "bind").unwrap_or_else(|| "127.0.0.1:8787".into());
+        let address: SocketAddr = bind
+            .parse()
+            .map_err(|e| format!("http-channel: bind={bind:?} is not an address like 127.0.0.1:8787 ({e})"))?;
+        let token = text(config, "token");
+        if !address.ip().is_loopback() && token.is_none() {
+            return Err(format!(
+                "http-channel: refusing to listen on {address} without a token: anyone who can reach it could run \
+                 turns. Set one with `bub plugins config http-channel token=...` (or BUB_HTTP_CHANNEL__TOKEN), \
+                 or bind 127.0.0.1"
+            )
+            .into());
+        }
+        let admission = match text(config, "admission").as_deref() {
+            None | Some("follow_up") => Admission::FollowUp,
+            Some("process") => Admission::Process,
+            Some("steer") => Admission::Steer,
+            Some(other) => {
+                return Err(format!("http-channel: admission={other:?}; use follow_up, process or steer").into())
+            }
+        };
+        Ok(Config { bind, token, admission })
+    }
+}
+
+#[bub_abi::plugin]
+impl Plugin for HttpChannelPlugin {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        Ok(HttpChannelPlugin { config: Config::from(&ctx.config)?, data_dir: ctx.data_dir.clone() })
+    }
+
+    /// The `http` channel.
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        let channel = HttpChannel(Arc::new(Shared {
+            config: self.config.clone(),
+            data_dir: self.data_dir.clone(),
+            handler: message_handler,
+            streams: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            server: Mutex::new(None),
+        }));
+        Some(vec![Object::channel(channel)])
+    }
+}
+
+bub_abi::export_plugin!(HttpChannelPlugin);
+
+struct Shared {
+    config: Config,
+    data_dir: PathBuf,
+    handler: Object,
+    // Open event streams, by request id (the message's `context._http_request`).
+    streams: Mutex<HashMap<String, mpsc::UnboundedSender<StreamEvent>>>,
+    next_id: AtomicU64,
+    server: Mutex<Option<Server>>,
+}
+
+struct Server {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Shared {
+    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<StreamEvent>>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct HttpChannel(Arc<Shared>);
+
+impl Channel for HttpChannel {
+    fn name(&self) -> String {
+        NAME.into()
+    }
+
+    /// Binds and serves in the background; returns once listening.
+    fn start(&self) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let bind = shared.config.bind.clone();
+            let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+                format!("cannot listen on {bind}: {e} (choose another with `bub plugins config http-channel bind=127.0.0.1:PORT`)")
+            })?;
+            let address = listener.local_addr()?;
+            write_address(&shared.data_dir, address);
+            let app = Router::new()
+                .route("/v1/messages", post(post_message))
+                .route("/v1/health", get(|| async { "ok" }))
+                .with_state(shared.clone());
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                });
+                if let Err(e) = serve.await {
+                    tracing::error!("http channel server failed: {e}");
+                }
+            });
+            *shared.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(Server { stop, task });
+            tracing::info!("http channel listening on http://{address}");
+            Ok(())
+        }
+    }
+
+    /// Stops accepting; requests in flight finish (the gateway stops
+    /// channels after its turns).
+    fn stop(&self) -> impl Fut<()> {
+        let server = self.0.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        async move {
+            if let Some(server) = server {
+                let _ = server.stop.send(());
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server.task).await;
+            }
+            Ok(())
+        }
+    }
+
+    /// Replies travel back in each request's response; nothing to push.
+    fn send(&self, message: Envelope) -> impl Fut<()> {
+        tracing::debug!(session = ?message.get("session_id"), "outbound");
+        async { Ok(()) }
+    }
+
+    /// A model event of a streamed request: to its event stream.
+    fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
+        let id = message.pointer("/context/_http_request").and_then(Value::as_str).map(str::to_owned);
+        if let Some(sender) = id.and_then(|id| self.0.streams().get(&id).cloned()) {
+            let _ = sender.send(event);
+        }
+        async { Ok(()) }
+    }
+
+    /// Per session, one turn at a time by default (replies in order).
+    fn admit_message(
+        &self,
+        _session_id: String,
+        _message: Envelope,
+        turn: TurnSnapshot,
+    ) -> impl Fut<Option<AdmitDecision>> {
+        let action = match self.0.config.admission {
+            Admission::Process => None,
+            Admission::FollowUp => Some(AdmitAction::FollowUp),
+            Admission::Steer => Some(AdmitAction::Steer),
+        };
+        let decision = action
+            .filter(|_| turn.is_running)
+            .map(|action| AdmitDecision { action, reason: Some("http session is already generating".into()) });
+        async move { Ok(decision) }
+    }
+}
+
+/// Writes `<data_dir>/address` (whole or not at all).
+fn write_address(data_dir: &std::path::Path, address: SocketAddr) {
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(data_dir)?;
+        let tmp = data_dir.join(format!(".address.{}", std::process::id()));
+        std::fs::write(&tmp, format!("{address}\n"))?;
+        std::fs::rename(&tmp, data_dir.join("address"))
+    };
+    if let Err(e) = write() {
+        tracing::warn!("could not write {}/address: {e}", data_dir.display());
+    }
+}
+
+/// The request body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    content: String,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    chat_id: Option<String>,
+    #[serde(default)]
+    sender: Option<String>,
+    #[serde(default)]
+    context: Option<Map<String, Value>>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    media: Option<Vec<Value>>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"status": "error", "error": message.into()}))).into_response()
+}
+
+/// Compares without an early exit, so timing does not tell how much of a
+/// guessed token was right.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(token) = &shared.config.token {
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.trim().as_bytes(), token.as_bytes())) {
+            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
+        }
+    }
+    let request: Request = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be JSON like {{\"content\": \"hi\", \"session_id\": \"s1\"}}: {e}"),
+            )
+        }
+    };
+    let wants_events = request.stream.unwrap_or(false)
+        || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
+
+    let mut context = request.context.unwrap_or_default();
+    if let Some(sender) = &request.sender {
+        context.insert("sender_id".into(), json!(sender));
+    }
+    let mut message = json!({
+        "channel": NAME,
+        "chat_id": request.chat_id.unwrap_or_else(|| "default".into()),
+        "content": request.content,
+        "is_active": true,
+        "kind": request.kind.unwrap_or_else(|| "normal".into()),
+    });
+    if let Some(session) = request.session_id {
+        message["session_id"] = json!(session);
+    }
+    if let Some(media) = request.media {
+        message["media"] = json!(media);
+    }
+
+    if !wants_events {
+        message["context"] = Value::Object(context);
+        return match MessageHandlerClient(&shared.handler).submit(&message).await {
+            Ok(delivery) => delivered(delivery),
+            Err(e) => not_taken(e.to_string()),
+        };
+    }
+
+    // Streamed: the turn's events come through `stream_event`, keyed by
+    // this request's id; the stream ends with the delivery.
+    let id = format!("{}-{}", std::process::id(), shared.next_id.fetch_add(1, Ordering::Relaxed));
+    context.insert("_http_request".into(), json!(id));
+    message["context"] = Value::Object(context);
+    message["stream_output"] = json!(true);
+    let (events, receiver) = mpsc::unbounded_channel();
+    shared.streams().insert(id.clone(), events);
+    let (done_tx, done_rx) = oneshot::channel();
+    let submitter = shared.clone();
+    tokio::spawn(async move {
+        let outcome = MessageHandlerClient(&submitter.handler).submit(&message).await;
+        submitter.streams().remove(&id);
+        let _ = done_tx.send(outcome.map_err(|e| e.to_string()));
+    });
+    let stream = futures_util::stream::unfold((receiver, Some(done_rx)), |(mut events, done)| async move {
+        if let Some(event) = events.recv().await {
+            let data = serde_json::to_string(&event.data).unwrap_or_default();
+            return Some((
+                Ok::<_, std::convert::Infallible>(Event::default().event(event.kind).data(data)),
+                (events, done),
+            ));
+        }
+        // The sender is gone: the turn is over; the last event is the reply.
+        let done = done?;
+        let reply = match done.await {
+            Ok(Ok(delivery)) => reply_body(&delivery),
+            Ok(Err(e)) => json!({"status": "error", "error": e}),
+            Err(_) => json!({"status": "cancelled"}),
+        };
+        Some((Ok(Event::default().event("reply").data(reply.to_string())), (events, None)))
+    });
+    Sse::new(stream).into_response()
+}
+
+fn not_taken(why: String) -> Response {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, why);
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
+/// The reply text: the first outbound for this channel, else the model output.
+fn reply_body(delivery: &Delivery) -> Value {
+    let reply = delivery
+        .outbounds
+        .iter()
+        .find(|o| {
+            let target = o.get("output_channel").or_else(|| o.get("channel")).and_then(Value::as_str);
+            target == Some(NAME)
+        })
+        .and_then(|o| o.get("content").and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| delivery.model_output.clone());
+    let mut body = json!({"status": delivery.status, "session_id": delivery.session_id, "reply": reply, "outbounds": delivery.outbounds});
+    if let Some(e) = &delivery.error {
+        body["error"] = json!(e);
+    }
+    body
+}
+
+fn delivered(delivery: Delivery) -> Response {
+    let status = match delivery.status.as_str() {
+        "processed" => StatusCode::OK,
+        "steered" => StatusCode::ACCEPTED,
+        "dropped" => StatusCode::CONFLICT,
+        "ignored" => StatusCode::UNPROCESSABLE_ENTITY,
+        "cancelled" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, Json(reply_body(&delivery))).into_response()
+}
