@@ -16,6 +16,7 @@ use bub_host::{discovery::SearchPath, Host};
 use serde_json::{json, Value};
 
 /// The workspace root.
+pub mod gateway;
 pub mod provider;
 
 pub fn workspace() -> PathBuf {
@@ -43,6 +44,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tool-policy",
     "audit-log",
     "openai-chat",
+    "http-channel",
 ];
 
 /// ABI fixtures (each built alone).

@@ -19,7 +19,10 @@
 //! turn was cancelled; 400 a malformed request; 401 a missing or wrong token.
 //!
 //! Config (`bub plugins config http-channel key=value`, or
-//! `BUB_HTTP_CHANNEL__<KEY>`): `bind` (default `127.0.0.1:8787`; port 0
+//! `BUB_HTTP_CHANNEL__<KEY>`): `name` (the channel's name, default `http`;
+//! install it twice under two names for two endpoints), `debounce` (`true`:
+//! a session's quick messages are batched into one turn, Bub's debounce),
+//! `bind` (default `127.0.0.1:8787`; port 0
 //! picks a free one), `token` (a bearer token every request must carry;
 //! required to listen on anything but loopback), `admission` (`follow_up`,
 //! the default: a session's messages queue behind its running turn, so
@@ -50,15 +53,12 @@ use axum::{
 };
 use bub_abi::{
     resources::{clients::MessageHandlerClient, Channel, Fut},
-    types::{AdmitAction, AdmitDecision, Delivery, Envelope, StreamEvent, TurnSnapshot},
+    types::{AdmitAction, AdmitDecision, ChannelInfo, Delivery, Envelope, StreamEvent, TurnSnapshot},
     BoxError, Object, Plugin, PluginContext,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
-
-/// The channel's name (messages carry `"channel": "http"`).
-const NAME: &str = "http";
 
 /// The plugin.
 pub struct HttpChannelPlugin {
@@ -68,6 +68,9 @@ pub struct HttpChannelPlugin {
 
 #[derive(Clone, Debug)]
 struct Config {
+    // The channel's name: messages carry `"channel": <name>`.
+    name: String,
+    debounce: bool,
     bind: String,
     token: Option<String>,
     admission: Admission,
@@ -111,7 +114,10 @@ impl Config {
                 return Err(format!("http-channel: admission={other:?}; use follow_up, process or steer").into())
             }
         };
-        Ok(Config { bind, token, admission })
+        let name = text(config, "name").unwrap_or_else(|| "http".into());
+        let debounce = matches!(config.get("debounce"), Some(Value::Bool(true)))
+            || text(config, "debounce").is_some_and(|d| d == "true");
+        Ok(Config { name, debounce, bind, token, admission })
     }
 }
 
@@ -162,7 +168,7 @@ struct HttpChannel(Arc<Shared>);
 
 impl Channel for HttpChannel {
     fn name(&self) -> String {
-        NAME.into()
+        self.0.config.name.clone()
     }
 
     /// Binds and serves in the background; returns once listening.
@@ -220,6 +226,12 @@ impl Channel for HttpChannel {
             let _ = sender.send(event);
         }
         async { Ok(()) }
+    }
+
+    /// A plain channel; debounced if configured.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        let info = ChannelInfo { needs_debounce: self.0.config.debounce, ..Default::default() };
+        async move { Ok(info) }
     }
 
     /// Per session, one turn at a time by default (replies in order).
@@ -310,7 +322,7 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         context.insert("sender_id".into(), json!(sender));
     }
     let mut message = json!({
-        "channel": NAME,
+        "channel": shared.config.name,
         "chat_id": request.chat_id.unwrap_or_else(|| "default".into()),
         "content": request.content,
         "is_active": true,
@@ -326,7 +338,7 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
     if !wants_events {
         message["context"] = Value::Object(context);
         return match MessageHandlerClient(&shared.handler).submit(&message).await {
-            Ok(delivery) => delivered(delivery),
+            Ok(delivery) => delivered(&shared.config.name, delivery),
             Err(e) => not_taken(e.to_string()),
         };
     }
@@ -341,27 +353,31 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
     shared.streams().insert(id.clone(), events);
     let (done_tx, done_rx) = oneshot::channel();
     let submitter = shared.clone();
+    let name = shared.config.name.clone();
     tokio::spawn(async move {
         let outcome = MessageHandlerClient(&submitter.handler).submit(&message).await;
         submitter.streams().remove(&id);
         let _ = done_tx.send(outcome.map_err(|e| e.to_string()));
     });
-    let stream = futures_util::stream::unfold((receiver, Some(done_rx)), |(mut events, done)| async move {
-        if let Some(event) = events.recv().await {
-            let data = serde_json::to_string(&event.data).unwrap_or_default();
-            return Some((
-                Ok::<_, std::convert::Infallible>(Event::default().event(event.kind).data(data)),
-                (events, done),
-            ));
+    let stream = futures_util::stream::unfold((receiver, Some(done_rx)), move |(mut events, done)| {
+        let name = name.clone();
+        async move {
+            if let Some(event) = events.recv().await {
+                let data = serde_json::to_string(&event.data).unwrap_or_default();
+                return Some((
+                    Ok::<_, std::convert::Infallible>(Event::default().event(event.kind).data(data)),
+                    (events, done),
+                ));
+            }
+            // The sender is gone: the turn is over; the last event is the reply.
+            let done = done?;
+            let reply = match done.await {
+                Ok(Ok(delivery)) => reply_body(&name, &delivery),
+                Ok(Err(e)) => json!({"status": "error", "error": e}),
+                Err(_) => json!({"status": "cancelled"}),
+            };
+            Some((Ok(Event::default().event("reply").data(reply.to_string())), (events, None)))
         }
-        // The sender is gone: the turn is over; the last event is the reply.
-        let done = done?;
-        let reply = match done.await {
-            Ok(Ok(delivery)) => reply_body(&delivery),
-            Ok(Err(e)) => json!({"status": "error", "error": e}),
-            Err(_) => json!({"status": "cancelled"}),
-        };
-        Some((Ok(Event::default().event("reply").data(reply.to_string())), (events, None)))
     });
     Sse::new(stream).into_response()
 }
@@ -373,13 +389,13 @@ fn not_taken(why: String) -> Response {
 }
 
 /// The reply text: the first outbound for this channel, else the model output.
-fn reply_body(delivery: &Delivery) -> Value {
+fn reply_body(channel: &str, delivery: &Delivery) -> Value {
     let reply = delivery
         .outbounds
         .iter()
         .find(|o| {
             let target = o.get("output_channel").or_else(|| o.get("channel")).and_then(Value::as_str);
-            target == Some(NAME)
+            target == Some(channel)
         })
         .and_then(|o| o.get("content").and_then(Value::as_str).map(str::to_owned))
         .or_else(|| delivery.model_output.clone());
@@ -390,7 +406,7 @@ fn reply_body(delivery: &Delivery) -> Value {
     body
 }
 
-fn delivered(delivery: Delivery) -> Response {
+fn delivered(channel: &str, delivery: Delivery) -> Response {
     let status = match delivery.status.as_str() {
         "processed" => StatusCode::OK,
         "steered" => StatusCode::ACCEPTED,
@@ -399,5 +415,5 @@ fn delivered(delivery: Delivery) -> Response {
         "cancelled" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    (status, Json(reply_body(&delivery))).into_response()
+    (status, Json(reply_body(channel, &delivery))).into_response()
 }

@@ -12,6 +12,7 @@ mod chat;
 mod cli;
 mod dispatch;
 mod examples;
+mod gateway;
 mod install;
 mod loading;
 mod openai;

@@ -1,0 +1,318 @@
+//! `bub gateway` with the `http-channel` example plugin, through the real
+//! binary, loader and a real HTTP client (agent spec §5, hook spec §6.5).
+
+use std::time::Duration;
+
+use bub_tests::{gateway::GatewayProcess, lib, run_bub, Home};
+use serde_json::{json, Value};
+
+fn http_channel(home: &Home, name: &str, config: Value) {
+    let mut config = config;
+    config["bind"] = json!("127.0.0.1:0");
+    if name != "http-channel" {
+        config["name"] = json!(name);
+    }
+    home.install(name, &lib("http-channel"), config);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn post(client: &reqwest::Client, base: &str, body: Value) -> (u16, Value) {
+    let response = client.post(format!("{base}/v1/messages")).json(&body).send().await.expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// §5: a message through the HTTP channel is a turn; the reply comes back in
+/// the response, or as the turn's events then a `reply` event.
+#[test]
+fn http_channel_answers_with_the_turns_reply_as_json_and_as_events() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let health = client.get(format!("{base}/v1/health")).send().await.unwrap().text().await.unwrap();
+        assert_eq!(health, "ok");
+
+        let (status, body) = post(&client, &base, json!({"content": "hello gateway", "session_id": "s1"})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "processed");
+        assert_eq!(body["session_id"], "s1");
+        assert!(body["reply"].as_str().unwrap().ends_with("hello gateway"), "{body}");
+        assert_eq!(body["outbounds"][0]["channel"], "http");
+
+        let text = client
+            .post(format!("{base}/v1/messages"))
+            .json(&json!({"content": "stream me", "session_id": "s1", "stream": true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+        assert_eq!(events.first(), Some(&"text"), "{text}");
+        assert_eq!(events.last(), Some(&"reply"), "{text}");
+        let reply = text.lines().rfind(|l| l.starts_with("data: ")).unwrap();
+        let reply: Value = serde_json::from_str(reply.trim_start_matches("data: ")).unwrap();
+        assert_eq!(reply["status"], "processed");
+        assert!(reply["reply"].as_str().unwrap().ends_with("stream me"));
+
+        let (status, body) = post(&client, &base, json!({"text": "no content field"})).await;
+        assert_eq!(status, 400);
+        assert!(body["error"].as_str().unwrap().contains("unknown field `text`"), "{body}");
+    });
+    // The memory of the session is on its tape, as for `bub run`.
+    let tapes = std::fs::read_dir(home.path().join("tapes")).unwrap().count();
+    assert!(tapes >= 1);
+}
+
+/// A configured token is required (`Authorization: Bearer`).
+#[test]
+fn http_channel_requires_its_token() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({"token": "s3cret"}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let url = format!("{base}/v1/messages");
+        let body = json!({"content": "hi"});
+        let none = client.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(none.status().as_u16(), 401);
+        let wrong = client.post(&url).bearer_auth("s3cre").json(&body).send().await.unwrap();
+        assert_eq!(wrong.status().as_u16(), 401);
+        let right = client.post(&url).bearer_auth("s3cret").json(&body).send().await.unwrap();
+        assert_eq!(right.status().as_u16(), 200);
+    });
+}
+
+/// An http channel refuses to listen beyond loopback without a token.
+#[test]
+fn http_channel_refuses_a_public_address_without_a_token() {
+    let home = Home::new();
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "0.0.0.0:0"}));
+    let (_, err, ok) = run_bub(&home, &["gateway"]);
+    assert!(!ok);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0 without a token"), "{err}");
+}
+
+/// Behaviour 213: no enabled channel (cli is an interface) → exit 1.
+#[test]
+fn gateway_without_enabled_channels_exits_1() {
+    let home = Home::new();
+    let (_, err, ok) = run_bub(&home, &["gateway"]);
+    assert!(!ok);
+    assert!(err.contains("No channels are enabled. Configure at least one channel"), "{err}");
+    assert!(err.contains("Channels available: cli"), "{err}");
+    // Excluding the only plain channel leaves none either.
+    http_channel(&home, "http-channel", json!({}));
+    let (_, err, ok) = run_bub(&home, &["gateway", "--enable-channel", "all", "--enable-channel", "!http"]);
+    assert!(!ok);
+    assert!(err.contains("No channels are enabled"), "{err}");
+}
+
+/// §5 and the load test's invariant, small: messages of one session queue
+/// behind its running turn (the channel's `follow_up` admission) and run in
+/// arrival order; sessions run concurrently; every request gets its own reply.
+#[test]
+fn a_sessions_turns_run_one_at_a_time_in_order() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    // Slow turns (150 ms in load_state) make the overlap visible.
+    home.scripted(
+        "slow",
+        "",
+        json!({
+            "load_state": {"async": true, "sleep_ms": 150, "trace_arg": 1, "return": null},
+            "save_state": {"trace_arg": 0, "return": null},
+        }),
+    );
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let mut requests = Vec::new();
+        for i in 0..4 {
+            for session in ["a", "b", "c"] {
+                let (client, base) = (client.clone(), base.clone());
+                requests.push(tokio::spawn(async move {
+                    let body = json!({"content": format!("{session}-{i}"), "session_id": session});
+                    (format!("{session}-{i}"), post(&client, &base, body).await)
+                }));
+                // Arrival order within a session is the sending order.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        for r in requests {
+            let (content, (status, body)) = r.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
+        }
+    });
+    for session in ["a", "b", "c"] {
+        let calls: Vec<String> = home
+            .trace()
+            .into_iter()
+            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
+            .map(|l| l.split(':').nth(1).unwrap().to_owned())
+            .collect();
+        let expected: Vec<&str> = ["load_state", "save_state"].repeat(4);
+        assert_eq!(calls, expected, "session {session} overlapped: {calls:?}");
+    }
+    // The log shows the queueing.
+    assert!(gateway.log().contains("admission follow_up session_id=a"), "{}", gateway.log());
+}
+
+/// Behaviour 91 and §6.5: `admit_message` → drop discards the message; a
+/// failing `resolve_session` drops it after `on_error(stage="resolve_session")`.
+#[test]
+fn admission_can_drop_and_a_failing_resolver_drops() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.scripted(
+        "gate",
+        "",
+        json!({
+            "admit_message": {"return": {"action": "drop", "reason": "closed for the night"}},
+            "on_error": {"trace_arg": 0, "return": null},
+        }),
+    );
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let (status, body) = post(&client, &base, json!({"content": "hi"})).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["status"], "dropped");
+        assert_eq!(body["error"], "closed for the night");
+    });
+    drop(gateway);
+
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.scripted(
+        "resolver",
+        "",
+        json!({"resolve_session": {"error": "no such tenant"}, "on_error": {"trace_arg": 0, "return": null}}),
+    );
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let (status, body) = post(&reqwest::Client::new(), &base, json!({"content": "hi"})).await;
+        assert_eq!(status, 409, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("no such tenant"), "{body}");
+    });
+    assert!(home.trace().contains(&r#"resolver:on_error:"resolve_session""#.to_owned()), "{:?}", home.trace());
+}
+
+/// Stopping: SIGTERM refuses new messages (503, retry later), lets the
+/// running turn finish and answer, and exits 0.
+#[test]
+fn sigterm_lets_running_turns_finish_and_refuses_new_messages() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 1500, "return": null}}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let running = tokio::spawn(post_owned(client.clone(), base.clone(), json!({"content": "slow one"})));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        gateway.signal("TERM");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, body) = post(&client, &base, json!({"content": "too late"})).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("stopping"), "{body}");
+        let (status, body) = running.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body["reply"].as_str().unwrap().ends_with("slow one"));
+    });
+    let status = gateway.wait(Duration::from_secs(20)).expect("the gateway exits after its turns");
+    assert!(status.success(), "{status}\n{}", gateway.log());
+    assert!(!home.path().join("gateway/unprocessed.jsonl").exists());
+}
+
+async fn post_owned(client: reqwest::Client, base: String, body: Value) -> (u16, Value) {
+    post(&client, &base, body).await
+}
+
+/// Stopping, grace over: the hanging turn is cancelled (its client told
+/// 503 `cancelled`), and the message is kept in `gateway/unprocessed.jsonl`.
+#[test]
+fn turns_still_running_after_the_grace_period_are_cancelled_and_kept() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.scripted("hang", "", json!({"load_state": {"async": true, "sleep_ms": 60000, "return": null}}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[("BUB_SHUTDOWN_GRACE_SECONDS", "0.5")]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let running = tokio::spawn(post_owned(
+            client.clone(),
+            base.clone(),
+            json!({"content": "never answered", "session_id": "h"}),
+        ));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        gateway.signal("TERM");
+        let (status, body) = running.await.unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["status"], "cancelled");
+    });
+    let status = gateway.wait(Duration::from_secs(20)).expect("the gateway exits after the grace period");
+    assert!(status.success(), "{status}\n{}", gateway.log());
+    let saved = std::fs::read_to_string(home.path().join("gateway/unprocessed.jsonl")).unwrap();
+    let saved: Value = serde_json::from_str(saved.lines().next().unwrap()).unwrap();
+    assert_eq!(saved["content"], "never answered");
+    assert_eq!(saved["session_id"], "h");
+}
+
+/// A channel that fails to start is reported; the others run.
+#[test]
+fn a_channel_that_fails_to_start_does_not_stop_the_others() {
+    let home = Home::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    home.install("http-busy", &lib("http-channel"), json!({"name": "busy", "bind": format!("127.0.0.1:{port}")}));
+    http_channel(&home, "http-ok", json!({}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-ok");
+    let log = gateway.log();
+    assert!(log.contains("channel 'busy' failed to start") && log.contains("cannot listen on 127.0.0.1"), "{log}");
+    runtime().block_on(async {
+        let (status, body) = post(&reqwest::Client::new(), &base, json!({"content": "still here"})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["outbounds"][0]["channel"], "http-ok");
+    });
+}
+
+/// Debounce (§5): a debounced channel's quick messages of one session
+/// become one turn whose prompt joins them; each sender gets its reply.
+#[test]
+fn debounced_channels_batch_a_sessions_quick_messages() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({"debounce": true}));
+    home.scripted("trace", "", json!({"save_state": {"trace_arg": 0, "return": null}}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[("BUB_DEBOUNCE_SECONDS", "0.3")]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let mut requests = Vec::new();
+        for word in ["one", "two", "three"] {
+            let body = json!({"content": word, "session_id": "d"});
+            requests.push(tokio::spawn(post_owned(client.clone(), base.clone(), body)));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for r in requests {
+            let (status, body) = r.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert!(body["reply"].as_str().unwrap().ends_with("one\ntwo\nthree"), "{body}");
+        }
+    });
+    let turns = home.trace().iter().filter(|l| l.as_str() == r#"trace:save_state:"d""#).count();
+    assert_eq!(turns, 1, "{:?}", home.trace());
+}
