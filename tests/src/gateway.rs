@@ -20,11 +20,16 @@ impl GatewayProcess {
     /// `<home>/gateway.log`. The http channels write their address into
     /// their data folders; [`address`](Self::address) waits for it.
     pub fn start(home: &Path, args: &[&str], env: &[(&str, &str)]) -> GatewayProcess {
+        GatewayProcess::start_bin(&bub_bin(), home, args, env)
+    }
+
+    /// As [`start`](Self::start), with another `bub` binary (a release one).
+    pub fn start_bin(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> GatewayProcess {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = home.join(format!("gateway-{n}.log"));
         let file = std::fs::File::create(&log).expect("gateway log");
-        let mut cmd = Command::new(bub_bin());
+        let mut cmd = Command::new(bin);
         cmd.arg("--home").arg(home).arg("-v").arg("gateway").args(args);
         cmd.env("BUB_HOME", home).env_remove("BUB_PLUGIN_PATH").env_remove("RUST_LOG");
         for (k, v) in env {

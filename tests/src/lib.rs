@@ -122,6 +122,11 @@ pub fn bub_bin() -> PathBuf {
     build_plugins(false).join(format!("bub{}", std::env::consts::EXE_SUFFIX))
 }
 
+/// The `bub` binary (release profile, for benchmarks).
+pub fn bub_bin_release() -> PathBuf {
+    build_plugins(true).join(format!("bub{}", std::env::consts::EXE_SUFFIX))
+}
+
 /// A temporary Bub home with helpers to install plugins into it.
 pub struct Home {
     dir: tempfile::TempDir,

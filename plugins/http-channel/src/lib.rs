@@ -318,6 +318,11 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
 
     let mut context = request.context.unwrap_or_default();
+    // The order requests reached the gateway (concurrent requests of one
+    // session may overtake each other on the wire): logs and load tests
+    // check a session's turns against it. Internal keys (`_`) stay out of
+    // the prompt.
+    context.insert("_http_seq".into(), json!(shared.next_id.fetch_add(1, Ordering::Relaxed)));
     if let Some(sender) = &request.sender {
         context.insert("sender_id".into(), json!(sender));
     }

@@ -57,7 +57,8 @@ impl Scripted {
     fn trace(&self, line: &str) {
         if let Some(path) = &self.trace {
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("trace file");
-            writeln!(f, "{}:{line}", self.name).expect("trace write");
+            // One write per line: O_APPEND keeps concurrent lines whole.
+            f.write_all(format!("{}:{line}\n", self.name).as_bytes()).expect("trace write");
         }
     }
 

@@ -1,0 +1,144 @@
+//! The gateway load test (`scripts/gateway-load.sh`; a benchmark, not a
+//! timed test): one `bub gateway` (release) with the `http-channel` plugin
+//! and the builtin agent's offline echo model; 1,000 messages over 100
+//! sessions, all sent concurrently (each session's messages 10 ms apart,
+//! none waiting for a reply). Checks that
+//!
+//! - every message gets exactly one reply, its own (the echo ends with it);
+//! - per session, turns run in the order the messages reached the gateway
+//!   (the channel numbers requests as it receives them, `_http_seq`; two
+//!   requests 10 ms apart may still overtake each other on the wire, which
+//!   is counted, not failed);
+//! - no turn of a session overlaps another of the same session (the
+//!   channel's `follow_up` admission): a traced plugin records each turn's
+//!   `load_state` (start) and `save_state` (end), which must alternate;
+//!
+//! and reports throughput and p50/p99 latency (request sent → reply).
+//!
+//! `cargo run --release -p bub-tests --example gateway_load [MESSAGES] [SESSIONS]`
+
+use std::time::{Duration, Instant};
+
+use bub_tests::{bub_bin_release, gateway::GatewayProcess, install_into, lib_release};
+use serde_json::{json, Value};
+
+fn main() {
+    let messages: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let sessions: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let per_session = messages / sessions;
+    let home = tempfile::tempdir().unwrap();
+    let plugins = home.path().join("plugins");
+    install_into(&plugins, "http-channel", &lib_release("http-channel"), json!({"bind": "127.0.0.1:0"}));
+    let trace = home.path().join("trace.log");
+    install_into(
+        &plugins,
+        "turn-trace",
+        &lib_release("tp-scripted"),
+        json!({"trace": trace, "hooks": {
+            "load_state": {"trace_arg": 0, "return": null},
+            "save_state": {"trace_arg": 0, "return": null},
+        }}),
+    );
+    let mut gateway = GatewayProcess::start_bin(&bub_bin_release(), home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let started = Instant::now();
+    let latencies: Vec<(String, Duration)> = rt.block_on(async {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
+        let mut tasks = Vec::new();
+        for s in 0..sessions {
+            for k in 0..per_session {
+                let (client, base) = (client.clone(), base.clone());
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(10 * k as u64)).await;
+                    let content = format!("s{s}-m{k}");
+                    let sent = Instant::now();
+                    let response = client
+                        .post(format!("{base}/v1/messages"))
+                        .json(&json!({"content": content, "session_id": format!("load-{s}")}))
+                        .send()
+                        .await
+                        .expect("request");
+                    assert_eq!(response.status().as_u16(), 200, "{content}");
+                    let body: Value = response.json().await.expect("JSON reply");
+                    let reply = body["reply"].as_str().unwrap_or_default();
+                    assert!(reply.ends_with(&content), "{content} got someone else's reply: {body}");
+                    (content, sent.elapsed())
+                }));
+            }
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("a request task"));
+        }
+        out
+    });
+    let wall = started.elapsed();
+    gateway.signal("TERM");
+    let status = gateway.wait(Duration::from_secs(60)).expect("the gateway stops");
+    assert!(status.success(), "{}", gateway.log());
+
+    // Exactly one reply per message.
+    let mut seen: Vec<&String> = latencies.iter().map(|(c, _)| c).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), messages, "replies: {} distinct of {messages}", seen.len());
+
+    // Per session: alternating start/end, in sending order.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut by_session: std::collections::HashMap<String, Vec<(String, String)>> = Default::default();
+    for line in text.lines() {
+        // turn-trace:<hook>:<json argument>
+        let mut parts = line.splitn(3, ':');
+        let (_, hook, arg) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or("null"));
+        let arg: Value = serde_json::from_str(arg).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let (session, content) = match hook {
+            "load_state" => (
+                text(&arg["session_id"]),
+                arg["context"]["_http_seq"].to_string() + " " + arg["content"].as_str().unwrap_or_default(),
+            ),
+            "save_state" => (text(&arg), String::new()),
+            _ => continue,
+        };
+        let session = session.unwrap_or_else(|| panic!("no session in {line}"));
+        by_session.entry(session).or_default().push((hook.to_owned(), content));
+    }
+    assert_eq!(by_session.len(), sessions);
+    let mut overtaken = 0;
+    for (session, calls) in &by_session {
+        let hooks: Vec<&str> = calls.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hooks, ["load_state", "save_state"].repeat(per_session), "{session}: turns overlapped");
+        // Turns in the order the messages reached the gateway.
+        let turns: Vec<(u64, &str)> = calls
+            .iter()
+            .filter(|(h, _)| h == "load_state")
+            .map(|(_, c)| {
+                let (seq, content) = c.split_once(' ').unwrap();
+                (seq.parse().unwrap_or_else(|_| panic!("no _http_seq in {c}")), content)
+            })
+            .collect();
+        assert!(turns.windows(2).all(|w| w[0].0 < w[1].0), "{session}: turns out of arrival order: {turns:?}");
+        // Sent 10 ms apart, they usually arrive in sending order too.
+        let s = session.trim_start_matches("load-");
+        let sent: Vec<String> = (0..per_session).map(|k| format!("s{s}-m{k}")).collect();
+        if turns.iter().map(|t| t.1).ne(sent.iter().map(String::as_str)) {
+            overtaken += 1;
+        }
+    }
+
+    let mut times: Vec<Duration> = latencies.iter().map(|(_, d)| *d).collect();
+    times.sort();
+    let pct = |p: f64| times[((times.len() as f64 * p).ceil() as usize).saturating_sub(1)];
+    println!(
+        "gateway load: {messages} messages over {sessions} sessions in {:.2} s = {:.0} messages/s; \
+         latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; every message one reply, \
+         turns in arrival order, no overlapping turns ({overtaken} sessions had a request overtaken on the wire)",
+        wall.as_secs_f64(),
+        messages as f64 / wall.as_secs_f64(),
+        pct(0.50).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        times.last().unwrap().as_secs_f64() * 1e3,
+    );
+}
