@@ -672,6 +672,38 @@ pub struct PluginMod {
     /// The hook implementations.
     #[sabi(last_prefix_field)]
     pub hooks: HookTableRef,
+    /// Plugins this one replaces, by name (ABI 2.1): the installer records
+    /// them in the manifest and the host then lists them as replaced
+    /// instead of loading them. Absent in plugins built before 2.1.
+    #[cfg(not(feature = "__test-abi-prev-minor"))]
+    #[sabi(missing_field(option))]
+    pub replaces: RSlice<'static, RStr<'static>>,
+}
+
+impl PluginMod {
+    /// The module of a plugin built against this ABI (what
+    /// [`crate::export_plugin!`] builds).
+    pub const fn new(
+        name: RStr<'static>,
+        version: RStr<'static>,
+        description: RStr<'static>,
+        init: extern "C" fn(HostServicesRef, &InitArgs<'_>) -> RResult<Instance, HookError>,
+        hooks: HookTableRef,
+        replaces: RSlice<'static, RStr<'static>>,
+    ) -> PluginMod {
+        #[cfg(feature = "__test-abi-prev-minor")]
+        let _ = replaces;
+        PluginMod {
+            abi_version: RStr::from_str(ABI_VERSION),
+            name,
+            version,
+            description,
+            init,
+            hooks,
+            #[cfg(not(feature = "__test-abi-prev-minor"))]
+            replaces,
+        }
+    }
 }
 
 impl RootModule for PluginModRef {

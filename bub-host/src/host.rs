@@ -147,8 +147,9 @@ impl HostBuilder {
         };
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
+        let replaced = replacements(&self.sources);
         for (fallback_name, source) in self.sources {
-            let record = load_source(fallback_name, source, &taken, &self.app_config, &places);
+            let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, &places);
             if let PluginStatus::Failed { detail } = &record.status {
                 tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
             }
@@ -184,10 +185,37 @@ fn read_app_config(home: &Path) -> Map<String, serde_json::Value> {
     Map::new()
 }
 
+/// Which plugins are replaced, and by whom: every enabled installed
+/// plugin's `replaces`, in discovery order; a plugin that is itself
+/// replaced replaces nothing (so two plugins replacing each other leave the
+/// first), and the builtin cannot be replaced.
+fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, String> {
+    let mut replaced: HashMap<String, String> = HashMap::new();
+    for (_, source) in sources {
+        let PluginSource::Folder(dir) = source else { continue };
+        let Ok(manifest) = Manifest::read(dir) else { continue };
+        let own_folder = dir.file_name().is_some_and(|f| f == manifest.name.as_str());
+        if !manifest.enabled || !own_folder || replaced.contains_key(&manifest.name) {
+            continue;
+        }
+        for name in &manifest.replaces {
+            if name == "builtin" {
+                tracing::warn!(target: "bub::plugin", "plugin {} declares it replaces the builtin, which cannot be replaced; ignored", manifest.name);
+                continue;
+            }
+            if name != &manifest.name {
+                replaced.entry(name.clone()).or_insert_with(|| manifest.name.clone());
+            }
+        }
+    }
+    replaced
+}
+
 fn load_source(
     fallback_name: String,
     source: PluginSource,
     taken: &HashMap<String, PathBuf>,
+    replaced: &HashMap<String, String>,
     app_config: &Map<String, serde_json::Value>,
     places: &Places,
 ) -> PluginRecord {
@@ -200,7 +228,7 @@ fn load_source(
             Some(record) => record,
             None => open_and_register(name, path, &config, places),
         },
-        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, app_config, places),
+        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, replaced, app_config, places),
     }
 }
 
@@ -208,6 +236,7 @@ fn load_folder(
     fallback_name: String,
     dir: &Path,
     taken: &HashMap<String, PathBuf>,
+    replaced: &HashMap<String, String>,
     app_config: &Map<String, serde_json::Value>,
     places: &Places,
 ) -> PluginRecord {
@@ -234,11 +263,15 @@ fn load_folder(
     if let Some(record) = shadowed(&manifest.name, &path, taken) {
         return record;
     }
-    if !manifest.enabled {
+    let by = replaced.get(&manifest.name);
+    if !manifest.enabled || by.is_some() {
         let mut r = PluginRecord::failed(manifest.name, Some(path), String::new());
         r.version = manifest.version.unwrap_or_default();
         r.abi_version = manifest.abi_version.unwrap_or_default();
-        r.status = PluginStatus::Disabled;
+        r.status = match by {
+            Some(by) if manifest.enabled => PluginStatus::Replaced { by: by.clone() },
+            _ => PluginStatus::Disabled,
+        };
         return r;
     }
     if !path.is_file() {

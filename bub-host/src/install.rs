@@ -218,6 +218,7 @@ impl Installer {
             installed_at: Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
             enabled: previous.as_ref().is_none_or(|m| m.enabled),
             config: previous.as_ref().map(|m| m.config.clone()).unwrap_or_default(),
+            replaces: lib.replaces().into_iter().filter(|r| crate::manifest::valid_name(r) && *r != name).collect(),
         };
         manifest.write(stage)?;
 

@@ -75,6 +75,10 @@ impl Library {
     pub fn abi_version(&self) -> &'static str {
         self.module.abi_version().as_str()
     }
+    /// The plugins it declares it replaces (none before ABI 2.1).
+    pub fn replaces(&self) -> Vec<String> {
+        self.module.replaces().map(|r| r.iter().map(|s| s.as_str().to_owned()).collect()).unwrap_or_default()
+    }
 }
 
 /// The host's ABI version, parsed.

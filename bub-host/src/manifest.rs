@@ -35,6 +35,10 @@ pub struct Manifest {
     /// Configuration handed to the plugin's constructor.
     #[serde(default)]
     pub config: Map<String, Value>,
+    /// Plugins this one replaces (declared by the library, recorded at
+    /// install): listed as `replaced`, not loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -26,6 +26,11 @@ pub enum PluginStatus {
     },
     /// Installed but disabled in its manifest.
     Disabled,
+    /// Not loaded: another plugin declares it replaces this one.
+    Replaced {
+        /// The replacing plugin.
+        by: String,
+    },
 }
 
 impl PluginStatus {
@@ -35,6 +40,7 @@ impl PluginStatus {
             PluginStatus::Loaded => "loaded",
             PluginStatus::Failed { .. } => "failed",
             PluginStatus::Disabled => "disabled",
+            PluginStatus::Replaced { .. } => "replaced",
         }
     }
 }

@@ -121,7 +121,7 @@ pub const fn hook_table<P: ExportedPlugin>() -> HookTable {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __plugin_module {
-    ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr) => {
+    ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr $(, [$($replaces:expr),*])?) => {
         impl $crate::sdk::export::ExportedPlugin for $ty {
             const CDYLIB: bool = $cdylib;
         }
@@ -131,14 +131,14 @@ macro_rules! __plugin_module {
             use $crate::__private::{RStr, WithMetadata};
             const HOOKS: &WithMetadata<$crate::abi::HookTable> =
                 &WithMetadata::new($crate::sdk::export::hook_table::<$ty>());
-            const MODULE: &WithMetadata<$crate::abi::PluginMod> = &WithMetadata::new($crate::abi::PluginMod {
-                abi_version: RStr::from_str($crate::abi::ABI_VERSION),
-                name: RStr::from_str($name),
-                version: RStr::from_str($version),
-                description: RStr::from_str($description),
-                init: $crate::sdk::export::init::<$ty>,
-                hooks: $crate::abi::HookTableRef(HOOKS.static_as_prefix()),
-            });
+            const MODULE: &WithMetadata<$crate::abi::PluginMod> = &WithMetadata::new($crate::abi::PluginMod::new(
+                RStr::from_str($name),
+                RStr::from_str($version),
+                RStr::from_str($description),
+                $crate::sdk::export::init::<$ty>,
+                $crate::abi::HookTableRef(HOOKS.static_as_prefix()),
+                $crate::__private::RSlice::from_slice(&[$($(RStr::from_str($replaces)),*)?]),
+            ));
             $crate::abi::PluginModRef(MODULE.static_as_prefix())
         }
     };
@@ -149,6 +149,11 @@ macro_rules! __plugin_module {
 /// `export_plugin!(MyPlugin);` takes name, version and description from
 /// `Cargo.toml`; override them with
 /// `export_plugin!(MyPlugin, name = "x", version = "1.0.0", description = "…")`.
+///
+/// A plugin that takes over another one's job declares it with
+/// `export_plugin!(MyPlugin, replaces = ["audit-log"])` (also after
+/// `description = …`): `bub plugins install` records it, and the host lists
+/// the replaced plugin as `replaced` instead of loading it.
 #[macro_export]
 macro_rules! export_plugin {
     ($ty:ty $(,)?) => {
@@ -159,8 +164,18 @@ macro_rules! export_plugin {
             description = env!("CARGO_PKG_DESCRIPTION")
         );
     };
-    ($ty:ty, name = $name:expr, version = $version:expr, description = $description:expr $(,)?) => {
-        $crate::__plugin_module!($ty, true, __bub_plugin_module, $name, $version, $description);
+    ($ty:ty, replaces = [$($replaces:expr),* $(,)?] $(,)?) => {
+        $crate::export_plugin!(
+            $ty,
+            name = env!("CARGO_PKG_NAME"),
+            version = env!("CARGO_PKG_VERSION"),
+            description = env!("CARGO_PKG_DESCRIPTION"),
+            replaces = [$($replaces),*]
+        );
+    };
+    ($ty:ty, name = $name:expr, version = $version:expr, description = $description:expr
+     $(, replaces = [$($replaces:expr),* $(,)?])? $(,)?) => {
+        $crate::__plugin_module!($ty, true, __bub_plugin_module, $name, $version, $description $(, [$($replaces),*])?);
         $crate::__root_symbol!($crate, __bub_plugin_module);
 
         /// The ABI layout fingerprint this plugin was built with (see

@@ -332,3 +332,43 @@ fn install_refuses_names_that_cannot_work_and_odd_sources() {
     assert!(err.contains("is not a folder"), "{err}");
     assert!(!err.contains('\u{1b}'), "no colour codes in a pipe: {err:?}");
 }
+
+/// Host API (gateway issue 6b): a plugin that declares it replaces another
+/// (`export_plugin!(…, replaces = [...])`) gets the declaration recorded at
+/// install; the replaced plugin is listed as replaced and never loaded, and
+/// comes back when the replacing one is disabled. An older plugin (ABI 2.0,
+/// no declaration) installs with none.
+#[test]
+fn a_plugin_can_replace_another_by_name() {
+    let home = Home::new();
+    home.scripted("replaced-by-noop", "", json!({"load_state": {"return": null}}));
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("tp-noop").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("plugins/tp-noop/plugin.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["replaces"], json!(["replaced-by-noop"]));
+
+    let plugins = list(&home);
+    assert!(plugins.contains(&("replaced-by-noop".into(), "replaced".into())), "{plugins:?}");
+    assert!(plugins.contains(&("tp-noop".into(), "loaded".into())), "{plugins:?}");
+    let (out, _, _) = bub(&home, &["plugins", "list"]);
+    assert!(out.contains("replaced by tp-noop"), "{out}");
+    let (_, err, ok) = bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(!home.trace().iter().any(|l| l.starts_with("replaced-by-noop:load_state")), "{:?}", home.trace());
+
+    let (_, err, ok) = bub(&home, &["plugins", "disable", "tp-noop"]);
+    assert!(ok, "{err}");
+    assert!(list(&home).contains(&("replaced-by-noop".into(), "loaded".into())));
+    let (_, err, ok) = bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(home.trace().iter().any(|l| l.starts_with("replaced-by-noop:load_state")), "{:?}", home.trace());
+
+    let (_, err, ok) = bub(&home, &["plugins", "install", lib("prev-minor-plugin").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let installed: Vec<String> = entries(&home);
+    let prev = installed.iter().find(|e| e.contains("prev")).unwrap();
+    let manifest = std::fs::read_to_string(home.path().join("plugins").join(prev).join("plugin.json")).unwrap();
+    assert!(!manifest.contains("replaces"), "{manifest}");
+}

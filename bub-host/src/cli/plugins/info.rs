@@ -37,6 +37,9 @@ pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
     let description = if record.description.is_empty() { "-".to_owned() } else { printable(&record.description, 4096) };
     writeln!(out, "description:  {description}")?;
     writeln!(out, "status:       {}", record.status.as_str())?;
+    if let bub_host::registry::PluginStatus::Replaced { by } = &record.status {
+        writeln!(out, "replaced by:  {}", bub_host::manifest::printable(by, 64))?;
+    }
     if let Some(detail) = info["detail"].as_str() {
         writeln!(out, "error:        {}", printable(detail, 4096))?;
     }

@@ -16,6 +16,7 @@ pub fn run(ctx: &Context, as_json: bool) -> Result<()> {
 pub(super) fn to_json(p: &PluginRecord) -> Value {
     let detail = match &p.status {
         PluginStatus::Failed { detail } => Value::String(detail.clone()),
+        PluginStatus::Replaced { by } => Value::String(format!("replaced by {by}")),
         _ => Value::Null,
     };
     json!({
@@ -76,8 +77,10 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
     writeln!(out, "{}", line(&header).trim_end())?;
     for (p, r) in plugins.iter().zip(&rows) {
         writeln!(out, "{}", line(r).trim_end())?;
-        if let PluginStatus::Failed { detail } = &p.status {
-            writeln!(out, "    error: {}", printable(detail, 4096))?;
+        match &p.status {
+            PluginStatus::Failed { detail } => writeln!(out, "    error: {}", printable(detail, 4096))?,
+            PluginStatus::Replaced { by } => writeln!(out, "    replaced by {}", printable(by, 64))?,
+            _ => {}
         }
     }
     Ok(())

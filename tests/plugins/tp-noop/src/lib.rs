@@ -43,4 +43,6 @@ impl Plugin for Noop {
     }
 }
 
-bub_abi::export_plugin!(Noop);
+// Declares a replacement (ABI 2.1) of a plugin name no other test uses;
+// the install tests prove the declaration is recorded and honoured.
+bub_abi::export_plugin!(Noop, replaces = ["replaced-by-noop"]);
