@@ -129,6 +129,7 @@ pub mod value;
 pub use abi::{ErrorKind, HookError, HookMarker, ABI_VERSION};
 pub use hooks::{HookId, HookKind, HOOK_COUNT};
 pub use sdk::resources;
+pub use sdk::tape;
 pub use sdk::{
     args::hook_args as args,
     hook::{Hook, IntoHookValue, RawJson, ToHookValue},

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 /// The workspace root.
 pub mod gateway;
+pub mod postgres;
 pub mod provider;
 
 pub fn workspace() -> PathBuf {
@@ -45,6 +46,8 @@ pub const TEST_PLUGINS: &[&str] = &[
     "audit-log",
     "openai-chat",
     "http-channel",
+    "tape-sqlite",
+    "tape-postgres",
 ];
 
 /// ABI fixtures (each built alone).

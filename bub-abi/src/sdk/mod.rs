@@ -15,3 +15,4 @@ pub mod plugin;
 pub mod resources;
 pub mod state;
 pub mod stream;
+pub mod tape;

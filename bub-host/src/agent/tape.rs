@@ -16,7 +16,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
 
 use super::AgentError;
-use crate::builtin::tape_store::{now_iso, select};
+use bub_abi::tape::select;
+
+use crate::builtin::tape_store::now_iso;
 
 /// Where tapes are kept: a plugin's store (`provide_tape_store`) or memory.
 #[derive(Clone)]

@@ -133,43 +133,7 @@ fn path_tape(path: &Path) -> String {
 }
 
 pub(crate) fn now_iso() -> String {
-    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
-}
-
-pub(crate) fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
-    let is_anchor = |e: &TapeEntry, name: Option<&str>| {
-        e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
-    };
-    let start = if query.last_anchor {
-        entries.iter().rposition(|e| is_anchor(e, None)).map_or(0, |i| i + 1)
-    } else if let Some(name) = &query.after_anchor {
-        entries.iter().rposition(|e| is_anchor(e, Some(name))).map_or(0, |i| i + 1)
-    } else {
-        0
-    };
-    let mut out: Vec<TapeEntry> =
-        entries.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)).collect();
-    if let Some(q) = &query.query {
-        // Bub's text search: case-insensitive over kind, date, payload and
-        // meta; newest first; one entry per distinct payload; 20 by default.
-        let needle = q.to_lowercase();
-        let mut seen = std::collections::HashSet::new();
-        out = out
-            .into_iter()
-            .rev()
-            .filter(|e| {
-                serde_json::json!([e.kind, e.date, e.payload, e.meta]).to_string().to_lowercase().contains(&needle)
-            })
-            .filter(|e| seen.insert(serde_json::Value::Object(e.payload.clone()).to_string()))
-            .take(query.limit.unwrap_or(20))
-            .collect();
-        return out;
-    }
-    // The first `limit` entries (Bub's `sliced[:limit]`).
-    if let Some(limit) = query.limit {
-        out.truncate(limit);
-    }
-    out
+    bub_abi::tape::now()
 }
 
 impl TapeStore for FileTapeStore {
@@ -209,7 +173,7 @@ impl TapeStore for FileTapeStore {
 
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
-        async move { Ok(select(this.read(&query.tape)?, &query)) }
+        async move { Ok(bub_abi::tape::select(this.read(&query.tape)?, &query)) }
     }
 
     fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {

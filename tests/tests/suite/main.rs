@@ -20,5 +20,6 @@ mod scope;
 mod sdk;
 mod shells;
 mod special;
+mod tape_stores;
 mod trust;
 mod turn;

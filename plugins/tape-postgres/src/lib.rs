@@ -1,0 +1,345 @@
+//! `tape-postgres`: Bub's tapes in PostgreSQL, for deployments that
+//! outgrow one machine: several `bub gateway` processes, on one machine or
+//! many, share one database.
+//!
+//! - **Tapes** — `provide_tape_store` answers a store over the table
+//!   `bub_tape_entries` (created on first use). Every tape operation of the
+//!   agent works as with the builtin store (`bub_abi::tape::select` holds
+//!   the query semantics; the anchor lookup runs in SQL). Ids are assigned
+//!   by the insert itself (`MAX(id) + 1`, retried on the primary-key
+//!   conflict a concurrent writer causes), so they are unique and
+//!   increasing per tape across every process.
+//! - **One turn per session at a time, across gateways** — `load_state`
+//!   (run first, `tryfirst`) takes a PostgreSQL advisory lock named after
+//!   the session on a connection of its own; `save_state` (run last,
+//!   `trylast`, in the turn's `finally`) releases it. A second gateway's
+//!   turn of the same session waits for it. A turn that never reaches
+//!   `save_state` (it failed while building its prompt) or a gateway that
+//!   dies cannot wedge a session: the lock is released after a lease
+//!   (`lock_lease_seconds`, 900), and PostgreSQL drops the locks of a
+//!   closed connection. Waiting is bounded (`lock_wait_seconds`, 600) and
+//!   then fails the turn with a message naming the session.
+//!
+//! Config: `url` (required; `postgres://user@host:port/db` or
+//! `host=… user=… dbname=…`; `BUB_TAPE_POSTGRES__URL` keeps a password out
+//! of files), `lock_lease_seconds`, `lock_wait_seconds`, `session_lock`
+//! (`false` to store tapes only). TLS is not built in: reach a remote
+//! server through a local tunnel or socket.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bub_abi::{
+    resources::{Fut, TapeStore},
+    types::{StateMap, TapeEntry, TapeQuery},
+    BoxError, Object, Plugin, PluginContext,
+};
+use serde_json::{Map, Value};
+use tokio::sync::OnceCell;
+use tokio_postgres::{Client, NoTls};
+
+/// The plugin.
+pub struct TapePostgres {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    url: String,
+    lease: Duration,
+    wait: Duration,
+    session_lock: bool,
+    // The connection tape operations share (tokio-postgres pipelines
+    // concurrent queries on it).
+    tapes: OnceCell<Client>,
+    // Session locks held, by session: the connection holding it and a
+    // token (the lease timer releases only the lock it was started for).
+    held: Mutex<HashMap<String, (Arc<Client>, u64)>>,
+    // Idle lock connections, reused for the next lock.
+    idle: Mutex<Vec<Arc<Client>>>,
+    tokens: std::sync::atomic::AtomicU64,
+}
+
+fn seconds(config: &Map<String, Value>, key: &str, default: u64) -> Result<Duration, BoxError> {
+    match config.get(key) {
+        None => Ok(Duration::from_secs(default)),
+        Some(v) => v
+            .as_f64()
+            .or_else(|| v.as_str()?.parse().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| format!("tape-postgres: {key}={v} is not a positive number of seconds").into()),
+    }
+}
+
+#[bub_abi::plugin]
+impl Plugin for TapePostgres {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        let url = ctx.config.get("url").and_then(Value::as_str).map(str::trim).filter(|u| !u.is_empty()).ok_or(
+            "tape-postgres needs a database: `bub plugins config tape-postgres url=postgres://user@host/db` \
+             (or BUB_TAPE_POSTGRES__URL)",
+        )?;
+        let session_lock = !matches!(ctx.config.get("session_lock"), Some(Value::Bool(false)))
+            && ctx.config.get("session_lock").and_then(Value::as_str) != Some("false");
+        Ok(TapePostgres {
+            shared: Arc::new(Shared {
+                url: url.to_owned(),
+                lease: seconds(&ctx.config, "lock_lease_seconds", 900)?,
+                wait: seconds(&ctx.config, "lock_wait_seconds", 600)?,
+                session_lock,
+                tapes: OnceCell::new(),
+                held: Mutex::new(HashMap::new()),
+                idle: Mutex::new(Vec::new()),
+                tokens: Default::default(),
+            }),
+        })
+    }
+
+    /// The PostgreSQL store (replacing the builtin JSONL files by priority).
+    fn provide_tape_store(&self) -> Option<Object> {
+        Some(Object::tape_store(PgStore(self.shared.clone())))
+    }
+
+    /// Waits for the session's lock: no other gateway runs a turn of it.
+    #[tryfirst]
+    async fn load_state(&self, session_id: String) -> Result<Option<StateMap>, BoxError> {
+        if self.shared.session_lock {
+            self.shared.lock_session(&session_id).await?;
+        }
+        Ok(None)
+    }
+
+    /// Releases the session's lock, after every other `save_state`.
+    #[trylast]
+    async fn save_state(&self, session_id: String) -> Result<(), BoxError> {
+        if self.shared.session_lock {
+            self.shared.unlock_session(&session_id).await;
+        }
+        Ok(())
+    }
+}
+
+bub_abi::export_plugin!(TapePostgres);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS bub_tape_entries (
+    tape    TEXT   NOT NULL,
+    id      BIGINT NOT NULL,
+    kind    TEXT   NOT NULL,
+    anchor  TEXT,
+    date    TEXT   NOT NULL,
+    payload JSONB  NOT NULL,
+    meta    JSONB  NOT NULL,
+    PRIMARY KEY (tape, id)
+);
+CREATE INDEX IF NOT EXISTS bub_tape_anchors ON bub_tape_entries (tape, anchor, id) WHERE kind = 'anchor';
+";
+
+impl Shared {
+    async fn connect(&self) -> Result<Client, BoxError> {
+        let (client, connection) = tokio_postgres::connect(&self.url, NoTls)
+            .await
+            .map_err(|e| format!("tape-postgres: cannot connect to the database ({}): {e}", redact(&self.url)))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("tape-postgres: a database connection closed: {e}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// The shared connection, set up once (the schema is created with it;
+    /// an advisory lock keeps two processes from racing on `CREATE`).
+    async fn tapes(&self) -> Result<&Client, BoxError> {
+        self.tapes
+            .get_or_try_init(|| async {
+                let client = self.connect().await?;
+                let setup = format!("SELECT pg_advisory_lock(4207); {SCHEMA} SELECT pg_advisory_unlock(4207);");
+                client
+                    .batch_execute(&setup)
+                    .await
+                    .map_err(|e| format!("tape-postgres: cannot create the tables: {e}"))?;
+                Ok::<_, BoxError>(client)
+            })
+            .await
+    }
+
+    async fn lock_session(self: &Arc<Self>, session: &str) -> Result<(), BoxError> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let client = match idle.filter(|c| !c.is_closed()) {
+            Some(c) => c,
+            None => Arc::new(self.connect().await?),
+        };
+        let wait_ms = self.wait.as_millis().to_string();
+        client.batch_execute(&format!("SET lock_timeout = {wait_ms}")).await?;
+        let key = format!("bub-session:{session}");
+        if let Err(e) = client.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key]).await {
+            return Err(format!(
+                "session {session:?} is still busy in another bub after {}s (tape-postgres lock_wait_seconds): {e}",
+                self.wait.as_secs_f64()
+            )
+            .into());
+        }
+        let token = self.tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(session.to_owned(), (client, token));
+        // The lease: a turn that never reaches save_state must not wedge
+        // the session.
+        let (this, session, lease) = (self.clone(), session.to_owned(), self.lease);
+        tokio::spawn(async move {
+            tokio::time::sleep(lease).await;
+            let still_ours =
+                this.held.lock().unwrap_or_else(|p| p.into_inner()).get(&session).is_some_and(|h| h.1 == token);
+            if still_ours {
+                tracing::warn!(
+                    "tape-postgres: session {session:?} was locked for {}s without its turn ending; released",
+                    lease.as_secs_f64()
+                );
+                this.unlock_session(&session).await;
+            }
+        });
+        Ok(())
+    }
+
+    async fn unlock_session(&self, session: &str) {
+        let Some((client, _)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(session) else { return };
+        let key = format!("bub-session:{session}");
+        match client.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", &[&key]).await {
+            Ok(_) => {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if idle.len() < 16 {
+                    idle.push(client);
+                }
+            }
+            // Dropping the connection releases its locks too.
+            Err(e) => tracing::warn!("tape-postgres: cannot unlock session {session:?} ({e}); closing its connection"),
+        }
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url
+            .split_whitespace()
+            .map(|kv| if kv.starts_with("password=") { "password=***" } else { kv })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+#[derive(Clone)]
+struct PgStore(Arc<Shared>);
+
+fn entry_of(row: &tokio_postgres::Row) -> TapeEntry {
+    let map = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    TapeEntry {
+        id: row.get::<_, i64>(0) as u64,
+        kind: row.get(1),
+        date: row.get(2),
+        payload: map(row.get(3)),
+        meta: map(row.get(4)),
+    }
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> BoxError {
+    format!("tape-postgres: cannot {what}: {e}").into()
+}
+
+impl TapeStore for PgStore {
+    fn list_tapes(&self) -> impl Fut<Vec<String>> {
+        let this = self.clone();
+        async move {
+            let db = this.0.tapes().await?;
+            let rows = db
+                .query("SELECT DISTINCT tape FROM bub_tape_entries ORDER BY tape", &[])
+                .await
+                .map_err(|e| failed("list tapes", e))?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        }
+    }
+
+    fn reset(&self, tape: String) -> impl Fut<()> {
+        let this = self.clone();
+        async move {
+            let db = this.0.tapes().await?;
+            db.execute("DELETE FROM bub_tape_entries WHERE tape = $1", &[&tape])
+                .await
+                .map_err(|e| failed("reset a tape", e))?;
+            Ok(())
+        }
+    }
+
+    fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
+        let this = self.clone();
+        async move {
+            let db = this.0.tapes().await?;
+            let anchor = if query.last_anchor {
+                let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor'";
+                Some(db.query_one(sql, &[&query.tape]).await)
+            } else if let Some(name) = &query.after_anchor {
+                let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor' AND anchor = $2";
+                Some(db.query_one(sql, &[&query.tape, name]).await)
+            } else {
+                None
+            };
+            let start: i64 = match anchor {
+                Some(row) => row.map_err(|e| failed("read a tape", e))?.get::<_, Option<i64>>(0).unwrap_or(0),
+                None => 0,
+            };
+            let rows = db
+                .query(
+                    "SELECT id, kind, date, payload, meta FROM bub_tape_entries WHERE tape = $1 AND id > $2 ORDER BY id",
+                    &[&query.tape, &start],
+                )
+                .await
+                .map_err(|e| failed("read a tape", e))?;
+            let entries = rows.iter().map(entry_of).collect();
+            let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
+            Ok(bub_abi::tape::select(entries, &rest))
+        }
+    }
+
+    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+        let this = self.clone();
+        async move {
+            let db = this.0.tapes().await?;
+            if entry.date.is_empty() {
+                entry.date = bub_abi::tape::now();
+            }
+            let anchor = (entry.kind == "anchor")
+                .then(|| entry.payload.get("name").and_then(Value::as_str).map(str::to_owned))
+                .flatten();
+            let (payload, meta) = (Value::Object(entry.payload.clone()), Value::Object(entry.meta.clone()));
+            // The id is taken by the insert; a concurrent writer that took
+            // the same one makes this insert a no-op, and it tries again.
+            for _ in 0..100 {
+                let row = db
+                    .query_opt(
+                        "INSERT INTO bub_tape_entries (tape, id, kind, anchor, date, payload, meta) \
+                         SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4, $5, $6 FROM bub_tape_entries WHERE tape = $1 \
+                         ON CONFLICT (tape, id) DO NOTHING RETURNING id",
+                        &[&tape, &entry.kind, &anchor, &entry.date, &payload, &meta],
+                    )
+                    .await
+                    .map_err(|e| failed("append to a tape", e))?;
+                if let Some(row) = row {
+                    entry.id = row.get::<_, i64>(0) as u64;
+                    return Ok(entry);
+                }
+            }
+            Err(failed("append to a tape", format!("tape {tape:?} is under too much concurrent writing")))
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! `tape-sqlite`: Bub's tapes in one embedded SQLite database.
+//!
+//! `provide_tape_store` answers a store over `<data dir>/tapes.sqlite3`
+//! (config `path` to put it elsewhere). Every tape operation the agent uses
+//! (append, fetch with anchors, kinds, text search and limits, reset,
+//! list) works as with the builtin JSONL store; `bub_abi::tape::select`
+//! holds the query semantics, the anchor lookup is pushed down to SQL.
+//!
+//! Several `bub` processes (a gateway and `bub run`s) share the file:
+//! WAL journal (readers never block the writer), a busy timeout (config
+//! `busy_timeout_ms`, 10 000) instead of "database is locked", and ids
+//! assigned inside `BEGIN IMMEDIATE`, so they are unique and increasing per
+//! tape across processes. `synchronous=FULL` by default: an append that
+//! returned survives a power cut (config `synchronous = "normal"` trades
+//! that for speed; a process crash never loses it either way).
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use bub_abi::{
+    resources::{Fut, TapeStore},
+    types::{TapeEntry, TapeQuery},
+    BoxError, Object, Plugin, PluginContext,
+};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde_json::{Map, Value};
+
+/// The plugin.
+pub struct TapeSqlite {
+    settings: Arc<Settings>,
+}
+
+struct Settings {
+    path: PathBuf,
+    busy_timeout_ms: u64,
+    synchronous: &'static str,
+}
+
+#[bub_abi::plugin]
+impl Plugin for TapeSqlite {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        let path = match ctx.config.get("path").and_then(Value::as_str) {
+            Some(p) if !p.trim().is_empty() => ctx.home.join(p.trim()),
+            _ => ctx.data_dir.join("tapes.sqlite3"),
+        };
+        let busy_timeout_ms = match ctx.config.get("busy_timeout_ms") {
+            None => 10_000,
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_str()?.parse().ok())
+                .ok_or_else(|| format!("tape-sqlite: busy_timeout_ms={v} is not a number of milliseconds"))?,
+        };
+        let synchronous = match ctx.config.get("synchronous").and_then(Value::as_str).map(str::to_lowercase) {
+            None => "FULL",
+            Some(s) if s == "full" => "FULL",
+            Some(s) if s == "normal" => "NORMAL",
+            Some(other) => return Err(format!("tape-sqlite: synchronous={other:?}; use full or normal").into()),
+        };
+        Ok(TapeSqlite { settings: Arc::new(Settings { path, busy_timeout_ms, synchronous }) })
+    }
+
+    /// The SQLite store (replacing the builtin JSONL files by priority).
+    fn provide_tape_store(&self) -> Option<Object> {
+        Some(Object::tape_store(SqliteStore { settings: self.settings.clone(), conn: Default::default() }))
+    }
+}
+
+bub_abi::export_plugin!(TapeSqlite);
+
+/// One connection per store object, opened on first use, used from the
+/// blocking pool (SQLite calls block; the host's threads must not).
+#[derive(Clone)]
+struct SqliteStore {
+    settings: Arc<Settings>,
+    conn: Arc<Mutex<Option<Connection>>>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tape_entries (
+    tape    TEXT    NOT NULL,
+    id      INTEGER NOT NULL,
+    kind    TEXT    NOT NULL,
+    anchor  TEXT,
+    date    TEXT    NOT NULL,
+    payload TEXT    NOT NULL,
+    meta    TEXT    NOT NULL,
+    PRIMARY KEY (tape, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tape_anchors ON tape_entries (tape, anchor, id) WHERE kind = 'anchor';
+";
+
+impl SqliteStore {
+    fn open(&self) -> Result<Connection, BoxError> {
+        let path = &self.settings.path;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let conn =
+            Connection::open(path).map_err(|e| format!("cannot open the tape database {}: {e}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_millis(self.settings.busy_timeout_ms))?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!("{}: journal mode is {mode}, not WAL (a filesystem without shared memory?)", path.display());
+        }
+        conn.execute_batch(&format!("PRAGMA synchronous = {};", self.settings.synchronous))?;
+        conn.execute_batch(SCHEMA).map_err(|e| format!("cannot set up the tape database {}: {e}", path.display()))?;
+        Ok(conn)
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    async fn with<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Connection) -> Result<T, BoxError> + Send + 'static,
+    ) -> Result<T, BoxError> {
+        let this = self.clone();
+        let path = self.settings.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut slot = this.conn.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some(this.open()?);
+            }
+            let conn = slot.as_mut().expect("opened above");
+            f(conn).map_err(|e| format!("tape-sqlite: cannot {what} ({}): {e}", path.display()).into())
+        })
+        .await
+        .map_err(|e| format!("tape-sqlite: the {what} task failed: {e}"))?
+    }
+}
+
+fn entry_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<TapeEntry> {
+    let json = |text: String| match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    Ok(TapeEntry {
+        id: row.get::<_, i64>(0)? as u64,
+        kind: row.get(1)?,
+        date: row.get(2)?,
+        payload: json(row.get(3)?),
+        meta: json(row.get(4)?),
+    })
+}
+
+impl TapeStore for SqliteStore {
+    fn list_tapes(&self) -> impl Fut<Vec<String>> {
+        let this = self.clone();
+        async move {
+            this.with("list tapes", |conn| {
+                let mut stmt = conn.prepare("SELECT DISTINCT tape FROM tape_entries ORDER BY tape")?;
+                let names = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+                Ok(names)
+            })
+            .await
+        }
+    }
+
+    fn reset(&self, tape: String) -> impl Fut<()> {
+        let this = self.clone();
+        async move {
+            this.with("reset a tape", move |conn| {
+                conn.execute("DELETE FROM tape_entries WHERE tape = ?1", params![tape])?;
+                Ok(())
+            })
+            .await
+        }
+    }
+
+    fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
+        let this = self.clone();
+        async move {
+            this.with("read a tape", move |conn| {
+                // The anchor is found in SQL; only the entries after it are read.
+                let start: Option<i64> = if query.last_anchor {
+                    conn.query_row(
+                        "SELECT MAX(id) FROM tape_entries WHERE tape = ?1 AND kind = 'anchor'",
+                        params![query.tape],
+                        |r| r.get(0),
+                    )?
+                } else if let Some(name) = &query.after_anchor {
+                    conn.query_row(
+                        "SELECT MAX(id) FROM tape_entries WHERE tape = ?1 AND kind = 'anchor' AND anchor = ?2",
+                        params![query.tape, name],
+                        |r| r.get(0),
+                    )
+                    .optional()?
+                    .flatten()
+                } else {
+                    None
+                };
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id, kind, date, payload, meta FROM tape_entries WHERE tape = ?1 AND id > ?2 ORDER BY id",
+                )?;
+                let entries = stmt
+                    .query_map(params![query.tape, start.unwrap_or(0)], entry_of)?
+                    .collect::<Result<Vec<_>, _>>()?;
+                let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
+                Ok(bub_abi::tape::select(entries, &rest))
+            })
+            .await
+        }
+    }
+
+    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+        let this = self.clone();
+        async move {
+            if entry.date.is_empty() {
+                entry.date = bub_abi::tape::now();
+            }
+            this.with("append to a tape", move |conn| {
+                // IMMEDIATE: the write lock first, so the id read below is
+                // still the last one when the row goes in.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let last: i64 =
+                    tx.query_row("SELECT COALESCE(MAX(id), 0) FROM tape_entries WHERE tape = ?1", params![tape], |r| {
+                        r.get(0)
+                    })?;
+                entry.id = last as u64 + 1;
+                let anchor = (entry.kind == "anchor")
+                    .then(|| entry.payload.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .flatten();
+                tx.execute(
+                    "INSERT INTO tape_entries (tape, id, kind, anchor, date, payload, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        tape,
+                        entry.id as i64,
+                        entry.kind,
+                        anchor,
+                        entry.date,
+                        Value::Object(entry.payload.clone()).to_string(),
+                        Value::Object(entry.meta.clone()).to_string(),
+                    ],
+                )?;
+                tx.commit()?;
+                Ok(entry)
+            })
+            .await
+        }
+    }
+}

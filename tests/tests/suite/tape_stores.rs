@@ -1,0 +1,190 @@
+//! The tape store plugins (gateway issue item 5), through the real binary:
+//! `tape-sqlite` with several processes on one file, and `tape-postgres`
+//! with two gateways on one throw-away PostgreSQL server.
+
+use std::time::Duration;
+
+use bub_tests::{gateway::GatewayProcess, lib, postgres::Postgres, run_bub, Home};
+use serde_json::{json, Value};
+
+fn run(home: &Home, args: &[&str]) -> String {
+    let (out, err, ok) = run_bub(home, args);
+    assert!(ok, "bub {args:?} failed: {err}");
+    out
+}
+
+/// Memory across processes, and every tape operation the agent uses:
+/// search (newest first), anchors and handoff, info, reset with archive.
+#[test]
+fn tape_sqlite_answers_every_tape_operation_across_processes() {
+    let home = Home::new();
+    home.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    run(&home, &["run", "first message about apples"]);
+    run(&home, &["run", "second message about pears"]);
+    let found = run(&home, &["run", ",tape.search query=apples"]);
+    assert!(found.contains("2 matches"), "{found}");
+    assert!(!found.contains("pears"), "{found}");
+    run(&home, &["run", ",tape.handoff name=phase-2 summary=moving-on"]);
+    let anchors = run(&home, &["run", ",tape.anchors"]);
+    assert!(anchors.contains("session/start") && anchors.contains("phase-2"), "{anchors}");
+    let info = run(&home, &["run", ",tape.info"]);
+    assert!(info.contains("last_anchor: phase-2"), "{info}");
+    let reset = run(&home, &["run", ",tape.reset archive=true"]);
+    assert!(reset.contains("Archived:"), "{reset}");
+    let info = run(&home, &["run", ",tape.info"]);
+    assert!(info.contains("anchors: 1"), "{info}");
+    assert!(
+        !home
+            .path()
+            .join("tapes")
+            .read_dir()
+            .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsonl"))),
+        "the builtin JSONL store was used"
+    );
+    assert!(home.path().join("data/tape-sqlite/tapes.sqlite3").is_file());
+}
+
+/// Spec 5 (reliability) for SQLite: eight processes appending to one
+/// session's tape at once all succeed (busy timeout, not "database is
+/// locked"), and ids are 1..n, unique, in insertion order.
+#[test]
+fn tape_sqlite_ids_are_unique_across_concurrent_processes() {
+    let home = Home::new();
+    home.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    let runs: Vec<_> = (0..8)
+        .map(|i| {
+            std::process::Command::new(bub_tests::bub_bin())
+                .arg("--home")
+                .arg(home.path())
+                .args(["run", "--session-id", "shared", &format!("message {i}")])
+                .env_remove("BUB_PLUGIN_PATH")
+                .output_async()
+        })
+        .collect();
+    for r in runs {
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let db = rusqlite::Connection::open(home.path().join("data/tape-sqlite/tapes.sqlite3")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT tape, COUNT(*), COUNT(DISTINCT id), MAX(id), MIN(id) FROM tape_entries GROUP BY tape")
+        .unwrap();
+    let rows: Vec<(String, i64, i64, i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let main = rows.iter().max_by_key(|r| r.1).unwrap();
+    assert_eq!((main.1, main.2, main.3, main.4), (main.1, main.1, main.1, 1), "{rows:?}");
+    let users: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM tape_entries WHERE tape = ?1 AND kind = 'message' AND payload LIKE '%\"role\":\"user\"%'",
+            [&main.0],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(users, 8);
+}
+
+trait OutputAsync {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl OutputAsync for std::process::Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn bub")
+    }
+}
+
+fn gateway_home(url: &str, trace: &std::path::Path) -> Home {
+    let home = Home::new();
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0"}));
+    home.install("tape-postgres", &lib("tape-postgres"), json!({"url": url}));
+    // Slow turns (300 ms) that record their start and end, in one trace
+    // file both gateways append to.
+    home.install(
+        "turn-trace",
+        &lib("tp-scripted"),
+        json!({"trace": trace, "hooks": {
+            "load_state": {"async": true, "sleep_ms": 300, "trace_arg": 1, "return": null},
+            "save_state": {"trace_arg": 0, "return": null},
+        }}),
+    );
+    home
+}
+
+/// Scale-out: two gateways (two homes, as on two machines) on one
+/// PostgreSQL. Messages of three sessions go to both at once, interleaved.
+/// A session's turns never overlap, even across gateways (the advisory
+/// lock); both gateways write the same tapes, with unique ids, and each
+/// sees the other's turns as the session's memory.
+#[test]
+fn tape_postgres_two_gateways_share_tapes_and_never_run_a_session_twice() {
+    let pg = match Postgres::start() {
+        Ok(pg) => pg,
+        Err(why) => return eprintln!("SKIPPED tape_postgres_two_gateways…: {why}"),
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let trace = scratch.path().join("turns.log");
+    let (home_a, home_b) = (gateway_home(&pg.url(), &trace), gateway_home(&pg.url(), &trace));
+    let mut a = GatewayProcess::start(home_a.path(), &[], &[]);
+    let mut b = GatewayProcess::start(home_b.path(), &[], &[]);
+    let (url_a, url_b) = (a.address(home_a.path(), "http-channel"), b.address(home_b.path(), "http-channel"));
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        let mut requests = Vec::new();
+        for k in 0..3 {
+            for session in ["s1", "s2", "s3"] {
+                for (gateway, base) in [("a", &url_a), ("b", &url_b)] {
+                    let (client, url) = (client.clone(), format!("{base}/v1/messages"));
+                    let content = format!("{session} {k} via {gateway}");
+                    requests.push(tokio::spawn(async move {
+                        let body = json!({"content": content, "session_id": session});
+                        let response = client.post(url).json(&body).send().await.expect("request");
+                        let status = response.status().as_u16();
+                        let body: Value = response.json().await.unwrap();
+                        (content, status, body)
+                    }));
+                }
+            }
+        }
+        for r in requests {
+            let (content, status, body) = r.await.unwrap();
+            assert_eq!(status, 200, "{content}: {body}");
+            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
+        }
+    });
+    a.signal("TERM");
+    b.signal("TERM");
+    assert!(a.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", a.log());
+    assert!(b.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", b.log());
+
+    let lines = std::fs::read_to_string(&trace).unwrap();
+    for session in ["s1", "s2", "s3"] {
+        let calls: Vec<&str> = lines
+            .lines()
+            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
+            .map(|l| l.split(':').nth(1).unwrap())
+            .collect();
+        assert_eq!(calls, ["load_state", "save_state"].repeat(6), "session {session} ran twice at once:\n{lines}");
+    }
+    // Tapes: in PostgreSQL, not in either home; ids 1..n per tape; each
+    // session's tape has the six user messages from both gateways.
+    for home in [&home_a, &home_b] {
+        let jsonl = std::fs::read_dir(home.path().join("tapes")).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(jsonl, 0, "a gateway wrote JSONL tapes");
+    }
+    let Some(stats) = pg.psql(
+        "SELECT COUNT(*) = COUNT(DISTINCT id) AND MIN(id) = 1 AND MAX(id) = COUNT(*), \
+         COUNT(*) FILTER (WHERE kind = 'message' AND payload->>'role' = 'user') \
+         FROM bub_tape_entries GROUP BY tape ORDER BY 2 DESC",
+    ) else {
+        return eprintln!("psql not installed: the database checks are skipped");
+    };
+    let rows: Vec<&str> = stats.lines().collect();
+    assert!(rows.iter().all(|r| r.starts_with("t|")), "ids not 1..n: {rows:?}");
+    let users: Vec<&str> = rows.iter().map(|r| r.split('|').nth(1).unwrap()).filter(|n| *n != "0").collect();
+    assert_eq!(users, ["6", "6", "6"], "{rows:?}");
+}
