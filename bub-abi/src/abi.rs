@@ -587,6 +587,16 @@ pub struct HostServices {
     /// with these, so every value a hook returns belongs to the host.
     #[sabi(last_prefix_field)]
     pub values: ValueVTableRef,
+    /// Calls the rest of a hook's chain for the plugin registered as
+    /// `instance`, from inside one of its hooks (ABI 2.1; pluggy's
+    /// `subset_hook_caller`): the implementations after it in call order.
+    /// `args` is a map of the hook's arguments by name (a `state` argument
+    /// as a map; hooks with an object argument cannot be called). A
+    /// first-result hook answers the first non-None answer; a broadcast
+    /// hook a list of the values, or the objects, answered.
+    #[cfg(not(feature = "__test-abi-prev-minor"))]
+    #[sabi(missing_field(option))]
+    pub call_rest: extern "C" fn(instance: Instance, hook: RStr<'_>, args: Value) -> FfiFuture<HookReturn>,
 }
 
 /// What a plugin receives besides [`HostServices`] when it is initialised.

@@ -161,7 +161,9 @@ impl HostBuilder {
             }
             registry.register(record);
         }
-        Host { registry: Arc::new(registry), places: Arc::new(places) }
+        let registry = Arc::new(registry);
+        crate::runtime::rest::register(&registry);
+        Host { registry, places: Arc::new(places) }
     }
 }
 

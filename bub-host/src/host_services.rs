@@ -16,6 +16,7 @@ const SERVICES: &WithMetadata<HostServices> = &WithMetadata::new(HostServices {
     log_enabled,
     log,
     values: bub_abi::value::host_table(),
+    call_rest: crate::runtime::rest::call_rest,
 });
 
 /// The host services handed to plugins.

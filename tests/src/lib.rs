@@ -40,6 +40,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-noop",
     "tp-agent-noop",
     "tp-allstages",
+    "tp-store-wrapper",
     "echo-model",
     "session-router",
     "tool-policy",

@@ -23,6 +23,7 @@ pub trait ExportedPlugin: Plugin {
 pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<Instance, HookError> {
     let result = guard::guard(ErrorKind::INIT, || {
         let name = args.name.as_str();
+        crate::sdk::host::install(host);
         if P::CDYLIB {
             logging::install(host, name);
             crate::sdk::bridge::mark_cdylib();

@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod export;
 pub mod guard;
 pub mod hook;
+pub mod host;
 pub mod logging;
 pub mod object;
 pub mod plugin;

@@ -195,3 +195,55 @@ impl ObjectArg for Option<Object> {
         self.as_ref()
     }
 }
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __push_named {
+    ($args:ident, $hook:ident, $named:ident, value, $arg:ident) => {
+        $args
+            .push_value($named.get(stringify!($arg)).unwrap_or(&serde_json::Value::Null))
+            .map_err(|e| e.to_string())?;
+    };
+    ($args:ident, $hook:ident, $named:ident, state, $arg:ident) => {
+        // A copy: what the rest of the chain writes stays in it.
+        let map = match $named.get(stringify!($arg)) {
+            Some(serde_json::Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        $args.push_state(&bub_abi::TurnState::from_map(map));
+    };
+    ($args:ident, $hook:ident, $named:ident, object, $arg:ident) => {
+        return Err(format!(
+            "call_rest: `{}` takes an object (`{}`), which cannot travel as JSON; it cannot be called this way",
+            $hook.name(),
+            stringify!($arg)
+        ));
+    };
+}
+
+macro_rules! gen_from_named {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        impl CallArgs {
+            /// Arguments of `hook` from a map of argument names to JSON
+            /// (`bub_abi::host::call_rest`): a missing one is `null`, a
+            /// `state` is a copy made from a map; hooks taking an object
+            /// cannot be called so.
+            #[allow(unreachable_code, unused_mut, unused_variables)]
+            pub fn from_named(hook: bub_abi::HookId, named: &serde_json::Map<String, serde_json::Value>) -> Result<CallArgs, String> {
+                match hook {
+                    $(bub_abi::HookId::$Pascal => {
+                        let mut args = CallArgs::default();
+                        $( $crate::__push_named!(args, hook, named, $ak, $arg); )*
+                        Ok(args)
+                    })*
+                }
+            }
+        }
+    };
+}
+bub_abi::for_each_hook!(gen_from_named);

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod args;
 mod host_object;
+pub(crate) mod rest;
 mod router;
 pub mod special;
 pub mod stream;

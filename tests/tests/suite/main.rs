@@ -13,6 +13,7 @@ mod cli;
 mod dispatch;
 mod examples;
 mod gateway;
+mod host_api;
 mod install;
 mod loading;
 mod openai;

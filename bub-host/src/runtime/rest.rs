@@ -1,0 +1,177 @@
+//! Calling the rest of a hook's chain from inside a hook (ABI 2.1,
+//! `bub_abi::host::call_rest`; pluggy's `subset_hook_caller`).
+//!
+//! A plugin names itself by its instance (the pointer its `init` returned,
+//! unique in the process: instances are never freed). Each host registers
+//! its instances here when its registry is built, so the call finds the
+//! right host even with several in one process, and the calling plugin's
+//! place in the chain: the implementations after it, in call order, run.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock, Weak},
+};
+
+use abi_stable::std_types::{RStr, RVec};
+use bub_abi::async_ffi::{FfiFuture, FutureExt};
+use bub_abi::{
+    abi::{DispatchMode, HookReturn, Instance},
+    ErrorKind, HookError, HookId, HookKind, Value,
+};
+
+use super::{finish, finish_sync, Answer, CallArgs, Done, Runtime};
+use crate::registry::Registry;
+
+type Instances = HashMap<usize, (Weak<Registry>, usize)>;
+
+fn instances() -> &'static RwLock<Instances> {
+    static INSTANCES: std::sync::OnceLock<RwLock<Instances>> = std::sync::OnceLock::new();
+    INSTANCES.get_or_init(Default::default)
+}
+
+/// Makes `registry`'s plugins able to call the rest of their chains.
+pub(crate) fn register(registry: &Arc<Registry>) {
+    let mut map = instances().write().unwrap_or_else(|p| p.into_inner());
+    map.retain(|_, (r, _)| r.strong_count() > 0);
+    for (index, record) in registry.plugins().iter().enumerate() {
+        if record.instance != Instance::NONE {
+            map.insert(record.instance.0 as usize, (Arc::downgrade(registry), index));
+        }
+    }
+}
+
+fn error(message: impl Into<String>) -> HookError {
+    HookError::new(ErrorKind::ERROR, message.into())
+}
+
+fn ready(ret: HookReturn) -> FfiFuture<HookReturn> {
+    async move { ret }.into_ffi()
+}
+
+/// The host service (`HostServices::call_rest`).
+pub(crate) extern "C" fn call_rest(instance: Instance, hook: RStr<'_>, args: Value) -> FfiFuture<HookReturn> {
+    let hook_name = hook.as_str().to_owned();
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start(instance, &hook_name, args)));
+    match started {
+        Ok(Ok(fut)) => fut,
+        Ok(Err(e)) => ready(HookReturn::error(e)),
+        Err(_) => ready(HookReturn::error(error(format!("call_rest of `{hook_name}` panicked in the host")))),
+    }
+}
+
+fn start(instance: Instance, hook_name: &str, args: Value) -> Result<FfiFuture<HookReturn>, HookError> {
+    let entry = instances().read().unwrap_or_else(|p| p.into_inner()).get(&(instance.0 as usize)).cloned();
+    let (registry, caller) = entry
+        .and_then(|(r, i)| Some((r.upgrade()?, i)))
+        .ok_or_else(|| error("call_rest: pass the plugin instance the host registered (`self` inside a hook)"))?;
+    let hook =
+        HookId::from_name(hook_name).ok_or_else(|| error(format!("call_rest: no hook is named `{hook_name}`")))?;
+    let named = match args.deserialize::<serde_json::Value>() {
+        Ok(serde_json::Value::Object(m)) => m,
+        Ok(serde_json::Value::Null) => Default::default(),
+        _ => return Err(error(format!("call_rest: the arguments of `{hook_name}` must be a map of names to values"))),
+    };
+    if hook.info().kind == HookKind::Chain {
+        return Err(error(format!(
+            "call_rest: `{hook_name}` is an interception chain (each implementation sees the rewrites before it); \
+             return None to let the rest of it run"
+        )));
+    }
+    let call_args = CallArgs::from_named(hook, &named).map_err(error)?;
+    let runtime = Runtime::new(registry);
+    Ok(if hook.info().kind.is_sync_only() {
+        ready(runtime.rest_sync(caller, hook, &call_args))
+    } else {
+        async move { runtime.rest(caller, hook, &call_args).await }.into_ffi()
+    })
+}
+
+/// First-result kinds answer the first non-None answer; the others collect.
+fn first_result(hook: HookId) -> bool {
+    matches!(hook.info().kind, HookKind::First | HookKind::FirstSync | HookKind::Model)
+}
+
+impl Runtime {
+    /// The implementations after the plugin at `caller` (registration
+    /// index), in call order.
+    fn after(&self, caller: usize, hook: HookId) -> &[crate::registry::Impl] {
+        let impls = self.registry().impls(hook);
+        match impls.iter().position(|i| i.plugin_index == caller) {
+            Some(at) => &impls[at + 1..],
+            // The caller does not implement the hook: everything is "after".
+            None => impls,
+        }
+    }
+
+    async fn rest(&self, caller: usize, hook: HookId, args: &CallArgs) -> HookReturn {
+        let views = args.views();
+        let mut call = args.call(&views, DispatchMode::Async);
+        let mut answers = Vec::new();
+        for imp in self.after(caller, hook) {
+            let done = finish(imp, &mut call).await;
+            if let Some(ret) = collect(hook, done, &imp.plugin, &mut answers) {
+                return ret;
+            }
+        }
+        combine(answers)
+    }
+
+    fn rest_sync(&self, caller: usize, hook: HookId, args: &CallArgs) -> HookReturn {
+        let views = args.views();
+        let mut call = args.call(&views, DispatchMode::Sync);
+        let mut answers = Vec::new();
+        for imp in self.after(caller, hook) {
+            let Some(done) = finish_sync(hook, imp, &mut call) else { continue };
+            if let Some(ret) = collect(hook, done, &imp.plugin, &mut answers) {
+                return ret;
+            }
+        }
+        combine(answers)
+    }
+}
+
+/// A final return (first answer, or an error), or None to go on.
+fn collect(hook: HookId, done: Done, plugin: &str, answers: &mut Vec<Answer>) -> Option<HookReturn> {
+    match done {
+        Done::None => None,
+        Done::Error(e) => Some(HookReturn::error(HookError::new(e.kind, format!("{plugin}: {}", e.message)))),
+        Done::Answer(a) if first_result(hook) => Some(single(a)),
+        Done::Answer(a) => {
+            answers.push(a);
+            None
+        }
+    }
+}
+
+fn single(answer: Answer) -> HookReturn {
+    match answer {
+        Answer::Value(v) => HookReturn::value(v),
+        Answer::Object(o) => HookReturn::object(o),
+        Answer::Objects(o) => HookReturn::objects(o),
+    }
+}
+
+/// A broadcast's answers: the objects (lists flattened), else the values as a list.
+fn combine(answers: Vec<Answer>) -> HookReturn {
+    if answers.is_empty() {
+        return HookReturn::NONE;
+    }
+    if answers.iter().any(|a| !matches!(a, Answer::Value(_))) {
+        let mut objects = RVec::new();
+        for a in answers {
+            match a {
+                Answer::Object(o) => objects.push(o),
+                Answer::Objects(list) => objects.extend(list),
+                Answer::Value(_) => {}
+            }
+        }
+        return HookReturn::objects(objects);
+    }
+    let mut list = Value::array();
+    for a in answers {
+        if let Answer::Value(v) = a {
+            list.push(v);
+        }
+    }
+    HookReturn::value(list)
+}
