@@ -450,6 +450,30 @@ pub struct ToolSpec {
     /// `auto`, `direct`, `code` or `command` (never offered to the model).
     #[serde(default = "default_exposure")]
     pub exposure: String,
+    /// Call it with the call's context (`Tool::call_in`), as Bub's tools
+    /// declared with `context=True` get their `ToolContext`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context: bool,
+}
+
+/// What a tool declared with `context: true` learns about its call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCallContext {
+    /// The turn's session, when it has one.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The step's run id (`run_command` for a command).
+    #[serde(default)]
+    pub run_id: String,
+    /// The run's tape.
+    #[serde(default)]
+    pub tape: String,
+    /// Whether the call is a command (`,name …`), not the model's.
+    #[serde(default)]
+    pub command: bool,
+    /// The turn state, without the host's `_runtime_*` handles.
+    #[serde(default)]
+    pub state: Map<String, Value>,
 }
 
 fn default_exposure() -> String {

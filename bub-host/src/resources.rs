@@ -337,6 +337,14 @@ impl Tool {
     pub async fn call(&self, arguments: &Map<String, Value>) -> Result<Value, ResourceError> {
         self.0.context(self.0.client(ToolClient).call(arguments).await)
     }
+    /// Runs it with the call's context (a tool whose spec asks for it).
+    pub async fn call_in(
+        &self,
+        arguments: &Map<String, Value>,
+        context: &bub_abi::types::ToolCallContext,
+    ) -> Result<Value, ResourceError> {
+        self.0.context(self.0.client(ToolClient).call_in(arguments, context).await)
+    }
 }
 
 impl CliCommand {

@@ -49,6 +49,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "http-channel",
     "tape-sqlite",
     "tape-postgres",
+    "schedule",
 ];
 
 /// ABI fixtures (each built alone).

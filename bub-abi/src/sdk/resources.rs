@@ -94,7 +94,7 @@ use crate::{
     },
     types::{
         AdmitDecision, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
-        StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeQuery, ToolSpec, TurnSnapshot,
+        StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeQuery, ToolCallContext, ToolSpec, TurnSnapshot,
     },
     Object,
 };
@@ -256,6 +256,13 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
     /// Runs the tool.
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value>;
+    /// Runs the tool with the call's context (session, run, tape, state):
+    /// called instead of [`call`](Self::call) when the spec says
+    /// `context: true` (Bub's `context=ToolContext`). Default: `call`.
+    fn call_in(&self, arguments: Map<String, Value>, context: ToolCallContext) -> impl Fut<Value> {
+        let _ = context;
+        self.call(arguments)
+    }
 }
 
 /// A subcommand of `bub` (`register_cli_commands`).
@@ -492,6 +499,7 @@ protocol!(
     ToolObject<T: ToolMethods>, ToolClient, kinds::TOOL, |t| t.name(), [
     spec() -> ToolSpec;
     call(arguments: Map<String, Value>) -> Value;
+    call_in(arguments: Map<String, Value>, context: ToolCallContext) -> Value;
 ]);
 protocol!(
     /// Calls a [`Command`] object.
@@ -538,6 +546,7 @@ pub trait ToolMethods: Send + Sync + 'static {
     fn name(&self) -> String;
     fn spec(&self) -> impl Fut<ToolSpec>;
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value>;
+    fn call_in(&self, arguments: Map<String, Value>, context: ToolCallContext) -> impl Fut<Value>;
 }
 
 struct ToolAdapter<T>(T, String);
@@ -552,6 +561,9 @@ impl<T: Tool> ToolMethods for ToolAdapter<T> {
     }
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
         self.0.call(arguments)
+    }
+    fn call_in(&self, arguments: Map<String, Value>, context: ToolCallContext) -> impl Fut<Value> {
+        self.0.call_in(arguments, context)
     }
 }
 

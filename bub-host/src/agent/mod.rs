@@ -110,6 +110,21 @@ impl AgentError {
         AgentError::Store(e.to_string())
     }
 
+    /// The message with its cause, for people (Bub's text, then the
+    /// `details.error` a failed tool carries: "[tool] Tool 'fs.read'
+    /// execution failed: cannot read a.txt: …"). The model and the tape get
+    /// Bub's text alone.
+    pub fn explained(&self) -> String {
+        let cause = match self {
+            AgentError::Bub { details: Some(details), .. } => details.get("error").and_then(Value::as_str),
+            _ => None,
+        };
+        match cause {
+            Some(cause) => format!("{}: {cause}", self.to_string().trim_end_matches('.')),
+            None => self.to_string(),
+        }
+    }
+
     /// As an [`ErrorInfo`] (`{kind, message, details}`).
     pub fn info(&self) -> ErrorInfo {
         match self {

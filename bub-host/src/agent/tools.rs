@@ -67,7 +67,7 @@ pub enum Handler {
     /// In the host.
     Native(Arc<dyn Fn(Map<String, Value>, ToolContext) -> ToolFuture + Send + Sync>),
     /// A plugin's `Tool` object (`provide_tools`).
-    Plugin(crate::resources::Tool),
+    Plugin(crate::resources::Tool, bool),
 }
 
 /// A tool.
@@ -110,7 +110,8 @@ impl AgentTool {
         }
     }
 
-    /// A plugin's tool, described by its `spec()`.
+    /// A plugin's tool, described by its `spec()`; one that asks for the
+    /// call's context (`spec.context`) is called with it.
     pub async fn from_plugin(tool: crate::resources::Tool) -> Result<AgentTool, AgentError> {
         let spec = tool.spec().await.map_err(|e| AgentError::value(e.to_string()))?;
         let exposure = Exposure::parse(&spec.exposure).map_err(AgentError::value)?;
@@ -124,7 +125,7 @@ impl AgentTool {
             parameters,
             exposure,
             deferred: false,
-            handler: Handler::Plugin(tool),
+            handler: Handler::Plugin(tool, spec.context),
         })
     }
 
@@ -167,7 +168,11 @@ impl AgentTool {
         }
         let result = match &self.handler {
             Handler::Native(f) => f(args, cx).await,
-            Handler::Plugin(t) => t.call(&args).await.map_err(|e| AgentError::value(e.error.message.to_string())),
+            Handler::Plugin(t, wants_context) => {
+                let called =
+                    if *wants_context { t.call_in(&args, &call_context(&cx)).await } else { t.call(&args).await };
+                called.map_err(|e| AgentError::value(e.error.message.to_string()))
+            }
         };
         result.map_err(|e| match e {
             AgentError::Bub { .. } | AgentError::Cancelled => e,
@@ -357,4 +362,17 @@ pub fn python_json(value: &Value) -> String {
     let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
     serde::Serialize::serialize(value, &mut ser).expect("a JSON value always serializes");
     String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// What a plugin tool declared with `context: true` is told about its call.
+fn call_context(cx: &ToolContext) -> bub_abi::types::ToolCallContext {
+    let mut state = cx.state.to_map();
+    state.retain(|k, _| !k.starts_with("_runtime_"));
+    bub_abi::types::ToolCallContext {
+        session_id: state.get("session_id").and_then(Value::as_str).map(str::to_owned),
+        run_id: cx.run_id.clone(),
+        tape: cx.tape.name().to_owned(),
+        command: cx.command,
+        state,
+    }
 }

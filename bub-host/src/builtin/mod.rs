@@ -272,7 +272,9 @@ impl Plugin for Builtin {
     ) -> Result<Option<Object>, BoxError> {
         let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
         let content = crate::framework::prompt::to_content(&prompt)?;
-        let mut run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;
+        // A failing command fails here (Bub raises from `start()`).
+        let mut run =
+            crate::agent::bub::run_stream(&framework, &session_id, content, state).await.map_err(|e| e.explained())?;
         let (tx, stream) = bub_abi::ModelStream::channel(64);
         tokio::spawn(async move {
             loop {
@@ -283,7 +285,7 @@ impl Plugin for Builtin {
                 let sent = match item {
                     None => return,
                     Some(Ok(event)) => tx.send(event).await,
-                    Some(Err(e)) => tx.fail(bub_abi::HookError::new(bub_abi::ErrorKind::ERROR, e.to_string())).await,
+                    Some(Err(e)) => tx.fail(bub_abi::HookError::new(bub_abi::ErrorKind::ERROR, e.explained())).await,
                 };
                 if sent.is_err() {
                     return;
@@ -302,10 +304,11 @@ impl Plugin for Builtin {
     ) -> Result<Option<String>, BoxError> {
         let Some(framework) = crate::agent::bub::framework_of(&state) else { return Ok(None) };
         let content = crate::framework::prompt::to_content(&prompt)?;
-        let run = crate::agent::bub::run_stream(&framework, &session_id, content, state).await?;
+        let run =
+            crate::agent::bub::run_stream(&framework, &session_id, content, state).await.map_err(|e| e.explained())?;
         let (events, error) = run.collect().await;
         if let Some(e) = error {
-            return Err(e.to_string().into());
+            return Err(e.explained().into());
         }
         Ok(Some(
             events

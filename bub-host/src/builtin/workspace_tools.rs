@@ -70,6 +70,7 @@ fn spec(name: &str, description: &str, properties: Value, required: &[&str]) -> 
         description: description.into(),
         parameters: parameters.as_object().cloned().unwrap_or_default(),
         exposure: "direct".into(),
+        context: false,
     }
 }
 

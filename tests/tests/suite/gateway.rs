@@ -316,3 +316,48 @@ fn debounced_channels_batch_a_sessions_quick_messages() {
     let turns = home.trace().iter().filter(|l| l.as_str() == r#"trace:save_state:"d""#).count();
     assert_eq!(turns, 1, "{:?}", home.trace());
 }
+
+/// The `schedule` plugin (gateway issue item 7): jobs added with its tools
+/// in a session's turn persist under `$BUB_HOME`; the gateway fires a due
+/// job back as a message on that session (its turn lands on the session's
+/// tape); repeating jobs stay with their next run; bad input is explained.
+#[test]
+fn scheduled_jobs_fire_back_into_their_session_through_the_gateway() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.install("schedule", &lib("schedule"), json!({"tick_ms": 100}));
+    let bub = |args: &[&str]| {
+        let (out, err, ok) = run_bub(&home, args);
+        assert!(ok, "bub {args:?}: {err}");
+        out
+    };
+    bub(&["run", "--session-id", "s1", ",schedule.add message=ping-reminder after=1s"]);
+    bub(&["run", "--session-id", "s1", ",schedule.add message=hourly every=1h"]);
+    let cron = bub(&["run", "--session-id", "s2", ",schedule.add message=standup cron=\"30 9 * * 1-5\""]);
+    assert!(cron.contains("T09:30:00Z"), "{cron}");
+    // A failing command fails the turn, with the tool's reason.
+    let (_, err, ok) = run_bub(&home, &["run", "--session-id", "s1", ",schedule.add message=x cron=\"every day\""]);
+    assert!(!ok && err.contains("execution failed: cron \"every day\" needs 5 fields"), "{err}");
+    let mine = bub(&["run", "--session-id", "s1", ",schedule.list"]);
+    assert!(mine.contains("ping-reminder") && mine.contains("hourly") && !mine.contains("standup"), "{mine}");
+    let jobs: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("data/schedule/jobs.json")).unwrap()).unwrap();
+    let standup =
+        jobs.as_array().unwrap().iter().find(|j| j["message"] == "standup").unwrap()["id"].as_str().unwrap().to_owned();
+    let removed = bub(&["run", "--session-id", "s2", &format!(",schedule.remove id={standup}")]);
+    assert!(removed.contains("removed"), "{removed}");
+
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    gateway.address(home.path(), "http-channel");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !gateway.log().contains("reply on session") {
+        assert!(std::time::Instant::now() < deadline, "the job did not fire:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    let found = bub(&["run", "--session-id", "s1", ",tape.search query=ping-reminder"]);
+    assert!(found.contains("2 matches"), "{found}");
+    let left = bub(&["run", "--session-id", "s1", ",schedule.list all=true"]);
+    assert!(!left.contains("ping-reminder") && left.contains("hourly"), "{left}");
+}

@@ -1,0 +1,425 @@
+//! `schedule`: reminders and cron jobs for Bub.
+//!
+//! - **Tools** (the model's, or `,schedule.add …` in command mode), told
+//!   the turn's session by the host (`context: true`):
+//!   `schedule.add {message, after?, at?, every?, cron?, channel?, chat_id?}`
+//!   — once `after` a delay (`"90s"`, `"10m"`, `"2h 30m"`) or `at` a time
+//!   (RFC 3339), repeatedly `every` a duration, or on a `cron` expression
+//!   (5 fields `min hour dom month dow`, or 6 with seconds first; UTC);
+//!   `schedule.list {all?}` — this session's jobs (every job with `all`);
+//!   `schedule.remove {id}`.
+//! - **Channel** `schedule` (a lifecycle channel: `bub gateway` runs it
+//!   alongside any other channel): when a job is due it hands the gateway a
+//!   message with the job's text on the job's session, so the turn runs
+//!   with that session's memory; its reply goes to the job's `channel` (by
+//!   default the `schedule` channel itself, which logs it).
+//!
+//! Jobs persist in `<data dir>/jobs.json`, changed under a file lock (tools
+//! in `bub run` and the gateway's channel may change it at once) and
+//! replaced atomically. A job that came due while no gateway ran fires once
+//! when one starts.
+
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bub_abi::{
+    resources::{clients::MessageHandlerClient, Channel, Fut, Tool},
+    types::{ChannelInfo, ChannelRole, Envelope, ToolCallContext, ToolSpec},
+    BoxError, Object, Plugin, PluginContext,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The plugin.
+pub struct Schedule {
+    jobs: Arc<Jobs>,
+    tick: Duration,
+}
+
+#[bub_abi::plugin]
+impl Plugin for Schedule {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        let tick_ms = match ctx.config.get("tick_ms") {
+            None => 1000,
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_str()?.parse().ok())
+                .filter(|t| *t > 0)
+                .ok_or("schedule: tick_ms must be a positive number")?,
+        };
+        Ok(Schedule { jobs: Arc::new(Jobs { dir: ctx.data_dir.clone() }), tick: Duration::from_millis(tick_ms) })
+    }
+
+    /// `schedule.add`, `schedule.list`, `schedule.remove`.
+    fn provide_tools(&self) -> Option<Vec<Object>> {
+        Some(
+            [Op::Add, Op::List, Op::Remove]
+                .into_iter()
+                .map(|op| Object::tool(JobTool { op, jobs: self.jobs.clone() }))
+                .collect(),
+        )
+    }
+
+    /// The `schedule` channel: fires due jobs into the gateway.
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        Some(vec![Object::channel(ScheduleChannel {
+            jobs: self.jobs.clone(),
+            handler: message_handler,
+            tick: self.tick,
+            running: Mutex::new(None),
+        })])
+    }
+}
+
+bub_abi::export_plugin!(Schedule);
+
+/// One job.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Job {
+    id: String,
+    session_id: String,
+    message: String,
+    /// Seconds since the epoch of the next run.
+    next_run: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    every_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chat_id: Option<String>,
+    created: String,
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+fn rfc3339(seconds: f64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0))).to_string()
+}
+
+/// A cron expression (5 fields, or 6 with seconds first); its next time after `after`.
+fn cron_next(expr: &str, after: f64) -> Result<f64, String> {
+    let fields = expr.split_whitespace().count();
+    let full = match fields {
+        5 => format!("0 {expr}"),
+        6 | 7 => expr.to_owned(),
+        _ => return Err(format!("cron {expr:?} needs 5 fields (min hour day month weekday)")),
+    };
+    let schedule: cron::Schedule = full.parse().map_err(|e| format!("cron {expr:?} is not valid: {e}"))?;
+    let start = chrono::DateTime::<chrono::Utc>::from_timestamp(after as i64, 0).ok_or("time out of range")?;
+    let next = schedule.after(&start).next().ok_or_else(|| format!("cron {expr:?} never fires again"))?;
+    Ok(next.timestamp() as f64)
+}
+
+/// `<data dir>/jobs.json`, changed under `<data dir>/jobs.lock`.
+struct Jobs {
+    dir: PathBuf,
+}
+
+impl Jobs {
+    fn file(&self) -> PathBuf {
+        self.dir.join("jobs.json")
+    }
+
+    /// Runs `change` on the jobs under the lock and saves what it leaves.
+    fn change<T>(&self, change: impl FnOnce(&mut Vec<Job>) -> Result<T, String>) -> Result<T, String> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        let lock_path = self.dir.join("jobs.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| format!("cannot lock the jobs: {e}"))?;
+        let mut jobs = self.read()?;
+        let before = jobs.clone();
+        let out = change(&mut jobs)?;
+        if jobs != before {
+            write_atomically(&self.file(), &serde_json::to_vec_pretty(&jobs).map_err(|e| e.to_string())?)?;
+        }
+        Ok(out)
+    }
+
+    fn read(&self) -> Result<Vec<Job>, String> {
+        match std::fs::read(self.file()) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{} is not a list of jobs ({e}); fix or remove it", self.file().display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(format!("cannot read {}: {e}", self.file().display())),
+        }
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("cannot save {}: {e}", path.display()))
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Add,
+    List,
+    Remove,
+}
+
+struct JobTool {
+    op: Op,
+    jobs: Arc<Jobs>,
+}
+
+fn text(args: &Map<String, Value>, key: &str) -> Option<String> {
+    match args.get(key)? {
+        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn duration(value: &str, what: &str) -> Result<f64, String> {
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Ok(seconds);
+    }
+    humantime::parse_duration(value)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| format!("{what}={value:?} is not a duration like \"90s\", \"10m\" or \"2h 30m\": {e}"))
+}
+
+fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Result<Value, String> {
+    let message = text(args, "message").ok_or("schedule.add needs `message`: the text sent back when the job fires")?;
+    let session_id = context
+        .session_id
+        .clone()
+        .ok_or("schedule.add runs in a session's turn (the job fires back into that session)")?;
+    let (now, every, cron_expr) = (now(), text(args, "every"), text(args, "cron"));
+    let next_run = if let Some(expr) = &cron_expr {
+        cron_next(expr, now)?
+    } else if let Some(at) = text(args, "at") {
+        let time = humantime::parse_rfc3339_weak(&at).map_err(|e| format!("at={at:?} is not an RFC 3339 time: {e}"))?;
+        time.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs_f64()
+    } else if let Some(after) = text(args, "after") {
+        now + duration(&after, "after")?
+    } else if let Some(every) = &every {
+        now + duration(every, "every")?
+    } else {
+        return Err("schedule.add needs when: `after` (\"10m\"), `at` (RFC 3339), `every` (\"1h\") or `cron`".into());
+    };
+    let every_seconds = every.map(|e| duration(&e, "every")).transpose()?;
+    if every_seconds.is_some_and(|s| s < 1.0) {
+        return Err("every must be at least one second".into());
+    }
+    let job = Job {
+        id: format!("job-{:x}", (now * 1e6) as u64 ^ (std::process::id() as u64) << 40),
+        session_id,
+        message,
+        next_run,
+        every_seconds,
+        cron: cron_expr,
+        channel: text(args, "channel"),
+        chat_id: text(args, "chat_id"),
+        created: rfc3339(now),
+    };
+    let shown = describe(&job);
+    jobs.change(move |all| {
+        all.push(job);
+        Ok(())
+    })?;
+    Ok(shown)
+}
+
+fn describe(job: &Job) -> Value {
+    json!({
+        "id": job.id,
+        "session_id": job.session_id,
+        "message": job.message,
+        "next_run": rfc3339(job.next_run),
+        "every_seconds": job.every_seconds,
+        "cron": job.cron,
+        "channel": job.channel,
+    })
+}
+
+impl Tool for JobTool {
+    fn spec(&self) -> ToolSpec {
+        let (name, description, parameters) = match self.op {
+            Op::Add => (
+                "schedule.add",
+                "Schedule a message to be sent back to this conversation later: once (`after` a delay such as \
+                 \"10m\", or `at` an RFC 3339 time), repeatedly (`every` \"1h\"), or on a `cron` expression (UTC).",
+                json!({"type": "object", "properties": {
+                    "message": {"type": "string", "description": "The text that comes back when the job fires"},
+                    "after": {"type": "string", "description": "A delay: \"90s\", \"10m\", \"2h 30m\""},
+                    "at": {"type": "string", "description": "An RFC 3339 time"},
+                    "every": {"type": "string", "description": "Repeat interval: \"1h\""},
+                    "cron": {"type": "string", "description": "min hour day month weekday (UTC)"},
+                    "channel": {"type": "string", "description": "Where the reply goes (default: nowhere but the tape)"},
+                    "chat_id": {"type": "string"},
+                }, "required": ["message"]}),
+            ),
+            Op::List => (
+                "schedule.list",
+                "List this conversation's scheduled jobs (every job with all=true).",
+                json!({"type": "object", "properties": {"all": {"type": "boolean", "default": false}}}),
+            ),
+            Op::Remove => (
+                "schedule.remove",
+                "Remove a scheduled job by id.",
+                json!({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}),
+            ),
+        };
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters: parameters.as_object().cloned().unwrap_or_default(),
+            exposure: "auto".into(),
+            context: true,
+        }
+    }
+
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        self.call_in(arguments, ToolCallContext::default())
+    }
+
+    fn call_in(&self, arguments: Map<String, Value>, context: ToolCallContext) -> impl Fut<Value> {
+        let (op, jobs) = (self.op, self.jobs.clone());
+        async move {
+            let result = match op {
+                Op::Add => add(&jobs, &arguments, &context),
+                Op::List => {
+                    let all = matches!(arguments.get("all"), Some(Value::Bool(true)))
+                        || text(&arguments, "all").as_deref() == Some("true");
+                    jobs.change(|list| {
+                        Ok(Value::Array(
+                            list.iter()
+                                .filter(|j| all || Some(&j.session_id) == context.session_id.as_ref())
+                                .map(describe)
+                                .collect(),
+                        ))
+                    })
+                }
+                Op::Remove => {
+                    let id = text(&arguments, "id").ok_or("schedule.remove needs `id` (see schedule.list)")?;
+                    jobs.change(|list| {
+                        let before = list.len();
+                        list.retain(|j| j.id != id);
+                        if list.len() == before {
+                            return Err(format!("no job {id:?} (see schedule.list)"));
+                        }
+                        Ok(json!({"removed": id}))
+                    })
+                }
+            };
+            result.map_err(BoxError::from)
+        }
+    }
+}
+
+struct ScheduleChannel {
+    jobs: Arc<Jobs>,
+    handler: Object,
+    tick: Duration,
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl ScheduleChannel {
+    /// Takes the due jobs (rescheduling repeating ones) under the lock.
+    fn due(jobs: &Jobs) -> Result<Vec<Job>, String> {
+        let now = now();
+        jobs.change(|all| {
+            let mut fired = Vec::new();
+            let mut kept = Vec::new();
+            for mut job in all.drain(..) {
+                if job.next_run > now {
+                    kept.push(job);
+                    continue;
+                }
+                fired.push(job.clone());
+                let next = match (&job.cron, job.every_seconds) {
+                    (Some(expr), _) => cron_next(expr, now).ok(),
+                    // Missed runs collapse into one: the next is from now.
+                    (None, Some(every)) => Some(job.next_run.max(now - every) + every),
+                    (None, None) => None,
+                };
+                if let Some(next) = next {
+                    job.next_run = next;
+                    kept.push(job);
+                }
+            }
+            *all = kept;
+            Ok(fired)
+        })
+    }
+}
+
+impl Channel for ScheduleChannel {
+    fn name(&self) -> String {
+        "schedule".into()
+    }
+
+    /// Runs alongside whatever channel the gateway runs.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        async { Ok(ChannelInfo { role: ChannelRole::Lifecycle, ..Default::default() }) }
+    }
+
+    fn start(&self) -> impl Fut<()> {
+        let (jobs, handler, tick) = (self.jobs.clone(), self.handler.clone(), self.tick);
+        let task = tokio::spawn(async move {
+            loop {
+                match Self::due(&jobs) {
+                    Ok(fired) => {
+                        for job in fired {
+                            let mut message = json!({
+                                "channel": "schedule",
+                                "session_id": job.session_id,
+                                "chat_id": job.chat_id.clone().unwrap_or_else(|| "default".into()),
+                                "content": job.message,
+                                "is_active": true,
+                                "context": {"schedule_job": job.id},
+                            });
+                            if let Some(channel) = &job.channel {
+                                message["output_channel"] = json!(channel);
+                            }
+                            if let Err(e) = MessageHandlerClient(&handler).handle(&message).await {
+                                tracing::warn!("schedule: job {} could not be handed to the gateway: {e}", job.id);
+                            } else {
+                                tracing::info!("schedule: job {} fired on session {}", job.id, job.session_id);
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!("schedule: {e}"),
+                }
+                tokio::time::sleep(tick).await;
+            }
+        });
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        async { Ok(()) }
+    }
+
+    fn stop(&self) -> impl Fut<()> {
+        if let Some(task) = self.running.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
+        async { Ok(()) }
+    }
+
+    /// A job's reply with no channel of its own ends here.
+    fn send(&self, message: Envelope) -> impl Fut<()> {
+        let content = message.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
+        tracing::info!("schedule: reply on session {:?}: {content}", message.get("session_id"));
+        async { Ok(()) }
+    }
+}
