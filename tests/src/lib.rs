@@ -50,6 +50,8 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tape-sqlite",
     "tape-postgres",
     "schedule",
+    "mcp",
+    "bub-mcp-test-server",
 ];
 
 /// ABI fixtures (each built alone).

@@ -16,6 +16,7 @@ mod gateway;
 mod host_api;
 mod install;
 mod loading;
+mod mcp;
 mod openai;
 mod scope;
 mod sdk;

@@ -1,0 +1,423 @@
+//! `mcp`: the tools of MCP servers as Bub agent tools.
+//!
+//! Servers are listed in `$BUB_HOME/mcp.json`, in the format most MCP
+//! clients share:
+//!
+//! ```json
+//! {"mcpServers": {
+//!   "files": {"command": "mcp-server-files", "args": ["/srv"], "env": {"LOG": "warn"}},
+//!   "search": {"url": "https://example.com/mcp"}
+//! }}
+//! ```
+//!
+//! A `command` is a stdio server (started as a child process, stopped with
+//! the scope); a `url` a streamable-HTTP one. Each `running()` scope (a
+//! `bub run`, a `bub chat` session, a gateway's life) connects to every
+//! server at once when it opens (`provide_lifespan`); a server that cannot
+//! be reached within `connect_timeout_seconds` (config, 30) is reported and
+//! left out, the others work. Their tools are offered as
+//! `mcp.<server>_<tool>` (the model sees `mcp_<server>_<tool>`), with the
+//! server's description and argument schema; a result's text parts are the
+//! tool's output, an error result fails the call with its text.
+//!
+//! `bub mcp list [--tools]`, `bub mcp add NAME --command "prog args…"` or
+//! `--url URL`, `bub mcp remove NAME` edit the file (under a lock).
+//!
+//! Built on `rmcp`, the official Rust MCP SDK. TLS for `https://` servers
+//! is rustls with the ring provider.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bub_abi::{
+    resources::{Command, Fut, Lifespan, Tool},
+    types::{CommandArg, CommandSpec, ErrorInfo, ToolSpec},
+    BoxError, Object, Plugin, PluginContext,
+};
+use rmcp::{
+    model::CallToolRequestParams,
+    service::{RoleClient, RunningService},
+    transport::{StreamableHttpClientTransport, TokioChildProcess},
+    ServiceExt,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The plugin.
+pub struct Mcp {
+    home: PathBuf,
+    timeout: Duration,
+    connected: Arc<Mutex<Vec<Arc<Server>>>>,
+}
+
+/// One server's entry in `mcp.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct ServerConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct McpFile {
+    #[serde(rename = "mcpServers", default)]
+    servers: BTreeMap<String, ServerConfig>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+fn file_of(home: &Path) -> PathBuf {
+    home.join("mcp.json")
+}
+
+fn read_file(home: &Path) -> Result<McpFile, String> {
+    let path = file_of(home);
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() > 4 << 20 => Err(format!("{} is larger than 4 MiB", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not valid ({e}); expected {{\"mcpServers\": {{…}}}}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(McpFile::default()),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// A connected server and its tools.
+struct Server {
+    name: String,
+    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+    peer: rmcp::Peer<RoleClient>,
+    tools: Vec<rmcp::model::Tool>,
+}
+
+async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
+    let service = match (&config.command, &config.url) {
+        (Some(command), None) => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&config.args).envs(&config.env).kill_on_drop(true);
+            let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
+        }
+        (None, Some(url)) => {
+            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            ().serve(transport).await.map_err(|e| format!("{url} did not start an MCP session: {e}"))?
+        }
+        _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
+    };
+    let tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
+    let peer = service.peer().clone();
+    Ok(Server { name: name.to_owned(), client: tokio::sync::Mutex::new(Some(service)), peer, tools })
+}
+
+/// Connects to every configured server at once; the ones that fail are
+/// reported and left out.
+async fn connect_all(home: &Path, timeout: Duration) -> Vec<Arc<Server>> {
+    let file = match read_file(home) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("mcp: {e}; no MCP tools this time");
+            return Vec::new();
+        }
+    };
+    // Spawned, so slow servers connect concurrently.
+    let servers: Vec<_> = file
+        .servers
+        .into_iter()
+        .map(|(name, config)| {
+            tokio::spawn(async move {
+                match tokio::time::timeout(timeout, connect(&name, &config)).await {
+                    Ok(Ok(server)) => {
+                        tracing::info!("mcp: server '{name}' offers {} tool(s)", server.tools.len());
+                        Some(Arc::new(server))
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!("mcp: server '{name}' is left out: {e}");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            "mcp: server '{name}' is left out: no answer within {}s (config connect_timeout_seconds)",
+                            timeout.as_secs_f64()
+                        );
+                        None
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for s in servers {
+        if let Ok(Some(server)) = s.await {
+            out.push(server);
+        }
+    }
+    out
+}
+
+#[bub_abi::plugin]
+impl Plugin for Mcp {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        // TLS for https servers: ring (already in the tree), not aws-lc.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let timeout = match ctx.config.get("connect_timeout_seconds") {
+            None => 30.0,
+            Some(v) => v
+                .as_f64()
+                .or_else(|| v.as_str()?.parse().ok())
+                .filter(|s| *s > 0.0)
+                .ok_or("mcp: connect_timeout_seconds must be a positive number")?,
+        };
+        Ok(Mcp { home: ctx.home.clone(), timeout: Duration::from_secs_f64(timeout), connected: Default::default() })
+    }
+
+    /// Connects to the servers when a scope opens; disconnects when it closes.
+    fn provide_lifespan(&self) -> Option<Object> {
+        Some(Object::lifespan(Connections {
+            home: self.home.clone(),
+            timeout: self.timeout,
+            connected: self.connected.clone(),
+        }))
+    }
+
+    /// The connected servers' tools.
+    fn provide_tools(&self) -> Option<Vec<Object>> {
+        let servers = self.connected.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Some(
+            servers
+                .iter()
+                .flat_map(|server| {
+                    server.tools.iter().map(|tool| Object::tool(McpTool { server: server.clone(), tool: tool.clone() }))
+                })
+                .collect(),
+        )
+    }
+
+    /// `bub mcp list|add|remove`.
+    fn register_cli_commands(&self) -> Option<Vec<Object>> {
+        Some(vec![Object::cli_command(McpCommand { home: self.home.clone(), timeout: self.timeout })])
+    }
+}
+
+bub_abi::export_plugin!(Mcp);
+
+struct Connections {
+    home: PathBuf,
+    timeout: Duration,
+    connected: Arc<Mutex<Vec<Arc<Server>>>>,
+}
+
+impl Lifespan for Connections {
+    fn enter(&self) -> impl Fut<()> {
+        let (home, timeout, connected) = (self.home.clone(), self.timeout, self.connected.clone());
+        async move {
+            let servers = connect_all(&home, timeout).await;
+            connected.lock().unwrap_or_else(|p| p.into_inner()).extend(servers);
+            Ok(())
+        }
+    }
+
+    fn exit(&self, _error: Option<ErrorInfo>) -> impl Fut<()> {
+        let servers = std::mem::take(&mut *self.connected.lock().unwrap_or_else(|p| p.into_inner()));
+        async move {
+            for server in servers {
+                if let Some(client) = server.client.lock().await.take() {
+                    if let Err(e) = client.cancel().await {
+                        tracing::debug!("mcp: closing '{}': {e}", server.name);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+struct McpTool {
+    server: Arc<Server>,
+    tool: rmcp::model::Tool,
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: format!("mcp.{}_{}", self.server.name, self.tool.name),
+            description: self.tool.description.as_deref().unwrap_or_default().to_owned(),
+            parameters: (*self.tool.input_schema).clone(),
+            exposure: "auto".into(),
+            context: false,
+        }
+    }
+
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        let (peer, name) = (self.server.peer.clone(), self.tool.name.to_string());
+        let server = self.server.name.clone();
+        async move {
+            let params = CallToolRequestParams::new(name.clone()).with_arguments(arguments);
+            let result =
+                peer.call_tool(params).await.map_err(|e| format!("MCP server '{server}', tool {name}: {e}"))?;
+            let result = serde_json::to_value(&result)?;
+            let text: Vec<&str> = result["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect();
+            let output = if text.is_empty() {
+                result.get("structuredContent").cloned().unwrap_or(Value::String(String::new()))
+            } else {
+                Value::String(text.join("\n"))
+            };
+            if result["isError"] == json!(true) {
+                return Err(format!(
+                    "MCP server '{server}', tool {name} failed: {}",
+                    output.as_str().unwrap_or_default()
+                )
+                .into());
+            }
+            Ok(output)
+        }
+    }
+}
+
+struct McpCommand {
+    home: PathBuf,
+    timeout: Duration,
+}
+
+/// Changes `mcp.json` under `mcp.json.lock`, replacing it atomically.
+fn change_file(home: &Path, change: impl FnOnce(&mut McpFile) -> Result<String, String>) -> Result<String, String> {
+    std::fs::create_dir_all(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+    let lock_path = home.join("mcp.json.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| format!("cannot lock mcp.json: {e}"))?;
+    let mut file = read_file(home)?;
+    let said = change(&mut file)?;
+    let path = file_of(home);
+    let tmp = home.join(format!(".mcp.json.{}", std::process::id()));
+    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot save {}: {e}", path.display()))?;
+    Ok(said)
+}
+
+fn arg(args: &Map<String, Value>, key: &str) -> Option<String> {
+    args.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+impl Command for McpCommand {
+    fn spec(&self) -> CommandSpec {
+        let a = |name: &str, help: &str, option: bool, flag: bool| CommandArg {
+            name: name.into(),
+            help: help.into(),
+            option,
+            flag,
+            ..Default::default()
+        };
+        CommandSpec {
+            name: "mcp".into(),
+            about: "List, add and remove the MCP servers whose tools Bub offers ($BUB_HOME/mcp.json)".into(),
+            args: vec![
+                CommandArg { required: true, ..a("action", "list, add or remove", false, false) },
+                a("name", "the server's name (add, remove)", false, false),
+                a("command", "add: a stdio server's command line (\"prog arg …\")", true, false),
+                a("url", "add: a streamable-HTTP server's URL", true, false),
+                a("tools", "list: connect and show each server's tools", true, true),
+            ],
+        }
+    }
+
+    fn run(&self, args: Map<String, Value>) -> impl Fut<Value> {
+        let (home, timeout) = (self.home.clone(), self.timeout);
+        async move {
+            let action = arg(&args, "action").unwrap_or_default();
+            let name = arg(&args, "name");
+            let text = match action.as_str() {
+                "list" => list(&home, timeout, args.get("tools") == Some(&json!(true))).await?,
+                "add" => {
+                    let name = name.ok_or("bub mcp add NAME --command \"prog args\" | --url URL")?;
+                    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                        return Err(format!("{name:?}: a server name uses letters, digits, '-' and '_'").into());
+                    }
+                    let config = match (arg(&args, "command"), arg(&args, "url")) {
+                        (Some(line), None) => {
+                            let mut words =
+                                shlex::split(&line).ok_or_else(|| format!("cannot split {line:?} into words"))?;
+                            if words.is_empty() {
+                                return Err("--command is empty".into());
+                            }
+                            let command = words.remove(0);
+                            ServerConfig { command: Some(command), args: words, env: BTreeMap::new(), url: None }
+                        }
+                        (None, Some(url)) => {
+                            ServerConfig { command: None, args: Vec::new(), env: BTreeMap::new(), url: Some(url) }
+                        }
+                        _ => {
+                            return Err(
+                                "give either --command \"prog args\" (stdio) or --url URL (streamable HTTP)".into()
+                            )
+                        }
+                    };
+                    change_file(&home, |file| {
+                        let verb =
+                            if file.servers.insert(name.clone(), config).is_some() { "replaced" } else { "added" };
+                        Ok(format!("{verb} MCP server '{name}' in {}", file_of(&home).display()))
+                    })?
+                }
+                "remove" => {
+                    let name = name.ok_or("bub mcp remove NAME")?;
+                    change_file(&home, |file| match file.servers.remove(&name) {
+                        Some(_) => Ok(format!("removed MCP server '{name}'")),
+                        None => Err(format!("no MCP server '{name}' (see `bub mcp list`)")),
+                    })?
+                }
+                other => return Err(format!("unknown action {other:?}: use list, add or remove").into()),
+            };
+            Ok(Value::String(text))
+        }
+    }
+}
+
+async fn list(home: &Path, timeout: Duration, tools: bool) -> Result<String, BoxError> {
+    let file = read_file(home)?;
+    if file.servers.is_empty() {
+        return Ok(format!("no MCP servers in {} (add one with `bub mcp add`)", file_of(home).display()));
+    }
+    let mut out = Vec::new();
+    for (name, config) in &file.servers {
+        let target = match (&config.command, &config.url) {
+            (Some(c), _) => format!("stdio: {c} {}", config.args.join(" ")).trim_end().to_owned(),
+            (_, Some(u)) => format!("http: {u}"),
+            _ => "invalid: neither command nor url".into(),
+        };
+        out.push(format!("{name}  {target}"));
+        if tools {
+            match tokio::time::timeout(timeout, connect(name, config)).await {
+                Ok(Ok(server)) => {
+                    for tool in &server.tools {
+                        out.push(format!("  mcp.{name}_{}  {}", tool.name, tool.description.as_deref().unwrap_or("")));
+                    }
+                    if let Some(client) = server.client.lock().await.take() {
+                        let _ = client.cancel().await;
+                    }
+                }
+                Ok(Err(e)) => out.push(format!("  unreachable: {e}")),
+                Err(_) => out.push("  unreachable: no answer in time".into()),
+            }
+        }
+    }
+    Ok(out.join("\n"))
+}

@@ -1,0 +1,104 @@
+//! The `mcp` plugin (gateway issue item 7) through the real loader,
+//! against the MCP server the test run builds (`tests/mcp-server`), over
+//! stdio and streamable HTTP.
+
+use std::io::BufRead;
+
+use bub_tests::{
+    build_plugins, lib,
+    provider::{chat, Provider},
+    run_bub, Home,
+};
+use serde_json::{json, Value};
+
+fn server_bin() -> std::path::PathBuf {
+    build_plugins(false).join("bub-mcp-test-server")
+}
+
+fn bub(home: &Home, args: &[&str]) -> String {
+    let (out, err, ok) = run_bub(home, args);
+    assert!(ok, "bub {args:?}: {err}");
+    out
+}
+
+/// A streamable-HTTP server on loopback; killed when dropped.
+struct HttpServer(std::process::Child, String);
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let mut child = std::process::Command::new(server_bin())
+            .args(["--http", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the MCP test server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        HttpServer(child, format!("http://{}/mcp", line.trim()))
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `bub mcp add/list/remove` edit `$BUB_HOME/mcp.json`; the servers' tools
+/// run as `mcp.<server>_<tool>` (here in command mode, through the tool
+/// hooks) over stdio and HTTP; an error result fails the call with its
+/// text; an unreachable server is left out and the others still work.
+#[test]
+fn mcp_servers_tools_run_over_stdio_and_http() {
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10}));
+    let http = HttpServer::start();
+    let stdio = server_bin();
+    assert!(
+        bub(&home, &["mcp", "add", "calc", "--command", stdio.to_str().unwrap()]).contains("added MCP server 'calc'")
+    );
+    bub(&home, &["mcp", "add", "web", "--url", &http.1]);
+    bub(&home, &["mcp", "add", "gone", "--url", "http://127.0.0.1:9/mcp"]);
+    let listed = bub(&home, &["mcp", "list", "--tools"]);
+    assert!(listed.contains("mcp.calc_add") && listed.contains("mcp.web_echo"), "{listed}");
+    assert!(
+        listed.contains("gone  http://127.0.0.1:9/mcp") || listed.contains("gone  http: http://127.0.0.1:9/mcp"),
+        "{listed}"
+    );
+    assert!(listed.contains("unreachable"), "{listed}");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join("mcp.json")).unwrap()).unwrap();
+    assert_eq!(file["mcpServers"]["calc"]["command"], stdio.to_str().unwrap());
+
+    assert!(bub(&home, &["run", ",mcp.calc_echo text=over-stdio"]).contains("echo: over-stdio"));
+    assert!(bub(&home, &["run", ",mcp.web_echo text=over-http"]).contains("echo: over-http"));
+    let (_, err, ok) = run_bub(&home, &["run", ",mcp.calc_fail"]);
+    assert!(!ok && err.contains("tool fail failed: this tool always fails"), "{err}");
+
+    assert!(bub(&home, &["mcp", "remove", "calc"]).contains("removed"));
+    let (_, err, ok) = run_bub(&home, &["mcp", "remove", "calc"]);
+    assert!(!ok && err.contains("no MCP server 'calc'"), "{err}");
+}
+
+/// The model sees MCP tools with their schemas and calls them like any
+/// tool: `mcp_calc_add {"a": 2, "b": 3}` → "5".
+#[test]
+fn the_model_calls_an_mcp_tool() {
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("call_1", "mcp_calc_add", r#"{"a": 2, "b": 3}"#)]),
+        chat::text("The sum is 5."),
+    ]);
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({}));
+    bub(&home, &["mcp", "add", "calc", "--command", server_bin().to_str().unwrap()]);
+    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let out = bub(&home, &["run", "add 2 and 3"]);
+    assert!(out.contains("The sum is 5."), "{out}");
+    let requests = provider.requests();
+    let tools = requests[0].body["tools"].as_array().unwrap();
+    let add = tools.iter().find(|t| t["function"]["name"] == "mcp_calc_add").expect("the MCP tool is offered");
+    assert_eq!(add["function"]["description"], "Add two numbers");
+    assert_eq!(add["function"]["parameters"]["required"], json!(["a", "b"]));
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], "5");
+}
