@@ -13,7 +13,7 @@ target="$(cd "$target" && pwd)"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Building the bub host and the example plugins (release)"
-cargo build --release -p bub-host -p echo-model -p session-router -p tool-policy -p audit-log -p openai-chat
+cargo build --release -p bub-host -p echo-model -p session-router -p tool-policy -p audit-log -p openai-chat -p http-channel
 
 home="$target/demo-home"
 # BUB_HOME (rather than --home) so that plugins see the demo home too.
@@ -66,6 +66,28 @@ echo "denied: $(grep -o 'blocked by policy: [^"]*' "$target/demo-denied.txt" | h
 
 say "What audit-log recorded (\$BUB_HOME/audit.jsonl)"
 cat "$home/audit.jsonl"
+
+say "bub gateway with the http-channel plugin: one message over HTTP (curl), then SIGTERM"
+# Port 0: a free port; the channel writes the address it got into its data folder.
+bub plugins install "$target"/release/libhttp_channel.so
+bub plugins config http-channel bind=127.0.0.1:0 >/dev/null
+rm -f "$home/data/http-channel/address"
+bub gateway >"$target/demo-gateway.log" 2>&1 &
+gateway=$!
+trap 'kill $gateway 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$home/data/http-channel/address" ] && break; sleep 0.1; done
+address="$(cat "$home/data/http-channel/address")"
+echo "listening on http://$address"
+if command -v curl >/dev/null; then
+  curl -sS "http://$address/v1/messages" -H 'content-type: application/json' \
+    -d '{"content": "hello over HTTP", "session_id": "demo-http"}'
+  echo
+else
+  echo "(curl is not installed: skipping the request)"
+fi
+kill -TERM "$gateway"; wait "$gateway" || true
+trap - EXIT
+echo "the gateway stopped cleanly; its log: $target/demo-gateway.log"
 
 say "Done. Try: BUB_HOME=$home $target/release/bub chat   (Ctrl-D quits; ,help lists the commands)"
 echo "A real model: BUB_MODEL=openai:gpt-4o-mini OPENAI_API_KEY=sk-... (any OpenAI-compatible server:"

@@ -234,6 +234,7 @@ struct Running {
     session_id: String,
     message: Envelope,
     waiters: Vec<oneshot::Sender<Delivery>>,
+    abort: tokio::task::AbortHandle,
 }
 
 type TurnOutput = (Result<TurnResult, FrameworkError>, Vec<Envelope>);
@@ -384,7 +385,8 @@ impl Core {
             (result, leftovers)
         });
         self.session(&session_id).running += 1;
-        self.running.insert(handle.id(), Running { session_id, message: inbound.message, waiters: inbound.waiters });
+        let running = Running { session_id, message: inbound.message, waiters: inbound.waiters, abort: handle.clone() };
+        self.running.insert(handle.id(), running);
     }
 
     fn turn_done(&mut self, done: Result<(tokio::task::Id, TurnOutput), tokio::task::JoinError>) {
@@ -397,6 +399,9 @@ impl Core {
         let session_id = turn.session_id.clone();
         let delivery = match outcome {
             Ok((Ok(result), leftovers)) => {
+                if result.state.get("_runtime_quit").is_some_and(crate::framework::envelope::truthy) {
+                    self.quit(&session_id, id);
+                }
                 if !leftovers.is_empty() {
                     tracing::info!(
                         target: "bub::gateway",
@@ -435,6 +440,29 @@ impl Core {
             }
         }
         self.drop_empty_session(&session_id);
+    }
+
+    /// `,quit` (Bub's `ChannelManager.quit`): the session's queue is
+    /// cleared and its other running turns are cancelled.
+    fn quit(&mut self, session_id: &str, except: tokio::task::Id) {
+        let mut cancelled = 0;
+        for (id, turn) in &self.running {
+            if *id != except && turn.session_id == session_id {
+                turn.abort.abort();
+                cancelled += 1;
+            }
+        }
+        if let Some(session) = self.sessions.get_mut(session_id) {
+            for queued in std::mem::take(&mut session.pending) {
+                queued.settle(Delivery {
+                    status: "dropped".into(),
+                    session_id: Some(session_id.to_owned()),
+                    error: Some("the session quit".into()),
+                    ..Default::default()
+                });
+            }
+        }
+        tracing::info!(target: "bub::gateway", "channel.manager quit session_id={session_id}, cancelled {cancelled} tasks");
     }
 
     /// The grace period is over: cancel running turns, keep every message

@@ -361,3 +361,32 @@ fn scheduled_jobs_fire_back_into_their_session_through_the_gateway() {
     let left = bub(&["run", "--session-id", "s1", ",schedule.list all=true"]);
     assert!(!left.contains("ping-reminder") && left.contains("hourly"), "{left}");
 }
+
+/// §2.10: `,quit` clears the session's queue (`ChannelManager.quit`): a
+/// message queued behind the quitting turn is dropped, and says why.
+#[test]
+fn quit_clears_the_sessions_queue() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 600, "return": null}}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let mut sent = Vec::new();
+        for content in ["first", ",quit", "after quit"] {
+            let body = json!({"content": content, "session_id": "q"});
+            sent.push(tokio::spawn(post_owned(client.clone(), base.clone(), body)));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let mut results = Vec::new();
+        for r in sent {
+            results.push(r.await.unwrap());
+        }
+        assert_eq!(results[0].0, 200, "{:?}", results[0]);
+        assert_eq!(results[1].0, 200, "{:?}", results[1]);
+        assert_eq!(results[2].0, 409, "{:?}", results[2]);
+        assert_eq!(results[2].1["error"], "the session quit");
+    });
+    assert!(gateway.log().contains("channel.manager quit session_id=q"), "{}", gateway.log());
+}
