@@ -127,6 +127,8 @@ pub struct Impl {
     pub marker: HookMarker,
     /// Declared `async fn`.
     pub is_async: bool,
+    /// The hook it implements.
+    pub hook: HookId,
 }
 
 impl Impl {
@@ -174,6 +176,7 @@ impl Registry {
                     instance: record.instance,
                     marker: slot.marker,
                     is_async: slot.is_async,
+                    hook,
                 };
                 insert_like_pluggy(&mut self.stored[hook as usize], imp);
                 let mut order = self.stored[hook as usize].clone();

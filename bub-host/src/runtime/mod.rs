@@ -16,12 +16,13 @@ mod router;
 pub mod special;
 pub mod stream;
 pub mod typed;
+mod watchdog;
 
 use std::sync::Arc;
 
 use abi_stable::std_types::RVec;
 use bub_abi::{
-    abi::{DispatchMode, HookCall, HookReturn, ObjectHandle, Outcome},
+    abi::{DispatchMode, HookCall, ObjectHandle, Outcome},
     types::{Envelope, ErrorInfo},
     ErrorKind, HookError, HookId, Object, Value, ValueKind, ValueRef,
 };
@@ -133,20 +134,6 @@ pub(crate) enum Done {
     Answer(Answer),
 }
 
-/// Reads a return; a future is awaited (async dispatch).
-#[inline]
-async fn resolve(ret: HookReturn) -> Done {
-    match ret.into_outcome(bub_abi::value::host_table()) {
-        Outcome::Pending(fut) => match fut.await.into_outcome(bub_abi::value::host_table()) {
-            Outcome::Pending(_) => {
-                Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
-            }
-            other => done(other),
-        },
-        other => done(other),
-    }
-}
-
 #[inline]
 fn done(outcome: Outcome) -> Done {
     match outcome {
@@ -169,14 +156,51 @@ pub struct Runtime {
 /// Calls one implementation; awaits it if it is pending.
 #[inline]
 pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
-    resolve(imp.invoke(call)).await
+    let ret = {
+        let _mark = watchdog::mark(imp);
+        imp.invoke(call)
+    };
+    match ret.into_outcome(bub_abi::value::host_table()) {
+        Outcome::Pending(fut) => {
+            let fut = watchdog::Watched::new(fut, imp);
+            // Only where a tokio runtime (with timers) drives us: the
+            // benchmarks poll by hand.
+            let deadline = watchdog::hook_deadline(imp.hook).filter(|_| tokio::runtime::Handle::try_current().is_ok());
+            let ret = match deadline {
+                None => fut.await,
+                Some(limit) => match tokio::time::timeout(limit, fut).await {
+                    Ok(ret) => ret,
+                    Err(_) => {
+                        return Done::Error(HookError::new(
+                            ErrorKind::ERROR,
+                            format!(
+                                "did not finish within {}s and was cancelled (BUB_HOOK_TIMEOUT_SECONDS)",
+                                limit.as_secs_f64()
+                            ),
+                        ))
+                    }
+                },
+            };
+            match ret.into_outcome(bub_abi::value::host_table()) {
+                Outcome::Pending(_) => {
+                    Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
+                }
+                other => done(other),
+            }
+        }
+        other => done(other),
+    }
 }
 
 /// Calls one implementation under sync dispatch: a pending result is
 /// dropped unpolled (its body never runs) and reported; `None` is returned.
 #[inline]
 fn finish_sync(hook: HookId, imp: &Impl, call: &mut HookCall<'_>) -> Option<Done> {
-    match imp.invoke(call).into_outcome(bub_abi::value::host_table()) {
+    let ret = {
+        let _mark = watchdog::mark(imp);
+        imp.invoke(call)
+    };
+    match ret.into_outcome(bub_abi::value::host_table()) {
         Outcome::Pending(fut) => {
             drop(fut);
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);

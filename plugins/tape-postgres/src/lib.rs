@@ -17,8 +17,10 @@
 //!   `save_state` (it failed while building its prompt) or a gateway that
 //!   dies cannot wedge a session: the lock is released after a lease
 //!   (`lock_lease_seconds`, 900), and PostgreSQL drops the locks of a
-//!   closed connection. Waiting is bounded (`lock_wait_seconds`, 600) and
-//!   then fails the turn with a message naming the session.
+//!   closed connection. Waiting is bounded (`lock_wait_seconds`, 240) and
+//!   then fails the turn with a message naming the session. (Keep it under
+//!   the host's `BUB_HOOK_TIMEOUT_SECONDS`, 300, which cancels any async
+//!   hook that runs longer.)
 //!
 //! Config: `url` (required; `postgres://user@host:port/db` or
 //! `host=… user=… dbname=…`; `BUB_TAPE_POSTGRES__URL` keeps a password out
@@ -87,7 +89,7 @@ impl Plugin for TapePostgres {
             shared: Arc::new(Shared {
                 url: url.to_owned(),
                 lease: seconds(&ctx.config, "lock_lease_seconds", 900)?,
-                wait: seconds(&ctx.config, "lock_wait_seconds", 600)?,
+                wait: seconds(&ctx.config, "lock_wait_seconds", 240)?,
                 session_lock,
                 tapes: OnceCell::new(),
                 held: Mutex::new(HashMap::new()),
