@@ -75,12 +75,21 @@ pub struct HostBuilder {
     app_config: Map<String, serde_json::Value>,
     home: Option<PathBuf>,
     workspace: Option<PathBuf>,
+    // Installed plugins not to load, with the reason (they crashed a probe).
+    skip: HashMap<String, String>,
 }
 
 impl HostBuilder {
     /// An empty builder (no builtin).
     pub fn new() -> Self {
         HostBuilder::default()
+    }
+
+    /// Lists the installed plugin `name` as failed with `reason` instead of
+    /// loading it (`bub plugins list` probing around a plugin that crashes).
+    pub fn skip(mut self, name: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.skip.insert(name.into(), reason.into());
+        self
     }
 
     /// Adds the builtin plugin, registered as `builtin`.
@@ -147,7 +156,10 @@ impl HostBuilder {
         };
         let mut registry = Registry::new();
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
-        let replaced = replacements(&self.sources);
+        let mut replaced = replacements(&self.sources);
+        for (name, reason) in &self.skip {
+            replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
+        }
         for (fallback_name, source) in self.sources {
             let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, &places);
             if let PluginStatus::Failed { detail } = &record.status {
@@ -187,12 +199,20 @@ fn read_app_config(home: &Path) -> Map<String, serde_json::Value> {
     Map::new()
 }
 
+/// Why an installed plugin is not loaded though enabled.
+enum NotLoaded {
+    /// Another plugin replaces it.
+    ReplacedBy(String),
+    /// The caller said so (it crashed a probe), with the reason.
+    Skipped(String),
+}
+
 /// Which plugins are replaced, and by whom: every enabled installed
 /// plugin's `replaces`, in discovery order; a plugin that is itself
 /// replaced replaces nothing (so two plugins replacing each other leave the
 /// first), and the builtin cannot be replaced.
-fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, String> {
-    let mut replaced: HashMap<String, String> = HashMap::new();
+fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, NotLoaded> {
+    let mut replaced: HashMap<String, NotLoaded> = HashMap::new();
     for (_, source) in sources {
         let PluginSource::Folder(dir) = source else { continue };
         let Ok(manifest) = Manifest::read(dir) else { continue };
@@ -206,7 +226,7 @@ fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, String> {
                 continue;
             }
             if name != &manifest.name {
-                replaced.entry(name.clone()).or_insert_with(|| manifest.name.clone());
+                replaced.entry(name.clone()).or_insert_with(|| NotLoaded::ReplacedBy(manifest.name.clone()));
             }
         }
     }
@@ -217,7 +237,7 @@ fn load_source(
     fallback_name: String,
     source: PluginSource,
     taken: &HashMap<String, PathBuf>,
-    replaced: &HashMap<String, String>,
+    replaced: &HashMap<String, NotLoaded>,
     app_config: &Map<String, serde_json::Value>,
     places: &Places,
 ) -> PluginRecord {
@@ -238,7 +258,7 @@ fn load_folder(
     fallback_name: String,
     dir: &Path,
     taken: &HashMap<String, PathBuf>,
-    replaced: &HashMap<String, String>,
+    replaced: &HashMap<String, NotLoaded>,
     app_config: &Map<String, serde_json::Value>,
     places: &Places,
 ) -> PluginRecord {
@@ -265,7 +285,13 @@ fn load_folder(
     if let Some(record) = shadowed(&manifest.name, &path, taken) {
         return record;
     }
-    let by = replaced.get(&manifest.name);
+    let by = match replaced.get(&manifest.name) {
+        Some(NotLoaded::Skipped(reason)) if manifest.enabled => {
+            return PluginRecord::failed(manifest.name, Some(path), reason.clone())
+        }
+        Some(NotLoaded::ReplacedBy(by)) => Some(by),
+        _ => None,
+    };
     if !manifest.enabled || by.is_some() {
         let mut r = PluginRecord::failed(manifest.name, Some(path), String::new());
         r.version = manifest.version.unwrap_or_default();
@@ -292,7 +318,13 @@ fn load_folder(
         crate::runtime::special::deep_merge(&mut config, section.clone());
     }
     config.extend(env_config(&manifest.name, std::env::vars_os()));
-    match loader::open_file(file, &path) {
+    // dlopen runs the library's constructors: plugin code too.
+    let label = crate::runtime::watchdog::Label::new(manifest.name.as_str().into(), "loading");
+    let opened = {
+        let _mark = crate::runtime::watchdog::mark_label(&label);
+        loader::open_file(file, &path)
+    };
+    match opened {
         Ok(lib) => register_library(manifest.name, Some(path), lib, &config, places),
         Err(e) => PluginRecord::failed(manifest.name, Some(path), e.to_string()),
     }
@@ -353,7 +385,13 @@ fn register_library(
         instance: bub_abi::abi::Instance::NONE,
         claims: true,
     };
-    match loader::initialise(&lib, &record.name, config, places) {
+    // The plugin's constructor is plugin code: a crash in it is named.
+    let label = crate::runtime::watchdog::Label::new(record.name.as_str().into(), "loading");
+    let init = {
+        let _mark = crate::runtime::watchdog::mark_label(&label);
+        loader::initialise(&lib, &record.name, config, places)
+    };
+    match init {
         Ok(instance) => {
             record.hooks = Some(lib.module.hooks());
             record.instance = instance;

@@ -40,6 +40,7 @@
 
 pub mod agent;
 pub mod builtin;
+pub mod crash;
 pub mod discovery;
 pub mod error;
 pub mod framework;

@@ -129,6 +129,8 @@ pub struct Impl {
     pub is_async: bool,
     /// The hook it implements.
     pub hook: HookId,
+    /// What the watchdog and the crash handler call it.
+    pub(crate) label: crate::runtime::watchdog::Label,
 }
 
 impl Impl {
@@ -177,6 +179,7 @@ impl Registry {
                     marker: slot.marker,
                     is_async: slot.is_async,
                     hook,
+                    label: crate::runtime::watchdog::Label::new(name.clone(), hook.name()),
                 };
                 insert_like_pluggy(&mut self.stored[hook as usize], imp);
                 let mut order = self.stored[hook as usize].clone();

@@ -82,7 +82,8 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 while sigint.recv().await.is_some() {
                     if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(3)) {
                         eprintln!("^C again: bub exits now");
-                        std::process::exit(130);
+                        bub_host::crash::disarm();
+                std::process::exit(130);
                     }
                     last = Some(std::time::Instant::now());
                     notify.notify_waiters();

@@ -34,6 +34,20 @@ pub fn may_be_plugin_command(e: &clap::Error) -> bool {
     )
 }
 
+/// Whether clap is about to show help (which lists plugin commands).
+pub fn is_help(e: &clap::Error) -> bool {
+    use clap::error::ErrorKind::*;
+    matches!(e.kind(), DisplayHelp | DisplayHelpOnMissingArgumentOrSubcommand | MissingSubcommand)
+}
+
+/// Help, with the plugins loaded in a guarded child (`probe`).
+pub fn run_help() -> Result<()> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let shared = SharedOptions::scan(&args);
+    let ctx = context(shared.home, shared.workspace)?;
+    super::probe::guarded(&ctx, run)
+}
+
 /// The `app` object handed to `register_cli_commands`.
 struct App {
     workspace: PathBuf,
@@ -138,6 +152,7 @@ pub fn run() -> Result<()> {
     let shared = SharedOptions::scan(&args);
     init_logging(shared.verbose);
     let ctx = context(shared.home, shared.workspace)?;
+    super::arm_crash_report(&ctx.home);
     let framework = ctx.framework();
     let app = Object::cli_app(App { workspace: ctx.workspace.clone(), home: ctx.home.clone() });
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

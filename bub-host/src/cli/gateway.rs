@@ -65,6 +65,7 @@ fn watch_signals(stop: Arc<Notify>, grace: std::time::Duration) -> Result<tokio:
             }
             if seen {
                 eprintln!("second signal: bub gateway exits now");
+                bub_host::crash::disarm();
                 std::process::exit(130);
             }
             seen = true;

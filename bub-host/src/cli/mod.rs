@@ -6,6 +6,7 @@ mod gateway;
 mod hooks;
 mod onboard;
 mod plugins;
+mod probe;
 mod run;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -76,7 +77,12 @@ impl Context {
     /// Discovers, loads and registers every plugin, telling each where
     /// the home and the workspace are.
     pub fn host(&self) -> Host {
-        HostBuilder::new().home(&self.home).workspace(&self.workspace).builtin().discovered(&self.search).build()
+        let mut builder =
+            HostBuilder::new().home(&self.home).workspace(&self.workspace).builtin().discovered(&self.search);
+        for (name, reason) in probe::skipped() {
+            builder = builder.skip(name, reason);
+        }
+        builder.build()
     }
 
     /// A framework over every plugin, in the workspace.
@@ -103,6 +109,8 @@ fn context(home: Option<PathBuf>, workspace: Option<PathBuf>) -> anyhow::Result<
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // Help lists plugin commands, which loads plugins: in a guarded child.
+        Err(e) if extensions::is_help(&e) => return finish(extensions::run_help()),
         Err(e) if extensions::may_be_plugin_command(&e) => return finish(extensions::run()),
         Err(e) => e.exit(),
     };
@@ -116,6 +124,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Ok(ctx) => ctx,
         Err(e) => return finish(Err(e)),
     };
+    arm_crash_report(&ctx.home);
     finish(match cli.command {
         Command::Run(args) => run::run(&ctx, &args),
         Command::Chat(args) => chat::run(&ctx, &args),
@@ -159,4 +168,13 @@ fn init_logging(verbose: u8) {
         .with_ansi(ansi)
         .with_target(true)
         .try_init();
+}
+
+/// Says so if the last run died in a plugin, and arms the breadcrumb for
+/// this one (`bub_host::crash`).
+pub(crate) fn arm_crash_report(home: &std::path::Path) {
+    if let Some(report) = bub_host::crash::take_report(home) {
+        eprintln!("warning: {report}");
+    }
+    bub_host::crash::install(home);
 }

@@ -16,7 +16,7 @@ mod router;
 pub mod special;
 pub mod stream;
 pub mod typed;
-mod watchdog;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 

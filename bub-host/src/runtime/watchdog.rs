@@ -17,7 +17,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
     task::{Context, Poll},
@@ -44,10 +44,49 @@ pub(crate) fn hook_deadline(hook: HookId) -> Option<Duration> {
 
 /// One thread's mark: since when (ms after `EPOCH`, 0 = not in plugin
 /// code) and in what.
-struct Slot {
+pub(crate) struct Slot {
     since: AtomicU64,
     warned: AtomicU64,
-    what: Mutex<Option<(Arc<str>, HookId)>>,
+    what: Mutex<Option<(Arc<str>, &'static str)>>,
+    // `plugin\tactivity\n`, for the crash handler (which may not lock or
+    // allocate): a leaked label's address and length.
+    label: AtomicPtr<u8>,
+    label_len: AtomicUsize,
+}
+
+impl Slot {
+    /// The label of what this thread runs now, if it runs plugin code.
+    /// Lock- and allocation-free (called from a signal handler).
+    pub(crate) fn active_label(&self) -> Option<&'static [u8]> {
+        if self.since.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let ptr = self.label.load(Ordering::Acquire);
+        let len = self.label_len.load(Ordering::Acquire);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr`/`len` always come from one leaked `&'static [u8]`
+        // (see `Label`), stored before `since` was set; never freed.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+}
+
+/// What a mark says: the plugin, the activity (a hook's name, or
+/// `loading`), and the crash handler's line for them (leaked once per
+/// implementation or plugin load: a few bytes per host).
+#[derive(Clone)]
+pub(crate) struct Label {
+    plugin: Arc<str>,
+    activity: &'static str,
+    line: &'static [u8],
+}
+
+impl Label {
+    pub(crate) fn new(plugin: Arc<str>, activity: &'static str) -> Label {
+        let line: &'static [u8] = Box::leak(format!("{plugin}\t{activity}\n").into_bytes().into_boxed_slice());
+        Label { plugin, activity, line }
+    }
 }
 
 fn epoch() -> Instant {
@@ -59,7 +98,7 @@ fn now_ms() -> u64 {
     epoch().elapsed().as_millis() as u64 + 1
 }
 
-fn slots() -> &'static Mutex<Vec<&'static Slot>> {
+pub(crate) fn slots() -> &'static Mutex<Vec<&'static Slot>> {
     static SLOTS: OnceLock<Mutex<Vec<&'static Slot>>> = OnceLock::new();
     SLOTS.get_or_init(|| {
         start_watchdog();
@@ -69,7 +108,13 @@ fn slots() -> &'static Mutex<Vec<&'static Slot>> {
 
 thread_local! {
     static SLOT: &'static Slot = {
-        let slot: &'static Slot = Box::leak(Box::new(Slot { since: AtomicU64::new(0), warned: AtomicU64::new(0), what: Mutex::new(None) }));
+        let slot: &'static Slot = Box::leak(Box::new(Slot {
+            since: AtomicU64::new(0),
+            warned: AtomicU64::new(0),
+            what: Mutex::new(None),
+            label: AtomicPtr::new(std::ptr::null_mut()),
+            label_len: AtomicUsize::new(0),
+        }));
         slots().lock().unwrap_or_else(|p| p.into_inner()).push(slot);
         slot
     };
@@ -80,9 +125,16 @@ thread_local! {
 pub(crate) struct Mark(Option<&'static Slot>);
 
 pub(crate) fn mark(imp: &Impl) -> Mark {
+    mark_label(&imp.label)
+}
+
+/// Marks this thread as running what `label` names (a plugin's load).
+pub(crate) fn mark_label(label: &Label) -> Mark {
     let slot = SLOT.try_with(|s| *s).ok();
     let Some(slot) = slot.filter(|s| s.since.load(Ordering::Relaxed) == 0) else { return Mark(None) };
-    *slot.what.lock().unwrap_or_else(|p| p.into_inner()) = Some((imp.plugin.clone(), imp.hook));
+    *slot.what.lock().unwrap_or_else(|p| p.into_inner()) = Some((label.plugin.clone(), label.activity));
+    slot.label_len.store(label.line.len(), Ordering::Release);
+    slot.label.store(label.line.as_ptr().cast_mut(), Ordering::Release);
     slot.warned.store(0, Ordering::Relaxed);
     slot.since.store(now_ms(), Ordering::Release);
     Mark(Some(slot))
@@ -136,10 +188,11 @@ fn start_watchdog() {
             }
             slot.warned.store(now, Ordering::Relaxed);
             let what = slot.what.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some((plugin, hook)) = what {
+            if let Some((plugin, activity)) = what {
+                let doing = if activity == "loading" { "loading".to_owned() } else { format!("hook '{activity}'") };
                 tracing::warn!(
                     target: "bub::hooks",
-                    "plugin '{plugin}' has been running hook '{hook}' for {}s without returning (it holds its \
+                    "plugin '{plugin}' has been running {doing} for {}s without returning (it holds its \
                      thread; an async hook can be cancelled, a sync one cannot: if it never returns, \
                      `bub plugins disable {plugin}`)",
                     (now - since) / 1000

@@ -12,6 +12,8 @@
 //     "async": true, "sleep_ms": n,          answer from a tokio future
 //     "block_ms": n,                         (sync) block the calling thread first
 //     "panic_in_future": "msg",
+//     "crash": "abort" | "segfault" | "exit" | "stack_overflow",  take the process down
+//                                          (also as "init": …)
 //     "connect": "127.0.0.1:port",           async: send a line over TCP, return the reply
 //     "set_state": {k: v}, "get_state": "k", write / read the live turn state
 //     "echo_arg": i,                         return argument i as received
@@ -91,6 +93,9 @@ impl Scripted {
         }
         if let Some(msg) = script.get("panic").and_then(Value::as_str) {
             panic!("{msg}");
+        }
+        if let Some(how) = script.get("crash").and_then(Value::as_str) {
+            crash(how);
         }
         let args: Vec<Value> = (0..call.args.len()).map(|i| Self::arg(call, i)).collect();
         let raw_args: Vec<String> = call.args.iter().map(|v| v.to_json()).collect();
@@ -268,6 +273,7 @@ macro_rules! scripted_hooks {
                 match ctx.config.get("init").and_then(Value::as_str) {
                     Some("error") => return Err(format!("{} refuses to start (scripted)", ctx.name).into()),
                     Some("panic") => panic!("{} panics in its constructor (scripted)", ctx.name),
+                    Some(how @ ("abort" | "segfault" | "exit" | "stack_overflow")) => crash(how),
                     _ => {}
                 }
                 Ok(Scripted {
@@ -288,3 +294,25 @@ macro_rules! scripted_hooks {
 bub_abi::for_each_hook!(scripted_hooks);
 
 bub_abi::export_plugin!(Scripted);
+
+/// Takes the whole process down, as a broken plugin would.
+fn crash(how: &str) {
+    match how {
+        "abort" => std::process::abort(),
+        "exit" => std::process::exit(3),
+        // SAFETY (test plugin): a deliberate invalid write, to crash.
+        "segfault" => unsafe { std::ptr::null_mut::<u64>().write_volatile(1) },
+        "stack_overflow" => {
+            fn deeper(n: u64) -> u64 {
+                let pad = [n; 64];
+                std::hint::black_box(&pad);
+                if std::hint::black_box(n) == u64::MAX {
+                    return 0;
+                }
+                deeper(std::hint::black_box(n + 1)) + pad[0]
+            }
+            std::hint::black_box(deeper(0));
+        }
+        _ => {}
+    }
+}

@@ -10,6 +10,7 @@ mod app_hooks;
 mod builtin;
 mod chat;
 mod cli;
+mod crashes;
 mod deadlines;
 mod dispatch;
 mod examples;

@@ -65,12 +65,12 @@ pub enum PluginsCommand {
 
 pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
     match cmd {
-        PluginsCommand::List { json } => list::run(ctx, *json),
+        PluginsCommand::List { json } => super::probe::guarded(ctx, || list::run(ctx, *json)),
         PluginsCommand::Install { path, name } => install::run(ctx, path, name.as_deref()),
         PluginsCommand::Remove { name } => remove::run(ctx, name),
         PluginsCommand::Enable { name } => toggle::run(ctx, name, true),
         PluginsCommand::Disable { name } => toggle::run(ctx, name, false),
-        PluginsCommand::Info { name, json } => info::run(ctx, name, *json),
+        PluginsCommand::Info { name, json } => super::probe::guarded(ctx, || info::run(ctx, name, *json)),
         PluginsCommand::Config { name, set, unset } => config::run(ctx, name, set, unset),
     }
 }
