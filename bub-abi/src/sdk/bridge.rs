@@ -33,12 +33,24 @@ static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::ne
 /// library is never unloaded).
 pub fn runtime() -> Result<&'static tokio::runtime::Runtime, HookError> {
     let rt = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("bub-plugin-rt")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
+        // IO and timers, not signals: a plugin has no business with the
+        // host's signals, and tokio's signal driver panics (rather than
+        // failing) when it cannot get its socket pair (no file descriptors
+        // left). A panic here is caught too: it would otherwise unwind out
+        // of the plugin's poll and take the host down.
+        let built = catch_unwind(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("bub-plugin-rt")
+                .enable_io()
+                .enable_time()
+                .build()
+        });
+        match built {
+            Ok(Ok(rt)) => Ok(rt),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(payload) => Err(panic_message(&*payload)),
+        }
     });
     rt.as_ref().map_err(|e| HookError::new(ErrorKind::INIT, format!("the plugin's tokio runtime could not start: {e}")))
 }

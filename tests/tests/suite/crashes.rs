@@ -50,3 +50,35 @@ fn management_commands_survive_a_plugin_that_crashes_while_loading() {
     let (_, err, ok) = run_bub(&home, &["run", "hi"]);
     assert!(ok, "{err}");
 }
+
+/// Item 7: plugins whose tokio runtime cannot start (no file descriptors
+/// left, 40 async plugins under small `ulimit -n`) fail as that plugin's
+/// error; the host never dies with "FFI future panicked".
+#[test]
+fn a_plugin_runtime_that_cannot_start_is_that_plugins_error() {
+    let home = Home::new();
+    for i in 0..40 {
+        home.scripted(&format!("p{i:02}"), "", json!({"load_state": {"async": true, "sleep_ms": 1, "return": null}}));
+    }
+    let bub = bub_tests::bub_bin();
+    let mut failures = 0;
+    for limit in (60..=150).step_by(10) {
+        let script = format!("ulimit -n {limit} && exec \"$0\" --home \"$1\" run hi");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, bub.to_str().unwrap(), home.path().to_str().unwrap()])
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code().is_some_and(|c| c == 0 || c == 1), "ulimit {limit}: {:?}\n{err}", out.status);
+        assert!(!err.contains("FFI future panicked"), "ulimit {limit}: {err}");
+        if !out.status.success() {
+            failures += 1;
+            assert!(
+                err.contains("the plugin's tokio runtime could not start") || err.contains("Too many open files"),
+                "ulimit {limit}: {err}"
+            );
+        }
+    }
+    assert!(failures > 0, "no limit was low enough to exercise the failure");
+}
