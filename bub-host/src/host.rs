@@ -314,8 +314,21 @@ fn load_folder(
         Err(e) => return PluginRecord::failed(manifest.name, Some(path), e.to_string()),
     };
     let mut config = manifest.config;
-    if let Some(serde_json::Value::Object(section)) = app_config.get(&manifest.name) {
-        crate::runtime::special::deep_merge(&mut config, section.clone());
+    match app_config.get(&manifest.name) {
+        Some(serde_json::Value::Object(section)) => crate::runtime::special::deep_merge(&mut config, section.clone()),
+        None => {}
+        Some(other) => tracing::warn!(
+            target: "bub::plugin",
+            "config.json: the section \"{}\" is {}, not an object of settings; ignored (write {{\"{}\": {{\"key\": …}}}})",
+            manifest.name,
+            match other {
+                serde_json::Value::Array(_) => "a list",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Null => "null",
+                _ => "a scalar",
+            },
+            manifest.name
+        ),
     }
     config.extend(env_config(&manifest.name, std::env::vars_os()));
     // dlopen runs the library's constructors: plugin code too.

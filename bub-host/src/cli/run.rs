@@ -29,6 +29,10 @@ pub struct RunArgs {
 }
 
 pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
+    // Plugins share this process's standard output: from here on what they
+    // print goes to standard error, and the host's answer (`--json` above
+    // all) alone to standard output. Before loading them: constructors print too.
+    let mut out = keep_stdout_for_host()?;
     let framework = ctx.framework();
     let session = args.session_id.clone().unwrap_or_else(|| format!("{}:{}", args.channel, args.chat_id));
     // `-`: the message from standard input (any size; an argument is capped by the OS).
@@ -59,7 +63,7 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
         let scope = framework.running().await.context("the turn failed")?;
         let turn = framework.process_inbound(&mut inbound, json).await;
         let printed = match &turn {
-            Ok(result) => print_result(result, json),
+            Ok(result) => print_result(&mut out, result, json),
             Err(_) => Ok(()),
         };
         let exited = scope.exit(turn.as_ref().err().map(|e| e.info()).as_ref()).await;
@@ -70,18 +74,33 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_result(result: &bub_host::framework::TurnResult, json: bool) -> Result<()> {
+/// Standard output for the host alone: a duplicate of it, kept; the
+/// original descriptor then points at standard error.
+fn keep_stdout_for_host() -> Result<std::fs::File> {
+    use std::os::fd::AsFd;
+    let host = std::io::stdout().as_fd().try_clone_to_owned().context("cannot duplicate standard output")?;
+    rustix::stdio::dup2_stdout(std::io::stderr().as_fd()).context("cannot send plugin output to standard error")?;
+    Ok(std::fs::File::from(host))
+}
+
+fn print_result(out: &mut std::fs::File, result: &bub_host::framework::TurnResult, json: bool) -> Result<()> {
+    use std::io::Write;
+    let mut text = String::new();
     if json {
-        println!("{}", serde_json::to_string_pretty(result)?);
-        return Ok(());
+        text = serde_json::to_string_pretty(result)? + "\n";
     }
-    for outbound in &result.outbounds {
+    for outbound in result.outbounds.iter().filter(|_| !json) {
         let field = |k: &str, default: &str| match outbound.get(k) {
             Some(Value::String(s)) => s.clone(),
             Some(v) if !v.is_null() => v.to_string(),
             _ => default.to_owned(),
         };
-        println!("[{}:{}]\n{}", field("channel", "stdout"), field("chat_id", "local"), field("content", ""));
+        let (channel, chat, content) = (field("channel", "stdout"), field("chat_id", "local"), field("content", ""));
+        text.push_str(&format!("[{channel}:{chat}]\n{content}\n"));
     }
-    Ok(())
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| match e.kind() {
+        // A reader that went away is not an error (`bub run … | head`).
+        std::io::ErrorKind::BrokenPipe => anyhow::Error::new(e),
+        _ => anyhow::Error::new(e).context("cannot write the output"),
+    })
 }

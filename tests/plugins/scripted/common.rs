@@ -12,6 +12,7 @@
 //     "async": true, "sleep_ms": n,          answer from a tokio future
 //     "block_ms": n,                         (sync) block the calling thread first
 //     "panic_in_future": "msg",
+//     "print": "text",                       println! it (to the process's stdout)
 //     "crash": "abort" | "segfault" | "exit" | "stack_overflow",  take the process down
 //                                          (also as "init": …)
 //     "connect": "127.0.0.1:port",           async: send a line over TCP, return the reply
@@ -96,6 +97,10 @@ impl Scripted {
         }
         if let Some(how) = script.get("crash").and_then(Value::as_str) {
             crash(how);
+        }
+        if let Some(text) = script.get("print").and_then(Value::as_str) {
+            // What a careless plugin does: write to the process's stdout.
+            println!("{text}");
         }
         let args: Vec<Value> = (0..call.args.len()).map(|i| Self::arg(call, i)).collect();
         let raw_args: Vec<String> = call.args.iter().map(|v| v.to_json()).collect();

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use bub_tests::{bub_bin, lib, Home};
+use bub_tests::{bub_bin, lib, run_bub, Home};
 use serde_json::{json, Value};
 
 fn bub(home: &Home, args: &[&str]) -> (String, String, bool) {
@@ -395,4 +395,17 @@ fn hanging_lifespans_are_cancelled_and_named() {
     let (ok, out, err) = run("exit");
     assert!(out.contains("hi"), "{out}");
     assert!(!ok && err.contains("failed in `exit`: did not finish within 1 s"), "{err}");
+}
+
+/// Reliability item 17: a plugin printing to stdout cannot corrupt
+/// `bub run --json`: plugin output goes to stderr, the answer alone to stdout.
+#[test]
+fn plugin_prints_do_not_corrupt_run_json() {
+    let home = Home::new();
+    home.scripted("noisy", "", json!({"load_state": {"print": "NOISE FROM A PLUGIN", "return": null}}));
+    let (out, err, ok) = run_bub(&home, &["run", "--json", "hi"]);
+    assert!(ok, "{err}");
+    let parsed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(parsed["session_id"], "cli:local");
+    assert!(err.contains("NOISE FROM A PLUGIN"), "{err}");
 }

@@ -254,3 +254,18 @@ fn a_config_json_others_can_write_is_ignored() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert_eq!(session(), "from-config");
 }
+
+/// Reliability item 15: a plugin's `config.json` section that is not an
+/// object is reported, not ignored silently.
+#[test]
+fn a_config_json_section_that_is_not_an_object_is_reported() {
+    let home = Home::new();
+    home.install("echo-model", &lib("echo-model"), json!({}));
+    std::fs::write(home.path().join("config.json"), r#"{"echo-model": "oops"}"#).unwrap();
+    let (_, err, ok) = bub_tests::run_bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(r#"config.json: the section "echo-model" is a string, not an object of settings; ignored"#),
+        "{err}"
+    );
+}
