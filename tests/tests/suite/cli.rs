@@ -409,3 +409,28 @@ fn plugin_prints_do_not_corrupt_run_json() {
     assert_eq!(parsed["session_id"], "cli:local");
     assert!(err.contains("NOISE FROM A PLUGIN"), "{err}");
 }
+
+/// Reliability item 16: plugin command names must be plain words: `-x` and
+/// `a b` are refused with a warning (and `bub -x` is not the plugin's
+/// command); a good name works.
+#[test]
+fn plugin_command_names_are_validated() {
+    let home = Home::new();
+    let command = |name: &str| {
+        json!({"kind": "cli_command", "name": name, "methods": {
+            "spec": {"return": {"name": name, "about": "a scripted command"}},
+            "call": {"return": format!("ran {name}")},
+        }})
+    };
+    home.scripted(
+        "commands",
+        "",
+        json!({"register_cli_commands": {"objects": [command("-x"), command("a b"), command("hello")]}}),
+    );
+    let (out, err, ok) = run_bub(&home, &["hello"]);
+    assert!(ok && out.contains("ran hello"), "{out}{err}");
+    assert!(err.contains(r#"registers command `-x` with the name "-x""#), "{err}");
+    assert!(err.contains(r#"with the name "a b""#), "{err}");
+    let (out, _, ok) = run_bub(&home, &["-x"]);
+    assert!(!ok && !out.contains("ran -x"), "{out}");
+}
