@@ -334,7 +334,7 @@ fn load_folder(
     // dlopen runs the library's constructors: plugin code too.
     let label = crate::runtime::watchdog::Label::new(manifest.name.as_str().into(), "loading");
     let opened = {
-        let _mark = crate::runtime::watchdog::mark_label(&label);
+        let _mark = crate::runtime::watchdog::mark_label(label);
         loader::open_file(file, &path)
     };
     match opened {
@@ -401,7 +401,7 @@ fn register_library(
     // The plugin's constructor is plugin code: a crash in it is named.
     let label = crate::runtime::watchdog::Label::new(record.name.as_str().into(), "loading");
     let init = {
-        let _mark = crate::runtime::watchdog::mark_label(&label);
+        let _mark = crate::runtime::watchdog::mark_label(label);
         loader::initialise(&lib, &record.name, config, places)
     };
     match init {

@@ -138,7 +138,10 @@ pub(crate) enum Done {
 fn done(outcome: Outcome) -> Done {
     match outcome {
         Outcome::None => Done::None,
-        Outcome::Value(v) => Done::Answer(Answer::Value(v)),
+        Outcome::Value(v) => match watchdog::oversized(v.as_ref()) {
+            None => Done::Answer(Answer::Value(v)),
+            Some(error) => Done::Error(error),
+        },
         Outcome::Object(o) => Done::Answer(Answer::Object(o)),
         Outcome::Objects(o) => Done::Answer(Answer::Objects(o)),
         Outcome::Error(e) => Done::Error(e),

@@ -12,12 +12,17 @@
 //!   a watchdog thread warns, naming both, once the mark is older than
 //!   `BUB_HOOK_WARN_SECONDS` (10) and again every such interval. Marking
 //!   costs a clock read and two atomic stores per call.
+//! - **Results** are capped: a hook's value answer larger than
+//!   `BUB_MAX_RESULT_BYTES` (64 MiB, counted as its JSON text would be,
+//!   roughly) fails as that plugin's error instead of flowing on into
+//!   tapes and outputs. The count stops at the cap, so it costs a walk of
+//!   small answers only.
 
 use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicPtr, AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
     task::{Context, Poll},
@@ -42,52 +47,52 @@ pub(crate) fn hook_deadline(hook: HookId) -> Option<Duration> {
     *DEADLINE.get_or_init(|| seconds("BUB_HOOK_TIMEOUT_SECONDS", 300.0))
 }
 
-/// One thread's mark: since when (ms after `EPOCH`, 0 = not in plugin
-/// code) and in what.
+/// One thread's mark: since when (in watchdog ticks, 0 = not in plugin
+/// code) and what (a leaked label).
 pub(crate) struct Slot {
     since: AtomicU64,
     warned: AtomicU64,
-    what: Mutex<Option<(Arc<str>, &'static str)>>,
-    // `plugin\tactivity\n`, for the crash handler (which may not lock or
-    // allocate): a leaked label's address and length.
-    label: AtomicPtr<u8>,
-    label_len: AtomicUsize,
+    label: AtomicPtr<LabelData>,
 }
 
 impl Slot {
-    /// The label of what this thread runs now, if it runs plugin code.
-    /// Lock- and allocation-free (called from a signal handler).
+    /// The crash-report line of what this thread runs now, if it runs
+    /// plugin code. Lock- and allocation-free (called from a signal handler).
     pub(crate) fn active_label(&self) -> Option<&'static [u8]> {
         if self.since.load(Ordering::Acquire) == 0 {
             return None;
         }
         let ptr = self.label.load(Ordering::Acquire);
-        let len = self.label_len.load(Ordering::Acquire);
-        if ptr.is_null() {
-            return None;
-        }
-        // SAFETY: `ptr`/`len` always come from one leaked `&'static [u8]`
-        // (see `Label`), stored before `since` was set; never freed.
-        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+        // SAFETY: `ptr` is null or a leaked `LabelData` (see `Label::new`),
+        // never freed.
+        unsafe { ptr.as_ref() }.map(|l| &*l.line)
     }
 }
 
 /// What a mark says: the plugin, the activity (a hook's name, or
-/// `loading`), and the crash handler's line for them (leaked once per
-/// implementation or plugin load: a few bytes per host).
-#[derive(Clone)]
-pub(crate) struct Label {
+/// `loading`), and the crash handler's line for them. Leaked once per
+/// implementation or plugin load (a few bytes per host), so marking is a
+/// pointer store and the watchdog and crash handler may read it any time.
+#[derive(Clone, Copy)]
+pub(crate) struct Label(&'static LabelData);
+
+pub(crate) struct LabelData {
     plugin: Arc<str>,
     activity: &'static str,
-    line: &'static [u8],
+    line: Box<[u8]>,
 }
 
 impl Label {
     pub(crate) fn new(plugin: Arc<str>, activity: &'static str) -> Label {
-        let line: &'static [u8] = Box::leak(format!("{plugin}\t{activity}\n").into_bytes().into_boxed_slice());
-        Label { plugin, activity, line }
+        let line = format!("{plugin}\t{activity}\n").into_bytes().into_boxed_slice();
+        Label(Box::leak(Box::new(LabelData { plugin, activity, line })))
     }
 }
+
+/// A coarse clock in milliseconds, advanced by the watchdog thread at each
+/// tick: marking reads an atomic instead of the system clock (a hook call
+/// costs nanoseconds; warnings are about seconds).
+static TICKS: AtomicU64 = AtomicU64::new(1);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -111,9 +116,7 @@ thread_local! {
         let slot: &'static Slot = Box::leak(Box::new(Slot {
             since: AtomicU64::new(0),
             warned: AtomicU64::new(0),
-            what: Mutex::new(None),
             label: AtomicPtr::new(std::ptr::null_mut()),
-            label_len: AtomicUsize::new(0),
         }));
         slots().lock().unwrap_or_else(|p| p.into_inner()).push(slot);
         slot
@@ -124,23 +127,23 @@ thread_local! {
 /// marks, a hook calling back into the host, keep the outer one).
 pub(crate) struct Mark(Option<&'static Slot>);
 
+#[inline]
 pub(crate) fn mark(imp: &Impl) -> Mark {
-    mark_label(&imp.label)
+    mark_label(imp.label)
 }
 
 /// Marks this thread as running what `label` names (a plugin's load).
-pub(crate) fn mark_label(label: &Label) -> Mark {
+#[inline]
+pub(crate) fn mark_label(label: Label) -> Mark {
     let slot = SLOT.try_with(|s| *s).ok();
     let Some(slot) = slot.filter(|s| s.since.load(Ordering::Relaxed) == 0) else { return Mark(None) };
-    *slot.what.lock().unwrap_or_else(|p| p.into_inner()) = Some((label.plugin.clone(), label.activity));
-    slot.label_len.store(label.line.len(), Ordering::Release);
-    slot.label.store(label.line.as_ptr().cast_mut(), Ordering::Release);
-    slot.warned.store(0, Ordering::Relaxed);
-    slot.since.store(now_ms(), Ordering::Release);
+    slot.label.store((label.0 as *const LabelData).cast_mut(), Ordering::Release);
+    slot.since.store(TICKS.load(Ordering::Relaxed), Ordering::Release);
     Mark(Some(slot))
 }
 
 impl Drop for Mark {
+    #[inline]
     fn drop(&mut self) {
         if let Some(slot) = self.0 {
             slot.since.store(0, Ordering::Release);
@@ -170,11 +173,15 @@ impl<F: Future + Unpin> Future for Watched<'_, F> {
 }
 
 fn start_watchdog() {
-    let Some(warn_after) = seconds("BUB_HOOK_WARN_SECONDS", 10.0) else { return };
-    let tick = (warn_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    epoch();
+    let warn_after = seconds("BUB_HOOK_WARN_SECONDS", 10.0);
+    let tick =
+        warn_after.map_or(Duration::from_secs(1), |w| (w / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)));
     let _ = std::thread::Builder::new().name("bub-watchdog".into()).spawn(move || loop {
         std::thread::sleep(tick);
         let now = now_ms();
+        TICKS.store(now, Ordering::Relaxed);
+        let Some(warn_after) = warn_after else { continue };
         let warn_ms = warn_after.as_millis() as u64;
         let all: Vec<&'static Slot> = slots().lock().unwrap_or_else(|p| p.into_inner()).clone();
         for slot in all {
@@ -183,21 +190,69 @@ fn start_watchdog() {
                 continue;
             }
             let warned = slot.warned.load(Ordering::Relaxed);
-            if warned != 0 && now.saturating_sub(warned) < warn_ms {
+            if warned > since && now.saturating_sub(warned) < warn_ms {
                 continue;
             }
             slot.warned.store(now, Ordering::Relaxed);
-            let what = slot.what.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some((plugin, activity)) = what {
-                let doing = if activity == "loading" { "loading".to_owned() } else { format!("hook '{activity}'") };
-                tracing::warn!(
-                    target: "bub::hooks",
-                    "plugin '{plugin}' has been running {doing} for {}s without returning (it holds its \
-                     thread; an async hook can be cancelled, a sync one cannot: if it never returns, \
-                     `bub plugins disable {plugin}`)",
-                    (now - since) / 1000
-                );
-            }
+            // SAFETY: null or a leaked `LabelData`, never freed.
+            let Some(label) = (unsafe { slot.label.load(Ordering::Acquire).as_ref() }) else { continue };
+            let plugin = &label.plugin;
+            let doing =
+                if label.activity == "loading" { "loading".to_owned() } else { format!("hook '{}'", label.activity) };
+            tracing::warn!(
+                target: "bub::hooks",
+                "plugin '{plugin}' has been running {doing} for {}s without returning (it holds its \
+                 thread; an async hook can be cancelled, a sync one cannot: if it never returns, \
+                 `bub plugins disable {plugin}`)",
+                now.saturating_sub(since) / 1000
+            );
         }
     });
+}
+
+/// The error for a value answer over `BUB_MAX_RESULT_BYTES`, if it is.
+pub(crate) fn oversized(value: bub_abi::ValueRef<'_>) -> Option<bub_abi::HookError> {
+    static CAP: OnceLock<usize> = OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        std::env::var("BUB_MAX_RESULT_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(64 << 20)
+    });
+    if cap == 0 || approx_bytes(value, cap) <= cap {
+        return None;
+    }
+    Some(bub_abi::HookError::new(
+        bub_abi::ErrorKind::ERROR,
+        format!(
+            "returned a result of more than {} bytes (BUB_MAX_RESULT_BYTES): return less, or spill it to a file",
+            cap
+        ),
+    ))
+}
+
+/// Roughly the JSON size of `value`, counting up to just past `cap`.
+fn approx_bytes(value: bub_abi::ValueRef<'_>, cap: usize) -> usize {
+    use bub_abi::ValueKind;
+    match value.kind() {
+        ValueKind::Str => value.as_str().map_or(2, |s| s.len() + 2),
+        ValueKind::Array => {
+            let mut total = 2;
+            for item in value.items() {
+                total += approx_bytes(item, cap) + 1;
+                if total > cap {
+                    break;
+                }
+            }
+            total
+        }
+        ValueKind::Object => {
+            let mut total = 2;
+            for (key, item) in value.entries() {
+                total += key.len() + 4 + approx_bytes(item, cap);
+                if total > cap {
+                    break;
+                }
+            }
+            total
+        }
+        _ => 8,
+    }
 }

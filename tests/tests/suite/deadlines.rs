@@ -41,3 +41,19 @@ fn a_blocking_sync_hook_is_reported_while_it_blocks() {
     assert!(err.contains("plugin 'blocks' has been running hook 'resolve_session' for"), "{err}");
     assert!(err.contains("bub plugins disable blocks"), "{err}");
 }
+
+/// Item 10: a hook's result over `BUB_MAX_RESULT_BYTES` fails as that
+/// plugin's error, with the limit named, instead of flowing into the turn.
+#[test]
+fn an_oversized_result_is_that_plugins_error() {
+    let home = Home::new();
+    home.scripted("big", "", json!({"build_prompt": {"return": "x".repeat(5000)}}));
+    let (_, err, ok, _) = bub_with(&home, &[("BUB_MAX_RESULT_BYTES", "1000")], &["run", "hi"]);
+    assert!(!ok);
+    assert!(
+        err.contains("plugin 'big' failed in hook 'build_prompt': returned a result of more than 1000 bytes (BUB_MAX_RESULT_BYTES)"),
+        "{err}"
+    );
+    let (_, err, ok, _) = bub_with(&home, &[], &["run", "hi"]);
+    assert!(ok, "the default limit is far above 5 KB: {err}");
+}
