@@ -390,3 +390,31 @@ fn quit_clears_the_sessions_queue() {
     });
     assert!(gateway.log().contains("channel.manager quit session_id=q"), "{}", gateway.log());
 }
+
+/// §6.5 steer: a message that arrives while its session's turn runs goes
+/// into the steering inbox (its client told 202 `steered`), and the running
+/// turn takes it up: it lands on the session's tape.
+#[test]
+fn a_steered_message_joins_the_running_turn() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({"admission": "steer"}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 800, "return": null}}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let first =
+            tokio::spawn(post_owned(client.clone(), base.clone(), json!({"content": "first", "session_id": "st"})));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (status, body) = post(&client, &base, json!({"content": "steered-in", "session_id": "st"})).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["status"], "steered");
+        let (status, body) = first.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    });
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    let (out, err, ok) = run_bub(&home, &["run", "--session-id", "st", ",tape.search query=steered-in"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("0 matches"), "the steered message never reached the session: {out}");
+}
