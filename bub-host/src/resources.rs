@@ -249,6 +249,36 @@ impl TapeStore {
         self.0.context(self.0.client(TapeStoreClient).fetch_all(query).await)
     }
     /// Appends an entry; returns it with its id.
+    /// Appends `entries` in order: at once where the store can
+    /// (`append_many`), else one by one (a store built before ABI 2.1).
+    pub async fn append_many(&self, tape: &str, entries: &[TapeEntry]) -> Result<Vec<TapeEntry>, ResourceError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let stored = self.0.context(self.0.client(TapeStoreClient).append_many(tape, entries).await)?;
+        // An older store answers "unsupported", read as nothing stored.
+        if stored.len() == entries.len() {
+            return Ok(stored);
+        }
+        if !stored.is_empty() {
+            return Err(ResourceError {
+                plugin: self.0.plugin().to_owned(),
+                kind: Self::KIND,
+                name: self.0.name().to_owned(),
+                method: "append_many",
+                error: bub_abi::HookError::new(
+                    bub_abi::ErrorKind::TYPE,
+                    format!("stored {} of {} entries", stored.len(), entries.len()),
+                ),
+            });
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            out.push(self.append(tape, entry).await?);
+        }
+        Ok(out)
+    }
+    /// Appends one entry.
     pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).append(tape, entry).await)
     }

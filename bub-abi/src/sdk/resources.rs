@@ -161,6 +161,20 @@ pub trait TapeStore: Send + Sync + 'static {
     /// Appends `entry` (the store assigns its id) and returns it as stored;
     /// it is durable when this returns.
     fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry>;
+    /// Appends several entries in order, all durable when this returns
+    /// (ABI 2.1): how the agent merges a run's entries. A store that can
+    /// write them at once (one write and sync, one transaction) should: it
+    /// saves a sync per entry, and a transaction keeps all or none of them.
+    /// Default: [`append`](Self::append) one after the other.
+    fn append_many(&self, tape: String, entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
+        async move {
+            let mut stored = Vec::with_capacity(entries.len());
+            for entry in entries {
+                stored.push(self.append(tape.clone(), entry).await?);
+            }
+            Ok(stored)
+        }
+    }
     /// Setup, when the scope enters the store.
     fn enter(&self) -> impl Fut<()> {
         async { Ok(()) }
@@ -398,10 +412,11 @@ macro_rules! protocol {
 }
 
 /// A value that may be passed where a method declares `T`: `T` itself, a
-/// `str` for a `String`, `Option<&T>` for an `Option<T>`.
+/// `str` for a `String`, a slice for a `Vec`, `Option<&T>` for an `Option<T>`.
 pub trait ArgOf<T: ?Sized>: Serialize {}
 impl<T: Serialize + ?Sized> ArgOf<T> for T {}
 impl ArgOf<String> for str {}
+impl<T: Serialize> ArgOf<Vec<T>> for [T] {}
 impl<T: Serialize> ArgOf<Option<T>> for Option<&T> {}
 
 /// A method call on an object that failed, with the method's name.
@@ -462,6 +477,7 @@ protocol!(
     reset(tape: String) -> ();
     fetch_all(query: TapeQuery) -> Vec<TapeEntry>;
     append(tape: String, entry: TapeEntry) -> TapeEntry;
+    append_many(tape: String, entries: Vec<TapeEntry>) -> Vec<TapeEntry>, opt;
     enter() -> (), opt;
     exit(error: Option<ErrorInfo>) -> (), opt;
 ]);

@@ -70,6 +70,22 @@ impl Store {
         }
     }
 
+    /// Several entries in order, at once where the store can: one sync
+    /// for the builtin store (one write: a killed process leaves all or none),
+    /// one transaction for SQLite.
+    pub async fn append_many(&self, tape: &str, entries: &[TapeEntry]) -> Result<Vec<TapeEntry>, AgentError> {
+        match self {
+            Store::Host(s) => s.append_many(tape, entries).await.map_err(AgentError::store),
+            Store::Memory(_) => {
+                let mut out = Vec::with_capacity(entries.len());
+                for e in entries {
+                    out.push(self.append(tape, e).await?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// `reset`.
     pub async fn reset(&self, tape: &str) -> Result<(), AgentError> {
         match self {
@@ -327,9 +343,8 @@ impl RunTape {
         if o.reset {
             self.store.reset(tape).await?;
         }
-        for e in o.entries {
-            self.store.append(tape, &e).await?;
-        }
+        // At once: one sync for the run instead of one per entry.
+        self.store.append_many(tape, &o.entries).await?;
         Ok(())
     }
 }

@@ -85,9 +85,9 @@ impl FileTapeStore {
         Ok(out)
     }
 
-    /// Appends `entry` under the tape file's exclusive lock: its id is the
-    /// file's last id + 1, read under that lock.
-    fn append_locked(&self, path: &Path, entry: &mut TapeEntry) -> Result<(), BoxError> {
+    /// Appends `entries` under the tape file's exclusive lock, in one write
+    /// and one sync: ids follow the file's last id, read under that lock.
+    fn append_locked(&self, path: &Path, entries: &mut [TapeEntry]) -> Result<(), BoxError> {
         use std::io::{Read, Seek, SeekFrom};
         std::fs::create_dir_all(&self.dir)?;
         let mut file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(path)?;
@@ -107,15 +107,16 @@ impl FileTapeStore {
             None if tail_start > 0 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
             None => 0,
         };
-        entry.id = last + 1;
-        let line = serde_json::to_vec(&*entry)?;
-        let mut buf = Vec::with_capacity(line.len() + 2);
+        let mut buf = Vec::new();
         // A torn last line (no newline) must not swallow this entry.
         if tail.last().is_some_and(|b| *b != b'\n') {
             buf.push(b'\n');
         }
-        buf.extend_from_slice(&line);
-        buf.push(b'\n');
+        for (i, entry) in entries.iter_mut().enumerate() {
+            entry.id = last + 1 + i as u64;
+            serde_json::to_writer(&mut buf, &*entry)?;
+            buf.push(b'\n');
+        }
         file.write_all(&buf)?;
         file.sync_data()?;
         Ok(())
@@ -184,9 +185,29 @@ impl TapeStore for FileTapeStore {
             if entry.date.is_empty() {
                 entry.date = now_iso();
             }
-            this.append_locked(&path, &mut entry)
+            let mut one = [entry];
+            this.append_locked(&path, &mut one)
                 .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
+            let [entry] = one;
             Ok(entry)
+        }
+    }
+
+    /// One write and one sync for the lot (a merged run), under the lock.
+    fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
+        let this = self.clone();
+        async move {
+            let path = this.path(&tape)?;
+            let _writing = this.writing.lock().await;
+            let now = now_iso();
+            for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
+                e.date = now.clone();
+            }
+            if !entries.is_empty() {
+                this.append_locked(&path, &mut entries)
+                    .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
+            }
+            Ok(entries)
         }
     }
 }

@@ -203,38 +203,54 @@ impl TapeStore for SqliteStore {
         }
     }
 
-    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+    fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {
         let this = self.clone();
         async move {
-            if entry.date.is_empty() {
-                entry.date = bub_abi::tape::now();
+            let mut stored = this.append_many(tape, vec![entry]).await?;
+            stored.pop().ok_or_else(|| "tape-sqlite: the entry was not stored".into())
+        }
+    }
+
+    /// One transaction for the lot: ids in order, all or none stored.
+    fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
+        let this = self.clone();
+        async move {
+            let now = bub_abi::tape::now();
+            for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
+                e.date = now.clone();
             }
             this.with("append to a tape", move |conn| {
                 // IMMEDIATE: the write lock first, so the id read below is
-                // still the last one when the row goes in.
+                // still the last one when the rows go in.
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let last: i64 =
-                    tx.query_row("SELECT COALESCE(MAX(id), 0) FROM tape_entries WHERE tape = ?1", params![tape], |r| {
-                        r.get(0)
-                    })?;
-                entry.id = last as u64 + 1;
-                let anchor = (entry.kind == "anchor")
-                    .then(|| entry.payload.get("name").and_then(Value::as_str).map(str::to_owned))
-                    .flatten();
-                tx.execute(
-                    "INSERT INTO tape_entries (tape, id, kind, anchor, date, payload, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![
-                        tape,
-                        entry.id as i64,
-                        entry.kind,
-                        anchor,
-                        entry.date,
-                        Value::Object(entry.payload.clone()).to_string(),
-                        Value::Object(entry.meta.clone()).to_string(),
-                    ],
+                let last: i64 = tx.query_row(
+                    "SELECT COALESCE(MAX(id), 0) FROM tape_entries WHERE tape = ?1",
+                    params![tape],
+                    |r| r.get(0),
                 )?;
+                {
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO tape_entries (tape, id, kind, anchor, date, payload, meta) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?;
+                    for (i, entry) in entries.iter_mut().enumerate() {
+                        entry.id = (last + 1 + i as i64) as u64;
+                        let anchor = (entry.kind == "anchor")
+                            .then(|| entry.payload.get("name").and_then(Value::as_str).map(str::to_owned))
+                            .flatten();
+                        insert.execute(params![
+                            tape,
+                            entry.id as i64,
+                            entry.kind,
+                            anchor,
+                            entry.date,
+                            Value::Object(entry.payload.clone()).to_string(),
+                            Value::Object(entry.meta.clone()).to_string(),
+                        ])?;
+                    }
+                }
                 tx.commit()?;
-                Ok(entry)
+                Ok(entries)
             })
             .await
         }
