@@ -8,7 +8,8 @@
 //!   the query semantics; the anchor lookup runs in SQL). Ids are assigned
 //!   by the insert itself (`MAX(id) + 1`, retried on the primary-key
 //!   conflict a concurrent writer causes), so they are unique and
-//!   increasing per tape across every process.
+//!   increasing per tape across every process; a run's entries go in as
+//!   one statement (`append_many`), all or none.
 //! - **One turn per session at a time, across gateways** — `load_state`
 //!   (run first, `tryfirst`) takes a PostgreSQL advisory lock named after
 //!   the session on a connection of its own; `save_state` (run last,
@@ -41,7 +42,7 @@ use bub_abi::{
 };
 use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{error::SqlState, Client, NoTls};
 
 /// The plugin.
 pub struct TapePostgres {
@@ -141,9 +142,9 @@ CREATE INDEX IF NOT EXISTS bub_tape_anchors ON bub_tape_entries (tape, anchor, i
 
 impl Shared {
     async fn connect(&self) -> Result<Client, BoxError> {
-        let (client, connection) = tokio_postgres::connect(&self.url, NoTls)
-            .await
-            .map_err(|e| format!("tape-postgres: cannot connect to the database ({}): {e}", redact(&self.url)))?;
+        let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await.map_err(|e| {
+            format!("tape-postgres: cannot connect to the database ({}): {}", redact(&self.url), why(&e))
+        })?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!("tape-postgres: a database connection closed: {e}");
@@ -162,7 +163,7 @@ impl Shared {
                 client
                     .batch_execute(&setup)
                     .await
-                    .map_err(|e| format!("tape-postgres: cannot create the tables: {e}"))?;
+                    .map_err(|e| format!("tape-postgres: cannot create the tables: {}", why(&e)))?;
                 Ok::<_, BoxError>(client)
             })
             .await
@@ -179,8 +180,9 @@ impl Shared {
         let key = format!("bub-session:{session}");
         if let Err(e) = client.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key]).await {
             return Err(format!(
-                "session {session:?} is still busy in another bub after {}s (tape-postgres lock_wait_seconds): {e}",
-                self.wait.as_secs_f64()
+                "session {session:?} is still busy in another bub after {}s (tape-postgres lock_wait_seconds): {}",
+                self.wait.as_secs_f64(),
+                why(&e)
             )
             .into());
         }
@@ -215,7 +217,9 @@ impl Shared {
                 }
             }
             // Dropping the connection releases its locks too.
-            Err(e) => tracing::warn!("tape-postgres: cannot unlock session {session:?} ({e}); closing its connection"),
+            Err(e) => {
+                tracing::warn!("tape-postgres: cannot unlock session {session:?} ({}); closing its connection", why(&e))
+            }
         }
     }
 }
@@ -259,6 +263,18 @@ fn failed(what: &str, e: impl std::fmt::Display) -> BoxError {
     format!("tape-postgres: cannot {what}: {e}").into()
 }
 
+/// A driver error with the server's own words: `tokio_postgres::Error`
+/// displays a database error as just "db error".
+fn why(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail}; SQLSTATE {})", db.message(), db.code().code()),
+            None => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        },
+        None => e.to_string(),
+    }
+}
+
 impl TapeStore for PgStore {
     fn list_tapes(&self) -> impl Fut<Vec<String>> {
         let this = self.clone();
@@ -267,7 +283,7 @@ impl TapeStore for PgStore {
             let rows = db
                 .query("SELECT DISTINCT tape FROM bub_tape_entries ORDER BY tape", &[])
                 .await
-                .map_err(|e| failed("list tapes", e))?;
+                .map_err(|e| failed("list tapes", why(&e)))?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         }
     }
@@ -278,7 +294,7 @@ impl TapeStore for PgStore {
             let db = this.0.tapes().await?;
             db.execute("DELETE FROM bub_tape_entries WHERE tape = $1", &[&tape])
                 .await
-                .map_err(|e| failed("reset a tape", e))?;
+                .map_err(|e| failed("reset a tape", why(&e)))?;
             Ok(())
         }
     }
@@ -297,7 +313,7 @@ impl TapeStore for PgStore {
                 None
             };
             let start: i64 = match anchor {
-                Some(row) => row.map_err(|e| failed("read a tape", e))?.get::<_, Option<i64>>(0).unwrap_or(0),
+                Some(row) => row.map_err(|e| failed("read a tape", why(&e)))?.get::<_, Option<i64>>(0).unwrap_or(0),
                 None => 0,
             };
             let rows = db
@@ -306,39 +322,60 @@ impl TapeStore for PgStore {
                     &[&query.tape, &start],
                 )
                 .await
-                .map_err(|e| failed("read a tape", e))?;
+                .map_err(|e| failed("read a tape", why(&e)))?;
             let entries = rows.iter().map(entry_of).collect();
             let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
             Ok(bub_abi::tape::select(entries, &rest))
         }
     }
 
-    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+    fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {
+        let this = self.clone();
+        async move {
+            let mut stored = this.append_many(tape, vec![entry]).await?;
+            stored.pop().ok_or_else(|| "tape-postgres: the entry was not stored".into())
+        }
+    }
+
+    /// One statement for the lot: all or none stored, ids in order.
+    fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
         async move {
             let db = this.0.tapes().await?;
-            if entry.date.is_empty() {
-                entry.date = bub_abi::tape::now();
+            let now = bub_abi::tape::now();
+            for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
+                e.date = now.clone();
             }
-            let anchor = (entry.kind == "anchor")
-                .then(|| entry.payload.get("name").and_then(Value::as_str).map(str::to_owned))
-                .flatten();
-            let (payload, meta) = (Value::Object(entry.payload.clone()), Value::Object(entry.meta.clone()));
-            // The id is taken by the insert; a concurrent writer that took
-            // the same one makes this insert a no-op, and it tries again.
+            let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+            let anchors: Vec<Option<&str>> = entries
+                .iter()
+                .map(|e| (e.kind == "anchor").then(|| e.payload.get("name").and_then(Value::as_str)).flatten())
+                .collect();
+            let dates: Vec<&str> = entries.iter().map(|e| e.date.as_str()).collect();
+            let payloads: Vec<Value> = entries.iter().map(|e| Value::Object(e.payload.clone())).collect();
+            let metas: Vec<Value> = entries.iter().map(|e| Value::Object(e.meta.clone())).collect();
+            // The ids are taken by the insert (the tape's last id + the
+            // row's position); a concurrent writer that took one of them
+            // fails the whole statement on the primary key, and it tries
+            // again.
+            let sql = "INSERT INTO bub_tape_entries (tape, id, kind, anchor, date, payload, meta) \
+                       SELECT $1, last.id + t.ord, t.kind, t.anchor, t.date, t.payload, t.meta \
+                       FROM (SELECT COALESCE(MAX(id), 0) AS id FROM bub_tape_entries WHERE tape = $1) AS last, \
+                       unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]) \
+                       WITH ORDINALITY AS t(kind, anchor, date, payload, meta, ord) \
+                       ORDER BY t.ord RETURNING id";
             for _ in 0..100 {
-                let row = db
-                    .query_opt(
-                        "INSERT INTO bub_tape_entries (tape, id, kind, anchor, date, payload, meta) \
-                         SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4, $5, $6 FROM bub_tape_entries WHERE tape = $1 \
-                         ON CONFLICT (tape, id) DO NOTHING RETURNING id",
-                        &[&tape, &entry.kind, &anchor, &entry.date, &payload, &meta],
-                    )
-                    .await
-                    .map_err(|e| failed("append to a tape", e))?;
-                if let Some(row) = row {
-                    entry.id = row.get::<_, i64>(0) as u64;
-                    return Ok(entry);
+                match db.query(sql, &[&tape, &kinds, &anchors, &dates, &payloads, &metas]).await {
+                    Ok(rows) => {
+                        let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                        ids.sort_unstable();
+                        for (entry, id) in entries.iter_mut().zip(ids) {
+                            entry.id = id as u64;
+                        }
+                        return Ok(entries);
+                    }
+                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
+                    Err(e) => return Err(failed("append to a tape", why(&e))),
                 }
             }
             Err(failed("append to a tape", format!("tape {tape:?} is under too much concurrent writing")))

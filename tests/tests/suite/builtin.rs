@@ -251,7 +251,8 @@ fn one_library_two_hosts_two_configs() {
 
 /// Issue "reliability" item 5: appends from many writers (each its own store
 /// instance, as separate processes are) to one tape get unique, gapless ids,
-/// and large concurrent appends never leave blank lines.
+/// and large concurrent appends never leave blank lines; a run appended at
+/// once (`append_many`) stays together.
 #[test]
 fn concurrent_appends_get_unique_ids_and_no_blank_lines() {
     use bub_abi::resources::TapeStore as _;
@@ -266,6 +267,11 @@ fn concurrent_appends_get_unique_ids_and_no_blank_lines() {
                         // Every fifth entry is large (~100 KB): many write() calls.
                         let text = if i % 5 == 0 { "x".repeat(100_000) } else { format!("w{w} e{i}") };
                         store.append("shared".into(), entry("message", json!({"content": text}))).await.unwrap();
+                        // And a run of three at once (append_many): one write.
+                        let run: Vec<_> =
+                            (0..3).map(|k| entry("event", json!({"run": format!("w{w} r{i}"), "k": k}))).collect();
+                        let stored = store.append_many("shared".into(), run).await.unwrap();
+                        assert!(stored.windows(2).all(|p| p[1].id == p[0].id + 1), "a run's ids are consecutive");
                     }
                 })
             })
@@ -276,8 +282,13 @@ fn concurrent_appends_get_unique_ids_and_no_blank_lines() {
     }
     let text = std::fs::read_to_string(dir.path().join("shared.jsonl")).unwrap();
     assert!(!text.lines().any(|l| l.trim().is_empty()), "no blank lines");
-    let mut ids: Vec<u64> =
-        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_u64().unwrap()).collect();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut ids: Vec<u64> = lines.iter().map(|l| l["id"].as_u64().unwrap()).collect();
     ids.sort();
-    assert_eq!(ids, (1..=200).collect::<Vec<_>>());
+    assert_eq!(ids, (1..=800).collect::<Vec<_>>());
+    // Each run's three lines sit together in the file, in order.
+    for (i, line) in lines.iter().enumerate().filter(|(_, l)| l["payload"]["k"] == 0) {
+        let run = &line["payload"]["run"];
+        assert!(lines[i + 1]["payload"]["run"] == *run && lines[i + 2]["payload"]["run"] == *run, "{run} split");
+    }
 }
