@@ -280,6 +280,54 @@ fn parallel_config_changes_are_all_kept() {
     }
 }
 
+/// Issue "reliability" item 4, the other races: five installs of one name
+/// and ten `plugins config` changes, all at once. Every install succeeds
+/// (none fails moving the old copy aside), no config change is lost to a
+/// reinstall, and the plugin loads afterwards.
+#[test]
+fn parallel_installs_and_config_changes_lose_nothing() {
+    let home = Home::new();
+    let library = lib("echo-model");
+    let (_, err, ok) = bub(&home, &["plugins", "install", library.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let spawn = |args: Vec<String>| {
+        std::process::Command::new(bub_tests::bub_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .env_remove("BUB_PLUGIN_PATH")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut children = Vec::new();
+    for i in 0..10 {
+        let install = ["plugins", "install", library.to_str().unwrap()].map(String::from).to_vec();
+        if i % 2 == 0 {
+            children.push(spawn(install));
+        }
+        children.push(spawn(["plugins", "config", "echo-model", &format!("k{i}={i}")].map(String::from).to_vec()));
+    }
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (out, _, _) = bub(&home, &["plugins", "config", "echo-model"]);
+    let config: Value = serde_json::from_str(&out).unwrap();
+    for i in 0..10 {
+        assert_eq!(config[format!("k{i}")], json!(i), "{config}");
+    }
+    assert!(list(&home).iter().any(|(name, status)| name == "echo-model" && status == "loaded"), "{:?}", list(&home));
+    let leftovers: Vec<_> = std::fs::read_dir(home.path().join("plugins"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && !n.ends_with(".lock"))
+        .collect();
+    assert!(leftovers.is_empty(), "installer leftovers: {leftovers:?}");
+}
+
 /// Issue "reliability" item 8: a library file named like the installer's own
 /// files is installed under the fixed name, leaving them intact.
 #[test]
