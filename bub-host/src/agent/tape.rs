@@ -70,9 +70,10 @@ impl Store {
         }
     }
 
-    /// Several entries in order, at once where the store can: one sync
-    /// for the builtin store (one write: a killed process leaves all or none),
-    /// one transaction for SQLite.
+    /// Several entries in order, at once where the store can: one write
+    /// and one sync for the builtin store (a crash mid-write leaves whole
+    /// lines of the run's start, as one-by-one appends would), one
+    /// transaction for SQLite, one statement for PostgreSQL.
     pub async fn append_many(&self, tape: &str, entries: &[TapeEntry]) -> Result<Vec<TapeEntry>, AgentError> {
         match self {
             Store::Host(s) => s.append_many(tape, entries).await.map_err(AgentError::store),
