@@ -4,7 +4,8 @@
 # `bub gateway` (release, offline echo model). Checks one reply per message,
 # per-session order and no overlapping turns; prints throughput and p50/p99.
 #
-#   scripts/gateway-load.sh [MESSAGES] [SESSIONS] [ROUNDS]   (honours CARGO_TARGET_DIR)
+#   scripts/gateway-load.sh [MESSAGES] [SESSIONS] [ROUNDS]   (honours CARGO_TARGET_DIR;
+#   BUB_LOAD_BIN=path/to/bub measures another build of bub)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --release -p bub-tests --example gateway_load

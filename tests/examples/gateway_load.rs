@@ -16,6 +16,8 @@
 //! and reports throughput and p50/p99 latency (request sent → reply).
 //!
 //! `cargo run --release -p bub-tests --example gateway_load [MESSAGES] [SESSIONS]`
+//! (`BUB_LOAD_BIN=path/to/bub` runs another build of `bub`, to compare two
+//! commits back to back).
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +41,8 @@ fn main() {
             "save_state": {"trace_arg": 0, "return": null},
         }}),
     );
-    let mut gateway = GatewayProcess::start_bin(&bub_bin_release(), home.path(), &[], &[]);
+    let bin = std::env::var_os("BUB_LOAD_BIN").map_or_else(bub_bin_release, std::path::PathBuf::from);
+    let mut gateway = GatewayProcess::start_bin(&bin, home.path(), &[], &[]);
     let base = gateway.address(home.path(), "http-channel");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();

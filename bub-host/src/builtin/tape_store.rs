@@ -11,8 +11,13 @@
 //! append takes an exclusive `flock` on the tape file, reads the last id
 //! from the file's tail under it, and writes its line, so ids are unique
 //! and increasing across processes and lines never interleave.
+//!
+//! Within a process each tape has its own lock, and the write and its sync
+//! run on tokio's blocking pool: a gateway's sessions sync their tapes in
+//! parallel instead of one after another on the runtime's workers.
 
 use std::{
+    collections::HashMap,
     io::{BufRead, Write},
     path::{Path, PathBuf},
     sync::Arc,
@@ -29,9 +34,11 @@ use tokio::sync::Mutex;
 #[derive(Clone)]
 pub struct FileTapeStore {
     dir: PathBuf,
-    // Serializes this process's appends and resets (the file lock does it
-    // across processes; ids are read from the file under it).
-    writing: Arc<Mutex<()>>,
+    // One lock per tape, serializing this process's appends and resets of
+    // it (the file lock does it across processes; ids are read from the
+    // file under it). Waiting here is asynchronous; on the flock it would
+    // hold a thread.
+    writing: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
 }
 
 impl FileTapeStore {
@@ -43,6 +50,34 @@ impl FileTapeStore {
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The lock of the tape at `path`.
+    fn tape_lock(&self, path: &Path) -> Arc<Mutex<()>> {
+        let mut locks = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        if locks.len() >= 256 {
+            // Forget the locks nobody holds or waits for.
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        locks.entry(path.to_owned()).or_default().clone()
+    }
+
+    /// Appends `entries` under the tape's locks, the write and sync on the
+    /// blocking pool when a tokio runtime is current (inline otherwise).
+    async fn append_entries(&self, path: PathBuf, mut entries: Vec<TapeEntry>) -> Result<Vec<TapeEntry>, BoxError> {
+        let lock = self.tape_lock(&path);
+        let _writing = lock.lock().await;
+        let failed = |e: &dyn std::fmt::Display| format!("cannot append to tape {}: {e}", path.display());
+        let this = self.clone();
+        let write = {
+            let path = path.clone();
+            move || this.append_locked(&path, &mut entries).map(|()| entries)
+        };
+        let written = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt.spawn_blocking(write).await.map_err(|e| failed(&e))?,
+            Err(_) => write(),
+        };
+        written.map_err(|e| failed(&e).into())
     }
 
     fn path(&self, tape: &str) -> Result<PathBuf, BoxError> {
@@ -162,7 +197,8 @@ impl TapeStore for FileTapeStore {
         let this = self.clone();
         async move {
             let path = this.path(&tape)?;
-            let _writing = this.writing.lock().await;
+            let lock = this.tape_lock(&path);
+            let _writing = lock.lock().await;
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -181,15 +217,11 @@ impl TapeStore for FileTapeStore {
         let this = self.clone();
         async move {
             let path = this.path(&tape)?;
-            let _writing = this.writing.lock().await;
             if entry.date.is_empty() {
                 entry.date = now_iso();
             }
-            let mut one = [entry];
-            this.append_locked(&path, &mut one)
-                .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
-            let [entry] = one;
-            Ok(entry)
+            let mut stored = this.append_entries(path, vec![entry]).await?;
+            stored.pop().ok_or_else(|| "the entry was not stored".into())
         }
     }
 
@@ -198,16 +230,14 @@ impl TapeStore for FileTapeStore {
         let this = self.clone();
         async move {
             let path = this.path(&tape)?;
-            let _writing = this.writing.lock().await;
+            if entries.is_empty() {
+                return Ok(entries);
+            }
             let now = now_iso();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
             }
-            if !entries.is_empty() {
-                this.append_locked(&path, &mut entries)
-                    .map_err(|e| format!("cannot append to tape {}: {e}", path.display()))?;
-            }
-            Ok(entries)
+            this.append_entries(path, entries).await
         }
     }
 }
