@@ -34,6 +34,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-scripted",
     "tp-scripted-first",
     "tp-scripted-last",
+    "tp-scripted-alloc",
     "tp-nosymbol",
     "tp-sdk",
     "tp-bench",

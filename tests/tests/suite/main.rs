@@ -6,6 +6,7 @@
 mod agent;
 mod agent_loop;
 mod agent_run;
+mod allocators;
 mod app_hooks;
 mod builtin;
 mod chat;
