@@ -126,7 +126,7 @@ pub fn call_rest<P: 'static>(plugin: &P, hook: HookId, args: serde_json::Value) 
 }
 
 fn read(ret: HookReturn) -> Result<Rest, HookError> {
-    match ret.into_outcome(crate::value::host_table()) {
+    match ret.into_outcome(crate::value::vtable()) {
         Outcome::None => Ok(Rest::None),
         Outcome::Value(v) => v
             .deserialize()

@@ -97,3 +97,7 @@ impl Plugin for Wrapper {
 }
 
 bub_abi::export_plugin!(Wrapper);
+
+// A global allocator of its own, so the host_api tests also prove that what
+// crosses call_rest is freed by its maker (see the included file).
+include!("../../scripted/tagged_alloc.rs");
