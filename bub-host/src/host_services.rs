@@ -15,7 +15,7 @@ const SERVICES: &WithMetadata<HostServices> = &WithMetadata::new(HostServices {
     abi_version: RStr::from_str(bub_abi::ABI_VERSION),
     log_enabled,
     log,
-    values: bub_abi::value::host_table(),
+    values: bub_abi::value::own_table(),
     call_rest: crate::runtime::rest::call_rest,
 });
 

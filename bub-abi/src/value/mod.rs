@@ -103,9 +103,12 @@ pub(crate) fn adopt_host_table(vt: ValueVTableRef) {
     let _ = HOST_TABLE.set(vt);
 }
 
-/// This process's own value table, which the host hands to its plugins.
+/// This copy's own value table, which the host hands to its plugins. Inside
+/// a plugin it is the plugin's copy, not the host's: code that reads or
+/// releases a host value there must use the adopted table (`vtable()`),
+/// or the host's node is freed by the plugin's allocator.
 #[doc(hidden)]
-pub const fn host_table() -> ValueVTableRef {
+pub const fn own_table() -> ValueVTableRef {
     tree::own_vtable()
 }
 
@@ -546,14 +549,14 @@ mod tests {
     /// promoted copies had different addresses).
     #[test]
     fn one_table_and_no_deep_copies() {
-        assert!(same_table(host_table(), vtable()));
+        assert!(same_table(own_table(), vtable()));
         assert!(same_table(ValueRef::null().vt, Value::object().vt));
         let before = DEEP_COPIES.load(std::sync::atomic::Ordering::Relaxed);
         let v = Value::from_json(r#"{"big":"zzzz"}"#).unwrap();
         let node = v.node;
         let wrapped = Value::from_serialize(&serde_json::json!({"a": 1})).unwrap();
         let ret = crate::abi::HookReturn::value(v);
-        match ret.into_outcome(host_table()) {
+        match ret.into_outcome(own_table()) {
             crate::abi::Outcome::Value(back) => assert_eq!(back.node, node),
             other => panic!("{other:?}"),
         }

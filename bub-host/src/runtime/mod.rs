@@ -163,7 +163,7 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
         let _mark = watchdog::mark(imp);
         imp.invoke(call)
     };
-    match ret.into_outcome(bub_abi::value::host_table()) {
+    match ret.into_outcome(bub_abi::value::own_table()) {
         Outcome::Pending(fut) => {
             let fut = watchdog::Watched::new(fut, imp);
             // Only where a tokio runtime (with timers) drives us: the
@@ -184,7 +184,7 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
                     }
                 },
             };
-            match ret.into_outcome(bub_abi::value::host_table()) {
+            match ret.into_outcome(bub_abi::value::own_table()) {
                 Outcome::Pending(_) => {
                     Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
                 }
@@ -203,7 +203,7 @@ fn finish_sync(hook: HookId, imp: &Impl, call: &mut HookCall<'_>) -> Option<Done
         let _mark = watchdog::mark(imp);
         imp.invoke(call)
     };
-    match ret.into_outcome(bub_abi::value::host_table()) {
+    match ret.into_outcome(bub_abi::value::own_table()) {
         Outcome::Pending(fut) => {
             drop(fut);
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
