@@ -78,6 +78,13 @@ fn main() {
         out
     });
     let wall = started.elapsed();
+    // The gateway's peak memory (VmHWM), read before it stops.
+    let peak_kb: u64 = gateway
+        .pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
     gateway.signal("TERM");
     let status = gateway.wait(Duration::from_secs(60)).expect("the gateway stops");
     assert!(status.success(), "{}", gateway.log());
@@ -136,12 +143,13 @@ fn main() {
     let pct = |p: f64| times[((times.len() as f64 * p).ceil() as usize).saturating_sub(1)];
     println!(
         "gateway load: {messages} messages over {sessions} sessions in {:.2} s = {:.0} messages/s; \
-         latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; every message one reply, \
+         latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; gateway peak RSS {:.1} MB; every message one reply, \
          turns in arrival order, no overlapping turns ({overtaken} sessions had a request overtaken on the wire)",
         wall.as_secs_f64(),
         messages as f64 / wall.as_secs_f64(),
         pct(0.50).as_secs_f64() * 1e3,
         pct(0.99).as_secs_f64() * 1e3,
         times.last().unwrap().as_secs_f64() * 1e3,
+        peak_kb as f64 / 1024.0,
     );
 }

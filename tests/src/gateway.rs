@@ -40,6 +40,11 @@ impl GatewayProcess {
         GatewayProcess { child: Some(child), log }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `http://host:port` of the http channel installed as `plugin`, once it
     /// listens (a fresh address file, written after this process started).
     pub fn address(&mut self, home: &Path, plugin: &str) -> String {
