@@ -248,9 +248,9 @@ impl TapeStore {
     pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).fetch_all(query).await)
     }
-    /// Appends an entry; returns it with its id.
-    /// Appends `entries` in order: at once where the store can
-    /// (`append_many`), else one by one (a store built before ABI 2.1).
+    /// Appends `entries` in order and returns them with their ids: at once
+    /// where the store can (`append_many`), else one by one (a store built
+    /// before ABI 2.1).
     pub async fn append_many(&self, tape: &str, entries: &[TapeEntry]) -> Result<Vec<TapeEntry>, ResourceError> {
         if entries.is_empty() {
             return Ok(Vec::new());
@@ -278,7 +278,7 @@ impl TapeStore {
         }
         Ok(out)
     }
-    /// Appends one entry.
+    /// Appends an entry; returns it with its id.
     pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).append(tape, entry).await)
     }

@@ -2,6 +2,7 @@
 //! agent's bus, it writes loop events and model steps to the run's tape
 //! (spec §4.2, §4.4).
 
+use bub_abi::tape::now;
 use serde_json::{json, Map};
 
 use super::{
@@ -9,7 +10,6 @@ use super::{
     tape::RunTape,
     AgentError,
 };
-use crate::builtin::tape_store::now_iso;
 
 /// Subscribes the recorder.
 pub fn subscribe(bus: &mut EventBus) {
@@ -31,16 +31,14 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
             tape.event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
         }
         Event::StepFinished { step, status, elapsed_ms, error, .. } => {
-            let mut data =
-                json!({"step": step, "elapsed_ms": elapsed_ms, "status": status.as_str(), "date": now_iso()});
+            let mut data = json!({"step": step, "elapsed_ms": elapsed_ms, "status": status.as_str(), "date": now()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
             tape.event("loop.step", data, none()).await?;
         }
         Event::RunFinished { status, steps, elapsed_ms, error } => {
-            let mut data =
-                json!({"status": status.as_str(), "steps": steps, "elapsed_ms": elapsed_ms, "date": now_iso()});
+            let mut data = json!({"status": status.as_str(), "steps": steps, "elapsed_ms": elapsed_ms, "date": now()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
@@ -48,7 +46,7 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
         }
         Event::CommandFinished { line, name, status, elapsed_ms, output } => {
             let data = json!({"raw": line, "name": name, "status": status.as_str(), "elapsed_ms": elapsed_ms,
-                "output": output, "date": now_iso()});
+                "output": output, "date": now()});
             tape.event("command", data, none()).await?;
         }
         Event::ChatFinished(chat) => record_chat(tape, chat).await?,

@@ -10,15 +10,15 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use bub_abi::types::{TapeEntry, TapeQuery};
+use bub_abi::{
+    tape::select,
+    types::{TapeEntry, TapeQuery},
+};
 use md5::{Digest, Md5};
 use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
 
 use super::AgentError;
-use bub_abi::tape::select;
-
-use crate::builtin::tape_store::now_iso;
 
 /// Where tapes are kept: a plugin's store (`provide_tape_store`) or memory.
 #[derive(Clone)]
@@ -128,7 +128,7 @@ pub fn entry(kind: &str, payload: Value, meta: Map<String, Value>) -> TapeEntry 
             m
         }
     };
-    TapeEntry { id: 0, kind: kind.into(), payload, meta, date: now_iso() }
+    TapeEntry { id: 0, kind: kind.into(), payload, meta, date: bub_abi::tape::now() }
 }
 
 #[derive(Default)]

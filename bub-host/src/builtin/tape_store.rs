@@ -168,10 +168,6 @@ fn path_tape(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_owned()).unwrap_or_default()
 }
 
-pub(crate) fn now_iso() -> String {
-    bub_abi::tape::now()
-}
-
 impl TapeStore for FileTapeStore {
     fn list_tapes(&self) -> impl Fut<Vec<String>> {
         let dir = self.dir.clone();
@@ -213,14 +209,10 @@ impl TapeStore for FileTapeStore {
         async move { Ok(bub_abi::tape::select(this.read(&query.tape)?, &query)) }
     }
 
-    fn append(&self, tape: String, mut entry: TapeEntry) -> impl Fut<TapeEntry> {
+    fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {
         let this = self.clone();
         async move {
-            let path = this.path(&tape)?;
-            if entry.date.is_empty() {
-                entry.date = now_iso();
-            }
-            let mut stored = this.append_entries(path, vec![entry]).await?;
+            let mut stored = this.append_many(tape, vec![entry]).await?;
             stored.pop().ok_or_else(|| "the entry was not stored".into())
         }
     }
@@ -233,7 +225,7 @@ impl TapeStore for FileTapeStore {
             if entries.is_empty() {
                 return Ok(entries);
             }
-            let now = now_iso();
+            let now = bub_abi::tape::now();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
             }
