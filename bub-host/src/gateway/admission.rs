@@ -4,7 +4,7 @@
 use bub_abi::types::{AdmitAction, AdmitDecision, Delivery, Envelope, StateMap, TurnSnapshot};
 use serde_json::Value;
 
-use super::{Core, Inbound};
+use super::{status, Core, Inbound};
 use crate::framework::{envelope::field_of, Framework, TurnResult};
 
 impl Core {
@@ -45,12 +45,7 @@ impl Core {
             AdmitAction::Process => self.schedule(session_id, inbound),
             AdmitAction::Drop => {
                 tracing::info!(target: "bub::gateway", "channel.manager admission drop session_id={session_id} reason={reason_text}");
-                inbound.settle(Delivery {
-                    status: "dropped".into(),
-                    session_id: Some(session_id),
-                    error: reason,
-                    ..Default::default()
-                });
+                inbound.settle(Delivery { error: reason, ..status("dropped", &session_id) });
             }
             AdmitAction::FollowUp => self.follow_up(session_id, inbound, running, &reason_text),
             AdmitAction::Steer => {
@@ -67,11 +62,7 @@ impl Core {
                         }
                     };
                 if steered {
-                    inbound.settle(Delivery {
-                        status: "steered".into(),
-                        session_id: Some(session_id),
-                        ..Default::default()
-                    });
+                    inbound.settle(status("steered", &session_id));
                 } else {
                     self.follow_up(session_id, inbound, running, &reason_text);
                 }

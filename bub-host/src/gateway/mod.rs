@@ -94,10 +94,12 @@ impl Inbound {
 
     /// Tells every waiter.
     fn settle(self, delivery: Delivery) {
-        let mut waiters = self.waiters.into_iter().peekable();
-        while let Some(w) = waiters.next() {
-            let d = if waiters.peek().is_some() { delivery.clone() } else { return drop(w.send(delivery)) };
-            let _ = w.send(d);
+        let mut waiters = self.waiters;
+        if let Some(last) = waiters.pop() {
+            for w in waiters {
+                let _ = w.send(delivery.clone());
+            }
+            let _ = last.send(delivery);
         }
     }
 
@@ -232,8 +234,7 @@ struct Session {
 /// lost and its waiters are told.
 struct Running {
     session_id: String,
-    message: Envelope,
-    waiters: Vec<oneshot::Sender<Delivery>>,
+    inbound: Inbound,
     abort: tokio::task::AbortHandle,
 }
 
@@ -385,7 +386,7 @@ impl Core {
             (result, leftovers)
         });
         self.session(&session_id).running += 1;
-        let running = Running { session_id, message: inbound.message, waiters: inbound.waiters, abort: handle.clone() };
+        let running = Running { session_id, inbound, abort: handle.clone() };
         self.running.insert(handle.id(), running);
     }
 
@@ -422,15 +423,13 @@ impl Core {
                 }
             }
             Ok((Err(e), _)) => failed(&session_id, e.to_string()),
-            Err(e) if e.is_cancelled() => {
-                Delivery { status: "cancelled".into(), session_id: Some(session_id.clone()), ..Default::default() }
-            }
+            Err(e) if e.is_cancelled() => status("cancelled", &session_id),
             Err(e) => {
                 tracing::error!(target: "bub::gateway", "a turn of session {session_id} panicked: {e}");
                 failed(&session_id, format!("the turn panicked: {e}"))
             }
         };
-        Inbound { message: turn.message, waiters: turn.waiters }.settle(delivery);
+        turn.inbound.settle(delivery);
         if let Some(session) = self.sessions.get_mut(&session_id) {
             session.running = session.running.saturating_sub(1);
             if session.running == 0 {
@@ -454,12 +453,7 @@ impl Core {
         }
         if let Some(session) = self.sessions.get_mut(session_id) {
             for queued in std::mem::take(&mut session.pending) {
-                queued.settle(Delivery {
-                    status: "dropped".into(),
-                    session_id: Some(session_id.to_owned()),
-                    error: Some("the session quit".into()),
-                    ..Default::default()
-                });
+                queued.settle(Delivery { error: Some("the session quit".into()), ..status("dropped", session_id) });
             }
         }
         tracing::info!(target: "bub::gateway", "channel.manager quit session_id={session_id}, cancelled {cancelled} tasks");
@@ -478,12 +472,9 @@ impl Core {
             let finished = done.is_ok();
             if let Some(turn) = self.running.remove(&id) {
                 if !finished {
-                    self.leftovers.push(turn.message.clone());
+                    self.leftovers.push(turn.inbound.message.clone());
                 }
-                let status = if finished { "processed" } else { "cancelled" };
-                let delivery =
-                    Delivery { status: status.into(), session_id: Some(turn.session_id), ..Default::default() };
-                Inbound { message: turn.message, waiters: turn.waiters }.settle(delivery);
+                turn.inbound.settle(status(if finished { "processed" } else { "cancelled" }, &turn.session_id));
             }
         }
         self.debounce_tasks.abort_all();
@@ -504,8 +495,8 @@ impl Core {
         );
         for m in rest {
             self.leftovers.push(m.message.clone());
-            let session_id = Some(m.session_hint());
-            m.settle(Delivery { status: "cancelled".into(), session_id, ..Default::default() });
+            let session_id = m.session_hint();
+            m.settle(status("cancelled", &session_id));
         }
     }
 
@@ -514,13 +505,13 @@ impl Core {
     }
 }
 
+/// What became of a message of `session_id`, with nothing more to say.
+fn status(status: &str, session_id: &str) -> Delivery {
+    Delivery { status: status.into(), session_id: Some(session_id.to_owned()), ..Default::default() }
+}
+
 fn failed(session_id: &str, error: String) -> Delivery {
-    Delivery {
-        status: "failed".into(),
-        session_id: Some(session_id.to_owned()),
-        error: Some(error),
-        ..Default::default()
-    }
+    Delivery { error: Some(error), ..status("failed", session_id) }
 }
 
 /// Appends `messages` to `<home>/gateway/unprocessed.jsonl`; the path, or
