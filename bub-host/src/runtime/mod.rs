@@ -217,6 +217,80 @@ fn failure(imp: &Impl, hook: HookId, e: HookError) -> HookFailure {
     HookFailure::new(&imp.plugin, hook, e)
 }
 
+// The dispatch loops, over the implementations given: all of a hook's
+// (`call_first`, …) or the rest of its chain after a plugin (`call_rest`).
+
+/// The first answer of `impls`; errors propagate.
+async fn first_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
+    if impls.is_empty() {
+        return Ok(None);
+    }
+    let views = args.views();
+    let mut call = args.call(&views, DispatchMode::Async);
+    for imp in impls {
+        match finish(imp, &mut call).await {
+            Done::None => {}
+            Done::Error(e) => return Err(failure(imp, hook, e)),
+            Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+        }
+    }
+    Ok(None)
+}
+
+/// Every answer of `impls`, None included; errors propagate.
+async fn many_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
+    let mut out = Vec::with_capacity(impls.len());
+    if impls.is_empty() {
+        return Ok(out);
+    }
+    let views = args.views();
+    let mut call = args.call(&views, DispatchMode::Async);
+    for imp in impls {
+        match finish(imp, &mut call).await {
+            Done::None => out.push(None),
+            Done::Error(e) => return Err(failure(imp, hook, e)),
+            Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+        }
+    }
+    Ok(out)
+}
+
+/// As [`first_of`], sync: a pending answer is skipped.
+fn first_of_sync(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
+    if impls.is_empty() {
+        return Ok(None);
+    }
+    let views = args.views();
+    let mut call = args.call(&views, DispatchMode::Sync);
+    for imp in impls {
+        match finish_sync(hook, imp, &mut call) {
+            None | Some(Done::None) => {}
+            Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
+            Some(Done::Answer(value)) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
+        }
+    }
+    Ok(None)
+}
+
+/// As [`many_of`], sync: a pending answer is left out.
+fn many_of_sync(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
+    let mut out = Vec::with_capacity(impls.len());
+    if impls.is_empty() {
+        return Ok(out);
+    }
+    let views = args.views();
+    let mut call = args.call(&views, DispatchMode::Sync);
+    for imp in impls {
+        match finish_sync(hook, imp, &mut call) {
+            None => {}
+            Some(Done::None) => out.push(None),
+            Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
+            Some(Done::Answer(value)) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
+        }
+    }
+    Ok(out)
+}
+
 impl Runtime {
     /// A runtime over `registry`.
     pub fn new(registry: Arc<Registry>) -> Self {
@@ -237,81 +311,26 @@ impl Runtime {
     /// `call_first`: the first non-None answer in call order, awaiting async
     /// implementations. Errors propagate.
     pub async fn call_first(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
-        let impls = self.registry.impls(hook);
-        if impls.is_empty() {
-            return Ok(None);
-        }
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Async);
-        for imp in impls {
-            match finish(imp, &mut call).await {
-                Done::None => {}
-                Done::Error(e) => return Err(failure(imp, hook, e)),
-                Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
-            }
-        }
-        Ok(None)
+        first_of(self.registry.impls(hook), hook, args).await
     }
 
     /// `call_many`: every implementation's answer, None included, in call
     /// order. Errors propagate (later implementations do not run).
     pub async fn call_many(&self, hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
-        let impls = self.registry.impls(hook);
-        let mut out = Vec::with_capacity(impls.len());
-        if impls.is_empty() {
-            return Ok(out);
-        }
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Async);
-        for imp in impls {
-            match finish(imp, &mut call).await {
-                Done::None => out.push(None),
-                Done::Error(e) => return Err(failure(imp, hook, e)),
-                Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
-            }
-        }
-        Ok(out)
+        many_of(self.registry.impls(hook), hook, args).await
     }
 
     /// `call_first_sync`: like [`call_first`](Self::call_first); a pending
     /// answer is skipped with `hook.async_not_supported`.
     pub fn call_first_sync(&self, hook: HookId, args: &CallArgs) -> Result<Option<Reply>, HookFailure> {
-        let impls = self.registry.impls(hook);
-        if impls.is_empty() {
-            return Ok(None);
-        }
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Sync);
-        for imp in impls {
-            match finish_sync(hook, imp, &mut call) {
-                None | Some(Done::None) => {}
-                Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
-                Some(Done::Answer(value)) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
-            }
-        }
-        Ok(None)
+        first_of_sync(self.registry.impls(hook), hook, args)
     }
 
     /// `call_many_sync`: like [`call_many`](Self::call_many); a pending
     /// answer is left out of the results (as Bub does), with
     /// `hook.async_not_supported`.
     pub fn call_many_sync(&self, hook: HookId, args: &CallArgs) -> Result<Vec<Option<Reply>>, HookFailure> {
-        let impls = self.registry.impls(hook);
-        let mut out = Vec::with_capacity(impls.len());
-        if impls.is_empty() {
-            return Ok(out);
-        }
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Sync);
-        for imp in impls {
-            match finish_sync(hook, imp, &mut call) {
-                None => {}
-                Some(Done::None) => out.push(None),
-                Some(Done::Error(e)) => return Err(failure(imp, hook, e)),
-                Some(Done::Answer(value)) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
-            }
-        }
-        Ok(out)
+        many_of_sync(self.registry.impls(hook), hook, args)
     }
 
     /// By Bub's hook name; an unknown name answers None (behaviour 13).

@@ -15,11 +15,12 @@ use std::{
 use abi_stable::std_types::{RStr, RVec};
 use bub_abi::async_ffi::{FfiFuture, FutureExt};
 use bub_abi::{
-    abi::{DispatchMode, HookReturn, Instance},
+    abi::{HookReturn, Instance},
     ErrorKind, HookError, HookId, HookKind, Value,
 };
 
-use super::{finish, finish_sync, Answer, CallArgs, Done, Runtime};
+use super::{first_of, first_of_sync, many_of, many_of_sync, Answer, CallArgs, Reply, Runtime};
+use crate::error::HookFailure;
 use crate::registry::Registry;
 
 type Instances = HashMap<usize, (Weak<Registry>, usize)>;
@@ -104,42 +105,43 @@ impl Runtime {
     }
 
     async fn rest(&self, caller: usize, hook: HookId, args: &CallArgs) -> HookReturn {
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Async);
-        let mut answers = Vec::new();
-        for imp in self.after(caller, hook) {
-            let done = finish(imp, &mut call).await;
-            if let Some(ret) = collect(hook, done, &imp.plugin, &mut answers) {
-                return ret;
-            }
+        let impls = self.after(caller, hook);
+        if first_result(hook) {
+            answer(first_of(impls, hook, args).await)
+        } else {
+            answers(many_of(impls, hook, args).await)
         }
-        combine(answers)
     }
 
     fn rest_sync(&self, caller: usize, hook: HookId, args: &CallArgs) -> HookReturn {
-        let views = args.views();
-        let mut call = args.call(&views, DispatchMode::Sync);
-        let mut answers = Vec::new();
-        for imp in self.after(caller, hook) {
-            let Some(done) = finish_sync(hook, imp, &mut call) else { continue };
-            if let Some(ret) = collect(hook, done, &imp.plugin, &mut answers) {
-                return ret;
-            }
+        let impls = self.after(caller, hook);
+        if first_result(hook) {
+            answer(first_of_sync(impls, hook, args))
+        } else {
+            answers(many_of_sync(impls, hook, args))
         }
-        combine(answers)
     }
 }
 
-/// A final return (first answer, or an error), or None to go on.
-fn collect(hook: HookId, done: Done, plugin: &str, answers: &mut Vec<Answer>) -> Option<HookReturn> {
-    match done {
-        Done::None => None,
-        Done::Error(e) => Some(HookReturn::error(HookError::new(e.kind, format!("{plugin}: {}", e.message)))),
-        Done::Answer(a) if first_result(hook) => Some(single(a)),
-        Done::Answer(a) => {
-            answers.push(a);
-            None
-        }
+/// A failure as the calling plugin sees it: the failing plugin's message.
+fn failed(f: HookFailure) -> HookReturn {
+    HookReturn::error(HookError::new(f.error.kind, format!("{}: {}", f.plugin, f.error.message)))
+}
+
+/// A first-result hook's answer.
+fn answer(first: Result<Option<Reply>, HookFailure>) -> HookReturn {
+    match first {
+        Ok(Some(reply)) => single(reply.value),
+        Ok(None) => HookReturn::NONE,
+        Err(f) => failed(f),
+    }
+}
+
+/// A broadcast's answers (None left out).
+fn answers(many: Result<Vec<Option<Reply>>, HookFailure>) -> HookReturn {
+    match many {
+        Ok(replies) => combine(replies.into_iter().flatten().map(|r| r.value).collect()),
+        Err(f) => failed(f),
     }
 }
 
