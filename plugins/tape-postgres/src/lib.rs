@@ -153,13 +153,17 @@ impl Shared {
         Ok(client)
     }
 
-    /// The shared connection, set up once (the schema is created with it;
-    /// an advisory lock keeps two processes from racing on `CREATE`).
+    /// The shared connection, set up once (the schema is created with it).
+    /// `CREATE … IF NOT EXISTS` is not safe against a concurrent creator, so
+    /// creators take a transaction-scoped advisory lock: it is released by
+    /// the commit, after the tables are visible to the next creator. (A
+    /// session lock unlocked in the same batch was released *before* the
+    /// batch's implicit transaction committed — CI caught the race.)
     async fn tapes(&self) -> Result<&Client, BoxError> {
         self.tapes
             .get_or_try_init(|| async {
                 let client = self.connect().await?;
-                let setup = format!("SELECT pg_advisory_lock(4207); {SCHEMA} SELECT pg_advisory_unlock(4207);");
+                let setup = format!("BEGIN; SELECT pg_advisory_xact_lock(4207); {SCHEMA} COMMIT;");
                 client
                     .batch_execute(&setup)
                     .await

@@ -241,3 +241,44 @@ fn tape_postgres_concurrent_runs_get_unique_ids_and_stay_whole() {
     };
     assert_eq!(stats.trim(), "300|300|1|300|0", "count|distinct ids|min|max|runs split apart");
 }
+
+/// Found by CI: eight stores meeting a fresh database at once all create
+/// the tables without tripping over each other. The schema lock used to be
+/// released inside the creating transaction (a session lock unlocked in the
+/// same implicit transaction), so a second creator could run before the
+/// first committed and fail with "duplicate key value violates unique
+/// constraint pg_type_typname_nsp_index". Five fresh starts, eight stores
+/// each.
+#[test]
+fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
+    let pg = match Postgres::start() {
+        Ok(pg) => pg,
+        Err(why) => return eprintln!("SKIPPED tape_postgres_stores_meeting…: {why}"),
+    };
+    let home = Home::new();
+    home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url(), "session_lock": false}));
+    let workspace = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for round in 0..5 {
+        let hosts: Vec<Framework> = (0..8)
+            .map(|_| {
+                let host = HostBuilder::new().workspace(workspace.path()).builtin().discovered(&home.search()).build();
+                Framework::new(&host, workspace.path())
+            })
+            .collect();
+        let results = rt.block_on(futures_util::future::join_all(hosts.iter().map(|fw| {
+            fw.scoped(move |fw| async move {
+                let store = fw.get_tape_store().expect("tape-postgres answers");
+                let entry = TapeEntry { kind: "event".into(), ..Default::default() };
+                store.append_many(&format!("round-{round}"), &[entry]).await?;
+                Ok(())
+            })
+        })));
+        for result in results {
+            result.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        if pg.psql("DROP TABLE bub_tape_entries").is_none() {
+            return eprintln!("psql not installed: one round only");
+        }
+    }
+}
