@@ -2,12 +2,23 @@
 //! `tape-sqlite` with several processes on one file, and `tape-postgres`
 //! with two gateways on one throw-away PostgreSQL server.
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use bub_abi::types::TapeEntry;
 use bub_host::{framework::Framework, HostBuilder};
 use bub_tests::{gateway::GatewayProcess, lib, postgres::Postgres, run_bub, Home};
 use serde_json::{json, Value};
+
+/// `n` hosts in this process over `home`'s plugins: `n` store instances,
+/// each with its own connections, as `n` processes would have.
+fn hosts(home: &Home, workspace: &Path, n: usize) -> Vec<Framework> {
+    (0..n)
+        .map(|_| {
+            let host = HostBuilder::new().workspace(workspace).builtin().discovered(&home.search()).build();
+            Framework::new(&host, workspace)
+        })
+        .collect()
+}
 
 fn run(home: &Home, args: &[&str]) -> String {
     let (out, err, ok) = run_bub(home, args);
@@ -205,12 +216,7 @@ fn tape_postgres_concurrent_runs_get_unique_ids_and_stay_whole() {
     let home = Home::new();
     home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url(), "session_lock": false}));
     let workspace = tempfile::tempdir().unwrap();
-    let hosts: Vec<Framework> = (0..4)
-        .map(|_| {
-            let host = HostBuilder::new().workspace(workspace.path()).builtin().discovered(&home.search()).build();
-            Framework::new(&host, workspace.path())
-        })
-        .collect();
+    let hosts = hosts(&home, workspace.path(), 4);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(futures_util::future::try_join_all(hosts.iter().enumerate().map(|(w, fw)| {
         fw.scoped(move |fw| async move {
@@ -260,12 +266,7 @@ fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
     let workspace = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for round in 0..5 {
-        let hosts: Vec<Framework> = (0..8)
-            .map(|_| {
-                let host = HostBuilder::new().workspace(workspace.path()).builtin().discovered(&home.search()).build();
-                Framework::new(&host, workspace.path())
-            })
-            .collect();
+        let hosts = hosts(&home, workspace.path(), 8);
         let results = rt.block_on(futures_util::future::join_all(hosts.iter().map(|fw| {
             fw.scoped(move |fw| async move {
                 let store = fw.get_tape_store().expect("tape-postgres answers");
