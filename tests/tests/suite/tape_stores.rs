@@ -20,6 +20,22 @@ fn hosts(home: &Home, workspace: &Path, n: usize) -> Vec<Framework> {
         .collect()
 }
 
+/// A throw-away PostgreSQL server and a home with tape-postgres on it,
+/// its session lock off (the store alone is under test); None, said on
+/// stderr, where no server can start.
+fn postgres_store_without_session_lock(test: &str) -> Option<(Postgres, Home)> {
+    let pg = match Postgres::start() {
+        Ok(pg) => pg,
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            return None;
+        }
+    };
+    let home = Home::new();
+    home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url(), "session_lock": false}));
+    Some((pg, home))
+}
+
 fn run(home: &Home, args: &[&str]) -> String {
     let (out, err, ok) = run_bub(home, args);
     assert!(ok, "bub {args:?} failed: {err}");
@@ -209,12 +225,7 @@ fn tape_postgres_two_gateways_share_tapes_and_never_run_a_session_twice() {
 /// 1..300 and every run's three entries sit next to each other.
 #[test]
 fn tape_postgres_concurrent_runs_get_unique_ids_and_stay_whole() {
-    let pg = match Postgres::start() {
-        Ok(pg) => pg,
-        Err(why) => return eprintln!("SKIPPED tape_postgres_concurrent_runs…: {why}"),
-    };
-    let home = Home::new();
-    home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url(), "session_lock": false}));
+    let Some((pg, home)) = postgres_store_without_session_lock("tape_postgres_concurrent_runs…") else { return };
     let workspace = tempfile::tempdir().unwrap();
     let hosts = hosts(&home, workspace.path(), 4);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -257,12 +268,7 @@ fn tape_postgres_concurrent_runs_get_unique_ids_and_stay_whole() {
 /// each.
 #[test]
 fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
-    let pg = match Postgres::start() {
-        Ok(pg) => pg,
-        Err(why) => return eprintln!("SKIPPED tape_postgres_stores_meeting…: {why}"),
-    };
-    let home = Home::new();
-    home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url(), "session_lock": false}));
+    let Some((pg, home)) = postgres_store_without_session_lock("tape_postgres_stores_meeting…") else { return };
     let workspace = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for round in 0..5 {
