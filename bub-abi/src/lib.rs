@@ -16,6 +16,9 @@
 //! - [`resources`]: the object kinds a plugin provides (tape store, channel,
 //!   tool, …) and the clients that call the host's objects;
 //! - [`Hook`], [`HookError`], [`ErrorKind`]: for hand-written hooks;
+//! - [`files`]: owner-only files and trusted reads, for anything a plugin
+//!   keeps under `$BUB_HOME` or reads to decide what runs;
+//! - [`time`]: durations from untrusted numbers (no panic on `inf`);
 //! - [`hooks`]: the hook table, the single list from which the ABI slots,
 //!   the [`Plugin`] trait, the argument views, the host's entry points and
 //!   `bub hooks` are generated.
@@ -121,8 +124,10 @@
 pub mod hooks;
 #[doc(hidden)]
 pub mod abi;
+pub mod files;
 #[doc(hidden)]
 pub mod sdk;
+pub mod time;
 pub mod types;
 pub mod value;
 

@@ -175,7 +175,10 @@ impl Installer {
         }
         let library = if source.is_dir() { build_crate(&source)? } else { source };
 
-        std::fs::create_dir_all(&self.root).map_err(io("create", &self.root))?;
+        // Owner-only whatever the umask: under umask 002 a group-writable
+        // folder would make every plugin in it fail the loader's checks, and
+        // the manifests in it hold secrets.
+        bub_abi::files::create_private_dir(&self.root).map_err(io("create", &self.root))?;
         let _lock = self.lock()?;
         self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
@@ -188,14 +191,14 @@ impl Installer {
 
     fn stage_and_swap(&self, library: &Path, stage: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
-        set_mode(stage, 0o755)?;
+        set_mode(stage, 0o700)?;
         // Installed under one fixed name, whatever the source is called: a
         // source named `plugin.json` or `.verified` cannot overwrite the
         // installer's own files.
         let file = std::ffi::OsStr::new(INSTALLED_LIBRARY);
         let staged = stage.join(file);
         std::fs::copy(library, &staged).map_err(io("copy the library to", &staged))?;
-        set_mode(&staged, 0o755)?;
+        set_mode(&staged, 0o700)?;
 
         // The check loads exactly the copy that will be installed; its
         // errors name the user's file, not the hidden staging copy.
@@ -336,7 +339,8 @@ impl Installer {
 }
 
 impl Manifest {
-    /// Writes `<dir>/plugin.json` atomically (temp file + rename), mode 0644.
+    /// Writes `<dir>/plugin.json` atomically (temp file + rename), mode 0600:
+    /// its config holds tokens and database URLs.
     pub fn write(&self, dir: &Path) -> Result<(), InstallError> {
         let path = dir.join(MANIFEST_FILE);
         let text = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
@@ -344,7 +348,6 @@ impl Manifest {
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same folder and a
 /// The file name an installed library gets in its plugin folder.
 pub const INSTALLED_LIBRARY: &str = "plugin.so";
 
@@ -358,39 +361,15 @@ pub const MAX_SETTINGS_FILE: u64 = 4 << 20;
 /// user's `config.json` could point a model's `base_url` at her server),
 /// with an error that says which rule it broke.
 pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is not a regular file"));
-    }
-    // Settings steer what loads and where keys go: trusted like libraries.
-    let me = rustix::process::geteuid().as_raw();
-    if meta.mode() & 0o022 != 0 {
-        return Err(std::io::Error::new(
+    let bytes = bub_abi::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
+        // The caller names the file; the rule alone reads better after it.
+        bub_abi::files::TrustError::Refused(why) => std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!(
-                "is writable by group or others (mode {:o}); run `chmod go-w {}`",
-                meta.mode() & 0o7777,
-                path.display()
-            ),
-        ));
-    }
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("is owned by uid {}, but bub runs as uid {me}; remove it or take it over", meta.uid()),
-        ));
-    }
-    if meta.len() > MAX_SETTINGS_FILE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("is {} bytes, over the {MAX_SETTINGS_FILE}-byte limit for settings", meta.len()),
-        ));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(MAX_SETTINGS_FILE + 1).read_to_string(&mut text)?;
-    Ok(text)
+            why.strip_prefix(&format!("{} ", path.display())).unwrap_or(&why).to_owned(),
+        ),
+        other => other.into(),
+    })?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "is not UTF-8 text"))
 }
 
 /// An exclusive lock on a file, held until dropped (`flock`): serializes
@@ -406,7 +385,7 @@ pub struct FileLock {
 pub fn lock_file(path: &Path) -> std::io::Result<FileLock> {
     use rustix::fs::{FlockOperation, Mode, OFlags};
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        bub_abi::files::create_private_dir(dir)?;
     }
     let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
     rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
@@ -419,15 +398,10 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
         .map_err(std::io::Error::from)
 }
 
-/// rename (mode 0644): readers see the old file or the new one, never half.
+/// rename, mode 0600 (settings hold secrets): readers see the old file or
+/// the new one, never half.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    bub_abi::files::write_private(path, text.as_bytes())
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {

@@ -145,7 +145,7 @@ impl Resource {
         if !(seconds > 0.0 && seconds.is_finite()) || tokio::runtime::Handle::try_current().is_err() {
             return call.await;
         }
-        match tokio::time::timeout(std::time::Duration::from_secs_f64(seconds), call).await {
+        match tokio::time::timeout(bub_abi::time::seconds(seconds).unwrap_or(bub_abi::time::MAX), call).await {
             Ok(r) => r,
             Err(_) => Err(ResourceError {
                 plugin: self.plugin.to_string(),

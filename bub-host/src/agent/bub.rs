@@ -77,6 +77,33 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     Ok(agent)
 }
 
+/// Commands that run nothing but the agent's own bookkeeping, allowed from
+/// every channel.
+const HARMLESS_COMMANDS: [&str; 2] = ["help", "quit"];
+
+/// The answer to a command from a channel whose messages may not run
+/// commands (`command_channels`), or None when the prompt may run.
+fn command_refused(agent: &Agent, prompt: &[Value], state: &TurnState) -> Option<RunStream> {
+    let line = super::command::command_line(prompt, agent.command_prefix.as_deref())?;
+    let channel = state.get_value("_runtime_channel")?.as_str()?.to_owned();
+    let allowed = &agent.settings.command_channels;
+    let first = line.split_whitespace().next().unwrap_or_default();
+    if allowed.iter().any(|c| c == "*" || *c == channel) || HARMLESS_COMMANDS.contains(&first) {
+        return None;
+    }
+    tracing::warn!(target: "bub::agent", "refused a command from channel {channel:?}: {first}");
+    let text = format!(
+        "error: command mode is off for channel '{channel}': commands run tools with no model in between, and \
+         anyone who can write to this channel could run them. To allow it, add the channel to \
+         BUB_COMMAND_CHANNELS (now {:?}) or to command_channels in config.json.",
+        allowed.join(",")
+    );
+    Some(RunStream::fixed(vec![
+        super::run::event("text", json!({"delta": text})),
+        super::run::event("final", json!({"text": text, "ok": false})),
+    ]))
+}
+
 /// Runs one turn's prompt through the agent (Bub's `BubAgent.run_stream`).
 pub async fn run_stream(
     framework: &Framework,
@@ -85,6 +112,9 @@ pub async fn run_stream(
     state: TurnState,
 ) -> Result<RunStream, AgentError> {
     let agent = Arc::new(build(framework).await?);
+    if let Some(refused) = command_refused(&agent, &prompt, &state) {
+        return Ok(refused);
+    }
     if state.get_value("session_id").is_none() {
         let _ = state.set("session_id", session_id);
     }

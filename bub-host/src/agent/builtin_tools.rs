@@ -160,13 +160,19 @@ async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
         let dir = dir.clone();
         let path = dir.join(format!("{tape}.jsonl.{stamp}.bak"));
         async move {
-            tokio::fs::create_dir_all(&dir).await?;
             let mut text = String::new();
             for e in &entries {
                 text.push_str(&serde_json::to_string(e).unwrap_or_default());
                 text.push('\n');
             }
-            tokio::fs::write(&path, text).await.map(|()| path)
+            let target = path.clone();
+            tokio::task::spawn_blocking(move || {
+                bub_abi::files::create_private_dir(&dir)?;
+                bub_abi::files::write_private(&target, text.as_bytes())
+            })
+            .await
+            .map_err(std::io::Error::other)?
+            .map(|()| path)
         }
     };
     let main = write(cx.tape.name().to_owned(), cx.tape.entries().await?)

@@ -54,7 +54,7 @@ pub struct RunStream {
 }
 
 impl RunStream {
-    fn fixed(events: Vec<StreamEvent>) -> RunStream {
+    pub(crate) fn fixed(events: Vec<StreamEvent>) -> RunStream {
         let (tx, rx) = mpsc::unbounded_channel();
         for e in events {
             let _ = tx.send(Ok(e));
@@ -80,7 +80,7 @@ impl RunStream {
     }
 }
 
-fn event(kind: &str, data: Value) -> StreamEvent {
+pub(crate) fn event(kind: &str, data: Value) -> StreamEvent {
     StreamEvent { kind: kind.into(), data }
 }
 
@@ -233,8 +233,24 @@ impl Agent {
 /// The run's task: steps until done, failed or abandoned; then
 /// `RunFinished`, the merge, and the error (if any) to the consumer.
 async fn drive(run: Arc<Run>, tx: Tx) {
+    use futures_util::FutureExt as _;
+    // A panic in a step (a bug of ours or of code we call) fails the run
+    // like any error: the caller sees it, the tape keeps the run and its
+    // RunFinished(error). Before, the task died silently and the turn
+    // "succeeded" with an empty answer and nothing on the tape.
+    let guarded = std::panic::AssertUnwindSafe(steps(&run, &tx)).catch_unwind().map(|r| {
+        r.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            tracing::error!(target: "bub::agent", "the run panicked: {what}");
+            Err(AgentError::value(format!("internal error: the run panicked: {what}")))
+        })
+    });
     let outcome = tokio::select! {
-        r = steps(&run, &tx) => Some(r),
+        r = guarded => Some(r),
         _ = tx.closed() => None,
     };
     let (status, error) = match &outcome {

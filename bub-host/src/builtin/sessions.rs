@@ -56,8 +56,7 @@ pub fn save(home: &Path, session_id: &str, state: &TurnState) -> Result<(), BoxE
     } else {
         all.insert(session_id.to_owned(), Value::Object(wanted));
     }
-    std::fs::create_dir_all(home)?;
-    let tmp = home.join(format!(".sessions.json.{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&Value::Object(all))?)?;
-    std::fs::rename(&tmp, path(home)).map_err(|e| format!("cannot write {}: {e}", path(home).display()).into())
+    bub_abi::files::create_private_dir(home)?;
+    bub_abi::files::write_private(&path(home), &serde_json::to_vec_pretty(&Value::Object(all))?)
+        .map_err(|e| format!("cannot write {}: {e}", path(home).display()).into())
 }

@@ -124,8 +124,9 @@ impl FileTapeStore {
     /// and one sync: ids follow the file's last id, read under that lock.
     fn append_locked(&self, path: &Path, entries: &mut [TapeEntry]) -> Result<(), BoxError> {
         use std::io::{Read, Seek, SeekFrom};
-        std::fs::create_dir_all(&self.dir)?;
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(path)?;
+        // Conversations are secrets: tapes are owner-only (0700 / 0600).
+        bub_abi::files::create_private_dir(&self.dir)?;
+        let mut file = bub_abi::files::open_private_append(path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         let len = file.metadata()?.len();
         // The last complete line holding an id, from the tail (a whole read

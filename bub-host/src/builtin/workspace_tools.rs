@@ -221,8 +221,9 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxEr
             "Shell started, shell_id: {id}\nRetrieve the output with bash_output or terminate it with bash_kill."
         ));
     }
-    let timeout = n(args, "timeout_seconds").unwrap_or(30.0).max(0.0);
-    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+    let timeout = n(args, "timeout_seconds").unwrap_or(30.0);
+    // A model's `1e300` or `inf` is "very long", not a panic (issue 16.8).
+    let deadline = Instant::now() + bub_abi::time::seconds_or_zero(timeout);
     loop {
         let (output, status) = scope.output(&id)?;
         if let Some(code) = status {
@@ -271,8 +272,9 @@ fn bash_output(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxE
 
 async fn web_fetch(args: &Map<String, Value>) -> Result<String, BoxError> {
     let url = required(args, "url")?;
-    let timeout = n(args, "timeout").unwrap_or(10.0).max(0.1);
-    let client = reqwest::Client::builder().timeout(Duration::from_secs_f64(timeout)).build()?;
+    let timeout = n(args, "timeout").unwrap_or(10.0);
+    let timeout = bub_abi::time::seconds_or_zero(timeout).max(Duration::from_millis(100));
+    let client = reqwest::Client::builder().timeout(timeout).build()?;
     let mut req = client.get(&url).header("accept", "text/markdown");
     for (k, v) in args.get("headers").and_then(Value::as_object).into_iter().flatten() {
         req = req.header(k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));

@@ -124,6 +124,12 @@ impl Framework {
         let mut defaults = StateMap::new();
         defaults.insert("_runtime_workspace".into(), Value::String(self.workspace_text.to_string()));
         defaults.insert("_runtime_steering_inbox".into(), self.scope.inbox_ref());
+        // The channel the message came through, set by the channel plugin
+        // (never by whoever wrote the message): command mode is allowed per
+        // channel (see `agent::provider::settings`).
+        if let Some(channel) = message.as_ref().get("channel").and_then(|c| c.as_str()) {
+            defaults.insert("_runtime_channel".into(), Value::String(channel.to_owned()));
+        }
         if let Some(env) = self.get_environment(session_id).await? {
             defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
         }

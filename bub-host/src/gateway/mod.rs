@@ -521,8 +521,8 @@ fn save_unprocessed(home: &std::path::Path, messages: Vec<Envelope>) -> Option<P
     let dir = home.join("gateway");
     let path = dir.join("unprocessed.jsonl");
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(&dir)?;
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        bub_abi::files::create_private_dir(&dir)?;
+        let mut file = bub_abi::files::open_private_append(&path)?;
         let mut text = String::new();
         for m in &messages {
             text.push_str(&serde_json::to_string(m).unwrap_or_else(|_| "null".into()));

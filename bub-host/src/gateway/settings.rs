@@ -58,7 +58,7 @@ impl GatewaySettings {
 fn seconds(name: &str) -> Option<Duration> {
     let text = std::env::var(name).ok()?;
     match text.trim().parse::<f64>() {
-        Ok(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Ok(s) if s.is_finite() && s >= 0.0 => bub_abi::time::seconds(s),
         _ => {
             tracing::warn!(target: "bub::gateway", "{name}={text:?} is not a number of seconds; using the default");
             None

@@ -28,9 +28,10 @@ impl AuditLog {
         line.push('\n');
         let _one_writer = self.write.lock().await;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            tokio::fs::create_dir_all(dir).await?;
+            bub_abi::files::create_private_dir(dir)?;
         }
-        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&self.path).await?;
+        // Tool arguments and results are secrets: the log is owner-only.
+        let mut file = tokio::fs::File::from_std(bub_abi::files::open_private_append(&self.path)?);
         file.write_all(line.as_bytes()).await?;
         file.flush().await
     }

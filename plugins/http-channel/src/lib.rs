@@ -16,15 +16,29 @@
 //! Status codes: 200 processed; 202 steered (folded into the session's
 //! running turn, which answers it); 409 dropped by admission; 422 ignored;
 //! 500 the turn failed; 503 the gateway is stopping (retry later) or the
-//! turn was cancelled; 400 a malformed request; 401 a missing or wrong token.
+//! turn was cancelled; 400 a malformed request (or a `context` key starting
+//! with `_`: those are the host's routing keys); 401 a missing or wrong
+//! token; 403 a session the channel's `sessions` rule does not allow.
+//!
+//! **Every request carries a token by default.** Loopback is no trust
+//! boundary on a machine with other users: without a configured `token`,
+//! the channel generates one at its first start into
+//! `<data dir>/token` (mode 0600, readable only by the user; its path is
+//! logged, the token printed once), and requests must send
+//! `Authorization: Bearer <token>`. `auth=none` turns that off, and only on
+//! a loopback address (logged as a warning).
 //!
 //! Config (`bub plugins config http-channel key=value`, or
 //! `BUB_HTTP_CHANNEL__<KEY>`): `name` (the channel's name, default `http`;
 //! install it twice under two names for two endpoints), `debounce` (`true`:
 //! a session's quick messages are batched into one turn, Bub's debounce),
 //! `bind` (default `127.0.0.1:8787`; port 0
-//! picks a free one), `token` (a bearer token every request must carry;
-//! required to listen on anything but loopback), `admission` (`follow_up`,
+//! picks a free one), `token` (the bearer token every request must carry;
+//! an empty or blank value is no token), `auth` (`token`, the default, or
+//! `none`), `sessions` (which session ids a request may name: a list of
+//! patterns where a trailing `*` matches any rest, e.g. `["http:*"]`;
+//! default `["*"]`, any session, since the token already says the caller
+//! is the user), `admission` (`follow_up`,
 //! the default: a session's messages queue behind its running turn, so
 //! replies come in order; `process`: run concurrently; `steer`: fold into
 //! the running turn). The address it listens on is logged and written to
@@ -73,6 +87,8 @@ struct Config {
     debounce: bool,
     bind: String,
     token: Option<String>,
+    auth: bool,
+    sessions: Vec<String>,
     admission: Admission,
 }
 
@@ -83,12 +99,24 @@ enum Admission {
     Steer,
 }
 
+/// A config value as text; an empty or blank string, `""` included, is no
+/// value (`BUB_HTTP_CHANNEL__TOKEN=` must not become a two-character token).
 fn text(config: &Map<String, Value>, key: &str) -> Option<String> {
-    match config.get(key)? {
-        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
+    let text = match config.get(key)? {
+        Value::String(s) => s.trim().to_owned(),
+        Value::Null => return None,
+        other => other.to_string(),
+    };
+    let unquoted = text.trim_matches(|c| c == '"' || c == '\'' || char::is_whitespace(c));
+    (!unquoted.is_empty()).then_some(text)
+}
+
+/// Whether session `id` matches one of `patterns` (`*` at the end: any rest).
+fn session_allowed(patterns: &[String], id: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => id.starts_with(prefix),
+        None => p == id,
+    })
 }
 
 impl Config {
@@ -98,7 +126,12 @@ impl Config {
             .parse()
             .map_err(|e| format!("http-channel: bind={bind:?} is not an address like 127.0.0.1:8787 ({e})"))?;
         let token = text(config, "token");
-        if !address.ip().is_loopback() && token.is_none() {
+        let auth = match text(config, "auth").as_deref() {
+            None | Some("token") => true,
+            Some("none") => false,
+            Some(other) => return Err(format!("http-channel: auth={other:?}; use token (the default) or none").into()),
+        };
+        if !address.ip().is_loopback() && (token.is_none() || !auth) {
             return Err(format!(
                 "http-channel: refusing to listen on {address} without a token: anyone who can reach it could run \
                  turns. Set one with `bub plugins config http-channel token=...` (or BUB_HTTP_CHANNEL__TOKEN), \
@@ -106,6 +139,16 @@ impl Config {
             )
             .into());
         }
+        let sessions = match config.get("sessions") {
+            None | Some(Value::Null) => vec!["*".to_owned()],
+            Some(Value::Array(items)) => items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+            Some(Value::String(s)) => s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect(),
+            Some(other) => {
+                return Err(
+                    format!("http-channel: sessions={other} must be a list of patterns like [\"http:*\"]").into()
+                )
+            }
+        };
         let admission = match text(config, "admission").as_deref() {
             None | Some("follow_up") => Admission::FollowUp,
             Some("process") => Admission::Process,
@@ -117,7 +160,7 @@ impl Config {
         let name = text(config, "name").unwrap_or_else(|| "http".into());
         let debounce = matches!(config.get("debounce"), Some(Value::Bool(true)))
             || text(config, "debounce").is_some_and(|d| d == "true");
-        Ok(Config { name, debounce, bind, token, admission })
+        Ok(Config { name, debounce, bind, token, auth, sessions, admission })
     }
 }
 
@@ -133,6 +176,7 @@ impl Plugin for HttpChannelPlugin {
             config: self.config.clone(),
             data_dir: self.data_dir.clone(),
             handler: message_handler,
+            token: std::sync::OnceLock::new(),
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             server: Mutex::new(None),
@@ -143,10 +187,46 @@ impl Plugin for HttpChannelPlugin {
 
 bub_abi::export_plugin!(HttpChannelPlugin);
 
+/// The token in `<data_dir>/token`, generated (32 random bytes, hex) and
+/// written owner-only at the first start; printed that once.
+fn generated_token(data_dir: &std::path::Path) -> Result<String, BoxError> {
+    let path = data_dir.join("token");
+    match bub_abi::files::read_trusted(&path, 4096) {
+        Ok(bytes) => {
+            let token = String::from_utf8_lossy(&bytes).trim().to_owned();
+            if token.is_empty() {
+                return Err(format!("http-channel: {} is empty; remove it to get a new token", path.display()).into());
+            }
+            tracing::info!("http channel: requests need `Authorization: Bearer <the token in {}>`", path.display());
+            Ok(token)
+        }
+        Err(bub_abi::files::TrustError::Missing) => {
+            use std::io::Read;
+            let mut bytes = [0u8; 32];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut bytes))
+                .map_err(|e| format!("http-channel: cannot read /dev/urandom for a token: {e}"))?;
+            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            bub_abi::files::create_private_dir(data_dir)
+                .and_then(|()| bub_abi::files::write_private(&path, format!("{token}\n").as_bytes()))
+                .map_err(|e| format!("http-channel: cannot write the token to {}: {e}", path.display()))?;
+            eprintln!(
+                "http channel: generated a token into {} (only you can read it); send it as \
+                 `Authorization: Bearer {token}`",
+                path.display()
+            );
+            Ok(token)
+        }
+        Err(e) => Err(format!("http-channel: refusing the token file: {e}").into()),
+    }
+}
+
 struct Shared {
     config: Config,
     data_dir: PathBuf,
     handler: Object,
+    // The token requests must carry: configured, or generated at start.
+    token: std::sync::OnceLock<String>,
     // Open event streams, by request id (the message's `context._http_request`).
     streams: Mutex<HashMap<String, mpsc::UnboundedSender<StreamEvent>>>,
     next_id: AtomicU64,
@@ -175,6 +255,19 @@ impl Channel for HttpChannel {
     fn start(&self) -> impl Fut<()> {
         let shared = self.0.clone();
         async move {
+            // The token first (generated at the first start, not when the
+            // plugin is merely listed), so no request is ever served without.
+            if shared.config.auth {
+                let token = match &shared.config.token {
+                    Some(token) => token.clone(),
+                    None => generated_token(&shared.data_dir)?,
+                };
+                let _ = shared.token.set(token);
+            } else {
+                tracing::warn!(
+                    "http-channel: auth=none: every local user can run turns (and whatever tools they reach) as you"
+                );
+            }
             let bind = shared.config.bind.clone();
             let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
                 format!("cannot listen on {bind}: {e} (choose another with `bub plugins config http-channel bind=127.0.0.1:PORT`)")
@@ -256,10 +349,8 @@ impl Channel for HttpChannel {
 /// Writes `<data_dir>/address` (whole or not at all).
 fn write_address(data_dir: &std::path::Path, address: SocketAddr) {
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(data_dir)?;
-        let tmp = data_dir.join(format!(".address.{}", std::process::id()));
-        std::fs::write(&tmp, format!("{address}\n"))?;
-        std::fs::rename(&tmp, data_dir.join("address"))
+        bub_abi::files::create_private_dir(data_dir)?;
+        bub_abi::files::write_private(&data_dir.join("address"), format!("{address}\n").as_bytes())
     };
     if let Err(e) = write() {
         tracing::warn!("could not write {}/address: {e}", data_dir.display());
@@ -298,9 +389,15 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(token) = &shared.config.token {
-        let given =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if shared.config.auth {
+        let Some(token) = shared.token.get() else {
+            return error(StatusCode::UNAUTHORIZED, "the channel has no token yet");
+        };
+        // The scheme is case-insensitive (RFC 7235): `bearer` works too.
+        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+        });
         if !given.is_some_and(|g| same(g.trim().as_bytes(), token.as_bytes())) {
             return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
         }
@@ -318,6 +415,25 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         || headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
 
     let mut context = request.context.unwrap_or_default();
+    // `_` keys are the host's and this channel's routing (`_http_request`
+    // picks the event stream a turn's events go to): never the client's.
+    if let Some(key) = context.keys().find(|k| k.starts_with('_')) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("context key {key:?} is reserved: keys starting with '_' are the host's"),
+        );
+    }
+    if let Some(session) = &request.session_id {
+        if !session_allowed(&shared.config.sessions, session) {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "session {session:?} is not one this channel may name (its `sessions` setting allows {:?})",
+                    shared.config.sessions
+                ),
+            );
+        }
+    }
     // The order requests reached the gateway (concurrent requests of one
     // session may overtake each other on the wire): logs and load tests
     // check a session's turns against it. Internal keys (`_`) stay out of

@@ -81,12 +81,14 @@ fn file_of(home: &Path) -> PathBuf {
 
 fn read_file(home: &Path) -> Result<McpFile, String> {
     let path = file_of(home);
-    match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() > 4 << 20 => Err(format!("{} is larger than 4 MiB", path.display())),
+    // Its commands run as the user: trusted like config.json (owner, no
+    // group/other write, a regular file, capped).
+    match bub_abi::files::read_trusted(&path, 4 << 20) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("{} is not valid ({e}); expected {{\"mcpServers\": {{…}}}}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(McpFile::default()),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(bub_abi::files::TrustError::Missing) => Ok(McpFile::default()),
+        Err(e @ bub_abi::files::TrustError::Refused(_)) => Err(format!("refusing mcp.json: {e}")),
+        Err(e) => Err(format!("{} {e}", path.display())),
     }
 }
 
@@ -175,7 +177,11 @@ impl Plugin for Mcp {
                 .filter(|s| *s > 0.0)
                 .ok_or("mcp: connect_timeout_seconds must be a positive number")?,
         };
-        Ok(Mcp { home: ctx.home.clone(), timeout: Duration::from_secs_f64(timeout), connected: Default::default() })
+        Ok(Mcp {
+            home: ctx.home.clone(),
+            timeout: bub_abi::time::seconds(timeout).unwrap_or(bub_abi::time::MAX),
+            connected: Default::default(),
+        })
     }
 
     /// Connects to the servers when a scope opens; disconnects when it closes.
@@ -293,23 +299,17 @@ struct McpCommand {
 
 /// Changes `mcp.json` under `mcp.json.lock`, replacing it atomically.
 fn change_file(home: &Path, change: impl FnOnce(&mut McpFile) -> Result<String, String>) -> Result<String, String> {
-    std::fs::create_dir_all(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+    bub_abi::files::create_private_dir(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
     let lock_path = home.join("mcp.json.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
+    let lock = bub_abi::files::open_private_append(&lock_path)
         .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| format!("cannot lock mcp.json: {e}"))?;
     let mut file = read_file(home)?;
     let said = change(&mut file)?;
     let path = file_of(home);
-    let tmp = home.join(format!(".mcp.json.{}", std::process::id()));
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, &path))
+    bub_abi::files::write_private(&path, text.as_bytes())
         .map_err(|e| format!("cannot save {}: {e}", path.display()))?;
     Ok(said)
 }

@@ -20,7 +20,6 @@
 //! when one starts.
 
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -51,7 +50,10 @@ impl Plugin for Schedule {
                 .filter(|t| *t > 0)
                 .ok_or("schedule: tick_ms must be a positive number")?,
         };
-        Ok(Schedule { jobs: Arc::new(Jobs { dir: ctx.data_dir.clone() }), tick: Duration::from_millis(tick_ms) })
+        Ok(Schedule {
+            jobs: Arc::new(Jobs { dir: ctx.data_dir.clone(), warned: Default::default() }),
+            tick: Duration::from_millis(tick_ms),
+        })
     }
 
     /// `schedule.add`, `schedule.list`, `schedule.remove`.
@@ -96,13 +98,31 @@ struct Job {
     created: String,
 }
 
+impl Job {
+    /// A job whose times are real numbers in range (a `null` or `NaN`
+    /// `next_run` would never fire and used to stop every other job).
+    fn checked(self) -> Result<Job, String> {
+        if !(self.next_run.is_finite() && (0.0..=LATEST).contains(&self.next_run)) {
+            return Err(format!("next_run {} is not a time", self.next_run));
+        }
+        if self.every_seconds.is_some_and(|e| !(e.is_finite() && (1.0..=LATEST).contains(&e))) {
+            return Err("every_seconds must be at least one second".into());
+        }
+        Ok(self)
+    }
+}
+
 fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 fn rfc3339(seconds: f64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0))).to_string()
+    let when = UNIX_EPOCH.checked_add(bub_abi::time::seconds_or_zero(seconds)).unwrap_or(UNIX_EPOCH);
+    humantime::format_rfc3339_seconds(when).to_string()
 }
+
+/// The latest time a job may be set for (9999-12-31, RFC 3339's last year).
+const LATEST: f64 = 253_402_300_799.0;
 
 /// A cron expression (5 fields, or 6 with seconds first); its next time after `after`.
 fn cron_next(expr: &str, after: f64) -> Result<f64, String> {
@@ -118,9 +138,14 @@ fn cron_next(expr: &str, after: f64) -> Result<f64, String> {
     Ok(next.timestamp() as f64)
 }
 
+/// The largest `jobs.json` read.
+const MAX_JOBS_FILE: u64 = 16 << 20;
+
 /// `<data dir>/jobs.json`, changed under `<data dir>/jobs.lock`.
 struct Jobs {
     dir: PathBuf,
+    // Broken entries already logged (once each, not every tick).
+    warned: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Jobs {
@@ -128,46 +153,62 @@ impl Jobs {
         self.dir.join("jobs.json")
     }
 
-    /// Runs `change` on the jobs under the lock and saves what it leaves.
+    /// Runs `change` on the jobs under the lock and saves what it leaves
+    /// (with the entries that are not valid jobs, kept as they were).
     fn change<T>(&self, change: impl FnOnce(&mut Vec<Job>) -> Result<T, String>) -> Result<T, String> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        bub_abi::files::create_private_dir(&self.dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
         let lock_path = self.dir.join("jobs.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
+        let lock = bub_abi::files::open_private_append(&lock_path)
             .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| format!("cannot lock the jobs: {e}"))?;
-        let mut jobs = self.read()?;
+        let (mut jobs, broken) = self.read()?;
         let before = jobs.clone();
         let out = change(&mut jobs)?;
         if jobs != before {
-            write_atomically(&self.file(), &serde_json::to_vec_pretty(&jobs).map_err(|e| e.to_string())?)?;
+            let mut all: Vec<Value> = jobs.iter().map(|j| serde_json::to_value(j).unwrap_or_default()).collect();
+            all.extend(broken);
+            write_atomically(&self.file(), &serde_json::to_vec_pretty(&all).map_err(|e| e.to_string())?)?;
         }
         Ok(out)
     }
 
-    fn read(&self) -> Result<Vec<Job>, String> {
-        match std::fs::read(self.file()) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{} is not a list of jobs ({e}); fix or remove it", self.file().display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(format!("cannot read {}: {e}", self.file().display())),
+    /// The valid jobs, and the entries that are not (logged, kept in the
+    /// file, never fired): one bad entry does not stop every other job.
+    /// The file leads to turns being run, so it is trusted like
+    /// `config.json`: the user's, not writable by others, a regular file
+    /// (a FIFO would block the gateway), at most 16 MiB (it is read on every
+    /// tick).
+    fn read(&self) -> Result<(Vec<Job>, Vec<Value>), String> {
+        let path = self.file();
+        let bytes = match bub_abi::files::read_trusted(&path, MAX_JOBS_FILE) {
+            Ok(bytes) => bytes,
+            Err(bub_abi::files::TrustError::Missing) => return Ok((Vec::new(), Vec::new())),
+            Err(e @ bub_abi::files::TrustError::Refused(_)) => return Err(format!("refusing the jobs: {e}")),
+            Err(e) => return Err(format!("{} {e}", path.display())),
+        };
+        let entries: Vec<Value> = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not a JSON list of jobs ({e}); fix or remove it", path.display()))?;
+        let (mut jobs, mut broken) = (Vec::new(), Vec::new());
+        for entry in entries {
+            match serde_json::from_value::<Job>(entry.clone()).map_err(|e| e.to_string()).and_then(Job::checked) {
+                Ok(job) => jobs.push(job),
+                Err(e) => {
+                    let id = entry.get("id").and_then(Value::as_str).unwrap_or("?").to_owned();
+                    if self.warned.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
+                        tracing::warn!("schedule: skipping job {id} in {}: {e}; fix or remove it", path.display());
+                    }
+                    broken.push(entry);
+                }
+            }
         }
+        Ok((jobs, broken))
     }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| format!("cannot save {}: {e}", path.display()))
+    bub_abi::files::write_private(path, bytes).map_err(|e| format!("cannot save {}: {e}", path.display()))
 }
 
 #[derive(Clone, Copy)]
@@ -190,13 +231,20 @@ fn text(args: &Map<String, Value>, key: &str) -> Option<String> {
     }
 }
 
+/// A duration in seconds: a plain number or `"2h 30m"`; finite, not
+/// negative, and at most until the year 9999 (`NaN`, `inf` and `1e300`
+/// are refused: a model may send them).
 fn duration(value: &str, what: &str) -> Result<f64, String> {
-    if let Ok(seconds) = value.parse::<f64>() {
-        return Ok(seconds);
+    let seconds = match value.parse::<f64>() {
+        Ok(seconds) => seconds,
+        Err(_) => humantime::parse_duration(value)
+            .map(|d| d.as_secs_f64())
+            .map_err(|e| format!("{what}={value:?} is not a duration like \"90s\", \"10m\" or \"2h 30m\": {e}"))?,
+    };
+    if !(seconds.is_finite() && (0.0..=LATEST - now()).contains(&seconds)) {
+        return Err(format!("{what}={value:?} is not a duration between 0 seconds and the year 9999"));
     }
-    humantime::parse_duration(value)
-        .map(|d| d.as_secs_f64())
-        .map_err(|e| format!("{what}={value:?} is not a duration like \"90s\", \"10m\" or \"2h 30m\": {e}"))
+    Ok(seconds)
 }
 
 fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Result<Value, String> {
@@ -210,7 +258,7 @@ fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Res
         cron_next(expr, now)?
     } else if let Some(at) = text(args, "at") {
         let time = humantime::parse_rfc3339_weak(&at).map_err(|e| format!("at={at:?} is not an RFC 3339 time: {e}"))?;
-        time.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs_f64()
+        time.duration_since(UNIX_EPOCH).map_err(|_| format!("at={at:?} is before 1970"))?.as_secs_f64()
     } else if let Some(after) = text(args, "after") {
         now + duration(&after, "after")?
     } else if let Some(every) = &every {
@@ -232,7 +280,8 @@ fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Res
         channel: text(args, "channel"),
         chat_id: text(args, "chat_id"),
         created: rfc3339(now),
-    };
+    }
+    .checked()?;
     let shown = describe(&job);
     jobs.change(move |all| {
         all.push(job);
@@ -335,16 +384,20 @@ struct ScheduleChannel {
     running: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+type InFlight = Arc<Mutex<std::collections::HashSet<String>>>;
+
 impl ScheduleChannel {
-    /// Takes the due jobs (rescheduling repeating ones) under the lock.
-    fn due(jobs: &Jobs) -> Result<Vec<Job>, String> {
+    /// Takes the due jobs under the lock: repeating ones are rescheduled;
+    /// one-shot ones stay in the file, marked in flight in this process,
+    /// until the gateway has taken them (so a job due during a stop or just
+    /// before a kill fires at the next start instead of being lost).
+    fn due(jobs: &Jobs, in_flight: &InFlight) -> Result<Vec<Job>, String> {
         let now = now();
+        let mut flying = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         jobs.change(|all| {
             let mut fired = Vec::new();
-            let mut kept = Vec::new();
-            for mut job in all.drain(..) {
-                if job.next_run > now {
-                    kept.push(job);
+            for job in all.iter_mut() {
+                if job.next_run > now || flying.contains(&job.id) {
                     continue;
                 }
                 fired.push(job.clone());
@@ -354,14 +407,56 @@ impl ScheduleChannel {
                     (None, Some(every)) => Some(job.next_run.max(now - every) + every),
                     (None, None) => None,
                 };
-                if let Some(next) = next {
-                    job.next_run = next;
-                    kept.push(job);
+                match next {
+                    Some(next) => job.next_run = next,
+                    None => {
+                        flying.insert(job.id.clone());
+                    }
                 }
             }
-            *all = kept;
             Ok(fired)
         })
+    }
+
+    /// Hands `job` to the gateway and waits for its turn; a one-shot job
+    /// leaves the file once its turn ran (or was refused for good), and
+    /// stays for the next tick or start when the gateway was stopping.
+    async fn fire(jobs: Arc<Jobs>, handler: Object, in_flight: InFlight, job: Job) {
+        let mut message = json!({
+            "channel": "schedule",
+            "session_id": job.session_id,
+            "chat_id": job.chat_id.clone().unwrap_or_else(|| "default".into()),
+            "content": job.message,
+            "is_active": true,
+            "context": {"schedule_job": job.id},
+        });
+        if let Some(channel) = &job.channel {
+            message["output_channel"] = json!(channel);
+        }
+        let one_shot = job.cron.is_none() && job.every_seconds.is_none();
+        let taken = match MessageHandlerClient(&handler).submit(&message).await {
+            Ok(delivery) if delivery.status == "cancelled" => {
+                tracing::info!("schedule: job {} was cancelled by a stopping gateway; it fires again", job.id);
+                false
+            }
+            Ok(delivery) => {
+                tracing::info!("schedule: job {} fired on session {} ({})", job.id, job.session_id, delivery.status);
+                true
+            }
+            Err(e) => {
+                tracing::warn!("schedule: job {} could not be handed to the gateway: {e}; it fires again", job.id);
+                false
+            }
+        };
+        if one_shot && taken {
+            if let Err(e) = jobs.change(|all| {
+                all.retain(|j| j.id != job.id);
+                Ok(())
+            }) {
+                tracing::warn!("schedule: job {} ran but could not be removed: {e}", job.id);
+            }
+        }
+        in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.id);
     }
 }
 
@@ -377,30 +472,28 @@ impl Channel for ScheduleChannel {
 
     fn start(&self) -> impl Fut<()> {
         let (jobs, handler, tick) = (self.jobs.clone(), self.handler.clone(), self.tick);
+        let in_flight = InFlight::default();
         let task = tokio::spawn(async move {
+            // The same problem (a refused file) is logged once, not every tick.
+            let mut last_error = String::new();
             loop {
-                match Self::due(&jobs) {
-                    Ok(fired) => {
+                let checked = {
+                    let (jobs, in_flight) = (jobs.clone(), in_flight.clone());
+                    tokio::task::spawn_blocking(move || Self::due(&jobs, &in_flight)).await
+                };
+                match checked {
+                    Ok(Ok(fired)) => {
+                        last_error.clear();
                         for job in fired {
-                            let mut message = json!({
-                                "channel": "schedule",
-                                "session_id": job.session_id,
-                                "chat_id": job.chat_id.clone().unwrap_or_else(|| "default".into()),
-                                "content": job.message,
-                                "is_active": true,
-                                "context": {"schedule_job": job.id},
-                            });
-                            if let Some(channel) = &job.channel {
-                                message["output_channel"] = json!(channel);
-                            }
-                            if let Err(e) = MessageHandlerClient(&handler).handle(&message).await {
-                                tracing::warn!("schedule: job {} could not be handed to the gateway: {e}", job.id);
-                            } else {
-                                tracing::info!("schedule: job {} fired on session {}", job.id, job.session_id);
-                            }
+                            tokio::spawn(Self::fire(jobs.clone(), handler.clone(), in_flight.clone(), job));
                         }
                     }
-                    Err(e) => tracing::warn!("schedule: {e}"),
+                    Ok(Err(e)) if e != last_error => {
+                        tracing::warn!("schedule: {e}");
+                        last_error = e;
+                    }
+                    Ok(Err(_)) => {}
+                    Err(e) => tracing::warn!("schedule: checking the jobs failed: {e}"),
                 }
                 tokio::time::sleep(tick).await;
             }

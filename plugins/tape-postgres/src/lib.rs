@@ -72,7 +72,7 @@ fn seconds(config: &Map<String, Value>, key: &str, default: u64) -> Result<Durat
             .as_f64()
             .or_else(|| v.as_str()?.parse().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64)
+            .and_then(bub_abi::time::seconds)
             .ok_or_else(|| format!("tape-postgres: {key}={v} is not a positive number of seconds").into()),
     }
 }

@@ -95,7 +95,13 @@ impl SqliteStore {
     fn open(&self) -> Result<Connection, BoxError> {
         let path = &self.settings.path;
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            bub_abi::files::create_private_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        // Conversations are secrets: the database is created 0600 before
+        // SQLite opens it (its -wal and -shm files take the same mode).
+        if !path.exists() {
+            bub_abi::files::open_private_append(path)
+                .map_err(|e| format!("cannot create the tape database {}: {e}", path.display()))?;
         }
         let conn =
             Connection::open(path).map_err(|e| format!("cannot open the tape database {}: {e}", path.display()))?;

@@ -22,11 +22,12 @@ fn retryable(status: u16) -> bool {
 fn retry_after(headers: &reqwest::header::HeaderMap, max: Duration) -> Option<Duration> {
     let text = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
     let delay = if let Some(ms) = text("retry-after-ms").and_then(|t| t.parse::<f64>().ok()) {
-        Duration::from_secs_f64((ms / 1000.0).max(0.0))
+        bub_abi::time::seconds_or_zero(ms / 1000.0)
     } else {
         let t = text("retry-after")?;
         match t.parse::<f64>() {
-            Ok(s) => Duration::from_secs_f64(s.max(0.0)),
+            // `1e30`, `inf`: clamped, not a panic (issue 16.7).
+            Ok(s) => bub_abi::time::seconds_or_zero(s),
             Err(_) => {
                 let when = httpdate_to_system(t)?;
                 when.duration_since(std::time::SystemTime::now()).unwrap_or_default()
@@ -53,7 +54,7 @@ pub fn backoff(config: &ProviderConfig, attempt: u32, headers: Option<&reqwest::
         return d;
     }
     let exp = config.retry_delay.as_secs_f64() * 2f64.powi(attempt as i32);
-    Duration::from_secs_f64(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
+    bub_abi::time::seconds_or_zero(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
 }
 
 /// The HTTP clients of one agent, one per timeout setting: building a
@@ -92,6 +93,36 @@ impl Clients {
     }
 }
 
+/// The most of a provider's error body kept (in the error, the log, the
+/// tape): 16 KiB. A hostile or broken server's 200 MB error page once grew
+/// a session's tape by 419 MB.
+pub const MAX_ERROR_BODY: usize = 16 << 10;
+
+/// The start of `resp`'s body, at most `max` bytes (the rest is not read),
+/// as text, saying so when it was cut.
+async fn capped_text(mut resp: reqwest::Response, max: usize) -> String {
+    let mut kept = Vec::new();
+    let mut cut = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = max - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if chunk.len() > room {
+                    cut = true;
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if cut {
+        text.push_str(&format!(" … [error body cut at {max} bytes]"));
+    }
+    text
+}
+
 /// POSTs `body` to `url` with retries; returns the successful response.
 pub async fn post(
     config: &ProviderConfig,
@@ -121,7 +152,7 @@ pub async fn post(
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 retry_headers = Some(resp.headers().clone());
-                let body = resp.text().await.unwrap_or_default();
+                let body = capped_text(resp, MAX_ERROR_BODY).await;
                 let error = ProviderError::Status { status, body };
                 if !retryable(status) {
                     return Err(error);
@@ -194,6 +225,19 @@ mod tests {
         let mut h = reqwest::header::HeaderMap::new();
         h.insert("retry-after", "600".parse().unwrap());
         assert_eq!(backoff(&c, 0, Some(&h)), Duration::from_secs(60));
+    }
+
+    /// Issue 16.7: a hostile `Retry-After` is clamped, never a panic.
+    #[test]
+    fn absurd_retry_after_values_are_clamped_not_a_panic() {
+        let c = config();
+        for v in ["1e30", "inf", "18446744073709551616", "NaN", "-5"] {
+            for header in ["retry-after", "retry-after-ms"] {
+                let mut h = reqwest::header::HeaderMap::new();
+                h.insert(header, v.parse().unwrap());
+                assert!(backoff(&c, 0, Some(&h)) <= Duration::from_secs(60), "{header}: {v}");
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,15 @@
 //! | client args | `BUB_CLIENT_ARGS` (JSON: api_format, headers, extra_body, timeout, max_retries, retry_delay, max_retry_delay) | `client_args` | {} |
 //! | completion args | `BUB_COMPLETION_ARGS` (JSON: temperature, top_p, reasoning_effort, tool_choice, extra_body, …) | `completion_args` | {} |
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
+//! | command channels | `BUB_COMMAND_CHANNELS` (comma-separated, or `*`) | `command_channels` (list) | `cli` |
+//!
+//! Command mode runs tools and shell lines with no model in between, so it
+//! is on only for the channels named in `command_channels`: by default the
+//! local terminal (`cli`: `bub run`, `bub chat`). A message from any other
+//! channel (HTTP, a chat bot, …) that starts with the prefix is answered
+//! with how to switch it on, and runs nothing; `,help` and `,quit` work
+//! everywhere. Deliberate difference from Bub, which runs commands from
+//! every channel.
 //!
 //! Deliberate difference: Bub reads `~/.bub/config.yml`; bub-rs reads the
 //! JSON config `bub onboard` writes, in the host's home. Without a model
@@ -51,6 +60,8 @@ pub struct ModelSettings {
     pub completion_args: Map<String, Value>,
     /// The command prefix (`,`).
     pub command_prefix: String,
+    /// The channels whose messages may run commands (`*`: every channel).
+    pub command_channels: Vec<String>,
     // The environment, for `<P>_API_KEY` lookups at client time.
     env: Vec<(String, String)>,
     // HTTP clients, made once per settings value (one agent).
@@ -71,6 +82,7 @@ impl Default for ModelSettings {
             client_args: Map::new(),
             completion_args: Map::new(),
             command_prefix: ",".into(),
+            command_channels: vec!["cli".into()],
             env: Vec::new(),
             clients: Default::default(),
         }
@@ -111,7 +123,7 @@ fn json_setting(text: &str, name: &str) -> Result<Value, String> {
 }
 
 fn seconds(v: &Value) -> Option<Duration> {
-    v.as_f64().filter(|s| *s >= 0.0 && s.is_finite()).map(Duration::from_secs_f64)
+    v.as_f64().and_then(bub_abi::time::seconds)
 }
 
 /// A provider's default base URL.
@@ -219,7 +231,7 @@ impl ModelSettings {
         }
         s.model_timeout = number("BUB_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds")?
             .filter(|n| *n > 0.0)
-            .map(Duration::from_secs_f64);
+            .and_then(bub_abi::time::seconds);
         for (name, key, slot) in [
             ("BUB_CLIENT_ARGS", "client_args", &mut s.client_args),
             ("BUB_COMPLETION_ARGS", "completion_args", &mut s.completion_args),
@@ -241,6 +253,18 @@ impl ModelSettings {
                 return Err(format!("BUB_COMMAND_PREFIX must be non-empty and without whitespace, got {p:?}"));
             }
             s.command_prefix = p;
+        }
+        match var("BUB_COMMAND_CHANNELS") {
+            Some(list) => {
+                s.command_channels = list.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+            }
+            None => match file.get("command_channels") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => {
+                    s.command_channels = items.iter().filter_map(Value::as_str).map(str::to_owned).collect()
+                }
+                Some(_) => return Err("command_channels in config.json must be a list of channel names".into()),
+            },
         }
         if env.iter().any(|(k, v)| k == "BUB_COMMAND_PREFIX" && v.is_empty()) {
             return Err("BUB_COMMAND_PREFIX must be non-empty and without whitespace, got \"\"".into());
