@@ -187,7 +187,11 @@ impl Agent {
             started: Instant::now(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(drive(run, tx));
+        let live = Live::enter();
+        tokio::spawn(async move {
+            drive(run, tx).await;
+            drop(live);
+        });
         Ok(RunStream { rx })
     }
 
@@ -232,6 +236,50 @@ impl Agent {
 
 /// The run's task: steps until done, failed or abandoned; then
 /// `RunFinished`, the merge, and the error (if any) to the consumer.
+/// The runs of this process whose task is still going: a cancelled run
+/// still records its `RunFinished` and merges its fork, after its stream
+/// was dropped. A command that exits on Ctrl-C waits for them
+/// ([`settled`]) so the tape keeps the run.
+struct Live;
+
+fn live() -> &'static (std::sync::atomic::AtomicUsize, tokio::sync::Notify) {
+    static LIVE: std::sync::OnceLock<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+impl Live {
+    fn enter() -> Live {
+        live().0.fetch_add(1, Ordering::SeqCst);
+        Live
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if live().0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            live().1.notify_waiters();
+        }
+    }
+}
+
+/// Waits (at most `limit`) until every run started in this process has
+/// finished recording; false if some had not by then.
+pub async fn settled(limit: std::time::Duration) -> bool {
+    let wait = async {
+        loop {
+            let notified = std::pin::pin!(live().1.notified());
+            let mut notified = notified;
+            notified.as_mut().enable();
+            if live().0.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    };
+    tokio::time::timeout(limit, wait).await.is_ok()
+}
+
 async fn drive(run: Arc<Run>, tx: Tx) {
     use futures_util::FutureExt as _;
     // A panic in a step (a bug of ours or of code we call) fails the run

@@ -6,15 +6,13 @@
 //! prompting again. Ctrl-C during a turn cancels the turn (the scope and the
 //! session go on); Ctrl-D at the prompt ends the session.
 
-use std::sync::Arc;
-
 use anyhow::{bail, Result};
 use bub_abi::{
     resources::{Fut, MessageHandler},
     HookError, Object,
 };
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 
 use super::Context;
 use bub_host::framework::envelope::complete_channel_message;
@@ -64,33 +62,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
     runtime.block_on(async {
         // Ctrl-C: from now on SIGINT cancels the running turn instead of
         // killing bub. At the prompt the line editor sees Ctrl-C itself.
-        // The signals are watched on a thread of their own, so that a
-        // plugin blocking this runtime's thread (a hanging sync hook) cannot
-        // hold them up: a second Ctrl-C within 3 s ends bub at once.
-        let interrupted = Arc::new(Notify::new());
-        let notify = interrupted.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new().name("bub-sigint".into()).spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            rt.block_on(async move {
-                let mut sigint = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
-                    Ok(s) => s,
-                    Err(e) => return drop(ready_tx.send(Err(e))),
-                };
-                let _ = ready_tx.send(Ok(()));
-                let mut last: Option<std::time::Instant> = None;
-                while sigint.recv().await.is_some() {
-                    if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(3)) {
-                        eprintln!("^C again: bub exits now");
-                        bub_host::crash::disarm();
-                std::process::exit(130);
-                    }
-                    last = Some(std::time::Instant::now());
-                    notify.notify_waiters();
-                }
-            })
-        })?;
-        ready_rx.recv().map_err(|_| anyhow::anyhow!("the Ctrl-C watcher did not start"))??;
+        let interrupted = super::interrupt::watch(false)?;
 
         let scope = tokio::select! {
             scope = framework.running() => scope?,

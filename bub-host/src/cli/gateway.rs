@@ -2,7 +2,8 @@
 //! SIGINT or SIGTERM (see `bub_host::gateway` for what stopping does).
 //!
 //! Turns run on a multi-threaded runtime, so one blocking plugin hook holds
-//! a worker, not the gateway. A second signal skips the grace period.
+//! a worker, not the gateway. A second signal skips the grace period; a
+//! third exits at once.
 
 use std::sync::Arc;
 
@@ -36,9 +37,9 @@ pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
         .context("could not start the gateway's runtime")?;
     let result = runtime.block_on(async {
         let gateway = Gateway::new(framework, settings.clone()).await?;
-        let stop = Arc::new(Notify::new());
-        let signals = watch_signals(stop.clone(), settings.shutdown_grace)?;
-        let report = gateway.run(async move { stop.notified().await }).await;
+        let (stop, hurry) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let signals = watch_signals(stop.clone(), hurry.clone(), settings.shutdown_grace)?;
+        let report = gateway.run(async move { stop.notified().await }, async move { hurry.notified().await }).await;
         signals.abort();
         let report = report?;
         if let Some(path) = &report.unprocessed_file {
@@ -51,24 +52,37 @@ pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
     result
 }
 
-/// SIGINT/SIGTERM: the first starts the graceful stop; another after that
-/// exits at once (status 130), as the grace period may be long.
-fn watch_signals(stop: Arc<Notify>, grace: std::time::Duration) -> Result<tokio::task::JoinHandle<()>> {
+/// SIGINT/SIGTERM: the first starts the graceful stop; the second ends the
+/// grace period at once (running turns cancelled, everything that did not
+/// run saved to unprocessed.jsonl); a third exits on the spot (status 130),
+/// and the journal still holds what was accepted for the next start.
+fn watch_signals(
+    stop: Arc<Notify>,
+    hurry: Arc<Notify>,
+    grace: std::time::Duration,
+) -> Result<tokio::task::JoinHandle<()>> {
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     Ok(tokio::spawn(async move {
-        let mut seen = false;
+        let mut seen = 0;
         loop {
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
             }
-            if seen {
-                eprintln!("second signal: bub gateway exits now");
+            seen += 1;
+            if seen == 2 {
+                eprintln!(
+                    "second signal: cancelling running turns now; what did not run is saved (again to exit at once)"
+                );
+                hurry.notify_one();
+                continue;
+            }
+            if seen > 2 {
+                eprintln!("third signal: bub gateway exits now (accepted messages stay in its journal)");
                 bub_host::crash::disarm();
                 std::process::exit(130);
             }
-            seen = true;
             eprintln!(
                 "stopping: finishing running turns (up to {}s; BUB_SHUTDOWN_GRACE_SECONDS); signal again to exit now",
                 grace.as_secs_f64()

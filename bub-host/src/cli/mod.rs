@@ -4,6 +4,7 @@ mod chat;
 mod extensions;
 mod gateway;
 mod hooks;
+mod interrupt;
 mod onboard;
 mod plugins;
 mod probe;

@@ -59,9 +59,37 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // The answer is printed as soon as the turn is done, before the scope
     // exits (a slow lifespan exit must not hold it back).
+    // Ctrl-C or SIGTERM cancels the turn instead of killing bub: the run is
+    // recorded as cancelled and merged into the session's tape, the scope's
+    // exit stops the session's shells, and bub exits 130. A second signal
+    // exits at once.
+    let interrupted = super::interrupt::watch(true)?;
+    let mut cancelled = false;
     runtime.block_on(async {
-        let scope = framework.running().await.context("the turn failed")?;
-        let turn = framework.process_inbound(&mut inbound, json).await;
+        let scope = tokio::select! {
+            scope = framework.running() => scope.context("the turn failed")?,
+            _ = interrupted.notified() => anyhow::bail!("interrupted while opening the session"),
+        };
+        let turn = tokio::select! {
+            turn = framework.process_inbound(&mut inbound, json) => Some(turn),
+            _ = interrupted.notified() => None,
+        };
+        let Some(turn) = turn else {
+            cancelled = true;
+            eprintln!("^C turn cancelled");
+            if !bub_host::agent::run::settled(std::time::Duration::from_secs(10)).await {
+                eprintln!("the cancelled run did not finish recording within 10 s");
+            }
+            let error = bub_abi::types::ErrorInfo {
+                kind: "CancelledError".into(),
+                message: "the turn was cancelled".into(),
+                details: None,
+            };
+            return tokio::select! {
+                exit = scope.exit(Some(&error)) => exit.context("leaving the running() scope failed"),
+                _ = interrupted.notified() => anyhow::bail!("interrupted while closing the session"),
+            };
+        };
         let printed = match &turn {
             Ok(result) => print_result(&mut out, result, json),
             Err(_) => Ok(()),
@@ -71,6 +99,10 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
         printed?;
         exited.context("leaving the running() scope failed")
     })?;
+    if cancelled {
+        bub_host::crash::disarm();
+        std::process::exit(130);
+    }
     Ok(())
 }
 

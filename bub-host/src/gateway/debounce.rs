@@ -83,11 +83,13 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
     let mut contents = vec![content_of(&first.message)];
     let mut media = media_of(&first.message);
     let mut waiters = first.waiters;
+    let mut marks = first.marks;
     let mut last = first.message;
     for m in messages {
         contents.push(content_of(&m.message));
         media.extend(media_of(&m.message));
         waiters.extend(m.waiters);
+        marks.extend(m.marks);
         last = m.message;
     }
     if let Value::Object(map) = &mut last {
@@ -96,7 +98,7 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
             map.insert("media".into(), Value::Array(media));
         }
     }
-    Some(Inbound { message: last, waiters })
+    Some(Inbound { message: last, waiters, marks })
 }
 
 fn media_of(message: &Value) -> Vec<Value> {

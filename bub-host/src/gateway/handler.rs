@@ -27,17 +27,29 @@ pub(super) struct Handle {
     tx: mpsc::UnboundedSender<Inbound>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
     open: Arc<AtomicBool>,
+    journal: Journaled,
 }
+
+type Journaled = Arc<Mutex<Option<Arc<super::journal::Journal>>>>;
 
 impl Handle {
     pub fn new() -> Handle {
         let (tx, rx) = mpsc::unbounded_channel();
-        Handle { tx, rx: Mutex::new(Some(rx)), open: Arc::new(AtomicBool::new(true)) }
+        Handle { tx, rx: Mutex::new(Some(rx)), open: Arc::new(AtomicBool::new(true)), journal: Default::default() }
     }
 
     /// The object channels receive.
     pub fn object(&self) -> Object {
-        Object::message_handler(GatewayHandler { tx: self.tx.clone(), open: self.open.clone() })
+        Object::message_handler(GatewayHandler {
+            tx: self.tx.clone(),
+            open: self.open.clone(),
+            journal: self.journal.clone(),
+        })
+    }
+
+    /// From now on accepted messages are journaled in `journal`.
+    pub fn set_journal(&self, journal: Option<Arc<super::journal::Journal>>) {
+        *self.journal.lock().unwrap_or_else(|p| p.into_inner()) = journal;
     }
 
     /// The queue's receiving end (once).
@@ -55,6 +67,7 @@ impl Handle {
 struct GatewayHandler {
     tx: mpsc::UnboundedSender<Inbound>,
     open: Arc<AtomicBool>,
+    journal: Journaled,
 }
 
 impl GatewayHandler {
@@ -63,7 +76,9 @@ impl GatewayHandler {
             return Err(HookError::plugin("the gateway is stopping and takes no new messages; send it again later"));
         }
         let message = complete(message)?;
-        let inbound = Inbound { message, waiters: waiter.into_iter().collect() };
+        let journal = self.journal.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let marks = super::Marks::new(journal.as_ref(), &message);
+        let inbound = Inbound { message, waiters: waiter.into_iter().collect(), marks };
         self.tx.send(inbound).map_err(|_| HookError::plugin("the gateway has stopped; the message was not taken"))
     }
 }

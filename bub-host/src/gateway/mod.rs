@@ -32,6 +32,7 @@
 mod admission;
 mod debounce;
 mod handler;
+mod journal;
 mod select;
 mod settings;
 
@@ -85,15 +86,52 @@ pub struct GatewayReport {
 pub(crate) struct Inbound {
     pub message: Envelope,
     pub waiters: Vec<oneshot::Sender<Delivery>>,
+    /// Its lines in the journal (a debounced batch has several).
+    pub marks: Marks,
+}
+
+/// Where an inbound message is journaled, and as what.
+#[derive(Default)]
+pub(crate) struct Marks {
+    ids: Vec<u64>,
+    journal: Option<std::sync::Arc<journal::Journal>>,
+}
+
+impl Marks {
+    /// `message`, journaled in `journal`.
+    fn new(journal: Option<&std::sync::Arc<journal::Journal>>, message: &Envelope) -> Marks {
+        match journal {
+            Some(j) => Marks { ids: vec![j.accepted(message)], journal: Some(j.clone()) },
+            None => Marks::default(),
+        }
+    }
+
+    fn extend(&mut self, other: Marks) {
+        self.ids.extend(other.ids);
+        self.journal = self.journal.take().or(other.journal);
+    }
 }
 
 impl Inbound {
+    /// A message no one waits for (steering leftovers), journaled.
+    fn queued(message: Envelope, journal: Option<&std::sync::Arc<journal::Journal>>) -> Inbound {
+        let marks = Marks::new(journal, &message);
+        Inbound { message, waiters: Vec::new(), marks }
+    }
+
     fn session_hint(&self) -> String {
         field_of(&self.message, "session_id").map(crate::framework::envelope::py_str).unwrap_or_default()
     }
 
     /// Tells every waiter.
     fn settle(self, delivery: Delivery) {
+        // A cancelled message is saved to unprocessed.jsonl by the stop;
+        // until then the journal keeps it.
+        if delivery.status != "cancelled" {
+            if let Some(journal) = &self.marks.journal {
+                journal.settled(&self.marks.ids);
+            }
+        }
         let mut waiters = self.waiters;
         if let Some(last) = waiters.pop() {
             for w in waiters {
@@ -152,8 +190,14 @@ impl Gateway {
         select_channels(&self.channels, &self.settings.enabled_channels)
     }
 
-    /// Runs until `shutdown` completes, then stops as the module docs say.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<GatewayReport, GatewayError> {
+    /// Runs until `shutdown` completes, then stops as the module docs say;
+    /// `hurry` completing after that ends the grace period at once (running
+    /// turns are cancelled and saved with the rest).
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
+    ) -> Result<GatewayReport, GatewayError> {
         let enabled = self.enabled_channels();
         if enabled.is_empty() {
             let known: Vec<_> = self.channels.iter().map(|c| c.channel.name().to_owned()).collect();
@@ -162,7 +206,7 @@ impl Gateway {
             return Err(GatewayError::NoChannels(hint));
         }
         let scope = self.framework.running().await?;
-        let result = self.listen(enabled, shutdown).await;
+        let result = self.listen(enabled, shutdown, hurry).await;
         let error =
             result.as_ref().err().map(|e| ErrorInfo { kind: "error".into(), message: e.to_string(), details: None });
         let exit = scope.exit(error.as_ref()).await;
@@ -175,10 +219,25 @@ impl Gateway {
         self,
         enabled: Vec<ChannelEntry>,
         shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
     ) -> Result<GatewayReport, GatewayError> {
         let mut report = GatewayReport::default();
         let mut started = Vec::new();
         let mut failures = Vec::new();
+        // Before any channel starts, so every message it accepts is journaled.
+        let journal = match journal::Journal::open(self.framework.home()) {
+            Ok(j) => Some(std::sync::Arc::new(j)),
+            Err(e) => {
+                tracing::warn!(
+                    target: "bub::gateway",
+                    "cannot open the gateway's journal under {}/gateway: {e}; messages accepted when the gateway is \
+                     killed will be lost",
+                    self.framework.home().display()
+                );
+                None
+            }
+        };
+        self.handler.set_journal(journal.clone());
         // Bound before starting: a channel may hand over a message at once.
         self.framework.bind_channels(enabled.iter().map(|c| c.channel.clone()).collect());
         for entry in &enabled {
@@ -203,13 +262,21 @@ impl Gateway {
 
         let home = self.framework.home().to_path_buf();
         let mut core = Core::new(self.framework.clone(), self.settings.clone(), started.clone());
+        core.journal = journal.clone();
         let rx = self.handler.take_receiver();
-        core.run(rx, &self.handler, shutdown).await;
+        core.run(rx, &self.handler, shutdown, hurry).await;
         report.turns = core.turns_done;
         let leftovers = core.into_leftovers();
+        let mut saved = true;
         if !leftovers.is_empty() {
             report.unprocessed = leftovers.len();
             report.unprocessed_file = save_unprocessed(&home, leftovers);
+            saved = report.unprocessed_file.is_some();
+        }
+        // Once what did not run is saved, the journal has nothing left to keep.
+        self.handler.set_journal(None);
+        if let Some(journal) = journal.filter(|_| saved) {
+            journal.close();
         }
 
         self.framework.bind_channels(Vec::new());
@@ -255,6 +322,7 @@ struct Core {
     turns_done: usize,
     // Messages left when the grace period ran out.
     leftovers: Vec<Envelope>,
+    journal: Option<std::sync::Arc<journal::Journal>>,
 }
 
 impl Core {
@@ -273,6 +341,7 @@ impl Core {
             running: HashMap::new(),
             turns_done: 0,
             leftovers: Vec::new(),
+            journal: None,
         }
     }
 
@@ -281,8 +350,10 @@ impl Core {
         mut inbound: mpsc::UnboundedReceiver<Inbound>,
         handler: &handler::Handle,
         shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
     ) {
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut hurry = std::pin::pin!(hurry);
         let mut stopping: Option<Instant> = None;
         loop {
             if let Some(deadline) = stopping {
@@ -317,6 +388,10 @@ impl Core {
                         grace.as_secs_f64()
                     );
                     stopping = Some(Instant::now() + grace);
+                }
+                _ = &mut hurry, if stopping.is_some() => {
+                    tracing::warn!(target: "bub::gateway", "stopping now: running turns are cancelled and saved");
+                    stopping = Some(Instant::now());
                 }
                 _ = grace => {}
             }
@@ -409,10 +484,11 @@ impl Core {
                         "channel.manager queued remaining steering session_id={session_id} steering_count={}",
                         leftovers.len()
                     );
+                    let journal = self.journal.clone();
                     let session = self.session(&session_id);
                     session
                         .pending
-                        .extend(leftovers.into_iter().map(|message| Inbound { message, waiters: Vec::new() }));
+                        .extend(leftovers.into_iter().map(|message| Inbound::queued(message, journal.as_ref())));
                 }
                 Delivery {
                     status: "processed".into(),
