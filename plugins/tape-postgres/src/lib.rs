@@ -23,11 +23,20 @@
 //!   the host's `BUB_HOOK_TIMEOUT_SECONDS`, 300, which cancels any async
 //!   hook that runs longer.)
 //!
+//! - **Outages** — a connection the server closed (a restart, a failover)
+//!   is replaced at the next operation, reconnecting with backoff for up to
+//!   `statement_timeout_seconds` (30); every operation waits at most that
+//!   long for an answer, so a frozen server fails the turn with a message
+//!   instead of hanging it, and the connection is replaced. Reads are
+//!   retried once on a fresh connection; an append is not (it may have been
+//!   stored before the connection dropped), so that turn fails and the next
+//!   one works.
+//!
 //! Config: `url` (required; `postgres://user@host:port/db` or
 //! `host=… user=… dbname=…`; `BUB_TAPE_POSTGRES__URL` keeps a password out
 //! of files), `lock_lease_seconds`, `lock_wait_seconds`, `session_lock`
-//! (`false` to store tapes only). TLS is not built in: reach a remote
-//! server through a local tunnel or socket.
+//! (`false` to store tapes only), `statement_timeout_seconds`. TLS is not
+//! built in: reach a remote server through a local tunnel or socket.
 
 use std::{
     collections::HashMap,
@@ -41,7 +50,6 @@ use bub_abi::{
     BoxError, Object, Plugin, PluginContext,
 };
 use serde_json::{Map, Value};
-use tokio::sync::OnceCell;
 use tokio_postgres::{error::SqlState, Client, NoTls};
 
 /// The plugin.
@@ -54,9 +62,11 @@ struct Shared {
     lease: Duration,
     wait: Duration,
     session_lock: bool,
+    // The longest wait for the database's answer (and for reconnecting).
+    timeout: Duration,
     // The connection tape operations share (tokio-postgres pipelines
-    // concurrent queries on it).
-    tapes: OnceCell<Client>,
+    // concurrent queries on it); replaced when it closes or stops answering.
+    tapes: tokio::sync::Mutex<Option<Arc<Client>>>,
     // Session locks held, by session: the connection holding it and a
     // token (the lease timer releases only the lock it was started for).
     held: Mutex<HashMap<String, (Arc<Client>, u64)>>,
@@ -92,7 +102,8 @@ impl Plugin for TapePostgres {
                 lease: seconds(&ctx.config, "lock_lease_seconds", 900)?,
                 wait: seconds(&ctx.config, "lock_wait_seconds", 240)?,
                 session_lock,
-                tapes: OnceCell::new(),
+                timeout: seconds(&ctx.config, "statement_timeout_seconds", 30)?,
+                tapes: tokio::sync::Mutex::new(None),
                 held: Mutex::new(HashMap::new()),
                 idle: Mutex::new(Vec::new()),
                 tokens: Default::default(),
@@ -142,7 +153,17 @@ CREATE INDEX IF NOT EXISTS bub_tape_anchors ON bub_tape_entries (tape, anchor, i
 
 impl Shared {
     async fn connect(&self) -> Result<Client, BoxError> {
-        let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await.map_err(|e| {
+        let mut config: tokio_postgres::Config =
+            self.url.parse().map_err(|e| format!("tape-postgres: url {} is not valid: {e}", redact(&self.url)))?;
+        config.connect_timeout(self.timeout).keepalives(true).keepalives_idle(Duration::from_secs(30));
+        let connected = tokio::time::timeout(self.timeout, config.connect(NoTls)).await.map_err(|_| {
+            format!(
+                "tape-postgres: the database ({}) did not answer within {}s (statement_timeout_seconds)",
+                redact(&self.url),
+                self.timeout.as_secs_f64()
+            )
+        })?;
+        let (client, connection) = connected.map_err(|e| {
             format!("tape-postgres: cannot connect to the database ({}): {}", redact(&self.url), why(&e))
         })?;
         tokio::spawn(async move {
@@ -153,15 +174,25 @@ impl Shared {
         Ok(client)
     }
 
-    /// The shared connection, set up once (the schema is created with it).
+    /// The shared connection: the open one, else a new one (retried with
+    /// backoff for up to the statement timeout), with the schema created.
     /// `CREATE … IF NOT EXISTS` is not safe against a concurrent creator, so
     /// creators take a transaction-scoped advisory lock: it is released by
     /// the commit, after the tables are visible to the next creator. (A
     /// session lock unlocked in the same batch was released *before* the
     /// batch's implicit transaction committed — CI caught the race.)
-    async fn tapes(&self) -> Result<&Client, BoxError> {
-        self.tapes
-            .get_or_try_init(|| async {
+    async fn tapes(&self) -> Result<Arc<Client>, BoxError> {
+        let mut slot = self.tapes.lock().await;
+        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(client.clone());
+        }
+        if slot.take().is_some() {
+            tracing::warn!("tape-postgres: the database connection was closed; reconnecting");
+        }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let attempt = async {
                 let client = self.connect().await?;
                 let setup = format!("BEGIN; SELECT pg_advisory_xact_lock(4207); {SCHEMA} COMMIT;");
                 client
@@ -169,8 +200,66 @@ impl Shared {
                     .await
                     .map_err(|e| format!("tape-postgres: cannot create the tables: {}", why(&e)))?;
                 Ok::<_, BoxError>(client)
-            })
-            .await
+            };
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(client)) => {
+                    let client = Arc::new(client);
+                    *slot = Some(client.clone());
+                    return Ok(client);
+                }
+                Ok(Err(e)) if tokio::time::Instant::now() + delay < deadline => {
+                    tracing::debug!("tape-postgres: {e}; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(format!(
+                        "tape-postgres: the database ({}) did not answer within {}s (statement_timeout_seconds)",
+                        redact(&self.url),
+                        self.timeout.as_secs_f64()
+                    )
+                    .into())
+                }
+            }
+        }
+    }
+
+    /// Runs `op` on the shared connection within the statement timeout. A
+    /// timeout or a closed connection drops the connection (the next
+    /// operation reconnects); `retry` operations (reads) are tried once more
+    /// on a fresh one.
+    async fn with<T, F, Fut2>(&self, what: &str, retry: bool, op: F) -> Result<T, BoxError>
+    where
+        F: Fn(Arc<Client>) -> Fut2,
+        Fut2: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let mut tries = if retry { 2 } else { 1 };
+        loop {
+            tries -= 1;
+            let client = self.tapes().await?;
+            let error = match tokio::time::timeout(self.timeout, op(client.clone())).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if !e.is_closed() && !client.is_closed() => return Err(failed(what, why(&e))),
+                Ok(Err(e)) => failed(what, format!("the connection was lost ({})", why(&e))),
+                Err(_) => failed(
+                    what,
+                    format!(
+                        "the database did not answer within {}s (statement_timeout_seconds)",
+                        self.timeout.as_secs_f64()
+                    ),
+                ),
+            };
+            // This connection is broken or wedged: the next operation gets a new one.
+            let mut slot = self.tapes.lock().await;
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                *slot = None;
+            }
+            drop(slot);
+            if tries == 0 {
+                return Err(error);
+            }
+        }
     }
 
     async fn lock_session(self: &Arc<Self>, session: &str) -> Result<(), BoxError> {
@@ -180,15 +269,30 @@ impl Shared {
             None => Arc::new(self.connect().await?),
         };
         let wait_ms = self.wait.as_millis().to_string();
-        client.batch_execute(&format!("SET lock_timeout = {wait_ms}")).await?;
         let key = format!("bub-session:{session}");
-        if let Err(e) = client.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key]).await {
-            return Err(format!(
-                "session {session:?} is still busy in another bub after {}s (tape-postgres lock_wait_seconds): {}",
-                self.wait.as_secs_f64(),
-                why(&e)
-            )
-            .into());
+        // The server enforces the lock wait; the client bounds a frozen one.
+        let locked = tokio::time::timeout(self.wait + self.timeout, async {
+            client.batch_execute(&format!("SET lock_timeout = {wait_ms}")).await?;
+            client.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key]).await
+        })
+        .await;
+        match locked {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "session {session:?} is still busy in another bub after {}s (tape-postgres lock_wait_seconds): {}",
+                    self.wait.as_secs_f64(),
+                    why(&e)
+                )
+                .into())
+            }
+            Err(_) => {
+                return Err(format!(
+                    "tape-postgres: the database did not answer the lock of session {session:?} within {}s",
+                    (self.wait + self.timeout).as_secs_f64()
+                )
+                .into())
+            }
         }
         let token = self.tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(session.to_owned(), (client, token));
@@ -213,17 +317,25 @@ impl Shared {
     async fn unlock_session(&self, session: &str) {
         let Some((client, _)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(session) else { return };
         let key = format!("bub-session:{session}");
-        match client.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", &[&key]).await {
-            Ok(_) => {
+        let unlocked = tokio::time::timeout(
+            self.timeout,
+            client.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", &[&key]),
+        )
+        .await;
+        let failure = match unlocked {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(why(&e)),
+            Err(_) => Some(format!("no answer within {}s", self.timeout.as_secs_f64())),
+        };
+        match failure {
+            None => {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 if idle.len() < 16 {
                     idle.push(client);
                 }
             }
             // Dropping the connection releases its locks too.
-            Err(e) => {
-                tracing::warn!("tape-postgres: cannot unlock session {session:?} ({}); closing its connection", why(&e))
-            }
+            Some(e) => tracing::warn!("tape-postgres: cannot unlock session {session:?} ({e}); closing its connection"),
         }
     }
 }
@@ -283,11 +395,8 @@ impl TapeStore for PgStore {
     fn list_tapes(&self) -> impl Fut<Vec<String>> {
         let this = self.clone();
         async move {
-            let db = this.0.tapes().await?;
-            let rows = db
-                .query("SELECT DISTINCT tape FROM bub_tape_entries ORDER BY tape", &[])
-                .await
-                .map_err(|e| failed("list tapes", why(&e)))?;
+            let sql = "SELECT DISTINCT tape FROM bub_tape_entries ORDER BY tape";
+            let rows = this.0.with("list tapes", true, |db| async move { db.query(sql, &[]).await }).await?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         }
     }
@@ -295,10 +404,9 @@ impl TapeStore for PgStore {
     fn reset(&self, tape: String) -> impl Fut<()> {
         let this = self.clone();
         async move {
-            let db = this.0.tapes().await?;
-            db.execute("DELETE FROM bub_tape_entries WHERE tape = $1", &[&tape])
-                .await
-                .map_err(|e| failed("reset a tape", why(&e)))?;
+            let tape = &tape;
+            let sql = "DELETE FROM bub_tape_entries WHERE tape = $1";
+            this.0.with("reset a tape", true, |db| async move { db.execute(sql, &[tape]).await }).await?;
             Ok(())
         }
     }
@@ -306,27 +414,29 @@ impl TapeStore for PgStore {
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
         async move {
-            let db = this.0.tapes().await?;
-            let anchor = if query.last_anchor {
-                let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor'";
-                Some(db.query_one(sql, &[&query.tape]).await)
-            } else if let Some(name) = &query.after_anchor {
-                let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor' AND anchor = $2";
-                Some(db.query_one(sql, &[&query.tape, name]).await)
-            } else {
-                None
-            };
-            let start: i64 = match anchor {
-                Some(row) => row.map_err(|e| failed("read a tape", why(&e)))?.get::<_, Option<i64>>(0).unwrap_or(0),
-                None => 0,
-            };
-            let rows = db
-                .query(
-                    "SELECT id, kind, date, payload, meta FROM bub_tape_entries WHERE tape = $1 AND id > $2 ORDER BY id",
-                    &[&query.tape, &start],
-                )
-                .await
-                .map_err(|e| failed("read a tape", why(&e)))?;
+            let q = &query;
+            let rows = this
+                .0
+                .with("read a tape", true, |db| async move {
+                    let anchor = if q.last_anchor {
+                        let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor'";
+                        Some(db.query_one(sql, &[&q.tape]).await?)
+                    } else if let Some(name) = &q.after_anchor {
+                        let sql =
+                            "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor' AND anchor = $2";
+                        Some(db.query_one(sql, &[&q.tape, name]).await?)
+                    } else {
+                        None
+                    };
+                    let start: i64 = anchor.and_then(|row| row.get::<_, Option<i64>>(0)).unwrap_or(0);
+                    db.query(
+                        "SELECT id, kind, date, payload, meta FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
+                         ORDER BY id",
+                        &[&q.tape, &start],
+                    )
+                    .await
+                })
+                .await?;
             let entries = rows.iter().map(entry_of).collect();
             let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
             Ok(bub_abi::tape::select(entries, &rest))
@@ -345,7 +455,6 @@ impl TapeStore for PgStore {
     fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
         async move {
-            let db = this.0.tapes().await?;
             let now = bub_abi::tape::now();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
@@ -368,21 +477,28 @@ impl TapeStore for PgStore {
                        unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]) \
                        WITH ORDINALITY AS t(kind, anchor, date, payload, meta, ord) \
                        ORDER BY t.ord RETURNING id";
-            for _ in 0..100 {
-                match db.query(sql, &[&tape, &kinds, &anchors, &dates, &payloads, &metas]).await {
-                    Ok(rows) => {
-                        let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-                        ids.sort_unstable();
-                        for (entry, id) in entries.iter_mut().zip(ids) {
-                            entry.id = id as u64;
+            let (tape, kinds, anchors, dates, payloads, metas) = (&tape, &kinds, &anchors, &dates, &payloads, &metas);
+            let ids = this
+                .0
+                .with("append to a tape", false, |db| async move {
+                    for _ in 0..100 {
+                        match db.query(sql, &[tape, kinds, anchors, dates, payloads, metas]).await {
+                            Ok(rows) => return Ok(Some(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>())),
+                            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
+                            Err(e) => return Err(e),
                         }
-                        return Ok(entries);
                     }
-                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
-                    Err(e) => return Err(failed("append to a tape", why(&e))),
-                }
+                    Ok(None)
+                })
+                .await?;
+            let Some(mut ids) = ids else {
+                return Err(failed("append to a tape", format!("tape {tape:?} is under too much concurrent writing")));
+            };
+            ids.sort_unstable();
+            for (entry, id) in entries.iter_mut().zip(ids) {
+                entry.id = id as u64;
             }
-            Err(failed("append to a tape", format!("tape {tape:?} is under too much concurrent writing")))
+            Ok(entries)
         }
     }
 }
