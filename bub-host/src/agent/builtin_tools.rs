@@ -311,6 +311,10 @@ async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     Ok(json!({"tools": tools, "unknown": unknown}))
 }
 
+fn framework_confined(framework: &crate::framework::Framework) -> bool {
+    super::ModelSettings::load(framework.home()).is_ok_and(|s| s.confine_workspace)
+}
+
 async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let prompt = arg_str(&args, "prompt").unwrap_or_default();
     let framework = super::bub::framework_of(&cx.state)
@@ -319,6 +323,10 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     let session = match arg_str(&args, "session").as_deref().unwrap_or("temp") {
         "temp" => format!("temp/{:08x}", crate::random::u64() as u32),
         "inherit" => parent,
+        // Confined, a model cannot reach another session's memory.
+        other if framework_confined(&framework) && other != parent => return Err(AgentError::value(format!(
+            "subagent session {other:?} is another session's; with confine_workspace on, use \"temp\" or \"inherit\""
+        ))),
         other => other.to_owned(),
     };
     let (state, _) = framework

@@ -40,6 +40,10 @@ impl LocalEnvironment {
         // A symlink inside the workspace may point out of it: the deepest
         // part of the path that exists must resolve inside the workspace too.
         let existing = normal.ancestors().find(|a| a.exists()).unwrap_or(&normal);
+        // A dangling link would be followed by a write, to wherever it points.
+        if std::fs::symlink_metadata(&normal).is_ok_and(|m| m.file_type().is_symlink()) && !normal.exists() {
+            return Err(outside().into());
+        }
         if let (Ok(real), Ok(root)) = (existing.canonicalize(), self.workspace.canonicalize()) {
             if !real.starts_with(&root) {
                 return Err(outside().into());

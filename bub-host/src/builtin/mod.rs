@@ -24,6 +24,7 @@
 //! one process share nothing.
 
 pub mod cli_channel;
+pub mod confine;
 pub mod environment;
 pub mod inbox;
 pub mod sessions;
@@ -257,7 +258,8 @@ impl Plugin for Builtin {
     /// `bash`, `bash.output`, `bash.kill`, `fs.read`, `fs.write`, `fs.edit`
     /// and `web.fetch`, in the host's workspace (`bub -w`).
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        let ws = workspace_tools::Workspace { root: self.workspace.clone(), scopes: self.shells.clone() };
+        let confined = crate::agent::ModelSettings::load(&self.home).is_ok_and(|s| s.confine_workspace);
+        let ws = workspace_tools::Workspace { root: self.workspace.clone(), scopes: self.shells.clone(), confined };
         Some(ws.objects())
     }
 

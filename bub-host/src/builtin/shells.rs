@@ -66,7 +66,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ShellScope {
     /// Starts `cmd` in the background in `cwd`; returns its id.
-    pub fn start(&self, cmd: &str, cwd: &std::path::Path) -> Result<String, BoxError> {
+    /// Starts `cmd` in `cwd`; with `confine`, confined to that workspace.
+    pub fn start(
+        &self,
+        cmd: &str,
+        cwd: &std::path::Path,
+        confine: Option<&std::path::Path>,
+    ) -> Result<String, BoxError> {
         let mut inner = lock(&self.inner);
         if inner.closed {
             return Err("shell runtime is closed".into());
@@ -77,7 +83,11 @@ impl ShellScope {
         let rt = bub_abi::sdk::bridge::runtime()?;
         let _entered = rt.enter();
         let request = ProcessRequest { command: Some(cmd.to_owned()), ..Default::default() };
-        let mut child = command(&request, cwd)?.spawn().map_err(|e| format!("cannot start shell: {e}"))?;
+        let command = command(&request, cwd)?;
+        let mut child = match confine {
+            Some(workspace) => super::confine::spawn(command, workspace)?,
+            None => { command }.spawn().map_err(|e| format!("cannot start shell: {e}"))?,
+        };
         let id = loop {
             let id = format!("bash-{:08x}", crate::random::u64() as u32);
             if !inner.shells.contains_key(&id) {

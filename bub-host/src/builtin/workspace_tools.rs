@@ -26,16 +26,20 @@ pub struct Workspace {
     pub root: PathBuf,
     /// The shell scopes (for `bash`).
     pub scopes: Arc<OpenScopes>,
+    /// Confined to the workspace (`super::confine`).
+    pub confined: bool,
 }
 
 impl Workspace {
-    fn resolve(&self, path: &str) -> PathBuf {
-        let p = Path::new(path);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.root.join(p)
+    /// `path` against the workspace; confined, an error if it leads out.
+    fn resolve(&self, path: &str) -> Result<PathBuf, BoxError> {
+        if self.confined {
+            return super::environment::LocalEnvironment::new(&self.root)
+                .resolve(path)
+                .map_err(|e| format!("{e} (confine_workspace is on)").into());
         }
+        let p = Path::new(path);
+        Ok(if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) })
     }
 
     /// The tools, as objects.
@@ -154,7 +158,7 @@ impl Tool for WorkspaceTool {
                     format!("id: {id}\nstatus: {}\nexit_code: {}", status_name(status), exit_code(status))
                 }
                 Kind::FsRead => {
-                    let path = ws.resolve(&required(&args, "path")?);
+                    let path = ws.resolve(&required(&args, "path")?)?;
                     let text = tokio::fs::read_to_string(&path)
                         .await
                         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -167,7 +171,7 @@ impl Tool for WorkspaceTool {
                 }
                 Kind::FsWrite => {
                     let raw = required(&args, "path")?;
-                    let path = ws.resolve(&raw);
+                    let path = ws.resolve(&raw)?;
                     if let Some(parent) = path.parent() {
                         tokio::fs::create_dir_all(parent).await?;
                     }
@@ -178,7 +182,7 @@ impl Tool for WorkspaceTool {
                 }
                 Kind::FsEdit => {
                     let raw = required(&args, "path")?;
-                    let path = ws.resolve(&raw);
+                    let path = ws.resolve(&raw)?;
                     let (old, new) = (required(&args, "old")?, s(&args, "new").unwrap_or_default());
                     let start = n(&args, "start").unwrap_or(0.0) as usize;
                     let text = tokio::fs::read_to_string(&path)
@@ -214,8 +218,11 @@ fn exit_code(status: Option<Option<i32>>) -> String {
 async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxError> {
     let command = required(args, "command")?;
     let scope = ws.scopes.current().ok_or("shell runtime is closed (no running() scope is open)")?;
-    let cwd = s(args, "cwd").map_or(ws.root.clone(), |c| ws.resolve(&c));
-    let id = scope.start(&command, &cwd)?;
+    let cwd = match s(args, "cwd") {
+        Some(c) => ws.resolve(&c)?,
+        None => ws.root.clone(),
+    };
+    let id = scope.start(&command, &cwd, ws.confined.then_some(ws.root.as_path()))?;
     if b(args, "background") {
         return Ok(format!(
             "Shell started, shell_id: {id}\nRetrieve the output with bash_output or terminate it with bash_kill."

@@ -15,6 +15,7 @@
 //! | completion args | `BUB_COMPLETION_ARGS` (JSON: temperature, top_p, reasoning_effort, tool_choice, extra_body, …) | `completion_args` | {} |
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
 //! | command channels | `BUB_COMMAND_CHANNELS` (comma-separated, or `*`) | `command_channels` (list) | `cli` |
+//! | confinement | `BUB_CONFINE_WORKSPACE` (`true`/`1`) | `confine_workspace` | off (see `builtin::confine`) |
 //!
 //! Command mode runs tools and shell lines with no model in between, so it
 //! is on only for the channels named in `command_channels`: by default the
@@ -62,6 +63,9 @@ pub struct ModelSettings {
     pub command_prefix: String,
     /// The channels whose messages may run commands (`*`: every channel).
     pub command_channels: Vec<String>,
+    /// Whether the builtin's tools are confined to the workspace
+    /// (`builtin::confine`).
+    pub confine_workspace: bool,
     // The environment, for `<P>_API_KEY` lookups at client time.
     env: Vec<(String, String)>,
     // HTTP clients, made once per settings value (one agent).
@@ -83,6 +87,7 @@ impl Default for ModelSettings {
             completion_args: Map::new(),
             command_prefix: ",".into(),
             command_channels: vec!["cli".into()],
+            confine_workspace: false,
             env: Vec::new(),
             clients: Default::default(),
         }
@@ -266,6 +271,10 @@ impl ModelSettings {
                 Some(_) => return Err("command_channels in config.json must be a list of channel names".into()),
             },
         }
+        s.confine_workspace = match var("BUB_CONFINE_WORKSPACE") {
+            Some(v) => matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"),
+            None => matches!(file.get("confine_workspace"), Some(Value::Bool(true))),
+        };
         if env.iter().any(|(k, v)| k == "BUB_COMMAND_PREFIX" && v.is_empty()) {
             return Err("BUB_COMMAND_PREFIX must be non-empty and without whitespace, got \"\"".into());
         }

@@ -29,7 +29,61 @@ pub(super) fn to_json(p: &PluginRecord) -> Value {
     })
 }
 
+/// Files and folders under `home` that group or others can read or write:
+/// `$BUB_HOME` holds secrets (tokens in manifests, conversations in tapes).
+/// Bounded: the first 10,000 entries, four levels deep.
+fn exposed(home: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
+    let mut found = Vec::new();
+    let mut stack = vec![(home.to_path_buf(), 0)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = stack.pop() {
+        if let Some(mode) = bub_abi::files::exposed(&dir) {
+            found.push((dir.clone(), mode));
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 10_000 {
+                return found;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && depth < 4 => stack.push((path, depth + 1)),
+                Ok(t) if t.is_file() => {
+                    if let Some(mode) = bub_abi::files::exposed(&path) {
+                        found.push((path, mode));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+fn warn_exposed(home: &std::path::Path) {
+    let found = exposed(home);
+    if found.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = found
+        .iter()
+        .take(5)
+        .map(|(p, mode)| format!("{} ({mode:o})", p.strip_prefix(home).unwrap_or(p).display()))
+        .collect();
+    let more = if found.len() > 5 { format!(" and {} more", found.len() - 5) } else { String::new() };
+    eprintln!(
+        "warning: {} path(s) in {} can be read by other users: {}{more}. They hold tokens and conversations; run \
+         `chmod -R go-rwx {}`",
+        found.len(),
+        home.display(),
+        shown.join(", "),
+        home.display()
+    );
+}
+
 fn list(ctx: &Context, as_json: bool) -> Result<()> {
+    warn_exposed(&ctx.home);
     let host = ctx.host();
     let plugins = host.registry().plugins();
     let mut out = std::io::stdout().lock();
