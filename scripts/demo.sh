@@ -72,21 +72,32 @@ say "bub gateway with the http-channel plugin: one message over HTTP (curl), the
 bub plugins install "$target"/release/libhttp_channel.so
 bub plugins config http-channel bind=127.0.0.1:0 >/dev/null
 rm -f "$home/data/http-channel/address"
-bub gateway >"$target/demo-gateway.log" 2>&1 &
+# Started directly, not through the `bub` function: `$!` must be the gateway
+# itself (through a function it is a subshell, and killing that leaves the
+# gateway running).
+BUB_HOME="$home" "$target"/release/bub gateway >"$target/demo-gateway.log" 2>&1 &
 gateway=$!
 trap 'kill $gateway 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -s "$home/data/http-channel/address" ] && break; sleep 0.1; done
 address="$(cat "$home/data/http-channel/address")"
 echo "listening on http://$address"
+# Every request carries the token the channel generated at its first start
+# (owner-only, in its data folder): other users of the machine cannot post.
+token="$(cat "$home/data/http-channel/token")"
 if command -v curl >/dev/null; then
-  curl -sS "http://$address/v1/messages" -H 'content-type: application/json' \
+  curl -sS "http://$address/v1/messages" -H 'content-type: application/json' -H "Authorization: Bearer $token" \
     -d '{"content": "hello over HTTP", "session_id": "demo-http"}'
   echo
+  echo "without the token: HTTP $(curl -s -o /dev/null -w '%{http_code}' "http://$address/v1/messages" \
+    -H 'content-type: application/json' -d '{"content": "hi"}')"
 else
   echo "(curl is not installed: skipping the request)"
 fi
 kill -TERM "$gateway"; wait "$gateway" || true
 trap - EXIT
+if kill -0 "$gateway" 2>/dev/null; then
+  echo "the gateway (pid $gateway) is still running after it was stopped" >&2; exit 1
+fi
 echo "the gateway stopped cleanly; its log: $target/demo-gateway.log"
 
 say "Done. Try: BUB_HOME=$home $target/release/bub chat   (Ctrl-D quits; ,help lists the commands)"

@@ -30,7 +30,12 @@ fn main() {
     let per_session = messages / sessions;
     let home = tempfile::tempdir().unwrap();
     let plugins = home.path().join("plugins");
-    install_into(&plugins, "http-channel", &lib_release("http-channel"), json!({"bind": "127.0.0.1:0"}));
+    install_into(
+        &plugins,
+        "http-channel",
+        &lib_release("http-channel"),
+        json!({"bind": "127.0.0.1:0", "token": "load"}),
+    );
     let trace = home.path().join("trace.log");
     install_into(
         &plugins,
@@ -59,6 +64,7 @@ fn main() {
                     let sent = Instant::now();
                     let response = client
                         .post(format!("{base}/v1/messages"))
+                        .bearer_auth("load")
                         .json(&json!({"content": content, "session_id": format!("load-{s}")}))
                         .send()
                         .await

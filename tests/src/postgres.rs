@@ -14,6 +14,8 @@ use std::{
 pub struct Postgres {
     child: Child,
     port: u16,
+    bin: PathBuf,
+    user: Option<(u32, u32)>,
     _dir: tempfile::TempDir,
 }
 
@@ -57,15 +59,7 @@ impl Postgres {
             let owner = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
             rustix::fs::chown(dir.path(), owner.0, owner.1).map_err(|e| format!("chown: {e}"))?;
         }
-        let command = |program: &str| {
-            let mut cmd = Command::new(bin.join(program));
-            if let Some((uid, gid)) = user {
-                cmd.uid(uid).gid(gid);
-            }
-            cmd.env_remove("PGDATA").env("LC_ALL", "C");
-            cmd
-        };
-        let out = command("initdb")
+        let out = command(&bin, user, "initdb")
             .args(["-U", "bub", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])
             .arg(&data)
             .output()
@@ -75,21 +69,48 @@ impl Postgres {
         }
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
-        let log = std::fs::File::create(dir.path().join("server.log")).map_err(|e| e.to_string())?;
-        let child = command("postgres")
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .arg("-k")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start postgres: {e}"))?;
-        let mut server = Postgres { child, port, _dir: dir };
+        let child = spawn(&bin, user, dir.path(), port)?;
+        let mut server = Postgres { child, port, bin, user, _dir: dir };
         server.wait_ready()?;
         Ok(server)
+    }
+
+    /// Stops the server (fast shutdown: clients are disconnected) and
+    /// starts it again on the same port and data: a restart or failover.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).ok_or("no pid")?;
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+        let _ = self.child.wait();
+        self.child = spawn(&self.bin, self.user, self._dir.path(), self.port)?;
+        self.wait_ready()
+    }
+
+    /// Freezes every process of the server (SIGSTOP to the postmaster and
+    /// its children, each in a session of its own): connections stay open
+    /// and nothing answers.
+    pub fn freeze(&self) {
+        self.signal_all(rustix::process::Signal::STOP);
+    }
+
+    /// Undoes [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal_all(rustix::process::Signal::CONT);
+    }
+
+    fn signal_all(&self, signal: rustix::process::Signal) {
+        let main = self.child.id();
+        let children = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces.
+            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == main).then_some(pid)
+        });
+        for pid in std::iter::once(main).chain(children.collect::<Vec<_>>()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, signal);
+            }
+        }
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
@@ -143,7 +164,41 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
+        // A frozen server's children would hold on to the data folder.
+        self.signal_all(rustix::process::Signal::CONT);
+        self.signal_all(rustix::process::Signal::KILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn command(bin: &Path, user: Option<(u32, u32)>, program: &str) -> Command {
+    let mut cmd = Command::new(bin.join(program));
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.env_remove("PGDATA").env("LC_ALL", "C");
+    cmd
+}
+
+/// Starts `postgres` on `port` over `<dir>/data`, in a process group of its
+/// own (so the tests can freeze the whole server), logging to `<dir>/server.log`.
+fn spawn(bin: &Path, user: Option<(u32, u32)>, dir: &Path, port: u16) -> Result<Child, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .map_err(|e| e.to_string())?;
+    command(bin, user, "postgres")
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+        .arg("-k")
+        .arg(dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start postgres: {e}"))
 }

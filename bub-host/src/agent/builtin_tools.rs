@@ -324,9 +324,11 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         "temp" => format!("temp/{:08x}", crate::random::u64() as u32),
         "inherit" => parent,
         // Confined, a model cannot reach another session's memory.
-        other if framework_confined(&framework) && other != parent => return Err(AgentError::value(format!(
+        other if framework_confined(&framework) && other != parent => {
+            return Err(AgentError::value(format!(
             "subagent session {other:?} is another session's; with confine_workspace on, use \"temp\" or \"inherit\""
-        ))),
+        )))
+        }
         other => other.to_owned(),
     };
     let (state, _) = framework

@@ -117,6 +117,11 @@ pub enum Event {
         error: Option<String>,
         /// The next step's user content (set by `continue_prompt` handlers).
         next_prompt: Option<Vec<Value>>,
+        /// The finished step's user content (None on continuation steps
+        /// that had none).
+        prompt: Option<Vec<Value>>,
+        /// The finished step's token usage, as the provider reported it.
+        usage: Option<Value>,
     },
     /// A command ran.
     CommandFinished {

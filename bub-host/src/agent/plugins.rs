@@ -139,7 +139,8 @@ impl AgentPlugins {
         agent.sections.push(std::sync::Arc::new(move |pcx| {
             let fw = fw.clone();
             Box::pin(async move {
-                let prompt: Prompt = Value::Array(pcx.prompt.clone());
+                // Bub's legacy form: a string without media, blocks with it.
+                let prompt: Prompt = crate::framework::prompt::to_legacy_prompt(&pcx.prompt);
                 fw.system_prompt(&prompt, &pcx.state).map(Some).map_err(framework_error)
             })
         }));
@@ -150,10 +151,19 @@ impl AgentPlugins {
             handler(move |event, cx| {
                 let fw = fw.clone();
                 Box::pin(async move {
-                    if let Event::StepFinished { status: super::events::Status::Continue, next_prompt, .. } = event {
+                    if let Event::StepFinished {
+                        status: super::events::Status::Continue,
+                        next_prompt,
+                        prompt,
+                        usage,
+                        ..
+                    } = event
+                    {
                         let tape = TapeInfo { name: cx.tape.name().to_owned() };
-                        let next =
-                            fw.continue_prompt(None, &tape, &StreamState::default()).await.map_err(framework_error)?;
+                        // The finished step's prompt in Bub's legacy form, and its usage.
+                        let legacy = prompt.as_deref().map(crate::framework::prompt::to_legacy_prompt);
+                        let state = StreamState { usage: usage.clone(), ..Default::default() };
+                        let next = fw.continue_prompt(legacy.as_ref(), &tape, &state).await.map_err(framework_error)?;
                         if let Some(text) = next {
                             *next_prompt = Some(vec![Value::String(text)]);
                         }

@@ -134,6 +134,14 @@ struct Run {
     prompt: Vec<Value>,
     steps: AtomicU32,
     started: Instant,
+    // The last provider call's usage (for StepFinished and continue_prompt).
+    usage: std::sync::Mutex<Option<Value>>,
+}
+
+impl Run {
+    fn last_usage(&self) -> Option<Value> {
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl Agent {
@@ -185,6 +193,7 @@ impl Agent {
             prompt,
             steps: AtomicU32::new(0),
             started: Instant::now(),
+            usage: Default::default(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let live = Live::enter();
@@ -351,6 +360,8 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     elapsed_ms: elapsed(),
                     error: Some(e.to_string()),
                     next_prompt: None,
+                    prompt: next_prompt.clone(),
+                    usage: run.last_usage(),
                 };
                 agent.events.emit(&mut ev, &run.cx).await?;
                 next_prompt = Some(run.prompt.clone());
@@ -363,6 +374,8 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     elapsed_ms: elapsed(),
                     error: Some(e.to_string()),
                     next_prompt: None,
+                    prompt: next_prompt.clone(),
+                    usage: run.last_usage(),
                 };
                 agent.events.emit(&mut ev, &run.cx).await?;
                 return Err(e);
@@ -373,8 +386,15 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
             _ => false,
         };
         if !should_continue && !pending {
-            let mut ev =
-                Event::StepFinished { step, status: Status::Ok, elapsed_ms: elapsed(), error: None, next_prompt: None };
+            let mut ev = Event::StepFinished {
+                step,
+                status: Status::Ok,
+                elapsed_ms: elapsed(),
+                error: None,
+                next_prompt: None,
+                prompt: next_prompt.clone(),
+                usage: run.last_usage(),
+            };
             agent.events.emit(&mut ev, &run.cx).await?;
             return Ok(());
         }
@@ -384,6 +404,8 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
             elapsed_ms: elapsed(),
             error: None,
             next_prompt: None,
+            prompt: next_prompt.clone(),
+            usage: run.last_usage(),
         };
         agent.events.emit(&mut ev, &run.cx).await?;
         next_prompt = match ev {
@@ -545,6 +567,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let response = outcome?;
     // 9. Usage.
     let usage = response.usage.unwrap_or_default().to_json();
+    *run.usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(usage.clone());
     let _ = tx.send(Ok(event("usage", json!({"usage": usage, "elapsed_seconds": elapsed.as_secs_f64()}))));
     let text = if response.text.is_empty() { response.refusal.clone() } else { response.text.clone() };
     let mut assistant_fields = Map::new();

@@ -6,9 +6,16 @@ use std::time::Duration;
 use bub_tests::{gateway::GatewayProcess, lib, run_bub, Home};
 use serde_json::{json, Value};
 
+/// The token the tests' channels are configured with (the generated
+/// default is tested in `security.rs`).
+const TOKEN: &str = "test-token";
+
 fn http_channel(home: &Home, name: &str, config: Value) {
     let mut config = config;
     config["bind"] = json!("127.0.0.1:0");
+    if config.get("token").is_none() {
+        config["token"] = json!(TOKEN);
+    }
     if name != "http-channel" {
         config["name"] = json!(name);
     }
@@ -20,7 +27,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn post(client: &reqwest::Client, base: &str, body: Value) -> (u16, Value) {
-    let response = client.post(format!("{base}/v1/messages")).json(&body).send().await.expect("request");
+    let response =
+        client.post(format!("{base}/v1/messages")).bearer_auth(TOKEN).json(&body).send().await.expect("request");
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -47,6 +55,7 @@ fn http_channel_answers_with_the_turns_reply_as_json_and_as_events() {
 
         let text = client
             .post(format!("{base}/v1/messages"))
+            .bearer_auth(TOKEN)
             .json(&json!({"content": "stream me", "session_id": "s1", "stream": true}))
             .send()
             .await

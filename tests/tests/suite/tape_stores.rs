@@ -127,7 +127,7 @@ impl OutputAsync for std::process::Command {
 
 fn gateway_home(url: &str, trace: &std::path::Path) -> Home {
     let home = Home::new();
-    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0"}));
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": "t"}));
     home.install("tape-postgres", &lib("tape-postgres"), json!({"url": url}));
     // Slow turns (300 ms) that record their start and end, in one trace
     // file both gateways append to.
@@ -171,7 +171,7 @@ fn tape_postgres_two_gateways_share_tapes_and_never_run_a_session_twice() {
                     let content = format!("{session} {k} via {gateway}");
                     requests.push(tokio::spawn(async move {
                         let body = json!({"content": content, "session_id": session});
-                        let response = client.post(url).json(&body).send().await.expect("request");
+                        let response = client.post(url).bearer_auth("t").json(&body).send().await.expect("request");
                         let status = response.status().as_u16();
                         let body: Value = response.json().await.unwrap();
                         (content, status, body)

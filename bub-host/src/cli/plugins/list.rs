@@ -37,7 +37,9 @@ fn exposed(home: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
     let mut stack = vec![(home.to_path_buf(), 0)];
     let mut seen = 0;
     while let Some((dir, depth)) = stack.pop() {
-        if let Some(mode) = bub_abi::files::exposed(&dir) {
+        // The home itself may be the user's ordinary 0755 folder: what is in
+        // it is what must be owner-only.
+        if let Some(mode) = bub_abi::files::exposed(&dir).filter(|_| depth > 0) {
             found.push((dir.clone(), mode));
         }
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
