@@ -306,7 +306,7 @@ fn a_jobs_json_others_can_write_or_a_fifo_fires_nothing_and_blocks_nothing() {
     std::fs::remove_file(jobs_file(&home)).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &jobs_file(&home),
+        jobs_file(&home),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o600),
         0,

@@ -103,17 +103,12 @@ pub const MAX_ERROR_BODY: usize = 16 << 10;
 async fn capped_text(mut resp: reqwest::Response, max: usize) -> String {
     let mut kept = Vec::new();
     let mut cut = false;
-    loop {
-        match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = max - kept.len();
-                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if chunk.len() > room {
-                    cut = true;
-                    break;
-                }
-            }
-            Ok(None) | Err(_) => break,
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = max - kept.len();
+        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if chunk.len() > room {
+            cut = true;
+            break;
         }
     }
     let mut text = String::from_utf8_lossy(&kept).into_owned();
