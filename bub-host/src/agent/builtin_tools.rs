@@ -132,7 +132,8 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
             continue;
         }
         if lines.len() < limit {
-            lines.push(json!({"date": e.date, "content": e.payload}).to_string());
+            // As Bub prints it: Python's json.dumps (", " and ": ").
+            lines.push(super::tools::python_json(&json!({"date": e.date, "content": e.payload})));
         }
     }
     let mut out = format!("[tape.search]: {} matches ({filtered} filtered)", lines.len());
@@ -336,10 +337,19 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         .await
         .map_err(|e| AgentError::value(e.to_string()))?;
     let _registration = super::bub::register(&framework, &state);
-    let allowed: Vec<String> = match args.get("allowed_tools").and_then(Value::as_array) {
-        Some(a) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        None => cx.tools.iter().map(|t| t.name.clone()).collect(),
-    };
+    // As Bub: names trimmed, unknown names refused before any sub-run, an
+    // empty list the same as none (every tool but `subagent`).
+    let all: Vec<String> = cx.tools.iter().map(|t| t.name.clone()).collect();
+    let named: Vec<String> = args
+        .get("allowed_tools")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let unknown: Vec<String> = named.iter().filter(|n| !all.contains(n)).map(|n| format!("'{n}'")).collect();
+    if !unknown.is_empty() {
+        return Err(AgentError::value(format!("unknown tool name(s): {}", unknown.join(", "))));
+    }
+    let allowed: Vec<String> = if named.is_empty() { all } else { named };
     let allowed: Vec<String> = allowed.into_iter().filter(|n| n != "subagent").collect();
     state.set("_runtime_allowed_tools", &allowed).map_err(|e| AgentError::value(e.to_string()))?;
     if let Some(model) = arg_str(&args, "model") {

@@ -178,7 +178,8 @@ impl AgentTool {
             AgentError::Bub { .. } | AgentError::Cancelled => e,
             other => AgentError::bub(
                 "tool",
-                format!("Tool '{}' execution failed.", self.name),
+                // The model-facing name, as Bub (behaviour 146): `fs_read`.
+                format!("Tool '{}' execution failed.", self.model_name()),
                 Some(json!({"error": other.to_string()})),
             ),
         })

@@ -98,8 +98,18 @@ impl Plugin for Builtin {
         })
     }
 
-    /// The envelope's `session_id`, else `<channel>:<chat_id>`.
+    /// The envelope's `session_id`, else `<channel>:<chat_id>`; a blank
+    /// (whitespace) id counts as none (bub-semantics §4.1), a non-blank one
+    /// is kept verbatim.
     fn resolve_session(&self, message: Envelope) -> Option<String> {
+        let blank = message.get("session_id").and_then(Value::as_str).is_some_and(|s| s.trim().is_empty());
+        if blank {
+            let mut without = message.clone();
+            if let Value::Object(m) = &mut without {
+                m.remove("session_id");
+            }
+            return Some(default_session_id(&without));
+        }
         Some(default_session_id(&message))
     }
 
@@ -141,13 +151,20 @@ impl Plugin for Builtin {
         sessions::save(&self.home, &session_id, &state)
     }
 
-    /// One outbound copying the message's addressing.
+    /// One outbound copying the message's addressing; a command's is
+    /// `kind: command` (Bub's build_prompt marks the message so).
     fn render_outbound(&self, message: Envelope, session_id: String, model_output: String) -> Option<Value> {
         let mut out = json!({"session_id": session_id, "content": model_output});
         for key in ["channel", "chat_id", "output_channel", "kind"] {
             if let Some(v) = field_of(&message, key).filter(|v| truthy(v)) {
                 out[key] = v.clone();
             }
+        }
+        let prefix = self.command_prefix.get_or_init(|| {
+            crate::agent::ModelSettings::load(&self.home).map(|s| s.command_prefix).unwrap_or_else(|_| ",".into())
+        });
+        if content_of(&message).trim().starts_with(prefix.as_str()) {
+            out["kind"] = json!("command");
         }
         Some(out)
     }

@@ -178,7 +178,8 @@ impl Tool for WorkspaceTool {
                     tokio::fs::write(&path, s(&args, "content").unwrap_or_default())
                         .await
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                    format!("wrote: {raw}")
+                    // The resolved absolute path, as Bub (`Path.resolve()`).
+                    format!("wrote: {}", resolved(&path).display())
                 }
                 Kind::FsEdit => {
                     let raw = required(&args, "path")?;
@@ -194,13 +195,18 @@ impl Tool for WorkspaceTool {
                         return Err(format!("'{old}' not found in {raw} from line {start}").into());
                     }
                     tokio::fs::write(&path, format!("{head}{}", tail.replace(&old, &new))).await?;
-                    format!("edited: {raw}")
+                    format!("edited: {}", resolved(&path).display())
                 }
                 Kind::WebFetch => web_fetch(&args).await?,
             };
             Ok(Value::String(text))
         }
     }
+}
+
+/// `path` with links and `..` resolved (it exists: it was just written).
+fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn status_name(status: Option<Option<i32>>) -> &'static str {

@@ -11,7 +11,11 @@
 //! ```
 //!
 //! A `command` is a stdio server (started as a child process, stopped with
-//! the scope); a `url` a streamable-HTTP one. Each `running()` scope (a
+//! the scope); a `url` a streamable-HTTP one. A stdio server gets only a
+//! safe set of bub's environment (`HOME`, `LOGNAME`, `PATH`, `SHELL`,
+//! `TERM`, `USER`, as the official TypeScript and Python SDKs pass, plus
+//! `LANG`, `LC_ALL`, `TMPDIR`) and what its `env` names: never bub's API
+//! keys. Each `running()` scope (a
 //! `bub run`, a `bub chat` session, a gateway's life) connects to every
 //! server at once when it opens (`provide_lifespan`); a server that cannot
 //! be reached within `connect_timeout_seconds` (config, 30) is reported and
@@ -100,11 +104,20 @@ struct Server {
     tools: Vec<rmcp::model::Tool>,
 }
 
+/// The variables of bub's environment a stdio server inherits: what a
+/// program needs to run, none of bub's secrets (`BUB_API_KEY`,
+/// `OPENAI_API_KEY`, database URLs, …).
+const SAFE_VARIABLES: [&str; 9] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR"];
+
+fn safe_environment() -> impl Iterator<Item = (String, String)> {
+    SAFE_VARIABLES.iter().filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+}
+
 async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
     let service = match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(&config.args).envs(&config.env).kill_on_drop(true);
+            cmd.args(&config.args).env_clear().envs(safe_environment()).envs(&config.env).kill_on_drop(true);
             let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{command}`: {e}"))?;
             ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
         }

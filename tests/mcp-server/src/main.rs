@@ -1,7 +1,9 @@
 //! An MCP server for the `mcp` plugin's tests. `bub-mcp-test-server`
 //! speaks MCP on stdio; `bub-mcp-test-server --http 127.0.0.1:0` serves
 //! streamable HTTP at `/mcp` and prints its address on the first line.
-//! Tools: `echo {text}`, `add {a, b}`, `fail {}` (an error result).
+//! Tools: `echo {text}`, `add {a, b}`, `fail {}` (an error result),
+//! `get_env {}` (the server's environment, one `KEY=value` a line, as the
+//! reference `everything` server's `get-env`).
 
 use rmcp::{
     handler::server::{router::tool::ToolRouter, wrapper::Parameters},
@@ -40,6 +42,13 @@ impl TestServer {
     #[tool(description = "Add two numbers")]
     fn add(&self, Parameters(AddRequest { a, b }): Parameters<AddRequest>) -> String {
         (a + b).to_string()
+    }
+
+    #[tool(description = "The server's environment variables")]
+    fn get_env(&self) -> String {
+        let mut vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+        vars.sort();
+        vars.join("\n")
     }
 
     #[tool(description = "Always fails")]

@@ -16,6 +16,7 @@ mod crashes;
 mod deadlines;
 mod dispatch;
 mod examples;
+mod fidelity;
 mod gateway;
 mod host_api;
 mod install;

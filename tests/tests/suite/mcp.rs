@@ -102,3 +102,29 @@ fn the_model_calls_an_mcp_tool() {
     let messages = requests[1].body["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"], "5");
 }
+
+/// Issue 17.16 (security): a stdio server gets a safe set of bub's
+/// environment and what `mcp.json` names for it, never bub's keys.
+#[test]
+fn stdio_servers_do_not_see_bubs_secrets() {
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10}));
+    let servers = json!({"mcpServers": {"env": {"command": server_bin(), "env": {"NAMED_FOR_IT": "yes"}}}});
+    bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", ",mcp.env_get_env"])
+        .env_remove("BUB_PLUGIN_PATH")
+        .env("OPENAI_API_KEY", "sk-secret-openai")
+        .env("BUB_API_KEY", "sk-secret-bub")
+        .env("BUB_TAPE_POSTGRES__URL", "postgres://u:pw@db/x")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("NAMED_FOR_IT=yes") && text.contains("PATH="), "{text}");
+    for secret in ["sk-secret-openai", "sk-secret-bub", "postgres://u:pw"] {
+        assert!(!text.contains(secret), "the server saw {secret}: {text}");
+    }
+}

@@ -570,8 +570,9 @@ fn every_accepted_message_is_answered_or_saved_on_every_stop() {
         }
         let started = Instant::now();
         assert!(gateway.wait(Duration::from_secs(20)).is_some());
+        let stopped = started.elapsed();
         if !kill {
-            assert!(started.elapsed() < Duration::from_secs(10), "the second signal did not cut the grace short");
+            assert!(stopped < Duration::from_secs(10), "the second signal did not cut the grace short");
         }
         let answered: usize = rt.block_on(async {
             let mut n = 0;
@@ -590,6 +591,7 @@ fn every_accepted_message_is_answered_or_saved_on_every_stop() {
         }
         let saved = std::fs::read_to_string(home.path().join("gateway/unprocessed.jsonl")).unwrap_or_default();
         let saved: Vec<&str> = saved.lines().collect();
+        eprintln!("kill={kill}: stopped in {:?}; {answered} answered, {} saved", stopped, saved.len());
         assert_eq!(
             answered + saved.len(),
             12,

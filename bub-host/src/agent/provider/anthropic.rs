@@ -90,15 +90,60 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
         body.insert("tools".into(), Value::Array(tools));
     }
     body.insert("max_tokens".into(), json!(request.max_tokens.unwrap_or(16384)));
-    for key in ["temperature", "top_p", "top_k", "tool_choice", "stop_sequences", "metadata"] {
+    for key in ["temperature", "top_p", "top_k", "stop_sequences", "metadata"] {
         if let Some(v) = request.options.get(key).filter(|v| !v.is_null()) {
             body.insert(key.into(), v.clone());
         }
+    }
+    // OpenAI-style options in Anthropic's words (issue 17.3).
+    let option = |k: &str| request.options.get(k).filter(|v| !v.is_null());
+    if let Some(stop) = option("stop").filter(|_| !body.contains_key("stop_sequences")) {
+        let list = match stop {
+            Value::String(s) => vec![json!(s)],
+            Value::Array(items) => items.clone(),
+            other => vec![json!(content_text(other))],
+        };
+        body.insert("stop_sequences".into(), Value::Array(list));
+    }
+    let mut choice = option("tool_choice").map(tool_choice);
+    if option("parallel_tool_calls") == Some(&Value::Bool(false)) {
+        let c = choice.get_or_insert_with(|| json!({"type": "auto"}));
+        if let Value::Object(c) = c {
+            c.insert("disable_parallel_tool_use".into(), json!(true));
+        }
+    }
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
+    // Bub's reasoning effort: adaptive thinking at that effort (17.2).
+    if let Some(effort) = option("reasoning_effort").and_then(Value::as_str).filter(|e| !e.is_empty()) {
+        body.insert("thinking".into(), json!({"type": "adaptive"}));
+        body.insert("output_config".into(), json!({"effort": effort}));
     }
     body.insert("stream".into(), json!(true));
     body.insert("cache_control".into(), json!({"type": "ephemeral"}));
     apply_extra_body(client, request, &mut body);
     Value::Object(body)
+}
+
+/// An OpenAI-style `tool_choice` as Anthropic's object: `"auto"` →
+/// `{"type": "auto"}`, `"required"` → `{"type": "any"}`, `"none"`, a
+/// function choice → `{"type": "tool", "name": …}`; Anthropic's own objects
+/// pass as they are.
+fn tool_choice(choice: &Value) -> Value {
+    match choice {
+        Value::String(s) => match s.as_str() {
+            "required" | "any" => json!({"type": "any"}),
+            "none" => json!({"type": "none"}),
+            "auto" => json!({"type": "auto"}),
+            name => json!({"type": "tool", "name": name}),
+        },
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o.get("function").and_then(|f| f.get("name")).or_else(|| o.get("name"));
+            json!({"type": "tool", "name": name.cloned().unwrap_or_default()})
+        }
+        other => other.clone(),
+    }
 }
 
 /// Runs a call.
@@ -194,5 +239,33 @@ mod tests {
         let b = body(&c, &req);
         assert_eq!(b["cache_control"], json!({"type": "ephemeral"}));
         assert_eq!(b["max_tokens"], 42);
+    }
+
+    /// Issue 17.2 and 17.3: OpenAI-style options in Anthropic's words.
+    #[test]
+    fn tool_choice_parallel_calls_stop_and_reasoning_effort_are_mapped() {
+        let c = ModelSettings::from_sources(vec![], &Map::new()).unwrap().client("anthropic:claude").unwrap();
+        let with = |options: Value| {
+            let req = ModelRequest {
+                messages: vec![json!({"role": "user", "content": "hi"})],
+                options: options.as_object().cloned().unwrap(),
+                ..Default::default()
+            };
+            body(&c, &req)
+        };
+        assert_eq!(with(json!({"tool_choice": "auto"}))["tool_choice"], json!({"type": "auto"}));
+        assert_eq!(with(json!({"tool_choice": "required"}))["tool_choice"], json!({"type": "any"}));
+        let f = json!({"tool_choice": {"type": "function", "function": {"name": "fs_read"}}});
+        assert_eq!(with(f)["tool_choice"], json!({"type": "tool", "name": "fs_read"}));
+        let b = with(json!({"tool_choice": "auto", "parallel_tool_calls": false}));
+        assert_eq!(b["tool_choice"], json!({"type": "auto", "disable_parallel_tool_use": true}));
+        assert_eq!(with(json!({"stop": "END"}))["stop_sequences"], json!(["END"]));
+        assert_eq!(with(json!({"stop": ["a", "b"]}))["stop_sequences"], json!(["a", "b"]));
+        let b = with(json!({"reasoning_effort": "high"}));
+        assert_eq!(b["thinking"], json!({"type": "adaptive"}));
+        assert_eq!(b["output_config"], json!({"effort": "high"}));
+        assert!(
+            b.get("stop").is_none() && b.get("reasoning_effort").is_none() && b.get("parallel_tool_calls").is_none()
+        );
     }
 }

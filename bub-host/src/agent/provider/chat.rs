@@ -28,7 +28,6 @@ const PASSED: &[&str] = &[
     "response_format",
     "logit_bias",
     "user",
-    "n",
 ];
 
 fn part(p: &Value) -> Value {
@@ -205,7 +204,10 @@ pub async fn call(
         if let Some(e) = chunk.get("error").filter(|e| !e.is_null()) {
             return Err(ProviderError::Response(error_text(e)));
         }
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+        // Choice 0 only, as Republic: other choices of an `n > 1` stream
+        // would be interleaved into one garbled answer (issue 17.7).
+        let first = |c: &&Value| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0;
+        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten().filter(first) {
             let delta = &choice["delta"];
             let reasoning = delta.get("reasoning_content").or_else(|| delta.get("reasoning")).and_then(Value::as_str);
             if let Some(r) = reasoning.filter(|r| !r.is_empty()) {

@@ -1,0 +1,118 @@
+//! Issue 17: where bub-rs differed from Bub 0.6.0a3 on the first turns a
+//! user runs (items named by number), through `bub run`.
+
+use bub_tests::{run_bub, Home};
+use serde_json::Value;
+
+fn bub_in(home: &Home, ws: &std::path::Path, args: &[&str]) -> (String, String, bool) {
+    let mut all = vec!["-w", ws.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_bub(home, &all)
+}
+
+/// 17.8, behaviour 146: a failed tool names its model-facing name.
+#[test]
+fn a_failed_tool_is_named_as_the_model_sees_it_behaviour_146() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let (_, err, ok) = bub_in(&home, ws.path(), &["run", ",fs.read missing.txt"]);
+    assert!(!ok);
+    assert!(err.contains("Tool 'fs_read' execution failed"), "{err}");
+}
+
+/// 17.9: fs.write and fs.edit answer with the resolved absolute path.
+#[test]
+fn fs_write_and_edit_answer_with_the_resolved_path() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let real = ws.path().canonicalize().unwrap();
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", ",fs.write sub/../notes.txt content=hello"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("wrote: {}", real.join("notes.txt").display())), "{out}");
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", ",fs.edit notes.txt old=hello new=bye"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("edited: {}", real.join("notes.txt").display())), "{out}");
+}
+
+/// 17.10: tape.search prints each match as Python's json.dumps does.
+#[test]
+fn tape_search_prints_matches_as_python_json() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    assert!(bub_in(&home, ws.path(), &["run", "remember the walrus"]).2);
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", ",tape.search query=walrus"]);
+    assert!(ok, "{err}");
+    let line = out.lines().find(|l| l.starts_with("{\"date\": ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("\", \"content\": {"), "{line}");
+}
+
+/// 17.11: a bare prefix fails before anything is recorded.
+#[test]
+fn a_bare_prefix_fails_before_recording_anything() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let (_, err, ok) = bub_in(&home, ws.path(), &["run", ","]);
+    assert!(!ok);
+    assert!(err.contains("empty command"), "{err}");
+    let recorded = std::fs::read_dir(home.path().join("tapes")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(recorded, 0, "a tape was written for a bare prefix");
+}
+
+/// 17.24 (bub-semantics §4.1): a blank session id falls back to
+/// `<channel>:<chat_id>`; 17.26: a command turn's outbound is `kind: command`.
+#[test]
+fn blank_session_ids_fall_back_and_command_outbounds_are_commands() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--session-id", "   ", "--json", "hi"]);
+    assert!(ok, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["session_id"], "cli:local", "{result}");
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--session-id", "  keep-me  ", "--json", "hi"]);
+    assert!(ok, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["session_id"], "  keep-me  ", "non-blank ids are kept verbatim");
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--json", ",help"]);
+    assert!(ok, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["outbounds"][0]["kind"], "command", "{result}");
+}
+
+/// 17.7: a chat-completions stream with `n > 1` choices answers with
+/// choice 0 only, and `n` is not forwarded.
+#[test]
+fn only_the_first_choice_of_a_stream_is_the_answer() {
+    use bub_tests::provider::{Provider, Reply};
+    use serde_json::json;
+    let chunk = |i: u64, text: &str| json!({"choices": [{"index": i, "delta": {"content": text}}]}).to_string();
+    let provider = Provider::start(vec![Reply::Sse(vec![
+        chunk(0, "first "),
+        chunk(1, "SECOND "),
+        chunk(0, "answer"),
+        chunk(1, "CHOICE"),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}, {"index": 1, "delta": {}, "finish_reason": "stop"}]}).to_string(),
+        "[DONE]".into(),
+    ])]);
+    let home = Home::new();
+    let config =
+        json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url, "completion_args": {"n": 2}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (out, err, ok) = run_bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("first answer") && !out.contains("SECOND") && !out.contains("CHOICE"), "{out}");
+    assert!(provider.requests()[0].body.get("n").is_none(), "n was forwarded");
+}
+
+/// 17.22: `allowed_tools` with an unknown name fails the subagent call
+/// before any sub-run.
+#[test]
+fn a_subagent_with_unknown_allowed_tools_does_not_run() {
+    use bub_tests::provider::{chat, Provider};
+    use serde_json::json;
+    let args = json!({"prompt": "go", "allowed_tools": [" bash ", "nope"]}).to_string();
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "subagent", &args)]), chat::text("done")]);
+    let home = Home::new();
+    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (_, err, ok) = run_bub(&home, &["run", "delegate"]);
+    assert!(ok, "{err}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2, "a sub-run called the model");
+    let sent = requests[1].body.to_string();
+    assert!(sent.contains("unknown tool name(s): 'nope'"), "{sent}");
+}
