@@ -186,9 +186,23 @@ impl AgentTool {
     }
 }
 
-/// `.` → `_`.
+/// The longest model-facing tool name: OpenAI's and Anthropic's limit.
+pub const MAX_MODEL_NAME: usize = 64;
+
+/// The name a model sees: `.` → `_` (Bub's rule), any other character
+/// outside `[A-Za-z0-9_-]` → `_`, and a name over 64 characters cut to 55
+/// plus `_` and 8 hex digits of a hash of the whole name — so every
+/// provider accepts it, and it is stable and distinct for distinct long
+/// names (an MCP server's `mcp_<server>_<tool>` easily runs past 64).
 pub fn model_name(name: &str) -> String {
-    name.replace('.', "_")
+    let clean: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    if clean.len() <= MAX_MODEL_NAME {
+        return clean;
+    }
+    // FNV-1a: stable across runs and builds (unlike the std hasher).
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    format!("{}_{:08x}", &clean[..MAX_MODEL_NAME - 9], hash as u32)
 }
 
 /// A tool's value as the model sees it: strings as they are, content
@@ -375,5 +389,24 @@ fn call_context(cx: &ToolContext) -> bub_abi::types::ToolCallContext {
         tape: cx.tape.name().to_owned(),
         command: cx.command,
         state,
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    /// Issue 17.17: names every provider accepts, stable and distinct.
+    #[test]
+    fn model_names_are_valid_for_every_provider() {
+        assert_eq!(model_name("fs.read"), "fs_read");
+        assert_eq!(model_name("mcp.my server_get/thing"), "mcp_my_server_get_thing");
+        let long_a = format!("mcp.{}_tool_a", "very-long-server-name".repeat(4));
+        let long_b = format!("mcp.{}_tool_b", "very-long-server-name".repeat(4));
+        let (a, b) = (model_name(&long_a), model_name(&long_b));
+        assert_eq!(a.len(), MAX_MODEL_NAME);
+        assert_ne!(a, b);
+        assert_eq!(a, model_name(&long_a), "stable");
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
     }
 }

@@ -113,14 +113,26 @@ impl Plugin for Builtin {
         Some(default_session_id(&message))
     }
 
-    /// The session id, for hooks that read it from the state, and the
-    /// session's settings (`model`, set by the `,model` command).
-    fn load_state(&self, session_id: String) -> Option<StateMap> {
+    /// The session id, for hooks that read it from the state; the message's
+    /// context string (`context`, bub-semantics §4.2); the session's
+    /// settings (`model`, set by the `,model` command); and, as Bub, the
+    /// message context's `thread_id` (the steering key). (Bub's per-turn
+    /// `context.model` waits for session settings on the tape: kept in
+    /// sessions.json it would outlive the turn.)
+    fn load_state(&self, message: Envelope, session_id: String) -> Option<StateMap> {
         let mut m = Map::new();
+        m.insert("session_id".into(), Value::String(session_id.clone()));
+        let context = context_str(&message);
+        if !context.is_empty() {
+            m.insert("context".into(), Value::String(context));
+        }
         if let Some(Value::Object(settings)) = sessions::load(&self.home).remove(&session_id) {
             m.extend(settings);
         }
-        m.insert("session_id".into(), Value::String(session_id));
+        let from_context = |k: &str| message.get("context").and_then(|c| c.get(k)).filter(|v| truthy(v)).cloned();
+        if let Some(thread) = from_context("thread_id") {
+            m.insert("_runtime_thread_id".into(), thread);
+        }
         Some(m)
     }
 

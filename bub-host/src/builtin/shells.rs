@@ -114,7 +114,11 @@ impl ShellScope {
                     },
                 }
             }
-            let code = child.wait().await.ok().and_then(|st| st.code());
+            // A signal is a negative code, as Python's `returncode` (-15).
+            let code = child.wait().await.ok().and_then(|st| {
+                use std::os::unix::process::ExitStatusExt;
+                st.code().or_else(|| st.signal().map(|s| -s))
+            });
             *lock(&s) = Some(code);
         });
         inner.shells.insert(id.clone(), Shell { pid, output, status, reader });
@@ -128,6 +132,11 @@ impl ShellScope {
         let text = String::from_utf8_lossy(&lock(&shell.output)).into_owned();
         let status = *lock(&shell.status);
         Ok((text, status))
+    }
+
+    /// Forgets a finished shell (after `bash.kill` reported it, as Bub).
+    pub fn forget(&self, id: &str) {
+        lock(&self.inner).shells.remove(id);
     }
 
     /// Terminates a shell's process group (TERM, then KILL after 3 s).

@@ -155,6 +155,7 @@ impl Tool for WorkspaceTool {
                     let scope = ws.scopes.current().ok_or("shell runtime is closed")?;
                     scope.kill(&id).await?;
                     let (_, status) = scope.output(&id)?;
+                    scope.forget(&id);
                     format!("id: {id}\nstatus: {}\nexit_code: {}", status_name(status), exit_code(status))
                 }
                 Kind::FsRead => {

@@ -52,10 +52,46 @@ impl Runtime {
     ) -> Result<Vec<super::Answered<bool>>, crate::error::HookFailure> {
         let answers = self.dispatch_outbound(message).await?;
         if let Some(channel) = self.bound_channel(message).filter(|c| c.resource().plugin() != "builtin") {
-            if let Err(e) = channel.send(message).await {
+            if let Err(e) = channel.send(&for_channel(message, channel.name())).await {
                 tracing::warn!(target: "bub::gateway", "{e}");
             }
         }
         Ok(answers)
+    }
+}
+
+/// The message a channel is sent, as Bub's `ChannelManager.dispatch_output`
+/// rebuilds it: `channel` is the channel it goes to (the outbound's
+/// `output_channel`), with the outbound's session, chat, content, context
+/// and kind.
+fn for_channel(message: &Envelope, channel: &str) -> Envelope {
+    use crate::framework::envelope::{content_of, field_of, py_str};
+    use serde_json::{json, Value};
+    let text = |k: &str, default: &str| field_of(message, k).map(py_str).unwrap_or_else(|| default.to_owned());
+    json!({
+        "session_id": text("session_id", &format!("{channel}:default")),
+        "channel": channel,
+        "chat_id": text("chat_id", "default"),
+        "content": content_of(message),
+        "context": field_of(message, "context").cloned().unwrap_or_else(|| Value::Object(Default::default())),
+        "kind": text("kind", "normal"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// Issue 17.29: a channel is sent the outbound rebuilt for it, with
+    /// `channel` = the output channel (Bub's `dispatch_output`).
+    #[test]
+    fn an_outbound_is_rebuilt_for_its_output_channel() {
+        let outbound = json!({"session_id": "s", "channel": "http", "output_channel": "telegram", "chat_id": "42",
+                               "content": "hi", "kind": "command", "media": []});
+        let sent = super::for_channel(&outbound, "telegram");
+        assert_eq!(
+            sent,
+            json!({"session_id": "s", "channel": "telegram", "chat_id": "42", "content": "hi", "context": {}, "kind": "command"})
+        );
     }
 }

@@ -258,6 +258,17 @@ impl Lifespan for Connections {
     }
 }
 
+/// A server's input schema as providers accept it: an object schema (a
+/// schema without `"type": "object"` is rejected by OpenAI and Anthropic).
+fn object_schema(schema: &Map<String, Value>) -> Map<String, Value> {
+    let mut schema = schema.clone();
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        schema.insert("type".into(), Value::String("object".into()));
+        schema.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+    }
+    schema
+}
+
 struct McpTool {
     server: Arc<Server>,
     tool: rmcp::model::Tool,
@@ -268,7 +279,7 @@ impl Tool for McpTool {
         ToolSpec {
             name: format!("mcp.{}_{}", self.server.name, self.tool.name),
             description: self.tool.description.as_deref().unwrap_or_default().to_owned(),
-            parameters: (*self.tool.input_schema).clone(),
+            parameters: object_schema(&self.tool.input_schema),
             exposure: "auto".into(),
             context: false,
         }

@@ -116,3 +116,14 @@ fn a_subagent_with_unknown_allowed_tools_does_not_run() {
     let sent = requests[1].body.to_string();
     assert!(sent.contains("unknown tool name(s): 'nope'"), "{sent}");
 }
+
+/// 17.25 (bub-semantics §4.2): the turn state holds the message's context
+/// string as `context`.
+#[test]
+fn the_turn_state_holds_the_message_context() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--json", "hi"]);
+    assert!(ok, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["state"]["context"], "sender_id=human|channel=$cli|chat_id=local", "{result}");
+}

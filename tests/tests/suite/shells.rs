@@ -64,3 +64,19 @@ fn b64_scope_exit_terminates_shells() {
     let err = bash(&fw, json!({"command": "echo late"})).unwrap_err();
     assert!(err.contains("shell runtime is closed"), "{err}");
 }
+
+/// Issue 17.21: `bash.kill` answers as Bub (`status: exited`, the signal as
+/// a negative exit code) and forgets the shell.
+#[test]
+fn bash_kill_reports_the_signal_and_forgets_the_shell() {
+    let ws = tempfile::tempdir().unwrap();
+    let fw = Framework::new(&HostBuilder::new().builtin().build(), ws.path());
+    let scope = block_on(fw.running()).unwrap();
+    let started = bash(&fw, json!({"command": "sleep 30", "background": true})).unwrap();
+    let id = started.lines().next().unwrap().strip_prefix("Shell started, shell_id: ").unwrap().to_owned();
+    let killed = tool(&fw, "bash.kill", json!({"shell_id": id})).unwrap();
+    assert_eq!(killed, format!("id: {id}\nstatus: exited\nexit_code: -15"));
+    let err = tool(&fw, "bash.output", json!({"shell_id": id})).unwrap_err();
+    assert!(err.contains("no shell"), "{err}");
+    block_on(scope.exit(None)).unwrap();
+}
