@@ -187,7 +187,11 @@ impl Agent {
             tape.merge().await?;
             return Err(e);
         }
+        // As Bub's `chat_options`: `max_tokens` comes from the run's own
+        // options, else the settings; the completion args' is dropped
+        // (issue 17.23).
         let mut call_options = self.options.clone();
+        call_options.remove("max_tokens");
         call_options.extend(options.options);
         let run = Arc::new(Run {
             agent: self.clone(),

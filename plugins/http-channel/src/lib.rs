@@ -38,7 +38,8 @@
 //! `none`), `sessions` (which session ids a request may name: a list of
 //! patterns where a trailing `*` matches any rest, e.g. `["http:*"]`;
 //! default `["*"]`, any session, since the token already says the caller
-//! is the user), `admission` (`follow_up`,
+//! is the user), `command_prefix` (`,`: content starting with it is sent as
+//! `kind: command`, which a debounced channel passes at once), `admission` (`follow_up`,
 //! the default: a session's messages queue behind its running turn, so
 //! replies come in order; `process`: run concurrently; `steer`: fold into
 //! the running turn). The address it listens on is logged and written to
@@ -89,6 +90,7 @@ struct Config {
     token: Option<String>,
     auth: bool,
     sessions: Vec<String>,
+    command_prefix: String,
     admission: Admission,
 }
 
@@ -160,7 +162,8 @@ impl Config {
         let name = text(config, "name").unwrap_or_else(|| "http".into());
         let debounce = matches!(config.get("debounce"), Some(Value::Bool(true)))
             || text(config, "debounce").is_some_and(|d| d == "true");
-        Ok(Config { name, debounce, bind, token, auth, sessions, admission })
+        let command_prefix = text(config, "command_prefix").unwrap_or_else(|| ",".into());
+        Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission })
     }
 }
 
@@ -447,7 +450,12 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         "chat_id": request.chat_id.unwrap_or_else(|| "default".into()),
         "content": request.content,
         "is_active": true,
-        "kind": request.kind.unwrap_or_else(|| "normal".into()),
+        // A command is marked as one, as Bub's channels do, so that a
+        // debounced channel passes it at once (issue 17.28).
+        "kind": request.kind.unwrap_or_else(|| {
+            let command = request.content.trim_start().starts_with(shared.config.command_prefix.as_str());
+            if command { "command" } else { "normal" }.into()
+        }),
     });
     if let Some(session) = request.session_id {
         message["session_id"] = json!(session);

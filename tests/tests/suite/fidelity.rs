@@ -127,3 +127,22 @@ fn the_turn_state_holds_the_message_context() {
     let result: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(result["state"]["context"], "sender_id=human|channel=$cli|chat_id=local", "{result}");
 }
+
+/// 17.23: the settings' max_tokens wins over `completion_args.max_tokens`,
+/// as Bub's `chat_options` (the wire says `max_completion_tokens: 16384`).
+#[test]
+fn the_settings_max_tokens_wins_over_completion_args() {
+    use bub_tests::provider::{chat, Provider};
+    use serde_json::json;
+    let provider = Provider::start(vec![chat::text("ok")]);
+    let home = Home::new();
+    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url,
+                        "completion_args": {"max_tokens": 100, "temperature": 0.5}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (_, err, ok) = run_bub(&home, &["run", "hi"]);
+    assert!(ok, "{err}");
+    let body = &provider.requests()[0].body;
+    assert_eq!(body["max_completion_tokens"], 16384, "{body}");
+    assert!(body.get("max_tokens").is_none(), "{body}");
+    assert_eq!(body["temperature"], 0.5);
+}

@@ -427,3 +427,21 @@ fn a_steered_message_joins_the_running_turn() {
     assert!(ok, "{err}");
     assert!(!out.contains("0 matches"), "the steered message never reached the session: {out}");
 }
+
+/// Issue 17.28: with debounce on, a command (`,help`) passes at once
+/// (the channel marks it `kind: command`, as Bub's channels do).
+#[test]
+fn a_debounced_channel_passes_commands_at_once() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({"debounce": true}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[("BUB_DEBOUNCE_SECONDS", "5")]);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let started = std::time::Instant::now();
+        let (status, body) = post(&client, &base, json!({"content": ",help", "session_id": "cmd"})).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(started.elapsed() < Duration::from_secs(4), "the command waited for the debounce window");
+        assert_eq!(body["outbounds"][0]["kind"], "command", "{body}");
+    });
+}

@@ -89,9 +89,14 @@ fn message(m: &Value, kind: &str) -> Value {
                 .into_iter()
                 .flatten()
                 .map(|c| {
-                    json!({"id": c["id"], "type": "function", "function": {
-                        "name": c["name"], "arguments": c.get("arguments").cloned().unwrap_or(json!("{}")),
-                    }})
+                    // Always a JSON string: an old tape may hold `{}` as an
+                    // object, which OpenAI rejects (Bub sends "{}").
+                    let arguments = match c.get("arguments") {
+                        None | Some(Value::Null) => json!("{}"),
+                        Some(Value::String(s)) => json!(s),
+                        Some(other) => json!(crate::agent::tools::python_json(other)),
+                    };
+                    json!({"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": arguments}})
                 })
                 .collect();
             let text = content_text(m.get("content").unwrap_or(&Value::Null));
@@ -245,6 +250,27 @@ mod tests {
         let mut file = Map::new();
         file.insert("client_args".into(), client_args);
         ModelSettings::from_sources(vec![], &file).unwrap().client(spec).unwrap()
+    }
+
+    /// Issue 17.27: tool-call arguments replayed from an old tape as an
+    /// object go out as the JSON string OpenAI expects.
+    #[test]
+    fn replayed_object_arguments_are_sent_as_json_text() {
+        let c = client("openai:m", json!({}));
+        let req = ModelRequest {
+            messages: vec![
+                json!({"role": "user", "content": "hi"}),
+                json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "a", "name": "tape_info", "arguments": {}},
+                    {"id": "b", "name": "fs_read", "arguments": {"path": "x"}},
+                ]}),
+            ],
+            ..Default::default()
+        };
+        let b = body(&c, &req);
+        let calls = &b["messages"][1]["tool_calls"];
+        assert_eq!(calls[0]["function"]["arguments"], "{}");
+        assert_eq!(calls[1]["function"]["arguments"], r#"{"path": "x"}"#);
     }
 
     #[test]
