@@ -152,15 +152,24 @@ impl std::fmt::Debug for RunTape {
     }
 }
 
-/// Keeps only the text parts of a list-valued `content` / `prompt` field.
+/// Keeps only the text parts of a list-valued `content` / `prompt` field,
+/// as text blocks (`{"type": "text", "text": …}`, behaviour 199).
 fn strip_media(payload: &mut Map<String, Value>) {
     for key in ["content", "prompt"] {
         if let Some(Value::Array(parts)) = payload.get_mut(key) {
+            // Content with blocks (media) is Bub's block list; plain text
+            // lists stay as they are.
+            let blocks = parts.iter().any(|p| !p.is_string());
             parts.retain(|p| match p {
                 Value::String(_) => true,
                 Value::Object(o) => o.get("type").and_then(Value::as_str) == Some("text"),
                 _ => false,
             });
+            for part in parts.iter_mut().filter(|_| blocks) {
+                if let Value::String(text) = part {
+                    *part = serde_json::json!({"type": "text", "text": std::mem::take(text)});
+                }
+            }
         }
     }
 }

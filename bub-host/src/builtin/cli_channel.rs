@@ -194,7 +194,9 @@ fn read_loop(inner: Arc<CliInner>) {
                 if let Some(h) = &inner.history {
                     let _ = editor.save_history(h);
                 }
-                let message = json!({"channel": "cli", "content": content, "context": {"sender_id": "human"}});
+                // The chat command adds the session, chat and `thread_id`, as
+                // Bub's cli channel does (no sender: the terminal is you).
+                let message = json!({"channel": "cli", "content": content});
                 report(rt.block_on(handler.handle(&message)));
             }
             // Ctrl-C at the prompt: a fresh line, as a shell does.

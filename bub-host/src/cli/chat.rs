@@ -24,7 +24,8 @@ pub struct ChatArgs {
     /// The chat id of the conversation.
     #[arg(long, default_value = "local")]
     chat_id: String,
-    /// The session (default: "cli:<chat_id>").
+    /// The session (default: "cli_session", Bub's chat session; `bub run`
+    /// uses "<channel>:<chat_id>").
     #[arg(long)]
     session_id: Option<String>,
 }
@@ -57,7 +58,9 @@ impl MessageHandler for Handler {
 
 pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
     let framework = ctx.framework();
-    let session = args.session_id.clone().unwrap_or_else(|| format!("cli:{}", args.chat_id));
+    // Bub's cli channel: its own session, and the session as every
+    // message's `thread_id` (the steering key).
+    let session = args.session_id.clone().unwrap_or_else(|| "cli_session".into());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         // Ctrl-C: from now on SIGINT cancels the running turn instead of
@@ -86,6 +89,11 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 if let Value::Object(m) = &mut message {
                     m.entry("chat_id").or_insert_with(|| json!(args.chat_id));
                     m.entry("session_id").or_insert_with(|| json!(session));
+                    if let Some(Value::Object(context)) =
+                        Some(m.entry("context").or_insert_with(|| json!({}))).map(|c| c as &mut Value)
+                    {
+                        context.entry("thread_id").or_insert_with(|| json!(session));
+                    }
                     complete_channel_message(m);
                 }
                 let cancelled = interrupted.notified();

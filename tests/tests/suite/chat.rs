@@ -105,7 +105,8 @@ impl Terminal {
 }
 
 /// A turn through the `cli` channel, line editing, Ctrl-C at the prompt,
-/// Ctrl-D to quit, history saved.
+/// Ctrl-D to quit, history saved. Issue 17.14: the chat runs in Bub's own
+/// chat session (`cli_session`), which is every message's `thread_id`.
 #[test]
 fn chat_turns_editing_and_quit() {
     let home = Home::new();
@@ -116,7 +117,7 @@ fn chat_turns_editing_and_quit() {
     let at = term.expect(0, "> ");
     // Typo, backspace, then the line: the editor fixes it before sending.
     term.send("helo\x7f\x7fllo there\r");
-    let at = term.expect(at, "echo: sender_id=human");
+    let at = term.expect(at, "echo: thread_id=cli_session|channel=$cli|chat_id=local");
     let at = term.expect(at, "hello there");
     let at = term.expect(at, "> ");
     // Ctrl-C at the prompt clears the line and keeps the chat.

@@ -146,3 +146,25 @@ fn the_settings_max_tokens_wins_over_completion_args() {
     assert!(body.get("max_tokens").is_none(), "{body}");
     assert_eq!(body["temperature"], 0.5);
 }
+
+/// 17.13, behaviour 199: a media turn's user message is stored with its
+/// text parts only, as text blocks.
+#[test]
+fn a_media_turn_stores_its_text_as_blocks_behaviour_199() {
+    use serde_json::json;
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let image = json!({"type": "image", "media_type": "image/png", "url": "data:image/png;base64,iVBORw0KGgo="});
+    home.scripted("media", "", json!({"build_prompt": {"return": ["look at this", image]}}));
+    let (_, err, ok) = bub_in(&home, ws.path(), &["run", "ignored"]);
+    assert!(ok, "{err}");
+    let mut users = Vec::new();
+    for tape in std::fs::read_dir(home.path().join("tapes")).unwrap().flatten() {
+        for line in std::fs::read_to_string(tape.path()).unwrap().lines() {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            if entry["kind"] == "message" && entry["payload"]["role"] == "user" {
+                users.push(entry["payload"]["content"].clone());
+            }
+        }
+    }
+    assert_eq!(users, [json!([{"type": "text", "text": "look at this"}])]);
+}
