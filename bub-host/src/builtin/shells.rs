@@ -134,6 +134,40 @@ impl ShellScope {
         Ok((text, status))
     }
 
+    /// Ends what is left of a foreground shell's process group once the
+    /// command is done (a redirected `cmd &` would otherwise outlive it):
+    /// TERM, then KILL after 3 s, in the background.
+    pub fn end_group(&self, id: &str) {
+        let pid = lock(&self.inner).shells.get(id).and_then(|s| s.pid);
+        let Some(pid) = pid else { return };
+        if !group_alive(pid) {
+            return;
+        }
+        signal_group(pid, Signal::TERM);
+        if let Ok(rt) = bub_abi::sdk::bridge::runtime() {
+            rt.spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(3);
+                while group_alive(pid) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if group_alive(pid) {
+                    signal_group(pid, Signal::KILL);
+                }
+            });
+        }
+    }
+
+    /// Stops a shell whose caller went away (a cancelled turn): TERM, then
+    /// KILL after 3 s, in the background.
+    pub fn kill_detached(self: &Arc<Self>, id: &str) {
+        let (scope, id) = (self.clone(), id.to_owned());
+        if let Ok(rt) = bub_abi::sdk::bridge::runtime() {
+            rt.spawn(async move {
+                let _ = scope.kill(&id).await;
+            });
+        }
+    }
+
     /// Forgets a finished shell (after `bash.kill` reported it, as Bub).
     pub fn forget(&self, id: &str) {
         lock(&self.inner).shells.remove(id);

@@ -238,9 +238,14 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxEr
     let timeout = n(args, "timeout_seconds").unwrap_or(30.0);
     // A model's `1e300` or `inf` is "very long", not a panic (issue 16.8).
     let deadline = Instant::now() + bub_abi::time::seconds_or_zero(timeout);
+    // A cancelled turn drops this future: its foreground shell goes too.
+    let mut guard = Foreground { scope: scope.clone(), id: id.clone(), armed: true };
     loop {
         let (output, status) = scope.output(&id)?;
         if let Some(code) = status {
+            guard.armed = false;
+            // The command is done; what it left running in its group is not.
+            scope.end_group(&id);
             let out = output.trim();
             let out = if out.is_empty() { "(no output)" } else { out };
             return match code {
@@ -253,12 +258,28 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxEr
             };
         }
         if Instant::now() >= deadline {
+            guard.armed = false;
             return Ok(format!(
                 "command timed out after {} seconds; continuing in background\nshell_id: {id}",
                 timeout
             ));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kills a foreground shell when its `bash` call is dropped mid-run.
+struct Foreground {
+    scope: Arc<super::shells::ShellScope>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        if self.armed {
+            self.scope.kill_detached(&self.id);
+        }
     }
 }
 

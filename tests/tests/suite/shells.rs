@@ -80,3 +80,45 @@ fn bash_kill_reports_the_signal_and_forgets_the_shell() {
     assert!(err.contains("no shell"), "{err}");
     block_on(scope.exit(None)).unwrap();
 }
+
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(marker))
+            && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+    })
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Issue 17.20: a cancelled `bash` call takes its foreground shell with it,
+/// and a finished command's redirected background child does not outlive it.
+#[test]
+fn cancelled_and_finished_foreground_shells_leave_nothing_running() {
+    let ws = tempfile::tempdir().unwrap();
+    let fw = Framework::new(&HostBuilder::new().builtin().build(), ws.path());
+    let scope = block_on(fw.running()).unwrap();
+    let tools = fw.get_tools().unwrap();
+    let bash_tool = tools.iter().find(|t| t.name() == "bash").unwrap().clone();
+    let pid = std::process::id();
+
+    let first = format!("sleep 37.{pid}1");
+    let args: Map<String, Value> = serde_json::from_value(json!({"command": first})).unwrap();
+    block_on(async {
+        let call = bash_tool.call(&args);
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), call).await;
+    });
+    wait_until("the cancelled call's shell is still running", || !running(&first));
+
+    let second = format!("sleep 38.{pid}2");
+    let out = bash(&fw, json!({"command": format!("{second} > /dev/null 2>&1 & echo started")})).unwrap();
+    assert_eq!(out, "started");
+    wait_until("the redirected child outlived its command", || !running(&second));
+    block_on(scope.exit(None)).unwrap();
+}
