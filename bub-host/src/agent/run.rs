@@ -582,6 +582,9 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     if !response.reasoning.is_empty() {
         assistant_fields.insert("reasoning".into(), json!(response.reasoning));
     }
+    if !response.provider_data.is_empty() {
+        assistant_fields.insert("provider_data".into(), json!(response.provider_data));
+    }
     let provider = request.model.split_once(':').map(|(p, _)| p.to_owned()).or(Some(request.model.clone()));
     if response.tool_calls.is_empty() {
         let chat = ChatFinished {

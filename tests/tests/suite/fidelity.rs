@@ -168,3 +168,79 @@ fn a_media_turn_stores_its_text_as_blocks_behaviour_199() {
     }
     assert_eq!(users, [json!([{"type": "text", "text": "look at this"}])]);
 }
+
+fn anthropic_events(events: Vec<serde_json::Value>) -> bub_tests::provider::Reply {
+    bub_tests::provider::Reply::NamedSse(
+        events.into_iter().map(|e| (e["type"].as_str().unwrap().to_owned(), e.to_string())).collect(),
+    )
+}
+
+/// 17.1 and 17.4: Anthropic thinking blocks (with their signature, and
+/// redacted ones) are kept and sent back, in their order, before the
+/// `tool_use` they precede; cache reads and writes count as input, and the
+/// input re-reported in `message_delta` is taken.
+#[test]
+fn anthropic_thinking_is_replayed_and_cache_tokens_count_as_input() {
+    use bub_tests::provider::{anthropic, Provider};
+    use serde_json::json;
+    let step = anthropic_events(vec![
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 10, "cache_read_input_tokens": 90, "cache_creation_input_tokens": 0}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "The user wants "}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "the file."}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBCgIYAhIM"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "fs_read", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"a.txt\"}"}}),
+        json!({"type": "content_block_stop", "index": 2}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"input_tokens": 12, "cache_read_input_tokens": 90, "output_tokens": 30}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let provider = Provider::start(vec![step, anthropic::text("read it")]);
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    std::fs::write(ws.path().join("a.txt"), "contents").unwrap();
+    let config = json!({"model": "anthropic:claude", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--json", "read a.txt"]);
+    assert!(ok, "{err}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    let assistant =
+        requests[1].body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").cloned().unwrap();
+    assert_eq!(
+        assistant["content"],
+        json!([
+            {"type": "thinking", "thinking": "The user wants the file.", "signature": "EqQBCgIYAhIM"},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"},
+            {"type": "tool_use", "id": "toolu_1", "name": "fs_read", "input": {"path": "a.txt"}},
+        ]),
+        "{assistant}"
+    );
+    let result: Value = serde_json::from_str(&out).unwrap();
+    let usage =
+        result["events"].as_array().unwrap().iter().find(|e| e["kind"] == "usage").unwrap()["data"]["usage"].clone();
+    assert_eq!(usage["input_tokens"], 102, "{usage}");
+    assert_eq!(usage["cached_tokens"], 90, "{usage}");
+    assert_eq!(usage["output_tokens"], 30, "{usage}");
+}
+
+/// 17.5: `stop_reason: "refusal"` answers with its explanation.
+#[test]
+fn an_anthropic_refusal_answers_with_its_explanation() {
+    use bub_tests::provider::Provider;
+    use serde_json::json;
+    let refusal = anthropic_events(vec![
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 5}}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": {"explanation": "I can't help with that."}}, "usage": {"output_tokens": 1}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let provider = Provider::start(vec![refusal]);
+    let home = Home::new();
+    let config = json!({"model": "anthropic:claude", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (out, err, ok) = run_bub(&home, &["run", "something bad"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("I can't help with that."), "{out}");
+}

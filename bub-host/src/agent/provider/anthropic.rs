@@ -38,17 +38,10 @@ fn messages(neutral: &[Value]) -> (String, Vec<Value>) {
         match m.get("role").and_then(Value::as_str).unwrap_or("user") {
             "system" => system.push(content_text(&content)),
             "assistant" => {
-                let mut blocks = Vec::new();
                 let text = content_text(&content);
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
-                for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    let input: Value =
-                        c["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
-                    blocks.push(json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input}));
-                }
-                out.push(json!({"role": "assistant", "content": blocks}));
+                let calls = m.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+                let data = m.get("provider_data").and_then(Value::as_array).cloned().unwrap_or_default();
+                out.push(json!({"role": "assistant", "content": assistant_blocks(&data, &text, &calls)}));
             }
             "tool" => {
                 let result = json!({"type": "tool_result", "tool_use_id": m.get("tool_call_id").cloned().unwrap_or_default(),
@@ -105,11 +98,15 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
         };
         body.insert("stop_sequences".into(), Value::Array(list));
     }
+    // As Republic's `_tool_choice`: parallel_tool_calls → its negation,
+    // on an `auto` choice when none was given; never on `none`.
     let mut choice = option("tool_choice").map(tool_choice);
-    if option("parallel_tool_calls") == Some(&Value::Bool(false)) {
+    if let Some(parallel) = option("parallel_tool_calls").and_then(Value::as_bool) {
         let c = choice.get_or_insert_with(|| json!({"type": "auto"}));
         if let Value::Object(c) = c {
-            c.insert("disable_parallel_tool_use".into(), json!(true));
+            if c.get("type").and_then(Value::as_str) != Some("none") {
+                c.insert("disable_parallel_tool_use".into(), json!(!parallel));
+            }
         }
     }
     if let Some(choice) = choice {
@@ -162,36 +159,44 @@ pub async fn call(
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
     let mut usage = Usage::default();
+    let mut blocks = Blocks::default();
     while let Some(event) = events.next().await {
         let event = event?;
         let Ok(data) = serde_json::from_str::<Value>(&event.data) else { continue };
-        let n = |v: &Value| v.as_u64();
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
-            "message_start" => {
-                let u = &data["message"]["usage"];
-                usage.input_tokens = n(&u["input_tokens"]).unwrap_or(0);
-                usage.cached_tokens = n(&u["cache_read_input_tokens"]).unwrap_or(0);
-                usage.cache_write_tokens = n(&u["cache_creation_input_tokens"]).unwrap_or(0);
-            }
+            "message_start" => apply_usage(&mut usage, &data["message"]["usage"]),
             "content_block_start" => {
                 let b = &data["content_block"];
-                if b["type"] == "tool_use" {
-                    let key = data["index"].as_u64().unwrap_or(0).to_string();
-                    calls.add(&key, b["id"].as_str(), b["name"].as_str(), None);
+                let index = data["index"].as_u64().unwrap_or(0);
+                match b["type"].as_str() {
+                    Some("tool_use") => {
+                        calls.add(&index.to_string(), b["id"].as_str(), b["name"].as_str(), None);
+                        blocks.mark(json!({"type": "tool_use", "id": b["id"]}));
+                    }
+                    Some("text") => blocks.text(index, b["text"].as_str().unwrap_or("")),
+                    // thinking, redacted_thinking, …: kept whole for the replay.
+                    _ => blocks.open(index, b.clone()),
                 }
             }
+            "content_block_stop" => blocks.close(data["index"].as_u64().unwrap_or(0)),
             "content_block_delta" => {
                 let d = &data["delta"];
                 match d["type"].as_str() {
                     Some("text_delta") => {
                         let t = d["text"].as_str().unwrap_or("").to_owned();
+                        blocks.append_text(data["index"].as_u64().unwrap_or(0), &t);
                         out.text.push_str(&t);
                         on_delta(Delta::Text(t));
                     }
                     Some("thinking_delta") => {
                         let t = d["thinking"].as_str().unwrap_or("").to_owned();
+                        blocks.append(data["index"].as_u64().unwrap_or(0), "thinking", &t);
                         out.reasoning.push_str(&t);
                         on_delta(Delta::Reasoning(t));
+                    }
+                    Some("signature_delta") => {
+                        let s = d["signature"].as_str().unwrap_or("");
+                        blocks.append(data["index"].as_u64().unwrap_or(0), "signature", s);
                     }
                     Some("input_json_delta") => {
                         let key = data["index"].as_u64().unwrap_or(0).to_string();
@@ -201,14 +206,20 @@ pub async fn call(
                 }
             }
             "message_delta" => {
-                if let Some(o) = n(&data["usage"]["output_tokens"]) {
-                    usage.output_tokens = o;
+                apply_usage(&mut usage, &data["usage"]);
+                // A refusal ends the message with its explanation (Republic).
+                if data["delta"]["stop_reason"] == "refusal" {
+                    if let Some(why) = data["delta"]["stop_details"]["explanation"].as_str() {
+                        out.refusal.push_str(why);
+                        on_delta(Delta::Text(why.to_owned()));
+                    }
                 }
             }
             "message_stop" => {
                 usage.total_tokens = usage.input_tokens + usage.output_tokens;
                 out.usage = Some(usage);
                 out.tool_calls = calls.finish();
+                out.provider_data = blocks.finish();
                 return Ok(out);
             }
             "error" => {
@@ -221,6 +232,133 @@ pub async fn call(
         }
     }
     Err(ProviderError::Incomplete)
+}
+
+/// Anthropic reports cache reads and writes apart from the uncached input;
+/// Bub's (Republic's) input counts them all. A later report (the
+/// `message_delta` one) updates what it names.
+fn apply_usage(usage: &mut Usage, u: &Value) {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    if let Some(c) = n("cache_read_input_tokens") {
+        usage.cached_tokens = c;
+    }
+    if let Some(c) = n("cache_creation_input_tokens") {
+        usage.cache_write_tokens = c;
+    }
+    if let Some(i) = n("input_tokens") {
+        usage.input_tokens =
+            i + n("cache_read_input_tokens").unwrap_or(0) + n("cache_creation_input_tokens").unwrap_or(0);
+    }
+    if let Some(o) = n("output_tokens") {
+        usage.output_tokens = o;
+    }
+}
+
+/// The blocks of a streamed message that must go back verbatim (thinking,
+/// redacted thinking, …), with markers for the text and tool uses before
+/// them, as Republic's provider data: the server checks thinking against
+/// the original order.
+#[derive(Default)]
+struct Blocks {
+    // In stream order: markers and round-tripped blocks.
+    order: Vec<Value>,
+    // Open round-tripped blocks, by stream index, with their place in `order`.
+    open: std::collections::HashMap<u64, usize>,
+    // Text markers, by stream index.
+    texts: std::collections::HashMap<u64, usize>,
+}
+
+impl Blocks {
+    fn mark(&mut self, marker: Value) {
+        self.order.push(marker);
+    }
+
+    fn text(&mut self, index: u64, text: &str) {
+        self.texts.insert(index, self.order.len());
+        self.order.push(json!({"type": "text", "text": text}));
+    }
+
+    fn append_text(&mut self, index: u64, text: &str) {
+        if let Some(&at) = self.texts.get(&index) {
+            let old = self.order[at]["text"].as_str().unwrap_or("").to_owned();
+            self.order[at]["text"] = json!(old + text);
+        }
+    }
+
+    fn open(&mut self, index: u64, block: Value) {
+        self.open.insert(index, self.order.len());
+        self.order.push(block);
+    }
+
+    fn append(&mut self, index: u64, key: &str, text: &str) {
+        if let Some(&at) = self.open.get(&index) {
+            let old = self.order[at].get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+            self.order[at][key] = json!(old + text);
+        }
+    }
+
+    fn close(&mut self, index: u64) {
+        self.open.remove(&index);
+    }
+
+    /// Provider data parts (`{"api_format": "messages", "payload": …}`):
+    /// everything up to the last round-tripped block (markers after it are
+    /// not needed); none when there is nothing to round-trip.
+    fn finish(self) -> Vec<Value> {
+        let is_marker = |b: &Value| matches!(b["type"].as_str(), Some("text" | "tool_use"));
+        let Some(last) = self.order.iter().rposition(|b| !is_marker(b)) else { return Vec::new() };
+        self.order
+            .into_iter()
+            .take(last + 1)
+            .filter(|b| !(b["type"] == "text" && b["text"] == ""))
+            .map(|payload| json!({"api_format": "messages", "payload": payload}))
+            .collect()
+    }
+}
+
+/// An assistant message's blocks in their original order (Republic's
+/// `_assistant_content`): round-tripped blocks verbatim, text and tool uses
+/// where their markers stand, the rest after; a message changed since (its
+/// text or calls no longer match the markers) gets its blocks first.
+fn assistant_blocks(provider_data: &[Value], text: &str, calls: &[Value]) -> Vec<Value> {
+    let mut payloads: Vec<&Value> =
+        provider_data.iter().filter(|p| p["api_format"] == "messages").filter_map(|p| p.get("payload")).collect();
+    let tool_use = |c: &Value| {
+        let input: Value = c["arguments"]
+            .as_str()
+            .and_then(|a| serde_json::from_str(a).ok())
+            .or_else(|| c["arguments"].as_object().map(|o| Value::Object(o.clone())))
+            .unwrap_or(json!({}));
+        json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input})
+    };
+    let marked_text: String =
+        payloads.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let ids: Vec<&Value> = calls.iter().map(|c| &c["id"]).collect();
+    let marked_calls: Vec<&Value> = payloads.iter().filter(|p| p["type"] == "tool_use").map(|p| &p["id"]).collect();
+    let (mut marked_text, mut marked_calls) = (marked_text, marked_calls);
+    if !text.starts_with(&marked_text) || !marked_calls.iter().all(|id| ids.contains(id)) {
+        payloads.retain(|p| !matches!(p["type"].as_str(), Some("text" | "tool_use")));
+        marked_text.clear();
+        marked_calls.clear();
+    }
+    let mut content = Vec::new();
+    for p in &payloads {
+        match p["type"].as_str() {
+            Some("text") => content.push(json!({"type": "text", "text": p["text"]})),
+            Some("tool_use") => {
+                if let Some(c) = calls.iter().find(|c| c["id"] == p["id"]) {
+                    content.push(tool_use(c));
+                }
+            }
+            _ => content.push((*p).clone()),
+        }
+    }
+    let rest = &text[marked_text.len()..];
+    if !rest.is_empty() {
+        content.push(json!({"type": "text", "text": rest}));
+    }
+    content.extend(calls.iter().filter(|c| !marked_calls.contains(&&c["id"])).map(tool_use));
+    content
 }
 
 #[cfg(test)]

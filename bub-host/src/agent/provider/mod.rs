@@ -115,6 +115,10 @@ pub struct ModelResponse {
     pub tool_calls: Vec<ToolCallOut>,
     /// Usage, if the provider reported it.
     pub usage: Option<Usage>,
+    /// Parts the provider needs back verbatim on the next call
+    /// (`{"api_format", "payload"}`: Anthropic's thinking blocks and their
+    /// order), kept on the tape with the assistant message.
+    pub provider_data: Vec<Value>,
 }
 
 /// A live delta of a call.
