@@ -244,3 +244,35 @@ fn an_anthropic_refusal_answers_with_its_explanation() {
     assert!(ok, "{err}");
     assert!(out.contains("I can't help with that."), "{out}");
 }
+
+/// 17.6: Responses reasoning items (id, encrypted content, summary) are
+/// kept and sent back before the function call they led to.
+#[test]
+fn responses_reasoning_items_are_sent_back_with_the_call() {
+    use bub_tests::provider::{responses, Provider, Reply};
+    use serde_json::json;
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAAB…",
+                           "summary": [{"type": "summary_text", "text": "Read the file first."}]});
+    let call = json!({"type": "function_call", "id": "fc1", "call_id": "call_1", "name": "fs_read", "arguments": "{\"path\": \"a.txt\"}"});
+    let step = Reply::Sse(vec![
+        json!({"type": "response.output_item.added", "item": {"type": "reasoning", "id": "rs_1", "summary": []}}).to_string(),
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": "Read the file first."}).to_string(),
+        json!({"type": "response.output_item.done", "item": reasoning}).to_string(),
+        json!({"type": "response.output_item.added", "item": {"type": "function_call", "id": "fc1", "call_id": "call_1", "name": "fs_read"}}).to_string(),
+        json!({"type": "response.output_item.done", "item": call}).to_string(),
+        json!({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 2}}}).to_string(),
+    ]);
+    let provider = Provider::start(vec![step, responses::text("done")]);
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    std::fs::write(ws.path().join("a.txt"), "contents").unwrap();
+    let config = json!({"model": "openai:o4", "api_key": "k", "api_base": provider.base_url,
+                        "client_args": {"api_format": "responses"}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (_, err, ok) = bub_in(&home, ws.path(), &["run", "read a.txt"]);
+    assert!(ok, "{err}");
+    let input = provider.requests()[1].body["input"].as_array().unwrap().clone();
+    let at = input.iter().position(|i| i["type"] == "reasoning").unwrap_or_else(|| panic!("{input:?}"));
+    assert_eq!(input[at], reasoning);
+    assert_eq!(input[at + 1]["type"], "function_call", "{input:?}");
+    assert_eq!(input[at + 2]["type"], "function_call_output", "{input:?}");
+}

@@ -41,6 +41,16 @@ fn input(messages: &[Value]) -> Vec<Value> {
                 "output": content_text(&content),
             })),
             "assistant" => {
+                // Reasoning (and server tool) items first, verbatim, as
+                // Republic: a reasoning model gets its chain back, and
+                // `store: false` use needs the encrypted content (17.6).
+                for p in m.get("provider_data").and_then(Value::as_array).into_iter().flatten() {
+                    if p["api_format"] == "responses" {
+                        if let Some(item) = p.get("payload") {
+                            items.push(item.clone());
+                        }
+                    }
+                }
                 let text = content_text(&content);
                 if !text.is_empty() {
                     items.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": text}]}));
@@ -147,6 +157,12 @@ pub async fn call(
             }
             "response.output_item.added" | "response.output_item.done" => {
                 let item = &data["item"];
+                let item_type = item["type"].as_str().unwrap_or("");
+                let round_trip =
+                    item_type == "reasoning" || (item_type.ends_with("_call") && item_type != "function_call");
+                if kind.ends_with("done") && round_trip {
+                    out.provider_data.push(json!({"api_format": "responses", "payload": item}));
+                }
                 if item["type"] == "function_call" {
                     let key = item["id"].as_str().or(item["call_id"].as_str()).unwrap_or("0");
                     let arguments = (kind.ends_with("done") && calls_is_empty(&calls, key))
