@@ -228,6 +228,9 @@ impl Agent {
                         None => Ok(match o.value {
                             Value::String(s) => s,
                             Value::Null => String::new(),
+                            other if other.get("type").and_then(Value::as_str) == Some("tool_content") => {
+                                tools::describe_content(&other)
+                            }
                             other => other.to_string(),
                         }),
                     },

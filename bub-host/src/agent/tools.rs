@@ -205,6 +205,32 @@ pub fn model_name(name: &str) -> String {
     format!("{}_{:08x}", &clean[..MAX_MODEL_NAME - 9], hash as u32)
 }
 
+/// A content result (`{"type": "tool_content", "content": [...]}`) as a
+/// terminal shows it: its text, and one line per media part saying what it
+/// is (the model gets the media itself).
+pub fn describe_content(value: &Value) -> String {
+    let parts = value.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+    let lines: Vec<String> = parts
+        .iter()
+        .map(|p| match p {
+            Value::String(s) => s.clone(),
+            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                o.get("text").and_then(Value::as_str).unwrap_or_default().to_owned()
+            }
+            Value::Object(o) => {
+                let kind = o.get("type").and_then(Value::as_str).unwrap_or("media");
+                let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("?");
+                match o.get("data").and_then(Value::as_str) {
+                    Some(data) => format!("[{kind}: {mime}, {} bytes]", data.len() / 4 * 3),
+                    None => format!("[{kind}: {mime}, {}]", o.get("url").and_then(Value::as_str).unwrap_or("")),
+                }
+            }
+            other => other.to_string(),
+        })
+        .collect();
+    lines.join("\n")
+}
+
 /// A tool's value as the model sees it: strings as they are, content
 /// results untouched, anything else as JSON (non-ASCII kept).
 pub fn render(value: Value) -> Value {

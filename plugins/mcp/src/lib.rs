@@ -258,6 +258,39 @@ impl Lifespan for Connections {
     }
 }
 
+/// One MCP content block as the agent's content: text as a string, an image
+/// or audio as a media part, an embedded resource as its text (or a line
+/// naming it), a resource link as a line naming it.
+fn content_part(part: &Value) -> Option<Value> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(match part.get("type").and_then(Value::as_str)? {
+        "text" => Value::String(s(part, "text")?),
+        kind @ ("image" | "audio") => json!({
+            "type": kind,
+            "media_type": s(part, "mimeType").unwrap_or_else(|| "application/octet-stream".into()),
+            "data": s(part, "data").unwrap_or_default(),
+        }),
+        "resource" => {
+            let r = part.get("resource")?;
+            let uri = s(r, "uri").unwrap_or_default();
+            match s(r, "text") {
+                Some(text) => Value::String(format!("[resource {uri}]\n{text}")),
+                None => Value::String(format!(
+                    "[resource {uri}: {}, {} bytes, not shown]",
+                    s(r, "mimeType").unwrap_or_else(|| "binary".into()),
+                    s(r, "blob").map_or(0, |b| b.len() / 4 * 3)
+                )),
+            }
+        }
+        "resource_link" => Value::String(format!(
+            "[resource link: {} {}]",
+            s(part, "name").unwrap_or_default(),
+            s(part, "uri").unwrap_or_default()
+        )),
+        _ => return None,
+    })
+}
+
 /// A server's input schema as providers accept it: an object schema (a
 /// schema without `"type": "object"` is rejected by OpenAI and Anthropic).
 fn object_schema(schema: &Map<String, Value>) -> Map<String, Value> {
@@ -293,23 +326,21 @@ impl Tool for McpTool {
             let result =
                 peer.call_tool(params).await.map_err(|e| format!("MCP server '{server}', tool {name}: {e}"))?;
             let result = serde_json::to_value(&result)?;
-            let text: Vec<&str> = result["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|part| part.get("text").and_then(Value::as_str))
-                .collect();
-            let output = if text.is_empty() {
+            let parts: Vec<Value> =
+                result["content"].as_array().into_iter().flatten().filter_map(content_part).collect();
+            let media = parts.iter().any(|p| !p.is_string());
+            let text: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
+            let output = if media {
+                // Images and audio reach the model as media parts (issue 17.15).
+                json!({"type": "tool_content", "content": parts})
+            } else if text.is_empty() {
                 result.get("structuredContent").cloned().unwrap_or(Value::String(String::new()))
             } else {
                 Value::String(text.join("\n"))
             };
             if result["isError"] == json!(true) {
-                return Err(format!(
-                    "MCP server '{server}', tool {name} failed: {}",
-                    output.as_str().unwrap_or_default()
-                )
-                .into());
+                let text: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
+                return Err(format!("MCP server '{server}', tool {name} failed: {}", text.join("\n")).into());
             }
             Ok(output)
         }

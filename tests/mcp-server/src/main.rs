@@ -2,6 +2,7 @@
 //! speaks MCP on stdio; `bub-mcp-test-server --http 127.0.0.1:0` serves
 //! streamable HTTP at `/mcp` and prints its address on the first line.
 //! Tools: `echo {text}`, `add {a, b}`, `fail {}` (an error result),
+//! `picture {}` (text, an image and an embedded resource),
 //! `get_env {}` (the server's environment, one `KEY=value` a line, as the
 //! reference `everything` server's `get-env`).
 
@@ -49,6 +50,18 @@ impl TestServer {
         let mut vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
         vars.sort();
         vars.join("\n")
+    }
+
+    #[tool(description = "A picture with a caption and an embedded note")]
+    fn picture(&self) -> CallToolResult {
+        CallToolResult::success(vec![
+            ContentBlock::text("a red dot"),
+            ContentBlock::image(
+                "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+                "image/png",
+            ),
+            ContentBlock::embedded_text("note://1", "remember the dot"),
+        ])
     }
 
     #[tool(description = "Always fails")]

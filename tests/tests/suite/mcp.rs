@@ -128,3 +128,22 @@ fn stdio_servers_do_not_see_bubs_secrets() {
         assert!(!text.contains(secret), "the server saw {secret}: {text}");
     }
 }
+
+/// Issue 17.15: an MCP result's image reaches the model as a media part and
+/// an embedded resource as its text; command mode says what came back.
+#[test]
+fn mcp_media_results_reach_the_model_and_are_described_in_command_mode() {
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10}));
+    bub(&home, &["mcp", "add", "pics", "--command", server_bin().to_str().unwrap()]);
+    let out = bub(&home, &["run", ",mcp.pics_picture"]);
+    assert!(out.contains("a red dot") && out.contains("[image: image/png,"), "{out}");
+    assert!(out.contains("[resource note://1]\nremember the dot"), "{out}");
+
+    let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "mcp_pics_picture", "{}")]), chat::text("seen")]);
+    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    bub(&home, &["run", "show me the picture"]);
+    let sent = provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("data:image/png;base64,iVBORw0KGgo"), "the image did not reach the model: {sent}");
+}
