@@ -147,3 +147,65 @@ fn mcp_media_results_reach_the_model_and_are_described_in_command_mode() {
     let sent = provider.requests()[1].body["messages"].to_string();
     assert!(sent.contains("data:image/png;base64,iVBORw0KGgo"), "the image did not reach the model: {sent}");
 }
+
+/// The reference `everything` MCP server from the npm registry, installed
+/// once per test run under the target folder (pinned); None (the caller
+/// skips, saying why) only when npm itself is missing.
+fn everything_server() -> Option<std::path::PathBuf> {
+    const PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+    static INSTALLED: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            if std::process::Command::new("npm").arg("--version").output().is_err() {
+                return None;
+            }
+            let dir = bub_tests::target_dir().join("npm-mcp-everything");
+            let bin = dir.join("node_modules/.bin/mcp-server-everything");
+            if !bin.exists() {
+                std::fs::create_dir_all(&dir).unwrap();
+                let out = std::process::Command::new("npm")
+                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                    .arg(&dir)
+                    .arg(PACKAGE)
+                    .output()
+                    .expect("run npm");
+                assert!(out.status.success(), "npm install {PACKAGE} failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Some(bin)
+        })
+        .clone()
+}
+
+/// Issue 17 (real MCP servers): the reference `everything` server from npm,
+/// over stdio — its tools run, its image comes back described, its tool
+/// names (with `-`) are valid model names, and it never sees bub's keys
+/// (17.16, through its own `get-env`).
+#[test]
+fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
+    let Some(server) = everything_server() else {
+        return eprintln!("SKIPPED the_reference_everything_server_from_npm…: npm is not installed");
+    };
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 30}));
+    let servers = json!({"mcpServers": {"everything": {"command": server, "args": ["stdio"]}}});
+    bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
+    let listed = bub(&home, &["mcp", "list", "--tools"]);
+    assert!(listed.contains("mcp.everything_echo") && listed.contains("mcp.everything_get-env"), "{listed}");
+    assert!(bub(&home, &["run", ",mcp.everything_echo message=from-bub"]).contains("from-bub"));
+    let image = bub(&home, &["run", ",mcp.everything_get-tiny-image"]);
+    assert!(image.contains("[image: image/png,"), "{image}");
+
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", ",mcp.everything_get-env"])
+        .env_remove("BUB_PLUGIN_PATH")
+        .env("OPENAI_API_KEY", "sk-secret-openai")
+        .env("BUB_API_KEY", "sk-secret-bub")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("PATH"), "{text}");
+    assert!(!text.contains("sk-secret"), "the npm server saw bub's keys: {text}");
+}
