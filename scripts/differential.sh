@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 venv="${BUB_BENCH_VENV:-/tmp/bub06}"
 [ -x "$venv/bin/bub" ] || bash ../shared/bench/setup.sh "$venv" >&2
-cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted -p bub-tests --example steer_run
+# Two builds: with `--example`, cargo builds only example targets of every
+# package named, so the plugins' libraries would be left out.
+cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted
+cargo build --quiet --release -p bub-tests --example steer_run
 export BUB_RS_STEER_RUN="$(cd "$target/release/examples" && pwd)/steer_run"
 BUB_RS_TARGET="$target/release" exec python3 scripts/differential.py "$target/release/bub" "$venv/bin/bub" "$@"

@@ -276,3 +276,30 @@ fn responses_reasoning_items_are_sent_back_with_the_call() {
     assert_eq!(input[at + 1]["type"], "function_call", "{input:?}");
     assert_eq!(input[at + 2]["type"], "function_call_output", "{input:?}");
 }
+
+/// 17.27: an empty assistant answer stays in the conversation, so the next
+/// request does not carry two user turns in a row.
+#[test]
+fn an_empty_answer_is_replayed() {
+    use bub_tests::provider::{chat, Provider, Reply};
+    use serde_json::json;
+    let empty = Reply::Sse(vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]})
+            .to_string(),
+        "[DONE]".into(),
+    ]);
+    let provider = Provider::start(vec![empty, chat::text("second")]);
+    let home = Home::new();
+    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    assert!(run_bub(&home, &["run", "first"]).2);
+    assert!(run_bub(&home, &["run", "again"]).2);
+    let roles: Vec<String> = provider.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .filter(|r| r != "system")
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"], "{:?}", provider.requests()[1].body["messages"]);
+}

@@ -41,7 +41,11 @@ fn messages(neutral: &[Value]) -> (String, Vec<Value>) {
                 let text = content_text(&content);
                 let calls = m.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
                 let data = m.get("provider_data").and_then(Value::as_array).cloned().unwrap_or_default();
-                out.push(json!({"role": "assistant", "content": assistant_blocks(&data, &text, &calls)}));
+                let blocks = assistant_blocks(&data, &text, &calls);
+                // Anthropic refuses an empty assistant message.
+                if !blocks.is_empty() {
+                    out.push(json!({"role": "assistant", "content": blocks}));
+                }
             }
             "tool" => {
                 let result = json!({"type": "tool_result", "tool_use_id": m.get("tool_call_id").cloned().unwrap_or_default(),

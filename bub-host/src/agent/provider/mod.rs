@@ -346,15 +346,9 @@ pub(crate) fn repair_tool_calls(messages: &[Value]) -> Vec<Value> {
         }
         out.push(m.clone());
     }
-    out.retain(|m| {
-        if m.get("role").and_then(Value::as_str) != Some("assistant") {
-            return true;
-        }
-        let has_calls = m.get("tool_calls").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-        let has_text = !content_text(m.get("content").unwrap_or(&Value::Null)).is_empty();
-        let has_extra = m.get("reasoning").is_some_and(|r| !r.is_null());
-        has_calls || has_text || has_extra
-    });
+    // An empty assistant answer stays (as in Bub): dropping it would put
+    // two user turns in a row (issue 17.27). Anthropic, which refuses empty
+    // content, leaves it out in its own format.
     out
 }
 
