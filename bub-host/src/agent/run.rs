@@ -153,12 +153,14 @@ impl Agent {
                 event("final", json!({"text": "error: empty prompt", "ok": false})),
             ]));
         }
-        // A bare prefix (`,`) fails before anything is recorded, as in Bub.
-        if command::command_line(&prompt, self.command_prefix.as_deref()).is_some_and(|l| l.is_empty()) {
-            return Err(AgentError::value("empty command"));
-        }
         let tape = Arc::new(RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back));
         tape.ensure_bootstrap().await?;
+        // A bare prefix (`,`) fails before its command is recorded, as in
+        // Bub (which has bootstrapped the tape by then, as here).
+        if command::command_line(&prompt, self.command_prefix.as_deref()).is_some_and(|l| l.is_empty()) {
+            tape.merge().await?;
+            return Err(AgentError::value("empty command"));
+        }
         let cx = EventContext {
             state: options.state.clone(),
             tape: tape.clone(),

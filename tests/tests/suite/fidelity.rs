@@ -43,15 +43,23 @@ fn tape_search_prints_matches_as_python_json() {
     assert!(line.contains("\", \"content\": {"), "{line}");
 }
 
-/// 17.11: a bare prefix fails before anything is recorded.
+/// 17.11: a bare prefix fails before its command is recorded (the tape's
+/// bootstrap anchor is there, as in Bub: checked side by side by the
+/// differential harness).
 #[test]
-fn a_bare_prefix_fails_before_recording_anything() {
+fn a_bare_prefix_fails_before_recording_a_command() {
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
     let (_, err, ok) = bub_in(&home, ws.path(), &["run", ","]);
     assert!(!ok);
     assert!(err.contains("empty command"), "{err}");
-    let recorded = std::fs::read_dir(home.path().join("tapes")).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(recorded, 0, "a tape was written for a bare prefix");
+    let mut kinds = Vec::new();
+    for tape in std::fs::read_dir(home.path().join("tapes")).unwrap().flatten() {
+        for line in std::fs::read_to_string(tape.path()).unwrap().lines() {
+            let e: Value = serde_json::from_str(line).unwrap();
+            kinds.push(format!("{}:{}", e["kind"].as_str().unwrap(), e["payload"]["name"].as_str().unwrap_or("")));
+        }
+    }
+    assert_eq!(kinds, ["anchor:session/start", "event:handoff"], "a command was recorded for a bare prefix");
 }
 
 /// 17.24 (bub-semantics §4.1): a blank session id falls back to
