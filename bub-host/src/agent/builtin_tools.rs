@@ -222,10 +222,18 @@ async fn anchors(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     Ok(json!(if names.is_empty() { "(no anchors)".to_owned() } else { names[start..].join("\n") }))
 }
 
-async fn help(_args: Map<String, Value>, _cx: ToolContext) -> Result<Value, AgentError> {
-    Ok(json!(
-        "Commands (prefix ,):\n  ,help                 this text\n  ,model <provider:model>  set the session's model\n  ,quit                 end the session\n  ,<tool> [args] [k=v]  run a tool (e.g. ,fs.read path=README.md)\n  ,<shell line>         run it with bash (e.g. ,ls -la)"
-    ))
+/// Bub's help: the prefix, every tool that runs as a command (here: all of
+/// this agent's tools, in registry order), and the shell fallback.
+async fn help(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let prefix = super::bub::framework_of(&cx.state)
+        .and_then(|f| super::ModelSettings::load(f.home()).ok())
+        .map_or_else(|| ",".to_owned(), |s| s.command_prefix);
+    let mut text = format!("Commands use '{prefix}' at line start.\nKnown internal commands:\n");
+    for tool in cx.tools.iter() {
+        text.push_str(&format!("  {prefix}{}\n", tool.name));
+    }
+    text.push_str(&format!("Any unknown command after '{prefix}' is executed as shell via bash."));
+    Ok(json!(text))
 }
 
 async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
@@ -240,8 +248,9 @@ async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
 async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     // The session's end is the channel's to act on (the gateway's router
     // quits the session; `bub chat` ends at Ctrl-D): mark it in the state.
+    // The builtin's save_state stops the session's shells (Bub's answer).
     let _ = cx.state.set("_runtime_quit", &true);
-    Ok(json!("bye"))
+    Ok(json!("Session tasks stopped."))
 }
 
 /// `spill.read`, `tool.describe` and `subagent`.

@@ -159,7 +159,15 @@ impl Plugin for Builtin {
 
     /// The session's settings, when a command changed them (the tape store
     /// holds the conversation itself).
-    fn save_state(&self, session_id: String, state: TurnState) -> Result<(), BoxError> {
+    /// After `,quit`, the session's running shells are stopped (Bub's
+    /// `terminate_session`).
+    async fn save_state(&self, session_id: String, state: TurnState) -> Result<(), BoxError> {
+        if state.get_value("_runtime_quit").is_some_and(|q| truthy(&q)) {
+            if let Some(scope) = self.shells.current() {
+                let stopped = scope.kill_session(&session_id).await;
+                tracing::info!(target: "bub::builtin", "quit: stopped {stopped} shell(s) of session {session_id}");
+            }
+        }
         sessions::save(&self.home, &session_id, &state)
     }
 

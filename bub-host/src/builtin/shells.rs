@@ -26,6 +26,8 @@ use super::environment::{command, signal_group};
 /// One background shell.
 struct Shell {
     pid: Option<u32>,
+    // The session whose turn started it (`,quit` stops that session's).
+    session: Option<String>,
     output: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Option<Option<i32>>>>,
     reader: tokio::task::JoinHandle<()>,
@@ -72,6 +74,7 @@ impl ShellScope {
         cmd: &str,
         cwd: &std::path::Path,
         confine: Option<&std::path::Path>,
+        session: Option<&str>,
     ) -> Result<String, BoxError> {
         let mut inner = lock(&self.inner);
         if inner.closed {
@@ -121,7 +124,8 @@ impl ShellScope {
             });
             *lock(&s) = Some(code);
         });
-        inner.shells.insert(id.clone(), Shell { pid, output, status, reader });
+        let session = session.map(str::to_owned);
+        inner.shells.insert(id.clone(), Shell { pid, session, output, status, reader });
         Ok(id)
     }
 
@@ -166,6 +170,21 @@ impl ShellScope {
                 let _ = scope.kill(&id).await;
             });
         }
+    }
+
+    /// Stops every running shell a turn of `session` started (Bub's
+    /// `terminate_session`, for `,quit`); how many there were.
+    pub async fn kill_session(&self, session: &str) -> usize {
+        let ids: Vec<String> = lock(&self.inner)
+            .shells
+            .iter()
+            .filter(|(_, s)| s.session.as_deref() == Some(session) && lock(&s.status).is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            let _ = self.kill(id).await;
+        }
+        ids.len()
     }
 
     /// Forgets a finished shell (after `bash.kill` reported it, as Bub).

@@ -97,13 +97,18 @@ fn required(args: &Map<String, Value>, k: &str) -> Result<String, BoxError> {
 impl Tool for WorkspaceTool {
     fn spec(&self) -> ToolSpec {
         match self.kind {
-            Kind::Bash => spec(
-                "bash",
-                "Run a shell command in the workspace. Long runs continue in the background.",
-                json!({"command": {"type": "string"}, "cwd": {"type": "string"},
-                       "timeout_seconds": {"type": "number", "default": 30}, "background": {"type": "boolean", "default": false}}),
-                &["command"],
-            ),
+            // With its call's context: a shell belongs to the session that
+            // started it (`,quit` stops them).
+            Kind::Bash => ToolSpec {
+                context: true,
+                ..spec(
+                    "bash",
+                    "Run a shell command in the workspace. Long runs continue in the background.",
+                    json!({"command": {"type": "string"}, "cwd": {"type": "string"},
+                           "timeout_seconds": {"type": "number", "default": 30}, "background": {"type": "boolean", "default": false}}),
+                    &["command"],
+                )
+            },
             Kind::BashOutput => spec(
                 "bash.output",
                 "Read the output of a background shell.",
@@ -144,11 +149,21 @@ impl Tool for WorkspaceTool {
         }
     }
 
+    fn call_in(&self, args: Map<String, Value>, context: bub_abi::types::ToolCallContext) -> impl Fut<Value> {
+        let (kind, ws) = (self.kind, self.ws.clone());
+        async move {
+            match kind {
+                Kind::Bash => Ok(Value::String(bash(&ws, &args, context.session_id.as_deref()).await?)),
+                _ => WorkspaceTool { kind, ws }.call(args).await,
+            }
+        }
+    }
+
     fn call(&self, args: Map<String, Value>) -> impl Fut<Value> {
         let (kind, ws) = (self.kind, self.ws.clone());
         async move {
             let text = match kind {
-                Kind::Bash => bash(&ws, &args).await?,
+                Kind::Bash => bash(&ws, &args, None).await?,
                 Kind::BashOutput => bash_output(&ws, &args)?,
                 Kind::BashKill => {
                     let id = required(&args, "shell_id")?;
@@ -222,14 +237,14 @@ fn exit_code(status: Option<Option<i32>>) -> String {
     status.flatten().map_or("null".into(), |c| c.to_string())
 }
 
-async fn bash(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxError> {
+async fn bash(ws: &Workspace, args: &Map<String, Value>, session: Option<&str>) -> Result<String, BoxError> {
     let command = required(args, "command")?;
     let scope = ws.scopes.current().ok_or("shell runtime is closed (no running() scope is open)")?;
     let cwd = match s(args, "cwd") {
         Some(c) => ws.resolve(&c)?,
         None => ws.root.clone(),
     };
-    let id = scope.start(&command, &cwd, ws.confined.then_some(ws.root.as_path()))?;
+    let id = scope.start(&command, &cwd, ws.confined.then_some(ws.root.as_path()), session)?;
     if b(args, "background") {
         return Ok(format!(
             "Shell started, shell_id: {id}\nRetrieve the output with bash_output or terminate it with bash_kill."

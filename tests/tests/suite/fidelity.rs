@@ -311,3 +311,16 @@ fn an_empty_answer_is_replayed() {
         .collect();
     assert_eq!(roles, ["user", "assistant", "user"], "{:?}", provider.requests()[1].body["messages"]);
 }
+
+/// 17.12: `,help` is Bub's help, listing every tool that runs as a command.
+#[test]
+fn help_lists_every_command() {
+    let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
+    let (out, err, ok) = bub_in(&home, ws.path(), &["run", ",help"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Commands use ',' at line start.\nKnown internal commands:\n"), "{out}");
+    for tool in ["help", "quit", "model", "fs.read", "fs.write", "bash", "bash.output", "tape.search", "tape.handoff"] {
+        assert!(out.contains(&format!("\n  ,{tool}\n")), "{tool} missing: {out}");
+    }
+    assert!(out.trim_end().ends_with("Any unknown command after ',' is executed as shell via bash."), "{out}");
+}

@@ -445,3 +445,46 @@ fn a_debounced_channel_passes_commands_at_once() {
         assert_eq!(body["outbounds"][0]["kind"], "command", "{body}");
     });
 }
+
+fn process_running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(marker))
+            && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+    })
+}
+
+/// Issue 17.21: `,quit` answers "Session tasks stopped." and stops the
+/// session's background shells; another session's keep running.
+#[test]
+fn quit_stops_the_sessions_shells_only() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    let env = [("BUB_COMMAND_CHANNELS", "http")];
+    let mut gateway = GatewayProcess::start(home.path(), &[], &env);
+    let base = gateway.address(home.path(), "http-channel");
+    let pid = std::process::id();
+    let (mine, theirs) = (format!("sleep 43.{pid}1"), format!("sleep 44.{pid}2"));
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        for (session, marker) in [("q1", &mine), ("q2", &theirs)] {
+            let line = format!(",bash command=\"{marker}\" background=true");
+            let (status, body) = post(&client, &base, json!({"content": line, "session_id": session})).await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !(process_running(&mine) && process_running(&theirs)) {
+            assert!(std::time::Instant::now() < deadline, "the shells did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (status, body) = post(&client, &base, json!({"content": ",quit", "session_id": "q1"})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["reply"], "Session tasks stopped.", "{body}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while process_running(&mine) {
+            assert!(std::time::Instant::now() < deadline, "the quitting session's shell still runs");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(process_running(&theirs), "another session's shell was stopped");
+    });
+}
