@@ -103,6 +103,33 @@ fn the_model_calls_an_mcp_tool() {
     assert_eq!(messages.last().unwrap()["content"], "5");
 }
 
+/// The secrets bub's environment holds in the environment tests.
+const SECRETS: [(&str, &str); 3] = [
+    ("OPENAI_API_KEY", "sk-secret-openai"),
+    ("BUB_API_KEY", "sk-secret-bub"),
+    ("BUB_TAPE_POSTGRES__URL", "postgres://u:pw@db/x"),
+];
+
+/// `bub run <line>` with [`SECRETS`] in its environment: what it printed
+/// (it must succeed).
+fn run_with_secrets(home: &Home, line: &str) -> String {
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", line])
+        .env_remove("BUB_PLUGIN_PATH")
+        .envs(SECRETS)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `text` shows none of [`SECRETS`].
+fn no_secret_in(text: &str) -> bool {
+    SECRETS.iter().all(|(_, secret)| !text.contains(secret))
+}
+
 /// Issue 17.16 (security): a stdio server gets a safe set of bub's
 /// environment and what `mcp.json` names for it, never bub's keys.
 #[test]
@@ -111,22 +138,9 @@ fn stdio_servers_do_not_see_bubs_secrets() {
     home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10}));
     let servers = json!({"mcpServers": {"env": {"command": server_bin(), "env": {"NAMED_FOR_IT": "yes"}}}});
     bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
-    let out = std::process::Command::new(bub_tests::bub_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["run", ",mcp.env_get_env"])
-        .env_remove("BUB_PLUGIN_PATH")
-        .env("OPENAI_API_KEY", "sk-secret-openai")
-        .env("BUB_API_KEY", "sk-secret-bub")
-        .env("BUB_TAPE_POSTGRES__URL", "postgres://u:pw@db/x")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = run_with_secrets(&home, ",mcp.env_get_env");
     assert!(text.contains("NAMED_FOR_IT=yes") && text.contains("PATH="), "{text}");
-    for secret in ["sk-secret-openai", "sk-secret-bub", "postgres://u:pw"] {
-        assert!(!text.contains(secret), "the server saw {secret}: {text}");
-    }
+    assert!(no_secret_in(&text), "the server saw bub's secrets: {text}");
 }
 
 /// Issue 17.15: an MCP result's image reaches the model as a media part and
@@ -195,17 +209,7 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     let image = bub(&home, &["run", ",mcp.everything_get-tiny-image"]);
     assert!(image.contains("[image: image/png,"), "{image}");
 
-    let out = std::process::Command::new(bub_tests::bub_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["run", ",mcp.everything_get-env"])
-        .env_remove("BUB_PLUGIN_PATH")
-        .env("OPENAI_API_KEY", "sk-secret-openai")
-        .env("BUB_API_KEY", "sk-secret-bub")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = run_with_secrets(&home, ",mcp.everything_get-env");
     assert!(text.contains("PATH"), "{text}");
-    assert!(!text.contains("sk-secret"), "the npm server saw bub's keys: {text}");
+    assert!(no_secret_in(&text), "the npm server saw bub's secrets: {text}");
 }
