@@ -198,7 +198,7 @@ pub struct Agent {
 fn settings_tool_timeout() -> Option<std::time::Duration> {
     let secs =
         std::env::var("BUB_TOOL_TIMEOUT_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(600.0);
-    (secs > 0.0 && secs.is_finite()).then(|| bub_abi::time::seconds(secs)).flatten()
+    Some(secs).filter(|s| *s > 0.0 && s.is_finite()).and_then(bub_abi::time::seconds)
 }
 
 impl Agent {

@@ -290,8 +290,7 @@ impl Drop for Live {
 pub async fn settled(limit: std::time::Duration) -> bool {
     let wait = async {
         loop {
-            let notified = std::pin::pin!(live().1.notified());
-            let mut notified = notified;
+            let mut notified = std::pin::pin!(live().1.notified());
             notified.as_mut().enable();
             if live().0.load(Ordering::SeqCst) == 0 {
                 return;

@@ -209,9 +209,8 @@ pub fn model_name(name: &str) -> String {
 /// terminal shows it: its text, and one line per media part saying what it
 /// is (the model gets the media itself).
 pub fn describe_content(value: &Value) -> String {
-    let parts = value.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+    let parts = value.get("content").and_then(Value::as_array).into_iter().flatten();
     let lines: Vec<String> = parts
-        .iter()
         .map(|p| match p {
             Value::String(s) => s.clone(),
             Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {

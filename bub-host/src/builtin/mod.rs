@@ -59,6 +59,15 @@ pub struct Builtin {
     command_prefix: std::sync::OnceLock<String>,
 }
 
+impl Builtin {
+    /// The command prefix, read once (`,` when the settings cannot be read).
+    fn command_prefix(&self) -> &str {
+        self.command_prefix.get_or_init(|| {
+            crate::agent::ModelSettings::load(&self.home).map(|s| s.command_prefix).unwrap_or_else(|_| ",".into())
+        })
+    }
+}
+
 /// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
 /// the prefix only when the context is not empty.
 fn prompt_text(context: &str, content: String) -> String {
@@ -141,10 +150,8 @@ impl Plugin for Builtin {
     /// trimmed, without the context.
     fn build_prompt(&self, message: Envelope) -> Option<Prompt> {
         let content = content_of(&message);
-        let prefix = self.command_prefix.get_or_init(|| {
-            crate::agent::ModelSettings::load(&self.home).map(|s| s.command_prefix).unwrap_or_else(|_| ",".into())
-        });
-        if content.trim().starts_with(prefix.as_str()) {
+        let prefix = self.command_prefix();
+        if content.trim().starts_with(prefix) {
             return Some(Value::String(content.trim().to_owned()));
         }
         let text = prompt_text(&context_str(&message), content);
@@ -180,10 +187,8 @@ impl Plugin for Builtin {
                 out[key] = v.clone();
             }
         }
-        let prefix = self.command_prefix.get_or_init(|| {
-            crate::agent::ModelSettings::load(&self.home).map(|s| s.command_prefix).unwrap_or_else(|_| ",".into())
-        });
-        if content_of(&message).trim().starts_with(prefix.as_str()) {
+        let prefix = self.command_prefix();
+        if content_of(&message).trim().starts_with(prefix) {
             out["kind"] = json!("command");
         }
         Some(out)

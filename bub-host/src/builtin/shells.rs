@@ -86,10 +86,10 @@ impl ShellScope {
         let rt = bub_abi::sdk::bridge::runtime()?;
         let _entered = rt.enter();
         let request = ProcessRequest { command: Some(cmd.to_owned()), ..Default::default() };
-        let command = command(&request, cwd)?;
+        let mut command = command(&request, cwd)?;
         let mut child = match confine {
             Some(workspace) => super::confine::spawn(command, workspace)?,
-            None => { command }.spawn().map_err(|e| format!("cannot start shell: {e}"))?,
+            None => command.spawn().map_err(|e| format!("cannot start shell: {e}"))?,
         };
         let id = loop {
             let id = format!("bash-{:08x}", crate::random::u64() as u32);
@@ -143,21 +143,9 @@ impl ShellScope {
     /// TERM, then KILL after 3 s, in the background.
     pub fn end_group(&self, id: &str) {
         let pid = lock(&self.inner).shells.get(id).and_then(|s| s.pid);
-        let Some(pid) = pid else { return };
-        if !group_alive(pid) {
-            return;
-        }
-        signal_group(pid, Signal::TERM);
+        let Some(pid) = pid.filter(|p| group_alive(*p)) else { return };
         if let Ok(rt) = bub_abi::sdk::bridge::runtime() {
-            rt.spawn(async move {
-                let deadline = Instant::now() + Duration::from_secs(3);
-                while group_alive(pid) && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                if group_alive(pid) {
-                    signal_group(pid, Signal::KILL);
-                }
-            });
+            rt.spawn(terminate_group(pid));
         }
     }
 
@@ -203,15 +191,7 @@ impl ShellScope {
             shell.pid
         };
         let Some(pid) = pid else { return Ok(()) };
-        signal_group(pid, Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while group_alive(pid) {
-            if Instant::now() >= deadline {
-                signal_group(pid, Signal::KILL);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        terminate_group(pid).await;
         // Let the reader record the exit.
         for _ in 0..100 {
             if self.output(id)?.1.is_some() {
@@ -258,6 +238,20 @@ impl ShellScope {
 }
 
 /// Whether any process of the group led by `pid` is alive (signal 0).
+/// TERM to the process group led by `pid`, then KILL if any of it is still
+/// there after 3 s.
+async fn terminate_group(pid: u32) {
+    signal_group(pid, Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while group_alive(pid) {
+        if Instant::now() >= deadline {
+            signal_group(pid, Signal::KILL);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn group_alive(pid: u32) -> bool {
     let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else { return false };
     rustix::process::test_kill_process_group(pid).is_ok()

@@ -89,9 +89,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                 if let Value::Object(m) = &mut message {
                     m.entry("chat_id").or_insert_with(|| json!(args.chat_id));
                     m.entry("session_id").or_insert_with(|| json!(session));
-                    if let Some(Value::Object(context)) =
-                        Some(m.entry("context").or_insert_with(|| json!({}))).map(|c| c as &mut Value)
-                    {
+                    if let Value::Object(context) = m.entry("context").or_insert_with(|| json!({})) {
                         context.entry("thread_id").or_insert_with(|| json!(session));
                     }
                     complete_channel_message(m);

@@ -35,7 +35,7 @@ use crate::registry::Impl;
 
 fn seconds(name: &str, default: f64) -> Option<Duration> {
     let value = std::env::var(name).ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(default);
-    (value > 0.0 && value.is_finite()).then(|| bub_abi::time::seconds(value)).flatten()
+    Some(value).filter(|v| *v > 0.0 && v.is_finite()).and_then(bub_abi::time::seconds)
 }
 
 /// The deadline of an async `hook`, if it has one.

@@ -339,7 +339,6 @@ impl Tool for McpTool {
                 Value::String(text.join("\n"))
             };
             if result["isError"] == json!(true) {
-                let text: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
                 return Err(format!("MCP server '{server}', tool {name} failed: {}", text.join("\n")).into());
             }
             Ok(output)

@@ -152,17 +152,21 @@ CREATE INDEX IF NOT EXISTS bub_tape_anchors ON bub_tape_entries (tape, anchor, i
 ";
 
 impl Shared {
+    /// A frozen or unreachable server's error, naming the setting that bounds the wait.
+    fn no_answer(&self) -> String {
+        format!(
+            "tape-postgres: the database ({}) did not answer within {}s (statement_timeout_seconds)",
+            redact(&self.url),
+            self.timeout.as_secs_f64()
+        )
+    }
+
     async fn connect(&self) -> Result<Client, BoxError> {
         let mut config: tokio_postgres::Config =
             self.url.parse().map_err(|e| format!("tape-postgres: url {} is not valid: {e}", redact(&self.url)))?;
         config.connect_timeout(self.timeout).keepalives(true).keepalives_idle(Duration::from_secs(30));
-        let connected = tokio::time::timeout(self.timeout, config.connect(NoTls)).await.map_err(|_| {
-            format!(
-                "tape-postgres: the database ({}) did not answer within {}s (statement_timeout_seconds)",
-                redact(&self.url),
-                self.timeout.as_secs_f64()
-            )
-        })?;
+        let connected =
+            tokio::time::timeout(self.timeout, config.connect(NoTls)).await.map_err(|_| self.no_answer())?;
         let (client, connection) = connected.map_err(|e| {
             format!("tape-postgres: cannot connect to the database ({}): {}", redact(&self.url), why(&e))
         })?;
@@ -213,14 +217,7 @@ impl Shared {
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(format!(
-                        "tape-postgres: the database ({}) did not answer within {}s (statement_timeout_seconds)",
-                        redact(&self.url),
-                        self.timeout.as_secs_f64()
-                    )
-                    .into())
-                }
+                Err(_) => return Err(self.no_answer().into()),
             }
         }
     }

@@ -177,7 +177,9 @@ pub async fn call(
                         calls.add(&index.to_string(), b["id"].as_str(), b["name"].as_str(), None);
                         blocks.mark(json!({"type": "tool_use", "id": b["id"]}));
                     }
-                    Some("text") => blocks.text(index, b["text"].as_str().unwrap_or("")),
+                    Some("text") => {
+                        blocks.open(index, json!({"type": "text", "text": b["text"].as_str().unwrap_or("")}))
+                    }
                     // thinking, redacted_thinking, …: kept whole for the replay.
                     _ => blocks.open(index, b.clone()),
                 }
@@ -188,7 +190,7 @@ pub async fn call(
                 match d["type"].as_str() {
                     Some("text_delta") => {
                         let t = d["text"].as_str().unwrap_or("").to_owned();
-                        blocks.append_text(data["index"].as_u64().unwrap_or(0), &t);
+                        blocks.append(data["index"].as_u64().unwrap_or(0), "text", &t);
                         out.text.push_str(&t);
                         on_delta(Delta::Text(t));
                     }
@@ -266,27 +268,14 @@ fn apply_usage(usage: &mut Usage, u: &Value) {
 struct Blocks {
     // In stream order: markers and round-tripped blocks.
     order: Vec<Value>,
-    // Open round-tripped blocks, by stream index, with their place in `order`.
+    // Open blocks (text markers and round-tripped blocks) by stream index,
+    // with their place in `order`: deltas append to them.
     open: std::collections::HashMap<u64, usize>,
-    // Text markers, by stream index.
-    texts: std::collections::HashMap<u64, usize>,
 }
 
 impl Blocks {
     fn mark(&mut self, marker: Value) {
         self.order.push(marker);
-    }
-
-    fn text(&mut self, index: u64, text: &str) {
-        self.texts.insert(index, self.order.len());
-        self.order.push(json!({"type": "text", "text": text}));
-    }
-
-    fn append_text(&mut self, index: u64, text: &str) {
-        if let Some(&at) = self.texts.get(&index) {
-            let old = self.order[at]["text"].as_str().unwrap_or("").to_owned();
-            self.order[at]["text"] = json!(old + text);
-        }
     }
 
     fn open(&mut self, index: u64, block: Value) {
@@ -335,11 +324,10 @@ fn assistant_blocks(provider_data: &[Value], text: &str, calls: &[Value]) -> Vec
             .unwrap_or(json!({}));
         json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input})
     };
-    let marked_text: String =
+    let mut marked_text: String =
         payloads.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
     let ids: Vec<&Value> = calls.iter().map(|c| &c["id"]).collect();
-    let marked_calls: Vec<&Value> = payloads.iter().filter(|p| p["type"] == "tool_use").map(|p| &p["id"]).collect();
-    let (mut marked_text, mut marked_calls) = (marked_text, marked_calls);
+    let mut marked_calls: Vec<&Value> = payloads.iter().filter(|p| p["type"] == "tool_use").map(|p| &p["id"]).collect();
     if !text.starts_with(&marked_text) || !marked_calls.iter().all(|id| ids.contains(id)) {
         payloads.retain(|p| !matches!(p["type"].as_str(), Some("text" | "tool_use")));
         marked_text.clear();
