@@ -192,6 +192,16 @@ impl Home {
         self.install(name, &lib(package), config)
     }
 
+    /// Points the agent at a model server: `config.json` with `model`, a
+    /// key, `api_base` and the keys of `extra` (an object).
+    pub fn use_model(&self, model: &str, api_base: &str, extra: Value) {
+        let mut config = json!({"model": model, "api_key": "k", "api_base": api_base});
+        for (k, v) in extra.as_object().expect("extra config is an object") {
+            config[k] = v.clone();
+        }
+        std::fs::write(self.path().join("config.json"), config.to_string()).expect("write config.json");
+    }
+
     /// The search path of this home (no BUB_PLUGIN_PATH).
     pub fn search(&self) -> SearchPath {
         SearchPath::new(self.path(), None)

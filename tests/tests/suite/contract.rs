@@ -36,11 +36,6 @@ fn a_plugin_installed_under_umask_002_loads() {
     }
 }
 
-fn configure(home: &Home, provider: &Provider) {
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
-}
-
 /// A tool step that reports 10 + 5 tokens.
 fn tool_step_with_usage() -> Reply {
     let Reply::Sse(mut events) = chat::tool_calls("", &[("call_1", "fs_read", r#"{"path": "a.txt"}"#)]) else {
@@ -63,7 +58,7 @@ fn tool_step_with_usage() -> Reply {
 fn prompt_hooks_get_the_legacy_prompt_and_continue_prompt_the_steps_usage() {
     let provider = Provider::start(vec![tool_step_with_usage(), chat::text("done")]);
     let home = Home::new();
-    configure(&home, &provider);
+    home.use_model("openai:m", &provider.base_url, json!({}));
     home.scripted(
         "prompts",
         "",

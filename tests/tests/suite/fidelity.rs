@@ -97,9 +97,7 @@ fn only_the_first_choice_of_a_stream_is_the_answer() {
         "[DONE]".into(),
     ])]);
     let home = Home::new();
-    let config =
-        json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url, "completion_args": {"n": 2}});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({"completion_args": {"n": 2}}));
     let (out, err, ok) = run_bub(&home, &["run", "hi"]);
     assert!(ok, "{err}");
     assert!(out.contains("first answer") && !out.contains("SECOND") && !out.contains("CHOICE"), "{out}");
@@ -115,8 +113,7 @@ fn a_subagent_with_unknown_allowed_tools_does_not_run() {
     let args = json!({"prompt": "go", "allowed_tools": [" bash ", "nope"]}).to_string();
     let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "subagent", &args)]), chat::text("done")]);
     let home = Home::new();
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     let (_, err, ok) = run_bub(&home, &["run", "delegate"]);
     assert!(ok, "{err}");
     let requests = provider.requests();
@@ -144,9 +141,7 @@ fn the_settings_max_tokens_wins_over_completion_args() {
     use serde_json::json;
     let provider = Provider::start(vec![chat::text("ok")]);
     let home = Home::new();
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url,
-                        "completion_args": {"max_tokens": 100, "temperature": 0.5}});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({"completion_args": {"max_tokens": 100, "temperature": 0.5}}));
     let (_, err, ok) = run_bub(&home, &["run", "hi"]);
     assert!(ok, "{err}");
     let body = &provider.requests()[0].body;
@@ -209,8 +204,7 @@ fn anthropic_thinking_is_replayed_and_cache_tokens_count_as_input() {
     let provider = Provider::start(vec![step, anthropic::text("read it")]);
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
     std::fs::write(ws.path().join("a.txt"), "contents").unwrap();
-    let config = json!({"model": "anthropic:claude", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("anthropic:claude", &provider.base_url, json!({}));
     let (out, err, ok) = bub_in(&home, ws.path(), &["run", "--json", "read a.txt"]);
     assert!(ok, "{err}");
     let requests = provider.requests();
@@ -246,8 +240,7 @@ fn an_anthropic_refusal_answers_with_its_explanation() {
     ]);
     let provider = Provider::start(vec![refusal]);
     let home = Home::new();
-    let config = json!({"model": "anthropic:claude", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("anthropic:claude", &provider.base_url, json!({}));
     let (out, err, ok) = run_bub(&home, &["run", "something bad"]);
     assert!(ok, "{err}");
     assert!(out.contains("I can't help with that."), "{out}");
@@ -273,9 +266,7 @@ fn responses_reasoning_items_are_sent_back_with_the_call() {
     let provider = Provider::start(vec![step, responses::text("done")]);
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
     std::fs::write(ws.path().join("a.txt"), "contents").unwrap();
-    let config = json!({"model": "openai:o4", "api_key": "k", "api_base": provider.base_url,
-                        "client_args": {"api_format": "responses"}});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:o4", &provider.base_url, json!({"client_args": {"api_format": "responses"}}));
     let (_, err, ok) = bub_in(&home, ws.path(), &["run", "read a.txt"]);
     assert!(ok, "{err}");
     let input = provider.requests()[1].body["input"].as_array().unwrap().clone();
@@ -298,8 +289,7 @@ fn an_empty_answer_is_replayed() {
     ]);
     let provider = Provider::start(vec![empty, chat::text("second")]);
     let home = Home::new();
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     assert!(run_bub(&home, &["run", "first"]).2);
     assert!(run_bub(&home, &["run", "again"]).2);
     let roles: Vec<String> = provider.requests()[1].body["messages"]

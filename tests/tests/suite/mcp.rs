@@ -90,8 +90,7 @@ fn the_model_calls_an_mcp_tool() {
     let home = Home::new();
     home.install("mcp", &lib("mcp"), json!({}));
     bub(&home, &["mcp", "add", "calc", "--command", server_bin().to_str().unwrap()]);
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     let out = bub(&home, &["run", "add 2 and 3"]);
     assert!(out.contains("The sum is 5."), "{out}");
     let requests = provider.requests();
@@ -155,8 +154,7 @@ fn mcp_media_results_reach_the_model_and_are_described_in_command_mode() {
     assert!(out.contains("[resource note://1]\nremember the dot"), "{out}");
 
     let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "mcp_pics_picture", "{}")]), chat::text("seen")]);
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     bub(&home, &["run", "show me the picture"]);
     let sent = provider.requests()[1].body["messages"].to_string();
     assert!(sent.contains("data:image/png;base64,iVBORw0KGgo"), "the image did not reach the model: {sent}");

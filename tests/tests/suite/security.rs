@@ -421,11 +421,8 @@ fn absurd_retry_after_headers_are_clamped() {
             chat::text("after the wait"),
         ]);
         let home = Home::new();
-        let config = json!({
-            "model": "openai:m", "api_key": "k", "api_base": provider.base_url,
-            "client_args": {"retry_delay": 0.01, "max_retry_delay": 0.05},
-        });
-        std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+        let retries = json!({"client_args": {"retry_delay": 0.01, "max_retry_delay": 0.05}});
+        home.use_model("openai:m", &provider.base_url, retries);
         let (out, err, ok) = run_bub(&home, &["run", "hi"]);
         assert!(ok, "{value}: {err}");
         assert!(out.contains("after the wait"), "{value}: {out}");
@@ -494,8 +491,7 @@ fn ctrl_c_in_bub_run_keeps_the_run_on_the_tape_and_stops_its_shell() {
     let provider =
         Provider::start(vec![chat::tool_calls("", &[("call_1", "bash", &json!({"command": marker}).to_string())])]);
     let home = Home::new();
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     let ws = tempfile::tempdir().unwrap();
     let mut child = Command::new(bub_bin())
         .arg("--home")
@@ -539,8 +535,7 @@ fn a_huge_provider_error_body_is_capped() {
     let body = "x".repeat(5 << 20);
     let provider = Provider::start(vec![Reply::Status(400, body, vec![])]);
     let home = Home::new();
-    let config = json!({"model": "openai:m", "api_key": "k", "api_base": provider.base_url});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    home.use_model("openai:m", &provider.base_url, json!({}));
     let (_, err, ok) = run_bub(&home, &["run", "hi"]);
     assert!(!ok);
     assert!(err.contains("[error body cut at 16384 bytes]"), "{}", &err[..err.len().min(400)]);
