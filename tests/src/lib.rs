@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 pub mod gateway;
 pub mod postgres;
 pub mod provider;
+pub mod recordings;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()

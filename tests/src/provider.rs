@@ -25,6 +25,9 @@ pub enum Reply {
     Status(u16, String, Vec<(String, String)>),
     /// Accept and say nothing for this long.
     Hang(Duration),
+    /// A recorded response replayed byte for byte: status and body, with
+    /// the content type its first bytes show (an event stream or JSON).
+    Recorded(u16, Vec<u8>),
 }
 
 /// A request the server saw.
@@ -127,6 +130,16 @@ fn write_reply(out: &mut std::net::TcpStream, reply: Reply) -> std::io::Result<(
             out.write_all(format!("{head}\r\n{body}").as_bytes())?;
         }
         Reply::Hang(d) => std::thread::sleep(d),
+        Reply::Recorded(code, body) => {
+            let stream = body.starts_with(b"event:") || body.starts_with(b"data:");
+            let kind = if stream { "text/event-stream" } else { "application/json" };
+            let head = format!(
+                "HTTP/1.1 {code} Recorded\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            out.write_all(head.as_bytes())?;
+            out.write_all(&body)?;
+        }
     }
     out.flush()
 }

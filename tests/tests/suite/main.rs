@@ -23,6 +23,7 @@ mod install;
 mod loading;
 mod mcp;
 mod openai;
+mod recorded;
 mod scope;
 mod sdk;
 mod security;

@@ -179,7 +179,12 @@ pub fn events(
     resp: reqwest::Response,
 ) -> impl futures_util::Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin {
     use eventsource_stream::Eventsource;
-    resp.bytes_stream().eventsource().map(|r| {
+    // A blank line after the body, so an event the server did not close
+    // with one is still dispatched at the end, as Republic's parser does
+    // (WHATWG SSE would drop it; the Anthropic SDK's recorded fixtures end
+    // that way). A stream that was closed properly gains nothing.
+    let close = futures_util::stream::iter([Ok(bytes::Bytes::from_static(b"\n\n"))]);
+    resp.bytes_stream().chain(close).eventsource().map(|r| {
         r.map_err(|e| match e {
             eventsource_stream::EventStreamError::Transport(t) if t.is_timeout() => ProviderError::Timeout,
             other => ProviderError::Connection(format!("reading the event stream: {other}")),
