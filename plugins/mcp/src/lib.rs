@@ -45,11 +45,13 @@ use bub_abi::{
 use rmcp::{
     model::CallToolRequestParams,
     service::{RoleClient, RunningService},
-    transport::{StreamableHttpClientTransport, TokioChildProcess},
+    transport::StreamableHttpClientTransport,
     ServiceExt,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+
+mod tasks;
 
 /// The plugin.
 pub struct Mcp {
@@ -102,7 +104,12 @@ struct Server {
     client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
     peer: rmcp::Peer<RoleClient>,
     tools: Vec<rmcp::model::Tool>,
+    /// A stdio server's process, stopped after its session closes.
+    child: tokio::sync::Mutex<Option<tokio::process::Child>>,
 }
+
+/// How long a stdio server may take to exit once its input is closed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// The variables of bub's environment a stdio server inherits: what a
 /// program needs to run, none of bub's secrets (`BUB_API_KEY`,
@@ -114,11 +121,19 @@ fn safe_environment() -> impl Iterator<Item = (String, String)> {
 }
 
 async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
+    let task_only = tasks::TaskOnly::default();
+    let mut child = None;
     let service = match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args).env_clear().envs(safe_environment()).envs(&config.env).kill_on_drop(true);
-            let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+            let mut process = cmd.spawn().map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            let (Some(stdout), Some(stdin)) = (process.stdout.take(), process.stdin.take()) else {
+                return Err(format!("`{command}` started without pipes"));
+            };
+            child = Some(process);
+            let transport = (tasks::TaskScan::new(stdout, task_only.clone()), stdin);
             ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
         }
         (None, Some(url)) => {
@@ -127,9 +142,27 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
         }
         _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
     };
-    let tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
+    let mut tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
+    let task_only = std::mem::take(&mut *task_only.lock().unwrap_or_else(|p| p.into_inner()));
+    tools.retain(|tool| {
+        let keep = !task_only.contains(tool.name.as_ref());
+        if !keep {
+            tracing::warn!(
+                "mcp: server '{name}', tool '{}' is left out: it runs only as an MCP task \
+                 (execution.taskSupport \"required\"), which bub-rs does not support",
+                tool.name
+            );
+        }
+        keep
+    });
     let peer = service.peer().clone();
-    Ok(Server { name: name.to_owned(), client: tokio::sync::Mutex::new(Some(service)), peer, tools })
+    Ok(Server {
+        name: name.to_owned(),
+        client: tokio::sync::Mutex::new(Some(service)),
+        peer,
+        tools,
+        child: tokio::sync::Mutex::new(child),
+    })
 }
 
 /// Connects to every configured server at once; the ones that fail are
@@ -252,6 +285,13 @@ impl Lifespan for Connections {
                         tracing::debug!("mcp: closing '{}': {e}", server.name);
                     }
                 }
+                // Its input is closed now: a stdio server exits on its own,
+                // or is killed after a grace period.
+                if let Some(mut child) = server.child.lock().await.take() {
+                    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_err() {
+                        let _ = child.kill().await;
+                    }
+                }
             }
             Ok(())
         }
@@ -323,8 +363,17 @@ impl Tool for McpTool {
         let server = self.server.name.clone();
         async move {
             let params = CallToolRequestParams::new(name.clone()).with_arguments(arguments);
-            let result =
-                peer.call_tool(params).await.map_err(|e| format!("MCP server '{server}', tool {name}: {e}"))?;
+            let result = peer.call_tool(params).await.map_err(|e| {
+                // A tool an HTTP server runs only as a task (its list was not
+                // read through TaskScan) fails so: say why.
+                let hint = match &e {
+                    rmcp::ServiceError::McpError(d) if d.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND => {
+                        "; the server may run this tool only as an MCP task, which bub-rs does not support"
+                    }
+                    _ => "",
+                };
+                format!("MCP server '{server}', tool {name}: {e}{hint}")
+            })?;
             let result = serde_json::to_value(&result)?;
             let parts: Vec<Value> =
                 result["content"].as_array().into_iter().flatten().filter_map(content_part).collect();

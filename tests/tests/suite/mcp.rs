@@ -190,8 +190,8 @@ fn everything_server() -> Option<std::path::PathBuf> {
 
 /// Issue 17 (real MCP servers): the reference `everything` server from npm,
 /// over stdio — its tools run, its image comes back described, its tool
-/// names (with `-`) are valid model names, and it never sees bub's keys
-/// (17.16, through its own `get-env`).
+/// names (with `-`) are valid model names, its task-only tool is left out
+/// (17.18), and it never sees bub's keys (17.16, through its own `get-env`).
 #[test]
 fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     let Some(server) = everything_server() else {
@@ -201,8 +201,16 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 30}));
     let servers = json!({"mcpServers": {"everything": {"command": server, "args": ["stdio"]}}});
     bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
-    let listed = bub(&home, &["mcp", "list", "--tools"]);
+    let (listed, log, ok) = run_bub(&home, &["mcp", "list", "--tools"]);
+    assert!(ok, "{log}");
     assert!(listed.contains("mcp.everything_echo") && listed.contains("mcp.everything_get-env"), "{listed}");
+    // 17.18: its task-only tool (execution.taskSupport "required") would
+    // always fail with -32601: left out, saying why.
+    assert!(!listed.contains("simulate-research-query"), "a task-only tool is offered: {listed}");
+    assert!(
+        log.contains("tool 'simulate-research-query' is left out: it runs only as an MCP task"),
+        "no line says why: {log}"
+    );
     assert!(bub(&home, &["run", ",mcp.everything_echo message=from-bub"]).contains("from-bub"));
     let image = bub(&home, &["run", ",mcp.everything_get-tiny-image"]);
     assert!(image.contains("[image: image/png,"), "{image}");
