@@ -19,6 +19,7 @@ a difference not listed there fails the run.
 import argparse
 import hashlib
 import json
+import time
 import os
 import re
 import shutil
@@ -157,11 +158,16 @@ def run_impl(impl, binary, scenario, server, workdir):
     outputs, requests_before = [], len(server.requests)
     for turn in scenario["turns"]:
         server.replies = list(turn["replies"])
-        if scenario.get("steer"):
+        if scenario.get("media"):
+            env["BUBDIFF_MEDIA"] = json.dumps(scenario["media"])
+        if scenario.get("chat"):
+            outputs.append(chat_session(binary, ws, env, turn["message"]))
+            continue
+        if scenario.get("steer") or scenario.get("media"):
             # No CLI steers from a script: a driver runs `bub run`'s turn with
             # the messages already in the scope's inbox.
             driver = [str(Path(binary).parent / "python"), str(HERE / "steer_run.py")] if impl == "python" else [os.environ["BUB_RS_STEER_RUN"]]
-            cmd = driver + [turn["message"], *scenario["steer"]]
+            cmd = driver + [turn["message"], *scenario.get("steer", [])]
         else:
             cmd = [binary, "run", turn["message"]]
         p = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
@@ -171,6 +177,66 @@ def run_impl(impl, binary, scenario, server, workdir):
     requests = [request_view(r) for r in raw]
     tools = sorted({t["function"]["name"] for r in raw for t in r["body"].get("tools", [])})
     return {"output": outputs, "requests": requests, "tape": tape_view(home), "tools": tools}
+
+
+def chat_session(binary, ws, env, line):
+    """`bub chat` on a pseudo-terminal: types `line`, waits for the answer
+    (output idle), then `,quit`. The terminal rendering differs between the
+    two (prompt_toolkit / rustyline), so only success is compared here; the
+    requests and the tape carry the session and context."""
+    import pty
+    import select
+    import signal
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(ws)
+        os.execve(binary, [binary, "chat"], env)
+
+    def drain(idle, limit):
+        end, quiet = time.time() + limit, time.time() + idle
+        while time.time() < min(end, quiet):
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    if not os.read(fd, 65536):
+                        return
+                except OSError:
+                    return
+                quiet = time.time() + idle
+    drain(2.0, 20)
+    os.write(fd, line.encode() + b"\r")
+    drain(2.5, 60)
+    os.write(fd, b",quit\r")
+    drain(1.0, 20)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return {"ok": os.waitstatus_to_exitcode(status) == 0, "stdout": "<terminal>"}
+        drain(0.2, 0.5)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return {"ok": False, "stdout": "<chat did not quit>"}
+
+
+def apply_known(name, aspect, view, known):
+    """A known difference that is a line only one side prints (`drop_lines`,
+    in any text of that aspect): those lines are left out of both, the rest
+    compared."""
+    rule = known.get(name, {}).get(aspect)
+    if not isinstance(rule, dict):
+        return view
+    drop = tuple(rule.get("drop_lines", []))
+
+    def strip(v):
+        if isinstance(v, str):
+            return "\n".join(l for l in v.split("\n") if l.strip() not in drop)
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items()}
+        return v
+    return strip(view)
 
 
 def install_rust_plugin(binary, home, plugin, env):
@@ -230,8 +296,15 @@ def main():
         server.httpd.shutdown()
         report[sc["name"]] = {"python": py, "rust": rs}
         for aspect in ("output", "requests", "tape", "tools"):
-            d = diff(py[aspect], rs[aspect], aspect)
+            pa, ra = (apply_known(sc["name"], aspect, x[aspect], known) for x in (py, rs))
+            d = diff(pa, ra, aspect)
             reason = known.get(sc["name"], {}).get(aspect) or known.get("*", {}).get(aspect)
+            if isinstance(reason, dict):
+                print(f"{sc['name']:28} {aspect:9} {'same' if not d else 'DIFFERS'} (leaving out: {reason['reason']})")
+                failed |= bool(d)
+                for line in d[:8]:
+                    print(f"    {line}")
+                continue
             if not d:
                 print(f"{sc['name']:28} {aspect:9} same")
             elif reason:

@@ -1,10 +1,14 @@
 """`bub run MESSAGE` with steering messages already waiting in the scope's
 inbox for the session (the differential scenario "steering messages
-pending"); prints the outbounds as `bub run` does. Python Bub 0.6.0a3 side."""
+pending"), and with the media items of BUBDIFF_MEDIA (a JSON list of
+{type, mime_type, url}) on the inbound; prints the outbounds as `bub run`
+does. Python Bub 0.6.0a3 side."""
 import asyncio
+import json
+import os
 import sys
 
-from bub.channels.message import ChannelMessage
+from bub.channels.message import ChannelMessage, MediaItem
 from bub.framework import BubFramework
 
 
@@ -13,7 +17,8 @@ async def main(message, steered):
     framework.load_hooks()
     session = "cli:local"
     inbound = ChannelMessage(session_id=session, content=message, channel="cli", chat_id="local",
-                             context={"sender_id": "human"})
+                             context={"sender_id": "human"},
+                             media=[MediaItem(**m) for m in json.loads(os.environ.get("BUBDIFF_MEDIA", "[]"))])
     async with framework.running():
         for text in steered:
             note = ChannelMessage(session_id=session, content=text, channel="cli", chat_id="local",

@@ -1,6 +1,8 @@
 //! `bub run MESSAGE` with steering messages already waiting in the scope's
-//! inbox for the session: the bub-rs side of the differential scenario
-//! "steering messages pending" (`scripts/differential.py`). Home from
+//! inbox for the session, and with the media items of `BUBDIFF_MEDIA` (a
+//! JSON list of `{type, mime_type, url}`) on the inbound: the bub-rs side
+//! of the differential scenarios "steering messages pending" and "media
+//! turn" (`scripts/differential.py`). Home from
 //! `BUB_HOME`, workspace = the current directory; prints the outbounds as
 //! `bub run` does.
 //!
@@ -35,7 +37,11 @@ fn main() {
             let mut state = Map::new();
             assert!(fw.steer_message(message(text), "cli:local", &mut state, None).await?);
         }
-        fw.process_inbound(&mut message(&args[0]), false).await
+        let mut inbound = message(&args[0]);
+        if let Ok(media) = std::env::var("BUBDIFF_MEDIA") {
+            inbound["media"] = serde_json::from_str(&media).expect("BUBDIFF_MEDIA is a JSON list");
+        }
+        fw.process_inbound(&mut inbound, false).await
     }));
     match result {
         Ok(turn) => {

@@ -222,15 +222,37 @@ async fn anchors(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     Ok(json!(if names.is_empty() { "(no anchors)".to_owned() } else { names[start..].join("\n") }))
 }
 
-/// Bub's help: the prefix, every tool that runs as a command (here: all of
-/// this agent's tools, in registry order), and the shell fallback.
+/// Bub's help lines (Bub 0.6.0a3, `bub/builtin/tools.py` `show_help`): a
+/// fixed list of commands with an example each.
+const HELP_LINES: [(&str, &str); 14] = [
+    ("help", ""),
+    ("skill", " name=foo"),
+    ("tape.info", ""),
+    ("tape.search", " query=error"),
+    ("tape.handoff", " name=phase-1 summary='done'"),
+    ("tape.anchors", ""),
+    ("fs.read", " path=README.md"),
+    ("fs.write", " path=tmp.txt content='hello'"),
+    ("fs.edit", " path=tmp.txt old=hello new=world"),
+    ("bash", " command='sleep 5' background=true"),
+    ("bash.output", " shell_id=bsh-12345678"),
+    ("bash.kill", " shell_id=bsh-12345678"),
+    ("code_mode", " enable=true"),
+    ("quit", ""),
+];
+
+/// Bub's help: the prefix, its fixed list of commands (each line only when
+/// this agent has that tool: no `skill` line without skills), and the shell
+/// fallback.
 async fn help(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let prefix = super::bub::framework_of(&cx.state)
         .and_then(|f| super::ModelSettings::load(f.home()).ok())
         .map_or_else(|| ",".to_owned(), |s| s.command_prefix);
     let mut text = format!("Commands use '{prefix}' at line start.\nKnown internal commands:\n");
-    for tool in cx.tools.iter() {
-        text.push_str(&format!("  {prefix}{}\n", tool.name));
+    for (name, example) in HELP_LINES {
+        if cx.tools.iter().any(|t| t.name == name) {
+            text.push_str(&format!("  {prefix}{name}{example}\n"));
+        }
     }
     text.push_str(&format!("Any unknown command after '{prefix}' is executed as shell via bash."));
     Ok(json!(text))

@@ -21,6 +21,7 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
     let none = Map::new;
     match event {
         Event::RunStarted { model, prompt, metadata } => {
+            let prompt = crate::framework::prompt::to_part_dicts(prompt);
             let mut data = json!({"model": model, "prompt": prompt});
             for (k, v) in metadata.iter() {
                 data[k] = v.clone();
@@ -28,6 +29,7 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
             tape.event("loop.start", data, none()).await?;
         }
         Event::StepStarted { step, prompt } => {
+            let prompt = prompt.as_ref().map(crate::framework::prompt::to_part_dicts);
             tape.event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
         }
         Event::StepFinished { step, status, elapsed_ms, error, .. } => {

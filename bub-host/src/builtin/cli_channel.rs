@@ -53,6 +53,8 @@ impl Router {
 }
 
 struct CliInner {
+    // The lines that end the session (`,quit`, `,exit`).
+    quit: [String; 2],
     handler: Object,
     history: Option<PathBuf>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -144,9 +146,11 @@ pub struct CliChannel {
 
 impl CliChannel {
     /// A channel feeding `handler`, keeping its history in `history`, and
-    /// reachable through `router` while it runs.
-    pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<Router>) -> Self {
+    /// reachable through `router` while it runs; `<prefix>quit` and
+    /// `<prefix>exit` end it.
+    pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<Router>, prefix: &str) -> Self {
         let inner = CliInner {
+            quit: [format!("{prefix}quit"), format!("{prefix}exit")],
             handler,
             history,
             thread: Mutex::new(None),
@@ -193,6 +197,10 @@ fn read_loop(inner: Arc<CliInner>) {
                 let _ = editor.add_history_entry(content);
                 if let Some(h) = &inner.history {
                     let _ = editor.save_history(h);
+                }
+                // As Bub's cli channel: the session ends here, no turn runs.
+                if inner.quit.iter().any(|q| q == content) {
+                    break;
                 }
                 // The chat command adds the session, chat and `thread_id`, as
                 // Bub's cli channel does (no sender: the terminal is you).

@@ -272,7 +272,8 @@ impl Plugin for Builtin {
     /// The `cli` channel.
     fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
         let history = self.home.join("chat_history");
-        let channel = cli_channel::CliChannel::new(message_handler, Some(history), self.router.clone());
+        let channel =
+            cli_channel::CliChannel::new(message_handler, Some(history), self.router.clone(), self.command_prefix());
         Some(vec![Object::channel(channel)])
     }
 

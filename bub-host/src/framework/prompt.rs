@@ -1,5 +1,6 @@
-//! Prompt formats (spec §4.3): user content (`to_content`) and the legacy
-//! form hooks receive (`to_legacy_prompt`).
+//! Prompt formats (spec §4.3): user content (`to_content`), the legacy
+//! form hooks receive (`to_legacy_prompt`), and Republic's part dicts the
+//! tape records (`to_part_dicts`).
 
 use serde_json::{json, Map, Value};
 
@@ -63,4 +64,56 @@ pub fn to_legacy_prompt(content: &[Value]) -> Value {
             })
             .collect(),
     )
+}
+
+/// Republic's part dicts (`_part_to_dict`), as Bub records a list prompt in
+/// `loop.start` / `loop.step.start`: text as `{type: text, text}`, media as
+/// `{type, media_type, url | data}` with a data URL split into its media
+/// type and base64 data. A string prompt stays a string.
+pub fn to_part_dicts(prompt: &Value) -> Value {
+    let Value::Array(items) = prompt else { return prompt.clone() };
+    let part = |item: &Value| match item {
+        Value::String(s) => json!({"type": "text", "text": s}),
+        Value::Object(block)
+            if matches!(block.get("type").and_then(Value::as_str), Some("image" | "audio" | "video")) =>
+        {
+            let text = |k: &str| block.get(k).and_then(Value::as_str);
+            let declared = text("media_type").or_else(|| text("mime_type"));
+            let mut b = Map::new();
+            b.insert("type".into(), block["type"].clone());
+            match text("url").and_then(|u| u.strip_prefix("data:")).and_then(|u| u.split_once(',')) {
+                Some((header, data)) => {
+                    b.insert("media_type".into(), json!(header.trim_end_matches(";base64")));
+                    b.insert("data".into(), json!(data));
+                }
+                None => {
+                    b.insert("media_type".into(), json!(declared.unwrap_or("application/octet-stream")));
+                    match block.get("url") {
+                        Some(url) => b.insert("url".into(), url.clone()),
+                        None => b.insert("data".into(), block.get("data").cloned().unwrap_or_default()),
+                    };
+                }
+            }
+            Value::Object(b)
+        }
+        other => other.clone(),
+    };
+    Value::Array(items.iter().map(part).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_dicts_split_data_urls() {
+        let prompt = json!(["look", {"type": "image", "mime_type": "image/png", "url": "data:image/png;base64,iVBO"},
+                            {"type": "image", "url": "https://x/y.jpg", "media_type": "image/jpeg"}]);
+        assert_eq!(
+            to_part_dicts(&prompt),
+            json!([{"type": "text", "text": "look"}, {"type": "image", "media_type": "image/png", "data": "iVBO"},
+                   {"type": "image", "media_type": "image/jpeg", "url": "https://x/y.jpg"}])
+        );
+        assert_eq!(to_part_dicts(&json!("plain")), json!("plain"));
+    }
 }

@@ -139,6 +139,29 @@ fn chat_turns_editing_and_quit() {
     assert!(history.contains("hello there") && history.contains("second") && !history.contains("never sent"));
 }
 
+/// As Bub's cli channel, `,quit` and `,exit` at the prompt end the chat:
+/// no turn runs (the differential harness checks the tape side by side).
+#[test]
+fn chat_quit_and_exit_end_the_session() {
+    for line in [",quit\r", ",exit\r"] {
+        let home = Home::new();
+        home.install("echo", &lib("echo-model"), json!({}));
+        let mut term = Terminal::open(&home);
+        term.expect(0, "> ");
+        term.send(line);
+        assert!(term.wait().success(), "{line:?} did not end the chat");
+        let tapes = home.path().join("tapes");
+        let commands = std::fs::read_dir(&tapes)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path()).ok())
+            .filter(|text| text.contains("\"command\""))
+            .count();
+        assert_eq!(commands, 0, "{line:?} ran as a command turn");
+    }
+}
+
 /// Ctrl-C during a turn cancels that turn; the chat goes on.
 #[test]
 fn chat_ctrl_c_cancels_the_running_turn() {
