@@ -124,7 +124,9 @@
 pub mod hooks;
 #[doc(hidden)]
 pub mod abi;
+pub mod envelope;
 pub mod files;
+pub mod prompt;
 #[doc(hidden)]
 pub mod sdk;
 pub mod time;

@@ -8,12 +8,13 @@
 //!   per-session environment cache (spec §1.2, §5);
 //! - [`app`] — the app-hook accessors (system prompt, model options,
 //!   channels, tools, sidecars, tape context, admission, steering);
-//! - [`envelope`], [`prompt`] — Bub's loose message and prompt shapes.
+//! - [`envelope`], [`prompt`] — Bub's loose message and prompt shapes
+//!   (re-exported from `bub_abi`, where plugins read them too).
 
 pub mod app;
-pub mod envelope;
+pub use bub_abi::envelope;
 mod error;
-pub mod prompt;
+pub use bub_abi::prompt;
 pub mod scope;
 mod turn;
 

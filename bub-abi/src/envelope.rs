@@ -1,7 +1,9 @@
 //! Reading message envelopes the way Bub does (`field_of`, `content_of`,
-//! the default session id, `unpack_batch`).
+//! the default session id, `unpack_batch`): pure functions over the loose
+//! JSON a channel sends, shared by the host and plugins (a session router
+//! or a model plugin reads a message exactly as the framework does).
 
-use bub_abi::types::Envelope;
+use crate::types::Envelope;
 use serde_json::{Map, Value};
 
 /// `field_of(msg, key)`: a map's value, `None` when absent or null.
