@@ -129,6 +129,7 @@ pub mod files;
 pub mod prompt;
 #[doc(hidden)]
 pub mod sdk;
+pub mod sync;
 pub mod time;
 pub mod types;
 pub mod value;

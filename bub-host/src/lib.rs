@@ -1,26 +1,22 @@
-//! # bub-host — discovers, loads and dispatches native Bub plugins
+//! # bub-host — the Bub framework, agent and gateway over native plugins
 //!
-//! Data flows one way: **discover → load → register → dispatch**.
+//! Data flows one way: **discover → load → register → dispatch**. The
+//! first four live in [`bub_runtime`] (re-exported here under their old
+//! paths): [`discovery`], [`manifest`], [`integrity`], [`install`],
+//! [`loader`], [`registry`], [`runtime`] (Bub's dispatch semantics and the
+//! typed entry point per hook), [`resources`], [`host`]. This crate adds:
 //!
-//! - [`discovery`]: where installed plugins are looked for, in which order;
-//! - [`manifest`]: what an installed plugin folder declares;
-//! - [`integrity`]: trust and sha256 checks before a library is opened;
-//! - [`install`]: installing, replacing, removing, enabling plugins;
-//! - [`loader`]: opening a library and checking its ABI before running it;
-//! - [`registry`]: registration order and pluggy's per-hook ordering;
-//! - [`runtime`]: dispatch with Bub's semantics (`call_first`, `call_many`,
-//!   sync variants, `notify_error`, the agent interception chains), and one
-//!   typed entry point per hook generated from the hook table
-//!   (`runtime.resolve_session(&message)`);
 //! - [`framework`]: the turn pipeline (`process_inbound`), the `running()`
-//!   scope and the app hooks; [`resources`]: typed handles over the objects
-//!   app hooks return;
+//!   scope and the app hooks;
 //! - [`agent`]: Bub's agent (the loop, events, tools, tape fork, command
 //!   mode, providers), which the builtin runs for every turn;
-//! - [`host`]: the assembly of all of the above; [`builtin`]: Bub's builtin plugin.
+//! - [`gateway`]: `bub gateway` (channels, admission, per-session queues);
+//! - [`builtin`]: Bub's builtin plugin, added to a host with
+//!   [`WithBuiltin::builtin`] (or [`discover`]: the builtin, then every
+//!   installed plugin).
 //!
 //! ```no_run
-//! use bub_host::{discovery::SearchPath, HostBuilder};
+//! use bub_host::{discovery::SearchPath, HostBuilder, WithBuiltin};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // The builtin first, then every installed plugin; each is told the home
@@ -40,23 +36,32 @@
 
 pub mod agent;
 pub mod builtin;
-pub mod crash;
-pub mod discovery;
-pub mod error;
 pub mod framework;
 pub mod gateway;
-pub mod host;
-mod host_services;
-pub mod install;
-pub mod integrity;
-pub mod loader;
-pub mod manifest;
 mod random;
-pub mod registry;
-pub mod resources;
-pub mod runtime;
 
-pub use error::{HookFailure, LoadError};
-pub use host::{Host, HostBuilder, Places, PluginSource};
-pub use registry::{PluginRecord, PluginStatus, Registry};
-pub use runtime::{CallArgs, ModelSelection, OnboardError, Reply, Runtime};
+// The lower layer, re-exported under its old paths (`bub_host::loader`, …).
+pub use bub_runtime::{
+    crash, discovery, error, host, install, integrity, loader, manifest, registry, resources, runtime,
+};
+pub use bub_runtime::{
+    CallArgs, HookFailure, Host, HostBuilder, LoadError, ModelSelection, OnboardError, Places, PluginRecord,
+    PluginSource, PluginStatus, Registry, Reply, Runtime,
+};
+
+/// The builtin on a [`HostBuilder`]: `HostBuilder::new().builtin()`.
+pub trait WithBuiltin {
+    /// Adds Bub's builtin plugin, registered as `builtin`, first.
+    fn builtin(self) -> Self;
+}
+
+impl WithBuiltin for HostBuilder {
+    fn builtin(self) -> Self {
+        self.with_static("builtin", builtin::module())
+    }
+}
+
+/// The usual host: `builtin`, then every plugin found on `search`.
+pub fn discover(search: &discovery::SearchPath) -> Host {
+    HostBuilder::new().builtin().discovered(search).build()
+}

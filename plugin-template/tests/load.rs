@@ -1,10 +1,10 @@
-//! Builds this plugin, loads it through the real bub host library and
+//! Builds this plugin, loads it through the real bub runtime (bub-runtime: the loader and dispatcher, without the CLI or the agent) and
 //! checks what its hooks return.
 
 use std::{path::PathBuf, process::Command};
 
-{% if hooks == "tool-policy" %}use bub_host::{HostBuilder, PluginStatus};{% else %}use bub_abi::HookId;
-use bub_host::{CallArgs, HostBuilder, PluginStatus};{% endif %}
+{% if hooks == "tool-policy" %}use bub_runtime::{HostBuilder, PluginStatus};{% else %}use bub_abi::HookId;
+use bub_runtime::{CallArgs, HostBuilder, PluginStatus};{% endif %}
 use serde_json::json;
 
 fn build() -> PathBuf {

@@ -8,6 +8,7 @@
 //! usable inside the timed loop (JSON replies parsed), as Python's are objects.
 //! `scripts/bench.sh` turns criterion's estimates into hook_bench.py's JSON lines.
 
+use bub_host::WithBuiltin as _;
 use std::{
     future::Future,
     hint::black_box,

@@ -8,6 +8,7 @@
 //!
 //! `steer_run MESSAGE [STEERED…]`
 
+use bub_host::WithBuiltin as _;
 use bub_host::{
     discovery::SearchPath,
     framework::{envelope::complete_channel_message, Framework},

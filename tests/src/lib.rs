@@ -216,7 +216,7 @@ impl Home {
 
     /// A host as `bub` builds it: the builtin, then the installed plugins.
     pub fn host_with_builtin(&self) -> Host {
-        Host::discover(&self.search())
+        bub_host::discover(&self.search())
     }
 }
 

@@ -134,7 +134,7 @@ impl MemoryState {
     fn lock(&self) -> std::sync::MutexGuard<'_, Map<String, Value>> {
         // A panic while holding the lock cannot leave the map half-written
         // (every operation is a single map call), so poisoning is ignored.
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.map)
     }
 }
 

@@ -32,7 +32,7 @@ pub struct Registration(u64);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        turns().lock().unwrap_or_else(|p| p.into_inner()).remove(&self.0);
+        bub_abi::sync::lock(turns()).remove(&self.0);
     }
 }
 
@@ -40,7 +40,7 @@ impl Drop for Registration {
 pub fn register(framework: &Framework, state: &TurnState) -> Registration {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    turns().lock().unwrap_or_else(|p| p.into_inner()).insert(id, framework.clone());
+    bub_abi::sync::lock(turns()).insert(id, framework.clone());
     let _ = state.set("_runtime_agent", &json!({"$agent": id}));
     Registration(id)
 }
@@ -48,7 +48,7 @@ pub fn register(framework: &Framework, state: &TurnState) -> Registration {
 /// The framework running the turn of `state`, if any.
 pub fn framework_of(state: &TurnState) -> Option<Framework> {
     let id = state.get_value("_runtime_agent")?.get("$agent")?.as_u64()?;
-    turns().lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    bub_abi::sync::lock(turns()).get(&id).cloned()
 }
 
 /// Builds the turn's agent: store (the scope's, else memory), tape context,

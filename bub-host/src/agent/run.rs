@@ -140,7 +140,7 @@ struct Run {
 
 impl Run {
     fn last_usage(&self) -> Option<Value> {
-        self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        bub_abi::sync::lock(&self.usage).clone()
     }
 }
 
@@ -579,7 +579,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let response = outcome?;
     // 9. Usage.
     let usage = response.usage.unwrap_or_default().to_json();
-    *run.usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(usage.clone());
+    *bub_abi::sync::lock(&run.usage) = Some(usage.clone());
     let _ = tx.send(Ok(event("usage", json!({"usage": usage, "elapsed_seconds": elapsed.as_secs_f64()}))));
     let text = if response.text.is_empty() { response.refusal.clone() } else { response.text.clone() };
     let mut assistant_fields = Map::new();

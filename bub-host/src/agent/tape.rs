@@ -100,7 +100,7 @@ impl Store {
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    bub_abi::sync::lock(m)
 }
 
 /// Bub's session tape name: `md5(workspace)[:16]__md5(session)[:16]`.

@@ -33,7 +33,7 @@ pub struct Router {
 
 impl Router {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<CliInner>>> {
-        self.started.lock().unwrap_or_else(|p| p.into_inner())
+        bub_abi::sync::lock(&self.started)
     }
 
     /// Sends `message` to the started channel it names (`output_channel`,
@@ -67,7 +67,7 @@ struct CliInner {
 impl CliInner {
     fn print(&self, message: &Envelope) {
         let content = message.get("content").map(crate::framework::envelope::py_str).unwrap_or_default();
-        let streamed = std::mem::take(&mut *self.streamed.lock().unwrap_or_else(|p| p.into_inner()));
+        let streamed = std::mem::take(&mut *bub_abi::sync::lock(&self.streamed));
         self.mid_line.store(false, std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
         // The answer was shown as it streamed: just end its line.
@@ -91,7 +91,7 @@ impl CliInner {
             Value::Null => return,
             other => other.to_string(),
         };
-        self.streamed.lock().unwrap_or_else(|p| p.into_inner()).push_str(&delta);
+        bub_abi::sync::lock(&self.streamed).push_str(&delta);
         self.mid_line.store(!delta.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
         let _ = write!(out, "{delta}");
@@ -233,7 +233,7 @@ impl Channel for CliChannel {
                 .name("bub-cli-input".into())
                 .spawn(move || read_loop(reader))
                 .map_err(|e| format!("cannot start the input thread: {e}"))?;
-            *inner.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+            *bub_abi::sync::lock(&inner.thread) = Some(thread);
             Ok(())
         }
     }

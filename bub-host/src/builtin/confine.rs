@@ -40,7 +40,7 @@ pub fn spawn(command: tokio::process::Command, workspace: &Path) -> Result<tokio
 fn spawner(workspace: &Path) -> Result<mpsc::Sender<Job>, BoxError> {
     static SPAWNERS: OnceLock<Mutex<HashMap<PathBuf, mpsc::Sender<Job>>>> = OnceLock::new();
     let root = workspace.canonicalize().map_err(|e| format!("the workspace {}: {e}", workspace.display()))?;
-    let mut spawners = SPAWNERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut spawners = bub_abi::sync::lock(SPAWNERS.get_or_init(Default::default));
     if let Some(sender) = spawners.get(&root) {
         return Ok(sender.clone());
     }

@@ -34,7 +34,7 @@ fn key(state: &StateMap) -> String {
 
 impl MemoryInbox {
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, VecDeque<Envelope>>) -> R) -> R {
-        f(&mut self.queues.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut bub_abi::sync::lock(&self.queues))
     }
 }
 

@@ -63,7 +63,7 @@ impl OpenScopes {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    bub_abi::sync::lock(m)
 }
 
 impl ShellScope {

@@ -54,7 +54,7 @@ impl FileTapeStore {
 
     /// The lock of the tape at `path`.
     fn tape_lock(&self, path: &Path) -> Arc<Mutex<()>> {
-        let mut locks = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = bub_abi::sync::lock(&self.writing);
         if locks.len() >= 256 {
             // Forget the locks nobody holds or waits for.
             locks.retain(|_, lock| Arc::strong_count(lock) > 1);

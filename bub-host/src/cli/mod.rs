@@ -17,7 +17,7 @@ use bub_host::{
     discovery::{absolute, bub_home, SearchPath},
     framework::Framework,
     install::Installer,
-    Host, HostBuilder,
+    Host, HostBuilder, WithBuiltin,
 };
 use clap::{Parser, Subcommand};
 

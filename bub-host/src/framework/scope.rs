@@ -45,7 +45,7 @@ struct Inner {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // The lock guards plain data; a panic elsewhere cannot leave it torn.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        bub_abi::sync::lock(&self.inner)
     }
 
     /// Step a of the exit: the store and inbox references go; the cached

@@ -49,7 +49,7 @@ impl Framework {
 
         // 2. state: runtime defaults, then every load_state, low priority first.
         let (state, state_map) = self.state_for(message(), &session_id).await?;
-        let lock = || state_map.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = || bub_abi::sync::lock(&state_map);
         // The builtin agent finds this framework through the state (Bub's
         // `state._runtime_agent`), for this turn only.
         let _agent = crate::agent::bub::register(self, &state);
@@ -138,7 +138,7 @@ impl Framework {
         // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
         for answer in self.runtime.load_state(message, &session_id.to_owned()).await?.iter().rev() {
             if let Ok(fragment) = answer.get() {
-                state_map.lock().unwrap_or_else(|p| p.into_inner()).extend(fragment);
+                bub_abi::sync::lock(&state_map).extend(fragment);
             }
         }
         Ok((state, state_map))

@@ -49,12 +49,12 @@ impl Handle {
 
     /// From now on accepted messages are journaled in `journal`.
     pub fn set_journal(&self, journal: Option<Arc<super::journal::Journal>>) {
-        *self.journal.lock().unwrap_or_else(|p| p.into_inner()) = journal;
+        *bub_abi::sync::lock(&self.journal) = journal;
     }
 
     /// The queue's receiving end (once).
     pub fn take_receiver(&self) -> mpsc::UnboundedReceiver<Inbound> {
-        let taken = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = bub_abi::sync::lock(&self.rx).take();
         taken.unwrap_or_else(|| mpsc::unbounded_channel().1)
     }
 
@@ -76,7 +76,7 @@ impl GatewayHandler {
             return Err(HookError::plugin("the gateway is stopping and takes no new messages; send it again later"));
         }
         let message = complete(message)?;
-        let journal = self.journal.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let journal = bub_abi::sync::lock(&self.journal).clone();
         let marks = super::Marks::new(journal.as_ref(), &message);
         let inbound = Inbound { message, waiters: waiter.into_iter().collect(), marks };
         self.tx.send(inbound).map_err(|_| HookError::plugin("the gateway has stopped; the message was not taken"))

@@ -49,7 +49,7 @@ impl Journal {
     fn write(&self, line: &Value) {
         let mut text = line.to_string();
         text.push('\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = bub_abi::sync::lock(&self.file);
         if let Err(e) = file.write_all(text.as_bytes()) {
             tracing::warn!(target: "bub::gateway", "cannot write the journal {}: {e}", self.path.display());
         }

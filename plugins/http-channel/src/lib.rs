@@ -243,7 +243,7 @@ struct Server {
 
 impl Shared {
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<StreamEvent>>> {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+        bub_abi::sync::lock(&self.streams)
     }
 }
 
@@ -290,7 +290,7 @@ impl Channel for HttpChannel {
                     tracing::error!("http channel server failed: {e}");
                 }
             });
-            *shared.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(Server { stop, task });
+            *bub_abi::sync::lock(&shared.server) = Some(Server { stop, task });
             tracing::info!("http channel listening on http://{address}");
             Ok(())
         }
@@ -299,7 +299,7 @@ impl Channel for HttpChannel {
     /// Stops accepting; requests in flight finish (the gateway stops
     /// channels after its turns).
     fn stop(&self) -> impl Fut<()> {
-        let server = self.0.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let server = bub_abi::sync::lock(&self.0.server).take();
         async move {
             if let Some(server) = server {
                 let _ = server.stop.send(());

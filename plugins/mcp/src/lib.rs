@@ -143,7 +143,7 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
         _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
     };
     let mut tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
-    let task_only = std::mem::take(&mut *task_only.lock().unwrap_or_else(|p| p.into_inner()));
+    let task_only = std::mem::take(&mut *bub_abi::sync::lock(&task_only));
     tools.retain(|tool| {
         let keep = !task_only.contains(tool.name.as_ref());
         if !keep {
@@ -241,7 +241,7 @@ impl Plugin for Mcp {
 
     /// The connected servers' tools.
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        let servers = self.connected.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let servers = bub_abi::sync::lock(&self.connected).clone();
         Some(
             servers
                 .iter()
@@ -271,13 +271,13 @@ impl Lifespan for Connections {
         let (home, timeout, connected) = (self.home.clone(), self.timeout, self.connected.clone());
         async move {
             let servers = connect_all(&home, timeout).await;
-            connected.lock().unwrap_or_else(|p| p.into_inner()).extend(servers);
+            bub_abi::sync::lock(&connected).extend(servers);
             Ok(())
         }
     }
 
     fn exit(&self, _error: Option<ErrorInfo>) -> impl Fut<()> {
-        let servers = std::mem::take(&mut *self.connected.lock().unwrap_or_else(|p| p.into_inner()));
+        let servers = std::mem::take(&mut *bub_abi::sync::lock(&self.connected));
         async move {
             for server in servers {
                 if let Some(client) = server.client.lock().await.take() {

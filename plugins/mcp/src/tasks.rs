@@ -80,7 +80,7 @@ fn note_task_only(line: &[u8], found: &TaskOnly) {
     let required = tools.filter(|t| t["execution"]["taskSupport"] == "required");
     let names: Vec<String> = required.filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
     if !names.is_empty() {
-        found.lock().unwrap_or_else(|p| p.into_inner()).extend(names);
+        bub_abi::sync::lock(found).extend(names);
     }
 }
 

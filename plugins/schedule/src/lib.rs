@@ -196,7 +196,7 @@ impl Jobs {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
                     let id = entry.get("id").and_then(Value::as_str).unwrap_or("?").to_owned();
-                    if self.warned.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
+                    if bub_abi::sync::lock(&self.warned).insert(id.clone()) {
                         tracing::warn!("schedule: skipping job {id} in {}: {e}; fix or remove it", path.display());
                     }
                     broken.push(entry);
@@ -393,7 +393,7 @@ impl ScheduleChannel {
     /// before a kill fires at the next start instead of being lost).
     fn due(jobs: &Jobs, in_flight: &InFlight) -> Result<Vec<Job>, String> {
         let now = now();
-        let mut flying = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flying = bub_abi::sync::lock(in_flight);
         jobs.change(|all| {
             let mut fired = Vec::new();
             for job in all.iter_mut() {
@@ -456,7 +456,7 @@ impl ScheduleChannel {
                 tracing::warn!("schedule: job {} ran but could not be removed: {e}", job.id);
             }
         }
-        in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.id);
+        bub_abi::sync::lock(&in_flight).remove(&job.id);
     }
 }
 
@@ -498,12 +498,12 @@ impl Channel for ScheduleChannel {
                 tokio::time::sleep(tick).await;
             }
         });
-        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        *bub_abi::sync::lock(&self.running) = Some(task);
         async { Ok(()) }
     }
 
     fn stop(&self) -> impl Fut<()> {
-        if let Some(task) = self.running.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(task) = bub_abi::sync::lock(&self.running).take() {
             task.abort();
         }
         async { Ok(()) }

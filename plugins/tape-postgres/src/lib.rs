@@ -260,7 +260,7 @@ impl Shared {
     }
 
     async fn lock_session(self: &Arc<Self>, session: &str) -> Result<(), BoxError> {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let idle = bub_abi::sync::lock(&self.idle).pop();
         let client = match idle.filter(|c| !c.is_closed()) {
             Some(c) => c,
             None => Arc::new(self.connect().await?),
@@ -292,14 +292,13 @@ impl Shared {
             }
         }
         let token = self.tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(session.to_owned(), (client, token));
+        bub_abi::sync::lock(&self.held).insert(session.to_owned(), (client, token));
         // The lease: a turn that never reaches save_state must not wedge
         // the session.
         let (this, session, lease) = (self.clone(), session.to_owned(), self.lease);
         tokio::spawn(async move {
             tokio::time::sleep(lease).await;
-            let still_ours =
-                this.held.lock().unwrap_or_else(|p| p.into_inner()).get(&session).is_some_and(|h| h.1 == token);
+            let still_ours = bub_abi::sync::lock(&this.held).get(&session).is_some_and(|h| h.1 == token);
             if still_ours {
                 tracing::warn!(
                     "tape-postgres: session {session:?} was locked for {}s without its turn ending; released",
@@ -312,7 +311,7 @@ impl Shared {
     }
 
     async fn unlock_session(&self, session: &str) {
-        let Some((client, _)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(session) else { return };
+        let Some((client, _)) = bub_abi::sync::lock(&self.held).remove(session) else { return };
         let key = format!("bub-session:{session}");
         let unlocked = tokio::time::timeout(
             self.timeout,
@@ -326,7 +325,7 @@ impl Shared {
         };
         match failure {
             None => {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                let mut idle = bub_abi::sync::lock(&self.idle);
                 if idle.len() < 16 {
                     idle.push(client);
                 }

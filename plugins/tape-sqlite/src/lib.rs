@@ -124,7 +124,7 @@ impl SqliteStore {
         let this = self.clone();
         let path = self.settings.path.clone();
         tokio::task::spawn_blocking(move || {
-            let mut slot = this.conn.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slot = bub_abi::sync::lock(&this.conn);
             if slot.is_none() {
                 *slot = Some(this.open()?);
             }

@@ -2,6 +2,7 @@
 //! its own handlers on the bus, against a scripted provider (behaviours of
 //! `bub-agent-semantics.md` §2).
 
+use bub_host::WithBuiltin as _;
 use std::sync::{Arc, Mutex};
 
 use bub_abi::{types::LlmCallDecision, TurnState};

@@ -8,6 +8,7 @@ use bub_abi::{
     types::{ErrorInfo, ProcessRequest, TapeEntry, TapeQuery},
     TurnState,
 };
+use bub_host::WithBuiltin as _;
 use bub_host::{framework::Framework, HostBuilder};
 use bub_tests::{block_on, Home};
 use serde_json::{json, Map, Value};

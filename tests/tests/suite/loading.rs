@@ -1,6 +1,7 @@
 //! Discovery and loading: every broken input gets a precise status and the
 //! host carries on (spec §3.1). Plugins are real cdylibs through the real loader.
 
+use bub_host::WithBuiltin as _;
 use bub_host::{discovery::SearchPath, HostBuilder, PluginStatus};
 use bub_tests::{block_on, install_into, lib, message, Home};
 use serde_json::json;

@@ -2,6 +2,7 @@
 //! started them. (Its own test binary: the builtin's `bash` tool uses the
 //! newest open scope of the process, and other tests open scopes too.)
 
+use bub_host::WithBuiltin as _;
 use bub_host::{framework::Framework, HostBuilder};
 use bub_tests::block_on;
 use serde_json::{json, Map, Value};

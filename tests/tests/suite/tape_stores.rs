@@ -2,6 +2,7 @@
 //! `tape-sqlite` with several processes on one file, and `tape-postgres`
 //! with two gateways on one throw-away PostgreSQL server.
 
+use bub_host::WithBuiltin as _;
 use std::{path::Path, time::Duration};
 
 use bub_abi::types::TapeEntry;

@@ -79,7 +79,7 @@ impl PartialEq for Clients {
 
 impl Clients {
     fn get(&self, config: &ProviderConfig) -> Result<reqwest::Client, ProviderError> {
-        let mut clients = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clients = bub_abi::sync::lock(&self.0);
         if let Some((_, c)) = clients.iter().find(|(t, _)| *t == config.http_timeout) {
             return Ok(c.clone());
         }

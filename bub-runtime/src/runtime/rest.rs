@@ -32,7 +32,7 @@ fn instances() -> &'static RwLock<Instances> {
 
 /// Makes `registry`'s plugins able to call the rest of their chains.
 pub(crate) fn register(registry: &Arc<Registry>) {
-    let mut map = instances().write().unwrap_or_else(|p| p.into_inner());
+    let mut map = bub_abi::sync::write(instances());
     map.retain(|_, (r, _)| r.strong_count() > 0);
     for (index, record) in registry.plugins().iter().enumerate() {
         if record.instance != Instance::NONE {
@@ -61,7 +61,7 @@ pub(crate) extern "C" fn call_rest(instance: Instance, hook: RStr<'_>, args: Val
 }
 
 fn start(instance: Instance, hook_name: &str, args: Value) -> Result<FfiFuture<HookReturn>, HookError> {
-    let entry = instances().read().unwrap_or_else(|p| p.into_inner()).get(&(instance.0 as usize)).cloned();
+    let entry = bub_abi::sync::read(instances()).get(&(instance.0 as usize)).cloned();
     let (registry, caller) = entry
         .and_then(|(r, i)| Some((r.upgrade()?, i)))
         .ok_or_else(|| error("call_rest: pass the plugin instance the host registered (`self` inside a hook)"))?;

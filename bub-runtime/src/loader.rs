@@ -170,7 +170,7 @@ fn open_as(load: &Path, path: &Path, keep: Option<std::fs::File>) -> Result<Libr
 /// plugins checked in full earlier in this process.
 fn verified() -> std::sync::MutexGuard<'static, HashSet<u64>> {
     static VERIFIED: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
-    VERIFIED.get_or_init(|| Mutex::new(HashSet::from([LAYOUT_FINGERPRINT]))).lock().unwrap_or_else(|p| p.into_inner())
+    bub_abi::sync::lock(VERIFIED.get_or_init(|| Mutex::new(HashSet::from([LAYOUT_FINGERPRINT]))))
 }
 
 fn already_verified(fingerprint: Option<u64>) -> bool {

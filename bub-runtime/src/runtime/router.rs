@@ -14,7 +14,9 @@ use std::sync::Mutex;
 use bub_abi::types::Envelope;
 
 use super::Runtime;
-use crate::{framework::envelope::target_channel, resources::Channel};
+use bub_abi::envelope::target_channel;
+
+use crate::resources::Channel;
 
 /// The bound channels of one runtime (and its clones).
 #[derive(Default)]
@@ -22,7 +24,7 @@ pub(crate) struct Router(Mutex<Vec<Channel>>);
 
 impl Router {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        bub_abi::sync::lock(&self.0)
     }
 }
 

@@ -133,7 +133,7 @@ impl Resource {
     /// that hangs on entry or exit is cancelled and named, instead of
     /// holding `bub` forever. (The gateway holds channels' `start` and
     /// `stop` to it too: they must not block.)
-    pub(crate) async fn within(
+    pub async fn within(
         &self,
         method: &'static str,
         call: impl std::future::Future<Output = Result<(), ResourceError>>,

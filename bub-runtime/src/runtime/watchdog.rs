@@ -118,7 +118,7 @@ thread_local! {
             warned: AtomicU64::new(0),
             label: AtomicPtr::new(std::ptr::null_mut()),
         }));
-        slots().lock().unwrap_or_else(|p| p.into_inner()).push(slot);
+        bub_abi::sync::lock(slots()).push(slot);
         slot
     };
 }
@@ -183,7 +183,7 @@ fn start_watchdog() {
         TICKS.store(now, Ordering::Relaxed);
         let Some(warn_after) = warn_after else { continue };
         let warn_ms = warn_after.as_millis() as u64;
-        let all: Vec<&'static Slot> = slots().lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let all: Vec<&'static Slot> = bub_abi::sync::lock(slots()).clone();
         for slot in all {
             let since = slot.since.load(Ordering::Acquire);
             if since == 0 || now.saturating_sub(since) < warn_ms {

@@ -10,7 +10,6 @@ use bub_abi::abi::PluginModRef;
 use serde_json::Map;
 
 use crate::{
-    builtin,
     discovery::SearchPath,
     error::LoadError,
     integrity,
@@ -92,9 +91,10 @@ impl HostBuilder {
         self
     }
 
-    /// Adds the builtin plugin, registered as `builtin`.
-    pub fn builtin(mut self) -> Self {
-        self.sources.push(("builtin".into(), PluginSource::Static(builtin::module())));
+    /// Adds a plugin compiled into the host, registered as `name` before
+    /// the installed ones (Bub's builtin: `bub_host::WithBuiltin::builtin`).
+    pub fn with_static(mut self, name: impl Into<String>, module: PluginModRef) -> Self {
+        self.sources.push((name.into(), PluginSource::Static(module)));
         self
     }
 
@@ -422,11 +422,6 @@ pub struct Host {
 }
 
 impl Host {
-    /// The usual host: `builtin`, then every plugin found on `search`.
-    pub fn discover(search: &SearchPath) -> Host {
-        HostBuilder::new().builtin().discovered(search).build()
-    }
-
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
