@@ -42,11 +42,11 @@ mod random;
 
 // The lower layer, re-exported under its old paths (`bub_host::loader`, …).
 pub use bub_runtime::{
-    crash, discovery, error, host, install, integrity, loader, manifest, registry, resources, runtime,
+    crash, discovery, error, host, install, integrity, loader, manifest, registry, resources, runtime, settings,
 };
 pub use bub_runtime::{
     CallArgs, HookFailure, Host, HostBuilder, LoadError, ModelSelection, OnboardError, Places, PluginRecord,
-    PluginSource, PluginStatus, Registry, Reply, Runtime,
+    PluginSource, PluginStatus, Registry, Reply, Runtime, RuntimeSettings,
 };
 
 /// The builtin on a [`HostBuilder`]: `HostBuilder::new().builtin()`.

@@ -57,7 +57,7 @@ impl SearchPath {
     /// From the environment: `BUB_HOME` (or `home_override`) and `BUB_PLUGIN_PATH`.
     pub fn from_env(home_override: Option<&Path>) -> SearchPath {
         let home = home_override.map(Path::to_path_buf).unwrap_or_else(bub_home);
-        SearchPath::new(&home, std::env::var("BUB_PLUGIN_PATH").ok().as_deref())
+        SearchPath::new(&home, crate::settings::env_plugin_path().as_deref())
     }
 
     /// Every candidate plugin folder, in registration order.
@@ -82,11 +82,7 @@ impl SearchPath {
 
 /// `$BUB_HOME`, or `~/.bub`.
 pub fn bub_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("BUB_HOME").filter(|h| !h.is_empty()) {
-        return absolute(PathBuf::from(h));
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-    home.join(".bub")
+    crate::settings::env_home()
 }
 
 /// Makes `p` absolute against the current directory (without touching disk).

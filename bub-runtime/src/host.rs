@@ -2,6 +2,7 @@
 
 use std::{
     collections::HashMap,
+    ffi::OsString,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -17,6 +18,7 @@ use crate::{
     manifest::Manifest,
     registry::{PluginRecord, PluginStatus, Registry},
     runtime::Runtime,
+    settings::RuntimeSettings,
 };
 
 /// A plugin to register: compiled in, or a library file.
@@ -76,6 +78,7 @@ pub struct HostBuilder {
     workspace: Option<PathBuf>,
     // Installed plugins not to load, with the reason (they crashed a probe).
     skip: HashMap<String, String>,
+    settings: RuntimeSettings,
 }
 
 impl HostBuilder {
@@ -88,6 +91,14 @@ impl HostBuilder {
     /// loading it (`bub plugins list` probing around a plugin that crashes).
     pub fn skip(mut self, name: impl Into<String>, reason: impl Into<String>) -> Self {
         self.skip.insert(name.into(), reason.into());
+        self
+    }
+
+    /// The settings the host's calls follow (deadlines, caps, plugin
+    /// configuration from the environment); default: the documented
+    /// defaults and no environment (`bub` passes `RuntimeSettings::from_env()`).
+    pub fn settings(mut self, settings: RuntimeSettings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -154,14 +165,15 @@ impl HostBuilder {
             home: self.home.unwrap_or_else(crate::discovery::bub_home),
             workspace: self.workspace.unwrap_or_else(current_workspace),
         };
-        let mut registry = Registry::new();
+        let mut registry = Registry::with_settings(self.settings.clone());
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
         let mut replaced = replacements(&self.sources);
         for (name, reason) in &self.skip {
             replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
         }
         for (fallback_name, source) in self.sources {
-            let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, &places);
+            let env = &self.settings.plugin_env;
+            let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, env, &places);
             if let PluginStatus::Failed { detail } = &record.status {
                 tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
             }
@@ -239,6 +251,7 @@ fn load_source(
     taken: &HashMap<String, PathBuf>,
     replaced: &HashMap<String, NotLoaded>,
     app_config: &Map<String, serde_json::Value>,
+    plugin_env: &[(OsString, OsString)],
     places: &Places,
 ) -> PluginRecord {
     match source {
@@ -250,7 +263,7 @@ fn load_source(
             Some(record) => record,
             None => open_and_register(name, path, &config, places),
         },
-        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, replaced, app_config, places),
+        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, replaced, app_config, plugin_env, places),
     }
 }
 
@@ -260,6 +273,7 @@ fn load_folder(
     taken: &HashMap<String, PathBuf>,
     replaced: &HashMap<String, NotLoaded>,
     app_config: &Map<String, serde_json::Value>,
+    plugin_env: &[(OsString, OsString)],
     places: &Places,
 ) -> PluginRecord {
     let manifest = match Manifest::read(dir) {
@@ -330,7 +344,7 @@ fn load_folder(
             manifest.name
         ),
     }
-    config.extend(env_config(&manifest.name, std::env::vars_os()));
+    config.extend(env_config(&manifest.name, plugin_env.iter().cloned()));
     // dlopen runs the library's constructors: plugin code too.
     let label = crate::runtime::watchdog::Label::new(manifest.name.as_str().into(), "loading");
     let opened = {

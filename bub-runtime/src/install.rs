@@ -419,7 +419,7 @@ fn build_crate(dir: &Path) -> Result<PathBuf, InstallError> {
     if !manifest.is_file() {
         return Err(InstallError::NotFound { path: manifest });
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo = crate::settings::cargo();
     let output = Command::new(cargo)
         .args(["build", "--release", "--message-format=json-render-diagnostics", "--manifest-path"])
         .arg(&manifest)

@@ -55,8 +55,10 @@ pub mod manifest;
 pub mod registry;
 pub mod resources;
 pub mod runtime;
+pub mod settings;
 
 pub use error::{HookFailure, LoadError};
 pub use host::{Host, HostBuilder, Places, PluginSource};
 pub use registry::{PluginRecord, PluginStatus, Registry};
 pub use runtime::{CallArgs, ModelSelection, OnboardError, Reply, Runtime};
+pub use settings::RuntimeSettings;

@@ -7,6 +7,7 @@
 //! (last registered first), then trylast in *registration* order. `bub hooks`
 //! prints the stored list, which is the reverse of the call order.
 
+use crate::settings::RuntimeSettings;
 use std::{path::PathBuf, sync::Arc};
 
 use bub_abi::{
@@ -131,6 +132,10 @@ pub struct Impl {
     pub hook: HookId,
     /// What the watchdog and the crash handler call it.
     pub(crate) label: crate::runtime::watchdog::Label,
+    /// Its deadline when async (`RuntimeSettings::hook_timeout`).
+    pub deadline: Option<std::time::Duration>,
+    /// The cap on its value answers (`RuntimeSettings::max_result_bytes`).
+    pub max_result_bytes: usize,
 }
 
 impl Impl {
@@ -151,6 +156,7 @@ impl std::fmt::Debug for Impl {
 /// Plugins in registration order and per-hook implementation lists.
 #[derive(Debug, Default)]
 pub struct Registry {
+    settings: RuntimeSettings,
     plugins: Vec<PluginRecord>,
     stored: Vec<Vec<Impl>>,
     calls: Vec<Vec<Impl>>,
@@ -159,7 +165,22 @@ pub struct Registry {
 impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
-        Registry { plugins: Vec::new(), stored: vec![Vec::new(); HOOK_COUNT], calls: vec![Vec::new(); HOOK_COUNT] }
+        Registry::with_settings(RuntimeSettings::default())
+    }
+
+    /// An empty registry whose calls follow `settings` (deadlines, caps).
+    pub fn with_settings(settings: RuntimeSettings) -> Self {
+        Registry {
+            settings,
+            plugins: Vec::new(),
+            stored: vec![Vec::new(); HOOK_COUNT],
+            calls: vec![Vec::new(); HOOK_COUNT],
+        }
+    }
+
+    /// The settings its calls follow.
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.settings
     }
 
     /// Records a plugin; a loaded one's hooks are registered after those of
@@ -180,6 +201,12 @@ impl Registry {
                     is_async: slot.is_async,
                     hook,
                     label: crate::runtime::watchdog::Label::new(name.clone(), hook.name()),
+                    // The model hooks stream for as long as the model talks.
+                    deadline: self
+                        .settings
+                        .hook_timeout
+                        .filter(|_| !matches!(hook, HookId::RunModel | HookId::RunModelStream)),
+                    max_result_bytes: self.settings.max_result_bytes,
                 };
                 insert_like_pluggy(&mut self.stored[hook as usize], imp);
                 let mut order = self.stored[hook as usize].clone();

@@ -6,7 +6,7 @@
 //! provider answering something else gets the `TypeError` Bub raises
 //! (`hook.provide_environment must return Environment or None`, …).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use bub_abi::{
     resources::{
@@ -117,35 +117,34 @@ impl Resource {
 
     /// Enters a scoped resource (lifespans, tape stores and steering inboxes
     /// share the lifespan protocol's optional `enter` / `exit`).
-    pub async fn enter(&self) -> Result<(), ResourceError> {
+    pub async fn enter(&self, deadline: Option<Duration>) -> Result<(), ResourceError> {
         let client = self.client(LifespanClient);
-        self.within("enter", async { self.context(client.enter().await) }).await
+        self.within("enter", deadline, async { self.context(client.enter().await) }).await
     }
 
     /// Exits a scoped resource, telling it the scope's error.
-    pub async fn exit(&self, error: Option<&ErrorInfo>) -> Result<(), ResourceError> {
+    pub async fn exit(&self, error: Option<&ErrorInfo>, deadline: Option<Duration>) -> Result<(), ResourceError> {
         let client = self.client(LifespanClient);
-        self.within("exit", async { self.context(client.exit(&error).await) }).await
+        self.within("exit", deadline, async { self.context(client.exit(&error).await) }).await
     }
 
-    /// Runs a scope method under the lifespan deadline
-    /// (`BUB_LIFESPAN_TIMEOUT_SECONDS`, default 60; 0 = none): a resource
+    /// Runs a scope method under `deadline` (the lifespan deadline,
+    /// `RuntimeSettings::lifespan_timeout`: `BUB_LIFESPAN_TIMEOUT_SECONDS`,
+    /// default 60; None = none): a resource
     /// that hangs on entry or exit is cancelled and named, instead of
     /// holding `bub` forever. (The gateway holds channels' `start` and
     /// `stop` to it too: they must not block.)
     pub async fn within(
         &self,
         method: &'static str,
+        deadline: Option<Duration>,
         call: impl std::future::Future<Output = Result<(), ResourceError>>,
     ) -> Result<(), ResourceError> {
-        let seconds = std::env::var("BUB_LIFESPAN_TIMEOUT_SECONDS")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(60.0);
-        if !(seconds > 0.0 && seconds.is_finite()) || tokio::runtime::Handle::try_current().is_err() {
+        let Some(limit) = deadline.filter(|_| tokio::runtime::Handle::try_current().is_ok()) else {
             return call.await;
-        }
-        match tokio::time::timeout(bub_abi::time::seconds(seconds).unwrap_or(bub_abi::time::MAX), call).await {
+        };
+        let seconds = limit.as_secs_f64();
+        match tokio::time::timeout(limit, call).await {
             Ok(r) => r,
             Err(_) => Err(ResourceError {
                 plugin: self.plugin.to_string(),

@@ -78,8 +78,12 @@ impl Context {
     /// Discovers, loads and registers every plugin, telling each where
     /// the home and the workspace are.
     pub fn host(&self) -> Host {
-        let mut builder =
-            HostBuilder::new().home(&self.home).workspace(&self.workspace).builtin().discovered(&self.search);
+        let mut builder = HostBuilder::new()
+            .settings(bub_host::RuntimeSettings::from_env())
+            .home(&self.home)
+            .workspace(&self.workspace)
+            .builtin()
+            .discovered(&self.search);
         for (name, reason) in probe::skipped() {
             builder = builder.skip(name, reason);
         }

@@ -85,6 +85,12 @@ impl Framework {
         self.runtime.bind_channels(channels);
     }
 
+    /// The deadline of a resource's scope methods (the host's
+    /// `RuntimeSettings::lifespan_timeout`).
+    pub fn lifespan_timeout(&self) -> Option<std::time::Duration> {
+        self.runtime.registry().settings().lifespan_timeout
+    }
+
     /// The host's home (`$BUB_HOME`): config, tapes.
     pub fn home(&self) -> &std::path::Path {
         &self.home

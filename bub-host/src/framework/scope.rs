@@ -203,7 +203,7 @@ impl Running {
     }
 
     async fn enter(&mut self, resource: Resource) -> Result<(), FrameworkError> {
-        resource.enter().await?;
+        resource.enter(self.framework.lifespan_timeout()).await?;
         self.stack.push(resource);
         Ok(())
     }
@@ -240,7 +240,7 @@ impl Running {
         // c. Unwind the stack, last entered first.
         let mut first_error = None;
         while let Some(resource) = self.stack.pop() {
-            if let Err(e) = resource.exit(error).await {
+            if let Err(e) = resource.exit(error, self.framework.lifespan_timeout()).await {
                 tracing::warn!(target: "bub::scope", "{e}");
                 first_error.get_or_insert(FrameworkError::from(e));
             }

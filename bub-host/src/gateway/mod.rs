@@ -241,7 +241,8 @@ impl Gateway {
         // Bound before starting: a channel may hand over a message at once.
         self.framework.bind_channels(enabled.iter().map(|c| c.channel.clone()).collect());
         for entry in &enabled {
-            match entry.channel.resource().within("start", entry.channel.start()).await {
+            let deadline = self.framework.lifespan_timeout();
+            match entry.channel.resource().within("start", deadline, entry.channel.start()).await {
                 Ok(()) => {
                     tracing::info!(target: "bub::gateway", "channel '{}' started", entry.channel.name());
                     started.push(entry.clone());
@@ -281,7 +282,8 @@ impl Gateway {
 
         self.framework.bind_channels(Vec::new());
         for entry in &started {
-            if let Err(e) = entry.channel.resource().within("stop", entry.channel.stop()).await {
+            let deadline = self.framework.lifespan_timeout();
+            if let Err(e) = entry.channel.resource().within("stop", deadline, entry.channel.stop()).await {
                 tracing::warn!(target: "bub::gateway", "channel '{}' did not stop cleanly: {e}", entry.channel.name());
             }
         }

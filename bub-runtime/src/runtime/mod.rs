@@ -135,10 +135,10 @@ pub(crate) enum Done {
 }
 
 #[inline]
-fn done(outcome: Outcome) -> Done {
+fn done(outcome: Outcome, max_result_bytes: usize) -> Done {
     match outcome {
         Outcome::None => Done::None,
-        Outcome::Value(v) => match watchdog::oversized(v.as_ref()) {
+        Outcome::Value(v) => match watchdog::oversized(v.as_ref(), max_result_bytes) {
             None => Done::Answer(Answer::Value(v)),
             Some(error) => Done::Error(error),
         },
@@ -168,7 +168,7 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
             let fut = watchdog::Watched::new(fut, imp);
             // Only where a tokio runtime (with timers) drives us: the
             // benchmarks poll by hand.
-            let deadline = watchdog::hook_deadline(imp.hook).filter(|_| tokio::runtime::Handle::try_current().is_ok());
+            let deadline = imp.deadline.filter(|_| tokio::runtime::Handle::try_current().is_ok());
             let ret = match deadline {
                 None => fut.await,
                 Some(limit) => match tokio::time::timeout(limit, fut).await {
@@ -188,10 +188,10 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
                 Outcome::Pending(_) => {
                     Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
                 }
-                other => done(other),
+                other => done(other, imp.max_result_bytes),
             }
         }
-        other => done(other),
+        other => done(other, imp.max_result_bytes),
     }
 }
 
@@ -209,7 +209,7 @@ fn finish_sync(hook: HookId, imp: &Impl, call: &mut HookCall<'_>) -> Option<Done
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
             None
         }
-        other => Some(done(other)),
+        other => Some(done(other, imp.max_result_bytes)),
     }
 }
 

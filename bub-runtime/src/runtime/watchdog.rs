@@ -29,23 +29,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bub_abi::HookId;
-
 use crate::registry::Impl;
-
-fn seconds(name: &str, default: f64) -> Option<Duration> {
-    let value = std::env::var(name).ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(default);
-    Some(value).filter(|v| *v > 0.0 && v.is_finite()).and_then(bub_abi::time::seconds)
-}
-
-/// The deadline of an async `hook`, if it has one.
-pub(crate) fn hook_deadline(hook: HookId) -> Option<Duration> {
-    static DEADLINE: OnceLock<Option<Duration>> = OnceLock::new();
-    if matches!(hook, HookId::RunModel | HookId::RunModelStream) {
-        return None;
-    }
-    *DEADLINE.get_or_init(|| seconds("BUB_HOOK_TIMEOUT_SECONDS", 300.0))
-}
 
 /// One thread's mark: since when (in watchdog ticks, 0 = not in plugin
 /// code) and what (a leaked label).
@@ -174,7 +158,9 @@ impl<F: Future + Unpin> Future for Watched<'_, F> {
 
 fn start_watchdog() {
     epoch();
-    let warn_after = seconds("BUB_HOOK_WARN_SECONDS", 10.0);
+    // One watchdog for the process (it watches threads, whatever host
+    // they serve): its threshold is the process's.
+    let warn_after = crate::settings::env_hook_warn();
     let tick =
         warn_after.map_or(Duration::from_secs(1), |w| (w / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)));
     let _ = std::thread::Builder::new().name("bub-watchdog".into()).spawn(move || loop {
@@ -210,12 +196,9 @@ fn start_watchdog() {
     });
 }
 
-/// The error for a value answer over `BUB_MAX_RESULT_BYTES`, if it is.
-pub(crate) fn oversized(value: bub_abi::ValueRef<'_>) -> Option<bub_abi::HookError> {
-    static CAP: OnceLock<usize> = OnceLock::new();
-    let cap = *CAP.get_or_init(|| {
-        std::env::var("BUB_MAX_RESULT_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(64 << 20)
-    });
+/// The error for a value answer over `cap` bytes (`BUB_MAX_RESULT_BYTES`;
+/// 0 = no cap), if it is.
+pub(crate) fn oversized(value: bub_abi::ValueRef<'_>, cap: usize) -> Option<bub_abi::HookError> {
     if cap == 0 || approx_bytes(value, cap) <= cap {
         return None;
     }
