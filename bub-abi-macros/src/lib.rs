@@ -14,7 +14,9 @@ use syn::{
 /// Turns an `impl Plugin for X { … }` block of plain or `async` hook
 /// functions into the `bub_abi::Plugin` trait implementation.
 ///
-/// - Every `fn` except `new` is a hook, named as in Bub.
+/// - Every `fn` except `new` is a hook, named as in Bub. Without a `new`,
+///   the type must be `Default` and is built with `Default::default()`
+///   (the plugin then reads no config).
 /// - A hook declares only the parameters it reads, by Bub's argument names
 ///   (`message`, `session_id`, `state`, …); each is parsed into the type
 ///   written. A name the hook does not have is a compile error.
@@ -48,6 +50,7 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
     let mut inherent: Vec<TokenStream2> = Vec::new();
     let mut decls: Vec<TokenStream2> = Vec::new();
     let mut checks: Vec<TokenStream2> = Vec::new();
+    let mut has_new = false;
 
     for item in std::mem::take(&mut input.items) {
         let ImplItem::Fn(mut f) = item else {
@@ -60,6 +63,7 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
             continue;
         };
         if f.sig.ident == "new" {
+            has_new = true;
             trait_items.push(ImplItem::Fn(f));
             continue;
         }
@@ -157,6 +161,14 @@ fn expand_plugin(mut input: ItemImpl) -> syn::Result<TokenStream2> {
         });
     }
 
+    if !has_new {
+        // The minimal plugin: a `Default` type and its hooks.
+        trait_items.push(syn::parse_quote! {
+            fn new(_ctx: &::bub_abi::PluginContext) -> ::core::result::Result<Self, ::bub_abi::BoxError> {
+                ::core::result::Result::Ok(<Self as ::core::default::Default>::default())
+            }
+        });
+    }
     trait_items.push(syn::parse_quote! {
         const HOOKS: &'static [::bub_abi::HookDecl] = &[#(#decls),*];
     });

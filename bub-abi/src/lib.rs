@@ -72,6 +72,37 @@
 //! # fn main() {}
 //! ```
 //!
+//! The smallest plugin: a `Default` type needs no `new` (it reads no config).
+//!
+//! ```
+//! #[derive(Default)]
+//! pub struct Hello;
+//!
+//! #[bub_abi::plugin]
+//! impl bub_abi::Plugin for Hello {
+//!     fn system_prompt(&self) -> Option<String> {
+//!         Some("Greet the user first.".into())
+//!     }
+//! }
+//!
+//! bub_abi::export_plugin!(Hello);
+//! # fn main() {}
+//! ```
+//!
+//! Without a `new`, the type must be `Default`:
+//!
+//! ```compile_fail
+//! pub struct Configured(String);
+//!
+//! #[bub_abi::plugin]
+//! impl bub_abi::Plugin for Configured {
+//!     fn system_prompt(&self) -> Option<String> {
+//!         Some(self.0.clone())
+//!     }
+//! }
+//! # fn main() {}
+//! ```
+//!
 //! Panics in a hook, a constructor or a future never cross the boundary:
 //! they become errors naming the plugin and hook on the host's side.
 //!

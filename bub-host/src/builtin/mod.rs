@@ -13,10 +13,14 @@
 //!   ([`environment`]), `provide_tape_store` ([`tape_store`]),
 //!   `provide_lifespan` ([`shells`]), `provide_steering_inbox` ([`inbox`]),
 //!   `provide_tape_sidecar` (`spill`), `provide_channels` ([`cli_channel`]),
-//!   `provide_tools` (`bash`).
+//!   `provide_tools` (`bash`, `fs.*`, `web.fetch`);
+//! - agent: `run_model_stream` / `run_model` (Bub's agent, [`crate::agent`],
+//!   built for the turn; a plugin with its own model hook overrides it by
+//!   priority), `before_tool_call` (a call to a tool the step did not offer
+//!   is answered with the closest names).
 //!
-//! Bub's builtin also runs the LLM agent (`run_model_stream`) and its
-//! interactive onboarding; those belong to model plugins here.
+//! Bub's interactive onboarding (`onboard_config`) is not here: bub-rs's
+//! settings are `config.json` and `bub onboard`.
 //!
 //! It keeps no process globals: the home and the workspace come from the
 //! host that registers it (`PluginContext`), and its channel router and

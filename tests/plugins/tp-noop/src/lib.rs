@@ -1,15 +1,18 @@
 //! The no-op extra plugin of `hook_bench.py`'s `process_inbound` cases:
 //! `async load_state` and sync `render_outbound`, both answering None, each
-//! counting its calls (reported through `onboard_config`, untimed).
+//! counting its calls (reported through `onboard_config`, untimed). It has
+//! no `new`: `#[bub_abi::plugin]` builds a `Default` type (issue 19.4), so
+//! every test loading it proves the generated constructor through the loader.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bub_abi::{
     types::{Outbound, StateMap},
-    BoxError, Plugin, PluginContext,
+    Plugin,
 };
 use serde_json::json;
 
+#[derive(Default)]
 pub struct Noop {
     load_calls: AtomicU64,
     render_calls: AtomicU64,
@@ -21,10 +24,6 @@ fn bump(counter: &AtomicU64) {
 
 #[bub_abi::plugin]
 impl Plugin for Noop {
-    fn new(_ctx: &PluginContext) -> Result<Self, BoxError> {
-        Ok(Noop { load_calls: AtomicU64::new(0), render_calls: AtomicU64::new(0) })
-    }
-
     async fn load_state(&self) -> Option<StateMap> {
         bump(&self.load_calls);
         None
