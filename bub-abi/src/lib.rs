@@ -150,19 +150,26 @@
 //! ```
 
 #![warn(missing_docs)]
+// Unsafe code lives only at the FFI boundary (`abi`, `value`, the export
+// thunks in `sdk`), each block with its `// SAFETY:` reasoning.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[macro_use]
 pub mod hooks;
 #[doc(hidden)]
+#[allow(unsafe_code)]
 pub mod abi;
 pub mod envelope;
 pub mod files;
 pub mod prompt;
 #[doc(hidden)]
+#[allow(unsafe_code)]
 pub mod sdk;
 pub mod sync;
 pub mod time;
 pub mod types;
+#[allow(unsafe_code)]
 pub mod value;
 
 pub use abi::{ErrorKind, HookError, HookMarker, ABI_VERSION};

@@ -33,6 +33,8 @@
 //! ```
 
 #![warn(missing_docs)]
+// No unsafe code above the runtime: the loader and the ABI hold it all.
+#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod builtin;

@@ -1,5 +1,7 @@
 //! The `bub` command line. All logic lives in the library and `cli/`.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 #[global_allocator]

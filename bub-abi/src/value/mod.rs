@@ -171,8 +171,10 @@ impl<'a> ValueRef<'a> {
     #[inline]
     pub fn as_str(self) -> Option<&'a str> {
         let mut out = RStr::from_str("");
-        // SAFETY (lifetime): the string lives in a node that lives for 'a.
-        (self.vt.as_str())(self.node, &mut out).then(|| unsafe { &*(out.as_str() as *const str) })
+        let found = (self.vt.as_str())(self.node, &mut out);
+        // SAFETY: only the lifetime changes: the string lives in a node that
+        // lives for 'a.
+        found.then(|| unsafe { &*(out.as_str() as *const str) })
     }
 
     /// The boolean.
@@ -224,8 +226,10 @@ impl<'a> ValueRef<'a> {
     pub fn entry(self, i: usize) -> Option<(&'a str, ValueRef<'a>)> {
         let mut key = RStr::from_str("");
         let v = Self::from_raw((self.vt.entry())(self.node, i, &mut key), self.vt)?;
-        // SAFETY (lifetime): keys live in the map, which lives for 'a.
-        Some((unsafe { &*(key.as_str() as *const str) }, v))
+        // SAFETY: only the lifetime changes: keys live in the map, which
+        // lives for 'a.
+        let key = unsafe { &*(key.as_str() as *const str) };
+        Some((key, v))
     }
 
     /// A list's items.

@@ -294,7 +294,10 @@ extern "C" fn v_as_str(p: *const c_void, out: &mut RStr<'static>) -> bool {
     // SAFETY: see `node`; the 'static is narrowed again by the caller's wrapper.
     match unsafe { node(p) } {
         Node::Str(s) => {
-            *out = RStr::from_str(unsafe { &*(s.as_str() as *const str) });
+            // SAFETY: only the lifetime widens to 'static; the caller's
+            // wrapper (`ValueRef::as_str`) narrows it back to the node's.
+            let s = unsafe { &*(s.as_str() as *const str) };
+            *out = RStr::from_str(s);
             true
         }
         _ => false,
@@ -332,7 +335,10 @@ extern "C" fn v_entry(p: *const c_void, i: usize, key: &mut RStr<'static>) -> *c
     match unsafe { node(p) } {
         Node::Object(o) => match o.get_index(i) {
             Some((k, n)) => {
-                *key = RStr::from_str(unsafe { &*(k as *const str) });
+                // SAFETY: as in `v_as_str`: 'static here, narrowed back to
+                // the map's lifetime by `ValueRef::entry`.
+                let k = unsafe { &*(k as *const str) };
+                *key = RStr::from_str(k);
                 n as *const Node as *const c_void
             }
             None => std::ptr::null(),
@@ -433,7 +439,9 @@ extern "C" fn v_push(array: *const c_void, item: *const c_void) -> bool {
     // SAFETY: `array` is the caller's builder; `item` is given up on success.
     match unsafe { builder(array) } {
         Some(Node::Array(a)) => {
-            inner_mut(a).push(unsafe { take(item) });
+            // SAFETY: `item` came from `into_raw` and the caller gives it up now.
+            let item = unsafe { take(item) };
+            inner_mut(a).push(item);
             true
         }
         _ => false,
@@ -445,7 +453,9 @@ extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void
     // SAFETY: `object` is the caller's builder; `item` is given up on success.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
-            inner_mut(o).insert(key.as_str(), unsafe { take(item) });
+            // SAFETY: `item` came from `into_raw` and the caller gives it up now.
+            let item = unsafe { take(item) };
+            inner_mut(o).insert(key.as_str(), item);
             true
         }
         _ => false,
@@ -455,6 +465,7 @@ extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void
 extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -> *const c_void {
     // SAFETY: see `node`; `item` is given up by the caller.
     let item = unsafe { take(item) };
+    // SAFETY: `p` is a live node the host handed out (see `node`).
     let mut map = match unsafe { node(p) } {
         // Copies the key list and bumps a count per value; no value is copied.
         Node::Object(o) => o.clone_for_insert(),

@@ -17,7 +17,7 @@ use bub_abi::TurnState;
 use serde_json::{json, Value};
 
 use super::{
-    builtin_tools, plugins::AgentPlugins, provider::ModelSettings, run::RunOptions, tape, Agent, AgentError, RunStream,
+    own_tools, plugins::AgentPlugins, provider::ModelSettings, run::RunOptions, tape, Agent, AgentError, RunStream,
     Store,
 };
 use crate::framework::Framework;
@@ -64,9 +64,9 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     }
     agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
     // Bub's registry order: spill.read first, the tape tools, then the rest.
-    let own = builtin_tools::more_tools();
+    let own = own_tools::run_helper_tools();
     let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
-    for tool in spill_read.into_iter().chain(builtin_tools::tools()).chain(rest) {
+    for tool in spill_read.into_iter().chain(own_tools::tape_and_command_tools()).chain(rest) {
         agent.add_tool(tool);
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;

@@ -9,7 +9,7 @@
 //! - [`context`] — tape entries to model messages;
 //! - [`recorder`] — events to tape entries (subscribed first);
 //! - [`plugins`] — [`AgentPlugins`]: the framework's hooks on an agent's bus;
-//! - [`builtin_tools`] — the builtin's agent tools (tape, spill, describe,
+//! - [`own_tools`] — the builtin's agent tools (tape, spill, describe,
 //!   subagent, help, model, quit); [`spill`] — oversized results;
 //! - [`provider`] — model specs, settings and the three wire formats.
 //!
@@ -42,10 +42,10 @@
 //! ```
 
 pub mod bub;
-pub mod builtin_tools;
 pub mod command;
 pub mod context;
 pub mod events;
+pub mod own_tools;
 pub mod plugins;
 pub mod provider;
 pub mod recorder;

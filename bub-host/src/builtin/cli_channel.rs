@@ -27,11 +27,11 @@ use serde_json::{json, Value};
 /// `dispatch_outbound`'s router. One per builtin instance (per host), so two
 /// hosts in one process never print each other's messages.
 #[derive(Default)]
-pub struct Router {
+pub struct StartedChannels {
     started: Mutex<HashMap<String, Weak<CliInner>>>,
 }
 
-impl Router {
+impl StartedChannels {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<CliInner>>> {
         bub_abi::sync::lock(&self.started)
     }
@@ -141,14 +141,14 @@ impl CliInner {
 /// `CliChannel`: Bub's `cli` channel.
 pub struct CliChannel {
     inner: Arc<CliInner>,
-    router: Arc<Router>,
+    router: Arc<StartedChannels>,
 }
 
 impl CliChannel {
     /// A channel feeding `handler`, keeping its history in `history`, and
     /// reachable through `router` while it runs; `<prefix>quit` and
     /// `<prefix>exit` end it.
-    pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<Router>, prefix: &str) -> Self {
+    pub fn new(handler: Object, history: Option<PathBuf>, router: Arc<StartedChannels>, prefix: &str) -> Self {
         let inner = CliInner {
             quit: [format!("{prefix}quit"), format!("{prefix}exit")],
             handler,

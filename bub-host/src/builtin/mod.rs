@@ -55,7 +55,7 @@ Answer concisely. Use the tools you are given when they help, and say what you d
 pub struct Builtin {
     home: std::path::PathBuf,
     workspace: std::path::PathBuf,
-    router: std::sync::Arc<cli_channel::Router>,
+    router: std::sync::Arc<cli_channel::StartedChannels>,
     shells: std::sync::Arc<shells::OpenScopes>,
     // Messages starting with it are commands (`BUB_COMMAND_PREFIX`).
     // Read on the first prompt, not when the host starts (most commands,

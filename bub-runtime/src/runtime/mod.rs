@@ -16,6 +16,7 @@ mod router;
 pub mod special;
 pub mod stream;
 pub mod typed;
+#[allow(unsafe_code)]
 pub(crate) mod watchdog;
 
 use std::sync::Arc;
@@ -153,7 +154,7 @@ fn done(outcome: Outcome, max_result_bytes: usize) -> Done {
 #[derive(Clone)]
 pub struct Runtime {
     registry: Arc<Registry>,
-    router: Arc<router::Router>,
+    router: Arc<router::BoundChannels>,
 }
 
 /// Calls one implementation; awaits it if it is pending.

@@ -20,9 +20,9 @@ use crate::resources::Channel;
 
 /// The bound channels of one runtime (and its clones).
 #[derive(Default)]
-pub(crate) struct Router(Mutex<Vec<Channel>>);
+pub(crate) struct BoundChannels(Mutex<Vec<Channel>>);
 
-impl Router {
+impl BoundChannels {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
         bub_abi::sync::lock(&self.0)
     }

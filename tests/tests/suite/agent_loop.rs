@@ -358,7 +358,7 @@ fn an_unknown_tool_without_hooks_fails_as_a_result_behaviour_139() {
 /// `spill_read` among the step's tools the model gets the full text.
 #[test]
 fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
-    use bub_host::agent::{builtin_tools, spill, RunTape};
+    use bub_host::agent::{own_tools, spill, RunTape};
     let big: String = (0..2000).map(|i| format!("line {i:04}\n")).collect::<String>().chars().take(20_000).collect();
     for offered in [true, false] {
         let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "big", "{}")]), chat::text("ok")]);
@@ -374,7 +374,7 @@ fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
                 async move { Ok(json!(b)) }
             },
         ));
-        for t in builtin_tools::more_tools().into_iter().filter(|t| t.name == "spill.read") {
+        for t in own_tools::run_helper_tools().into_iter().filter(|t| t.name == "spill.read") {
             a.add_tool(t);
         }
         a.sidecars = vec![spill::SIDECAR.into()];

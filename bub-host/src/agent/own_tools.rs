@@ -1,5 +1,5 @@
 //! The agent's own tools (spec §3.7): the ones that work on the run's tape
-//! and state, so they live in the host: `tape.info`, `tape.search`,
+//! and state, so they live in the agent (not in the builtin plugin): `tape.info`, `tape.search`,
 //! `tape.reset`, `tape.handoff`, `tape.anchors`, and the commands `help`,
 //! `model`, `quit`. The workspace tools (`bash`, `fs.*`, `web.fetch`) are
 //! offered by the builtin plugin through `provide_tools`, so plugins can
@@ -30,8 +30,8 @@ fn arg_u64(args: &Map<String, Value>, key: &str) -> Option<u64> {
     args.get(key).and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
 }
 
-/// The tools, in Bub's registry order.
-pub fn tools() -> Vec<AgentTool> {
+/// The tape tools and the commands, in Bub's registry order.
+pub fn tape_and_command_tools() -> Vec<AgentTool> {
     vec![
         AgentTool::native(
             "tape.info",
@@ -275,8 +275,8 @@ async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
     Ok(json!("Session tasks stopped."))
 }
 
-/// `spill.read`, `tool.describe` and `subagent`.
-pub fn more_tools() -> Vec<AgentTool> {
+/// The run helpers: `spill.read`, `tool.describe` and `subagent`.
+pub fn run_helper_tools() -> Vec<AgentTool> {
     vec![
         AgentTool::native(
             "spill.read",
