@@ -23,8 +23,14 @@ use crate::{
 
 /// A plugin to register: compiled in, or a library file.
 pub enum PluginSource {
-    /// Compiled into the host (like `builtin`).
-    Static(PluginModRef),
+    /// Compiled into the host (like `builtin`, or a plugin under test),
+    /// constructed with `config`.
+    Static {
+        /// Its root module (`bub_abi::static_plugin!`).
+        module: PluginModRef,
+        /// Constructor config.
+        config: Map<String, serde_json::Value>,
+    },
     /// An installed plugin folder (manifest + library).
     Folder(PathBuf),
     /// A library file, registered under `name` with `config`.
@@ -104,8 +110,19 @@ impl HostBuilder {
 
     /// Adds a plugin compiled into the host, registered as `name` before
     /// the installed ones (Bub's builtin: `bub_host::WithBuiltin::builtin`).
-    pub fn with_static(mut self, name: impl Into<String>, module: PluginModRef) -> Self {
-        self.sources.push((name.into(), PluginSource::Static(module)));
+    pub fn with_static(self, name: impl Into<String>, module: PluginModRef) -> Self {
+        self.with_static_config(name, module, Map::new())
+    }
+
+    /// [`with_static`](Self::with_static), constructed with `config` (a
+    /// plugin tested in-process: `bub_runtime::testing::PluginTest`).
+    pub fn with_static_config(
+        mut self,
+        name: impl Into<String>,
+        module: PluginModRef,
+        config: Map<String, serde_json::Value>,
+    ) -> Self {
+        self.sources.push((name.into(), PluginSource::Static { module, config }));
         self
     }
 
@@ -255,9 +272,9 @@ fn load_source(
     places: &Places,
 ) -> PluginRecord {
     match source {
-        PluginSource::Static(module) => {
+        PluginSource::Static { module, config } => {
             let lib = Library { module };
-            register_library(fallback_name, None, lib, &Map::new(), places)
+            register_library(fallback_name, None, lib, &config, places)
         }
         PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
             Some(record) => record,

@@ -65,3 +65,14 @@ impl Plugin for {{crate_name | pascal_case}} {
 {% endif %}}
 
 bub_abi::export_plugin!({{crate_name | pascal_case}});
+
+// The same plugin compiled into a test (`bub_runtime::testing::PluginTest`,
+// see tests/load.rs): its hooks run through the real registry and runtime
+// without building the library first.
+bub_abi::static_plugin!(
+    {{crate_name | pascal_case}},
+    fn test_module,
+    name = env!("CARGO_PKG_NAME"),
+    version = env!("CARGO_PKG_VERSION"),
+    description = env!("CARGO_PKG_DESCRIPTION")
+);

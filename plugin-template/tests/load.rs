@@ -1,34 +1,17 @@
-//! Builds this plugin, loads it through the real bub runtime (bub-runtime: the loader and dispatcher, without the CLI or the agent) and
-//! checks what its hooks return.
+//! Loads this plugin in-process (`bub_runtime::testing::PluginTest`: the
+//! real registry and dispatch, no library to build) and checks what its
+//! hooks return. `bub plugins install .` then builds the library bub loads.
 
-use std::{path::PathBuf, process::Command};
-
-{% if hooks == "tool-policy" %}use bub_runtime::{HostBuilder, PluginStatus};{% else %}use bub_abi::HookId;
-use bub_runtime::{CallArgs, HostBuilder, PluginStatus};{% endif %}
+{% if hooks == "tool-policy" %}use bub_runtime::testing::PluginTest;{% else %}use bub_abi::HookId;
+use bub_runtime::{testing::PluginTest, CallArgs};{% endif %}
 use serde_json::json;
-
-fn build() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--manifest-path"])
-        .arg(root.join("Cargo.toml"))
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "cargo build failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let file = format!("{}{}{}", std::env::consts::DLL_PREFIX, "{{crate_name}}", std::env::consts::DLL_SUFFIX);
-    target.join("debug").join(file)
-}
 
 #[tokio::test]
 async fn hooks_answer_through_the_host() {
-    let host = HostBuilder::new()
-        .library("{{project-name}}", build(), json!({"greeting": "hi"}).as_object().unwrap().clone())
-        .build();
-    let record = host.registry().plugin("{{project-name}}").unwrap();
-    assert_eq!(record.status, PluginStatus::Loaded, "{record:?}");
-    let rt = host.runtime();
+    let config = json!({"greeting": "hi"}).as_object().unwrap().clone();
+    let test = PluginTest::with_config("{{project-name}}", {{crate_name}}::test_module(), config);
+    assert!(test.loaded(), "{:?}", test.record());
+    let rt = test.runtime();
 {% if hooks == "session" %}
     let message = json!({"channel": "cli", "chat_id": "42", "content": "hello"});
     let session = rt.call_first(HookId::ResolveSession, &CallArgs::resolve_session(&message).unwrap()).await.unwrap();

@@ -12,19 +12,19 @@ use crate::{
 };
 
 /// Implemented by [`crate::export_plugin!`] for the exported type.
-#[doc(hidden)]
-pub trait ExportedPlugin: Plugin {
-    /// Whether the plugin is a separate library (then it forwards its logs
-    /// and panics to the host) or compiled into the host.
-    const CDYLIB: bool;
-}
-
-/// The constructor exported in the root module.
-pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs<'_>) -> RResult<Instance, HookError> {
+/// The constructor exported in the root module. `CDYLIB`: whether the
+/// plugin is a separate library (then it forwards its logs and panics to the
+/// host) or compiled into the host (the builtin, a plugin under test). A
+/// parameter, not a trait of the type, so one type can be both: exported
+/// from its `cdylib` and compiled into its own in-process tests.
+pub extern "C" fn init<P: Plugin, const CDYLIB: bool>(
+    host: HostServicesRef,
+    args: &InitArgs<'_>,
+) -> RResult<Instance, HookError> {
     let result = guard::guard(ErrorKind::INIT, || {
         let name = args.name.as_str();
         crate::sdk::host::install(host);
-        if P::CDYLIB {
+        if CDYLIB {
             logging::install(host, name);
             crate::sdk::bridge::mark_cdylib();
             // Every value this plugin builds belongs to the host.
@@ -60,7 +60,7 @@ pub extern "C" fn init<P: ExportedPlugin>(host: HostServicesRef, args: &InitArgs
 }
 
 /// The plugin behind `instance`.
-fn instance<P: ExportedPlugin>(instance: Instance) -> Option<&'static P> {
+fn instance<P: Plugin>(instance: Instance) -> Option<&'static P> {
     // SAFETY: the host hands back exactly the pointer this library's
     // `init::<P>` returned for this registration (a leaked `Box<P>`, never
     // freed), and only to this library's thunks for `P`.
@@ -83,7 +83,7 @@ macro_rules! gen_thunks {
             use super::*;
             $(
                 #[doc = concat!("Entry point of `", stringify!($name), "`.")]
-                pub extern "C" fn $name<P: ExportedPlugin>(call: &HookCall<'_>) -> HookReturn {
+                pub extern "C" fn $name<P: Plugin>(call: &HookCall<'_>) -> HookReturn {
                     guard::guard_hook(|| match instance::<P>(call.instance) {
                         Some(plugin) => {
                             let args = $crate::sdk::args::hook_args::$name::Args::__new(call);
@@ -95,7 +95,7 @@ macro_rules! gen_thunks {
             )*
         }
 
-        const fn thunk_for<P: ExportedPlugin>(id: HookId) -> extern "C" fn(&HookCall<'_>) -> HookReturn {
+        const fn thunk_for<P: Plugin>(id: HookId) -> extern "C" fn(&HookCall<'_>) -> HookReturn {
             match id {
                 $(HookId::$Pascal => thunks::$name::<P>,)*
             }
@@ -105,7 +105,7 @@ macro_rules! gen_thunks {
 for_each_hook!(gen_thunks);
 
 /// The hook table of plugin `P`, built at compile time from `P::HOOKS`.
-pub const fn hook_table<P: ExportedPlugin>() -> HookTable {
+pub const fn hook_table<P: Plugin>() -> HookTable {
     let mut slots = [HookSlot::EMPTY; HOOK_COUNT];
     let decls = P::HOOKS;
     let mut i = 0;
@@ -118,15 +118,11 @@ pub const fn hook_table<P: ExportedPlugin>() -> HookTable {
     HookTable::__from_slots(&slots)
 }
 
-/// Defines `ExportedPlugin` for `$ty` and a function returning its root module.
+/// Defines a function returning `$ty`'s root module.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __plugin_module {
     ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr $(, [$($replaces:expr),*])?) => {
-        impl $crate::sdk::export::ExportedPlugin for $ty {
-            const CDYLIB: bool = $cdylib;
-        }
-
         #[doc(hidden)]
         pub fn $fn_name() -> $crate::abi::PluginModRef {
             use $crate::__private::{RStr, WithMetadata};
@@ -136,7 +132,7 @@ macro_rules! __plugin_module {
                 RStr::from_str($name),
                 RStr::from_str($version),
                 RStr::from_str($description),
-                $crate::sdk::export::init::<$ty>,
+                $crate::sdk::export::init::<$ty, $cdylib>,
                 $crate::abi::HookTableRef(HOOKS.static_as_prefix()),
                 $crate::__private::RSlice::from_slice(&[$($(RStr::from_str($replaces)),*)?]),
             ));
