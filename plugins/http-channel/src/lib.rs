@@ -546,3 +546,34 @@ fn delivered(channel: &str, delivery: Delivery) -> Response {
     };
     (status, Json(reply_body(channel, &delivery))).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(v: Value) -> Result<Config, BoxError> {
+        Config::from(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn a_public_bind_needs_a_token() {
+        assert!(config(json!({})).is_ok(), "loopback without a token is fine");
+        let err = config(json!({"bind": "0.0.0.0:8787"})).err().unwrap().to_string();
+        assert!(err.contains("without a token"), "{err}");
+        assert!(config(json!({"bind": "0.0.0.0:8787", "token": "   "})).is_err(), "a blank token counts as none");
+        assert!(config(json!({"bind": "0.0.0.0:8787", "token": "t", "auth": "none"})).is_err());
+        assert!(config(json!({"bind": "0.0.0.0:8787", "token": "t"})).is_ok());
+        assert!(config(json!({"auth": "maybe"})).is_err());
+    }
+
+    #[test]
+    fn session_patterns_and_token_comparison() {
+        let patterns = vec!["http:*".to_owned(), "ops".to_owned()];
+        assert!(session_allowed(&patterns, "http:42"));
+        assert!(session_allowed(&patterns, "ops"));
+        assert!(!session_allowed(&patterns, "ops2") && !session_allowed(&patterns, "cli:local"));
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT") && !same(b"secret", b"secret!"));
+    }
+}

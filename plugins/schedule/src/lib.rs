@@ -516,3 +516,49 @@ impl Channel for ScheduleChannel {
         async { Ok(()) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-12-01T00:00:00Z, a Tuesday.
+    const T0: f64 = 1_796_083_200.0;
+
+    #[test]
+    fn cron_takes_five_or_six_fields_and_names_bad_ones() {
+        // Every day at 09:30 (five fields: seconds are 0).
+        assert_eq!(cron_next("30 9 * * *", T0).unwrap(), T0 + 9.0 * 3600.0 + 30.0 * 60.0);
+        // Six fields, seconds first: the next :15 second.
+        assert_eq!(cron_next("15 * * * * *", T0).unwrap(), T0 + 15.0);
+        let err = cron_next("* *", T0).unwrap_err();
+        assert!(err.contains("needs 5 fields"), "{err}");
+        let err = cron_next("61 * * * *", T0).unwrap_err();
+        assert!(err.contains("is not valid"), "{err}");
+    }
+
+    #[test]
+    fn durations_are_numbers_or_humane_and_bounded() {
+        assert_eq!(duration("90", "in").unwrap(), 90.0);
+        assert_eq!(duration("2h 30m", "in").unwrap(), 9000.0);
+        for bad in ["NaN", "inf", "-5", "1e300", "soon"] {
+            assert!(duration(bad, "in").is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn jobs_with_impossible_times_are_refused() {
+        let job = |next_run: f64, every: Option<f64>| Job {
+            next_run,
+            every_seconds: every,
+            ..serde_json::from_value(serde_json::json!({
+                "id": "j", "message": "m", "session_id": "s", "next_run": 0.0, "created": "x"
+            }))
+            .expect("a minimal job")
+        };
+        assert!(job(T0, None).checked().is_ok());
+        assert!(job(T0, Some(60.0)).checked().is_ok());
+        assert!(job(f64::NAN, None).checked().is_err());
+        assert!(job(LATEST + 1.0, None).checked().is_err());
+        assert!(job(T0, Some(0.5)).checked().is_err(), "every_seconds under one second");
+    }
+}

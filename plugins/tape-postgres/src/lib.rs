@@ -498,3 +498,27 @@ impl TapeStore for PgStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn passwords_never_reach_a_log_line() {
+        assert_eq!(redact("postgres://u:pw@db/x"), "postgres://u:***@db/x");
+        assert_eq!(redact("postgres://u@db/x"), "postgres://u@db/x");
+        assert_eq!(redact("host=db user=u password=pw dbname=x"), "host=db user=u password=*** dbname=x");
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds() {
+        let config = |v: Value| json!({"t": v}).as_object().unwrap().clone();
+        assert_eq!(seconds(&Map::new(), "t", 30).unwrap(), Duration::from_secs(30));
+        assert_eq!(seconds(&config(json!(1.5)), "t", 30).unwrap(), Duration::from_millis(1500));
+        assert_eq!(seconds(&config(json!("2")), "t", 30).unwrap(), Duration::from_secs(2));
+        for bad in [json!(0), json!(-1), json!("inf"), json!("soon"), json!(null)] {
+            assert!(seconds(&config(bad.clone()), "t", 30).is_err(), "{bad} accepted");
+        }
+    }
+}
