@@ -104,3 +104,55 @@ impl Plugin for ToolPolicy {
 }
 
 bub_abi::export_plugin!(ToolPolicy);
+
+#[cfg(test)]
+mod tests {
+    use bub_abi::types::{ToolAction, ToolCall};
+    use bub_runtime::testing::PluginTest;
+    use serde_json::json;
+
+    bub_abi::static_plugin!(super::ToolPolicy, fn module, name = "tool-policy", version = "0", description = "test");
+
+    fn policy(rules: serde_json::Value) -> PluginTest {
+        PluginTest::with_config("tool-policy", module(), json!({"rules": rules}).as_object().unwrap().clone())
+    }
+
+    fn call(tool: &str, arguments: serde_json::Value) -> ToolCall {
+        let arguments = bub_abi::Value::from_json(&arguments.to_string()).expect("JSON");
+        ToolCall { run_id: "r".into(), tool: tool.into(), arguments }
+    }
+
+    /// First match wins; `*` is a prefix; `argument` + `contains` narrow a
+    /// rule; `set` merges arguments; other tools proceed untouched.
+    #[tokio::test]
+    async fn rules_in_order() {
+        let test = policy(json!([
+            {"tool": "bash", "argument": "cmd", "contains": "rm -rf", "deny": "destructive"},
+            {"tool": "web.*", "replace": "offline"},
+            {"tool": "bash", "set": {"timeout": 30}},
+        ]));
+        assert!(test.loaded(), "{:?}", test.record());
+        let rt = test.runtime();
+        let state = bub_abi::TurnState::new();
+        let (_, d) = rt.before_tool_call(call("bash", json!({"cmd": "rm -rf /"})), &state).await;
+        assert_eq!((d.action, d.message.as_deref()), (ToolAction::Deny, Some("blocked by policy: destructive")));
+        let (_, d) = rt.before_tool_call(call("web.fetch", json!({})), &state).await;
+        assert_eq!(d.action, ToolAction::Replace);
+        let (c, d) = rt.before_tool_call(call("bash", json!({"cmd": "ls"})), &state).await;
+        assert_eq!(d.action, ToolAction::Proceed);
+        let merged: serde_json::Value = serde_json::from_str(&c.arguments.to_json()).unwrap();
+        assert_eq!(merged, json!({"cmd": "ls", "timeout": 30}));
+        let (_, d) = rt.before_tool_call(call("fs.read", json!({})), &state).await;
+        assert_eq!(d.action, ToolAction::Proceed);
+    }
+
+    /// A rule with no action, or two, fails the constructor with its index.
+    #[test]
+    fn a_rule_needs_exactly_one_action() {
+        for rules in [json!([{"tool": "bash"}]), json!([{"tool": "x", "deny": "a", "replace": "b"}])] {
+            let test = policy(rules);
+            assert!(!test.loaded());
+            assert!(format!("{:?}", test.record()).contains("must have exactly one of deny, replace, set"));
+        }
+    }
+}
