@@ -60,3 +60,34 @@ impl Plugin for SessionRouter {
 }
 
 bub_abi::export_plugin!(SessionRouter);
+
+#[cfg(test)]
+mod tests {
+    use bub_runtime::testing::PluginTest;
+    use serde_json::json;
+
+    bub_abi::static_plugin!(super::SessionRouter, fn module, name = "session-router", version = "0", description = "test");
+
+    /// An explicit non-blank id wins; a blank one falls back to
+    /// `channel:chat_id`, numbers included; aliases map a chat to another
+    /// session; a bad `aliases` config fails the constructor.
+    #[tokio::test]
+    async fn sessions_and_aliases() {
+        let config = json!({"aliases": {"telegram:7": "tenant:shared"}}).as_object().unwrap().clone();
+        let test = PluginTest::with_config("session-router", module(), config);
+        assert!(test.loaded(), "{:?}", test.record());
+        let rt = test.runtime();
+        let session = |m: serde_json::Value| {
+            let rt = rt.clone();
+            async move { rt.resolve_session(&m).await.unwrap().unwrap().get().unwrap() }
+        };
+        assert_eq!(session(json!({"session_id": "mine", "channel": "cli"})).await, "mine");
+        assert_eq!(session(json!({"session_id": "  ", "channel": "cli", "chat_id": 42})).await, "cli:42");
+        assert_eq!(session(json!({"channel": "telegram", "chat_id": "7"})).await, "tenant:shared");
+        assert_eq!(session(json!({})).await, "default:default");
+
+        let bad =
+            PluginTest::with_config("session-router", module(), json!({"aliases": [1]}).as_object().unwrap().clone());
+        assert!(!bad.loaded());
+    }
+}
