@@ -36,14 +36,14 @@
 use bub_abi::abi::PluginModRef;
 use serde_json::{Map, Value};
 
-use crate::{Host, HostBuilder, PluginRecord, PluginStatus, Runtime, RuntimeSettings};
+use crate::{Host, HostBuilder, PluginRecord, PluginStatus, Runtime};
 
 /// One plugin, loaded in-process, in a throw-away home.
 pub struct PluginTest {
     host: Host,
     name: String,
     // Kept for the test's life: the plugin's home and workspace.
-    _dirs: (tempdir::Dir, tempdir::Dir),
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
 impl PluginTest {
@@ -55,9 +55,11 @@ impl PluginTest {
     /// Loads `module` as `name`, constructed with `config`; its home and
     /// workspace are fresh temporary folders.
     pub fn with_config(name: &str, module: PluginModRef, config: Map<String, Value>) -> Self {
-        let (home, workspace) = (tempdir::Dir::new(), tempdir::Dir::new());
+        let folder =
+            || tempfile::Builder::new().prefix("bub-plugin-test-").tempdir().expect("create a temporary folder");
+        let (home, workspace) = (folder(), folder());
+        // Default settings: nothing from the process environment.
         let host = HostBuilder::new()
-            .settings(RuntimeSettings::default())
             .home(home.path())
             .workspace(workspace.path())
             .with_static_config(name, module, config)
@@ -84,34 +86,5 @@ impl PluginTest {
     /// Whether it loaded (its constructor succeeded).
     pub fn loaded(&self) -> bool {
         self.record().status == PluginStatus::Loaded
-    }
-}
-
-/// Temporary folders without a dependency: removed when dropped.
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new() -> Dir {
-            use std::sync::atomic::{AtomicU64, Ordering};
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir().join(format!("bub-plugin-test-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            bub_abi::files::create_private_dir(&path).expect("create a temporary folder");
-            Dir(path)
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
     }
 }

@@ -131,10 +131,13 @@ fn verified(file: &Path, source: &Sdist) -> bool {
 /// `tests/lib/streaming/fixtures/basic_response.txt`); `Err` is the reason
 /// to skip.
 pub fn file(source: Sdist, member: &str) -> Result<Vec<u8>, String> {
-    let root = unpacked()?;
-    let folder = source.file.trim_end_matches(".tar.gz");
-    let path = root.join(folder).join(member);
+    let path = path(source, member)?;
     Ok(std::fs::read(&path).unwrap_or_else(|e| panic!("{} has no {member}: {e}", source.file)))
+}
+
+/// Where `member` of `source` is unpacked; `Err` is the reason to skip.
+fn path(source: Sdist, member: &str) -> Result<PathBuf, String> {
+    Ok(unpacked()?.join(source.file.trim_end_matches(".tar.gz")).join(member))
 }
 
 /// One recorded exchange of a cassette.
@@ -162,18 +165,9 @@ impl Interaction {
 
 /// The exchanges of a gzipped vcrpy cassette in `source`.
 pub fn cassette(source: Sdist, member: &str) -> Result<Vec<Interaction>, String> {
-    let gz = file(source, member)?;
-    let mut gunzip = Command::new("gzip")
-        .arg("-dc")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run gzip");
-    let mut stdin = gunzip.stdin.take().expect("gzip stdin");
-    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &gz));
-    let out = gunzip.wait_with_output().expect("gzip output");
-    writer.join().expect("gzip writer").expect("feed gzip");
-    assert!(out.status.success(), "{member} is not gzip");
+    let gz = path(source, member)?;
+    let out = Command::new("gzip").arg("-dc").arg(&gz).output().expect("run gzip");
+    assert!(out.status.success(), "{member}: {}", String::from_utf8_lossy(&out.stderr));
     let yaml = String::from_utf8(out.stdout).expect("cassette is UTF-8");
     Ok(parse_cassette(&yaml).unwrap_or_else(|e| panic!("{member}: {e}")))
 }

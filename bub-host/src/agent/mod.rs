@@ -196,9 +196,7 @@ pub struct Agent {
 
 /// `BUB_TOOL_TIMEOUT_SECONDS` (default 600; 0 = no limit).
 fn settings_tool_timeout() -> Option<std::time::Duration> {
-    let secs =
-        std::env::var("BUB_TOOL_TIMEOUT_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(600.0);
-    Some(secs).filter(|s| *s > 0.0 && s.is_finite()).and_then(bub_abi::time::seconds)
+    crate::settings::parse_seconds(&std::env::var("BUB_TOOL_TIMEOUT_SECONDS").unwrap_or_default(), 600.0)
 }
 
 impl Agent {

@@ -143,7 +143,7 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
         _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
     };
     let mut tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
-    let task_only = std::mem::take(&mut *bub_abi::sync::lock(&task_only));
+    let task_only = task_only.take();
     tools.retain(|tool| {
         let keep = !task_only.contains(tool.name.as_ref());
         if !keep {

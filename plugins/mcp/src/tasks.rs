@@ -6,12 +6,16 @@
 //! log line (issue 17.18). rmcp's `Tool` drops the `execution` field, so a
 //! stdio server's output is read on its way to rmcp: [`TaskScan`] passes
 //! every byte through unchanged and notes, from each `tools/list` result
-//! line, the tools that require tasks.
+//! line, the tools that require tasks — until the tools are listed, after
+//! which it only passes bytes on (tool results are not copied again).
 
 use std::{
     collections::HashSet,
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
     task::{Context, Poll},
 };
 
@@ -23,7 +27,22 @@ use tokio::io::{AsyncRead, ReadBuf};
 const MAX_LINE: usize = 16 << 20;
 
 /// The names of the tools a server said require task-based execution.
-pub type TaskOnly = Arc<Mutex<HashSet<String>>>;
+pub type TaskOnly = Arc<TaskList>;
+
+/// What [`TaskScan`] found, taken once the tools are listed.
+#[derive(Default)]
+pub struct TaskList {
+    names: Mutex<HashSet<String>>,
+    listed: AtomicBool,
+}
+
+impl TaskList {
+    /// The task-only tools found so far; scanning stops here.
+    pub fn take(&self) -> HashSet<String> {
+        self.listed.store(true, Ordering::Relaxed);
+        std::mem::take(&mut *bub_abi::sync::lock(&self.names))
+    }
+}
 
 /// A stdio server's output, read through (see the module docs).
 pub struct TaskScan<R> {
@@ -80,7 +99,7 @@ fn note_task_only(line: &[u8], found: &TaskOnly) {
     let required = tools.filter(|t| t["execution"]["taskSupport"] == "required");
     let names: Vec<String> = required.filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
     if !names.is_empty() {
-        bub_abi::sync::lock(found).extend(names);
+        bub_abi::sync::lock(&found.names).extend(names);
     }
 }
 
@@ -90,7 +109,11 @@ impl<R: AsyncRead + Unpin> AsyncRead for TaskScan<R> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &polled {
-            this.feed(&buf.filled()[before..]);
+            if this.found.listed.load(Ordering::Relaxed) {
+                this.line = Vec::new();
+            } else {
+                this.feed(&buf.filled()[before..]);
+            }
         }
         polled
     }
@@ -108,8 +131,8 @@ mod tests {
         let (one, two) = list.split_at(40);
         scan.feed(one);
         scan.feed(two);
-        assert!(found.lock().unwrap().is_empty(), "noted before the line ended");
+        assert!(found.names.lock().unwrap().is_empty(), "noted before the line ended");
         scan.feed(b"\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
-        assert_eq!(*found.lock().unwrap(), HashSet::from(["slow".to_owned()]));
+        assert_eq!(found.take(), HashSet::from(["slow".to_owned()]));
     }
 }

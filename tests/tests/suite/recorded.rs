@@ -16,23 +16,27 @@ use bub_tests::{
 };
 use serde_json::{json, Value};
 
+/// The fetched value, or return from the test saying why it skips.
+macro_rules! or_skip {
+    ($fetched:expr, $member:expr) => {
+        match $fetched {
+            Ok(value) => value,
+            Err(why) => return eprintln!("SKIPPED {}: {why}", $member),
+        }
+    };
+}
+
 /// A recorded file, or the reason to skip.
 macro_rules! recorded {
     ($source:expr, $member:expr) => {
-        match recordings::file($source, $member) {
-            Ok(bytes) => bytes,
-            Err(why) => return eprintln!("SKIPPED {}: {why}", $member),
-        }
+        or_skip!(recordings::file($source, $member), $member)
     };
 }
 
 /// A recorded cassette, or the reason to skip.
 macro_rules! cassette {
     ($source:expr, $member:expr) => {
-        match recordings::cassette($source, $member) {
-            Ok(exchanges) => exchanges,
-            Err(why) => return eprintln!("SKIPPED {}: {why}", $member),
-        }
+        or_skip!(recordings::cassette($source, $member), $member)
     };
 }
 
@@ -81,10 +85,9 @@ fn setup(model: &str, provider: &Provider, extra: Value) -> (Home, tempfile::Tem
     (home, ws)
 }
 
-const SDK_FIXTURES: &str = "tests/lib/streaming/fixtures";
-
-fn sdk_fixture(name: &str) -> Result<Vec<u8>, String> {
-    recordings::file(ANTHROPIC_SDK, &format!("{SDK_FIXTURES}/{name}"))
+/// The first assistant message of a request's messages.
+fn assistant(messages: &[Value]) -> &Value {
+    messages.iter().find(|m| m["role"] == "assistant").unwrap_or_else(|| panic!("no assistant message: {messages:?}"))
 }
 
 /// Anthropic SDK `tests/lib/streaming/fixtures/tool_use_response.txt` then
@@ -95,11 +98,8 @@ fn sdk_fixture(name: &str) -> Result<Vec<u8>, String> {
 /// it is still taken, as Republic's SSE parser does.
 #[test]
 fn anthropic_sdk_tool_use_stream() {
-    let step = match sdk_fixture("tool_use_response.txt") {
-        Ok(bytes) => bytes,
-        Err(why) => return eprintln!("SKIPPED anthropic_sdk_tool_use_stream: {why}"),
-    };
-    let answer = sdk_fixture("basic_response.txt").unwrap();
+    let step = recorded!(ANTHROPIC_SDK, "tests/lib/streaming/fixtures/tool_use_response.txt");
+    let answer = recorded!(ANTHROPIC_SDK, "tests/lib/streaming/fixtures/basic_response.txt");
     let start = events(&step).into_iter().find(|e| e["content_block"]["type"] == "tool_use").unwrap();
     let (id, name) = (start["content_block"]["id"].clone(), start["content_block"]["name"].clone());
     let input: Value = serde_json::from_str(&anthropic_deltas(&step, "input_json_delta", "partial_json")).unwrap();
@@ -112,7 +112,7 @@ fn anthropic_sdk_tool_use_stream() {
     let requests = provider.requests();
     assert_eq!(requests.len(), 2);
     let messages = messages_of(&requests[1].body);
-    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap_or_else(|| panic!("{messages:?}"));
+    let assistant = assistant(&messages);
     assert_eq!(
         assistant["content"],
         json!([{"type": "text", "text": anthropic_deltas(&step, "text_delta", "text")},
@@ -184,9 +184,9 @@ fn langchain_anthropic_thinking_is_sent_back() {
     assert_eq!(first["model_output"], anthropic_deltas(&streamed.body, "text_delta", "text"), "{first}");
     bub_json(&home, ws.path(), "How are you?");
     let ours = messages_of(&provider.requests()[1].body);
-    let ours = ours.iter().find(|m| m["role"] == "assistant").unwrap_or_else(|| panic!("{ours:?}"));
+    let ours = assistant(&ours);
     let theirs = messages_of(&exchanges.last().unwrap().request);
-    let theirs = theirs.iter().find(|m| m["role"] == "assistant").expect("LangChain's replay");
+    let theirs = assistant(&theirs);
     let block = |m: &Value, kind: &str| m["content"].as_array().unwrap().iter().find(|b| b["type"] == kind).cloned();
     let (our_thinking, their_thinking) = (block(ours, "thinking"), block(theirs, "thinking").unwrap());
     let our_thinking = our_thinking.unwrap_or_else(|| panic!("no thinking sent back: {ours}"));
@@ -212,7 +212,7 @@ fn langchain_anthropic_redacted_thinking_is_sent_back() {
     bub_json(&home, ws.path(), "first");
     bub_json(&home, ws.path(), "second");
     let messages = messages_of(&provider.requests()[1].body);
-    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap_or_else(|| panic!("{messages:?}"));
+    let assistant = assistant(&messages);
     assert!(assistant["content"].as_array().unwrap().contains(&redacted), "{assistant}");
 }
 
