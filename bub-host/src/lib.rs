@@ -1,19 +1,18 @@
-//! # bub-host — the Bub framework, agent and gateway over native plugins
+//! # bub-host — the `bub` binary, and one facade over the bub-rs crates
 //!
-//! Data flows one way: **discover → load → register → dispatch**. The
-//! first four live in [`bub_runtime`] (re-exported here under their old
-//! paths): [`discovery`], [`manifest`], [`integrity`], [`install`],
-//! [`loader`], [`registry`], [`runtime`] (Bub's dispatch semantics and the
-//! typed entry point per hook), [`resources`], [`host`]. This crate adds:
+//! The crates are layered; each depends only on the ones below it:
 //!
-//! - [`framework`]: the turn pipeline (`process_inbound`), the `running()`
-//!   scope and the app hooks;
-//! - [`agent`]: Bub's agent (the loop, events, tools, tape fork, command
-//!   mode, providers), which the builtin runs for every turn;
-//! - [`gateway`]: `bub gateway` (channels, admission, per-session queues);
-//! - [`builtin`]: Bub's builtin plugin, added to a host with
-//!   [`WithBuiltin::builtin`] (or [`discover`]: the builtin, then every
-//!   installed plugin).
+//! - [`bub_abi`]: the stable ABI and the plugin SDK;
+//! - [`bub_runtime`]: discover → load → register → dispatch
+//!   ([`discovery`], [`manifest`], [`integrity`], [`install`], [`loader`],
+//!   [`registry`], [`runtime`], [`resources`], [`host`]);
+//! - [`bub_framework`]: the turn pipeline and `running()` ([`framework`]),
+//!   the agent library ([`agent`]), `bub gateway` ([`gateway`]);
+//! - [`bub_builtin`]: Bub's builtin plugin ([`builtin`]), added to a host
+//!   with [`WithBuiltin::builtin`] (or [`discover`]: the builtin, then every
+//!   installed plugin);
+//! - this crate: the `bub` command line on top, and these re-exports, so
+//!   an embedder can depend on one crate and keep the paths the docs use.
 //!
 //! ```no_run
 //! use bub_host::{discovery::SearchPath, HostBuilder, WithBuiltin};
@@ -36,13 +35,11 @@
 // No unsafe code above the runtime: the loader and the ABI hold it all.
 #![forbid(unsafe_code)]
 
-pub mod agent;
-pub mod builtin;
-pub mod framework;
-pub mod gateway;
-mod random;
-
+pub use bub_builtin as builtin;
+pub use bub_framework as framework;
+pub use bub_framework::{agent, gateway};
 // The lower layer, re-exported under its old paths (`bub_host::loader`, …).
+pub use bub_builtin::{discover, WithBuiltin};
 pub use bub_runtime::{
     crash, discovery, error, host, install, integrity, loader, manifest, registry, resources, runtime, settings,
 };
@@ -50,20 +47,3 @@ pub use bub_runtime::{
     CallArgs, HookFailure, Host, HostBuilder, LoadError, ModelSelection, OnboardError, Places, PluginRecord,
     PluginSource, PluginStatus, Registry, Reply, Runtime, RuntimeSettings,
 };
-
-/// The builtin on a [`HostBuilder`]: `HostBuilder::new().builtin()`.
-pub trait WithBuiltin {
-    /// Adds Bub's builtin plugin, registered as `builtin`, first.
-    fn builtin(self) -> Self;
-}
-
-impl WithBuiltin for HostBuilder {
-    fn builtin(self) -> Self {
-        self.with_static("builtin", builtin::module())
-    }
-}
-
-/// The usual host: `builtin`, then every plugin found on `search`.
-pub fn discover(search: &discovery::SearchPath) -> Host {
-    HostBuilder::new().builtin().discovered(search).build()
-}

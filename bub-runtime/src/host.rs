@@ -31,6 +31,15 @@ pub enum PluginSource {
         /// Constructor config.
         config: Map<String, serde_json::Value>,
     },
+    /// Compiled into the host, constructed with the config `config` derives
+    /// from the host's final settings (resolved when the host is built,
+    /// whatever order the builder was told things in).
+    StaticFromSettings {
+        /// Its root module (`bub_abi::static_plugin!`).
+        module: PluginModRef,
+        /// The constructor config, from the host's settings.
+        config: fn(&RuntimeSettings) -> Map<String, serde_json::Value>,
+    },
     /// An installed plugin folder (manifest + library).
     Folder(PathBuf),
     /// A library file, registered under `name` with `config`.
@@ -126,6 +135,19 @@ impl HostBuilder {
         self
     }
 
+    /// [`with_static`](Self::with_static), constructed with the config
+    /// `config` derives from the host's settings (the builtin: the knobs it
+    /// needs outside a turn, from the binary's resolved environment).
+    pub fn with_static_from_settings(
+        mut self,
+        name: impl Into<String>,
+        module: PluginModRef,
+        config: fn(&RuntimeSettings) -> Map<String, serde_json::Value>,
+    ) -> Self {
+        self.sources.push((name.into(), PluginSource::StaticFromSettings { module, config }));
+        self
+    }
+
     /// The home plugins are told about (default: the parent of the first
     /// plugin root given to [`discovered`](Self::discovered), else `$BUB_HOME`).
     pub fn home(mut self, home: impl Into<PathBuf>) -> Self {
@@ -189,6 +211,12 @@ impl HostBuilder {
             replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
         }
         for (fallback_name, source) in self.sources {
+            let source = match source {
+                PluginSource::StaticFromSettings { module, config } => {
+                    PluginSource::Static { module, config: config(&self.settings) }
+                }
+                other => other,
+            };
             let env = &self.settings.plugin_env;
             let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, env, &places);
             if let PluginStatus::Failed { detail } = &record.status {
@@ -275,6 +303,10 @@ fn load_source(
         PluginSource::Static { module, config } => {
             let lib = Library { module };
             register_library(fallback_name, None, lib, &config, places)
+        }
+        PluginSource::StaticFromSettings { module, .. } => {
+            // Resolved to `Static` in `build`; kept total without a panic.
+            register_library(fallback_name, None, Library { module }, &Map::new(), places)
         }
         PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
             Some(record) => record,

@@ -7,7 +7,7 @@
 //! `disallowed-methods` rule holds the rest to it), so an embedder or a
 //! test sets a deadline on its host instead of on the process.
 
-use std::{ffi::OsString, path::PathBuf, time::Duration};
+use std::{ffi::OsString, path::PathBuf, sync::Arc, time::Duration};
 
 /// The default deadline of an async hook (`BUB_HOOK_TIMEOUT_SECONDS`).
 pub const HOOK_TIMEOUT_SECONDS: f64 = 300.0;
@@ -29,6 +29,11 @@ pub struct RuntimeSettings {
     /// The `BUB_<PLUGIN>__<KEY>` variables: plugin configuration from the
     /// environment, applied over `config.json` and the manifest.
     pub plugin_env: Vec<(OsString, OsString)>,
+    /// The variables these settings were resolved from: the layers above
+    /// (the agent's model settings, the gateway's timings) read theirs here,
+    /// never from the process. Empty unless given ([`from_env`](Self::from_env),
+    /// [`from_vars`](Self::from_vars)).
+    pub environment: Environment,
 }
 
 impl Default for RuntimeSettings {
@@ -39,7 +44,37 @@ impl Default for RuntimeSettings {
             lifespan_timeout: seconds(LIFESPAN_TIMEOUT_SECONDS),
             max_result_bytes: MAX_RESULT_BYTES,
             plugin_env: Vec::new(),
+            environment: Environment::default(),
         }
+    }
+}
+
+/// A snapshot of environment variables (the UTF-8 ones), cheap to clone.
+/// Its `Debug` shows the names only: values may be keys.
+#[derive(Clone, Default, PartialEq)]
+pub struct Environment(Arc<[(String, String)]>);
+
+impl Environment {
+    /// From `(name, value)` pairs.
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(vars: impl IntoIterator<Item = (K, V)>) -> Self {
+        Environment(vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+
+    /// The value of `name`; None when unset or empty (as Bub's settings
+    /// treat an empty variable).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+    }
+
+    /// Every variable, in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(k, _)| k)).finish()
     }
 }
 
@@ -53,8 +88,10 @@ impl RuntimeSettings {
     /// From these variables (`from_env` without the process).
     pub fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
         let mut out = RuntimeSettings::default();
+        let mut environment = Vec::new();
         for (key, value) in vars {
             let (Some(k), Some(v)) = (key.to_str(), value.to_str()) else { continue };
+            environment.push((k.to_owned(), v.to_owned()));
             match k {
                 "BUB_HOOK_TIMEOUT_SECONDS" => out.hook_timeout = parse_seconds(v, HOOK_TIMEOUT_SECONDS),
                 "BUB_LIFESPAN_TIMEOUT_SECONDS" => out.lifespan_timeout = parse_seconds(v, LIFESPAN_TIMEOUT_SECONDS),
@@ -63,6 +100,7 @@ impl RuntimeSettings {
                 _ => {}
             }
         }
+        out.environment = Environment::from_pairs(environment);
         out
     }
 }
@@ -128,6 +166,8 @@ mod tests {
         assert_eq!(s.lifespan_timeout, None, "0 = no deadline");
         assert_eq!(s.max_result_bytes, 1000);
         assert_eq!(s.plugin_env, [(OsString::from("BUB_HTTP_CHANNEL__TOKEN"), OsString::from("t"))]);
+        assert_eq!(s.environment.get("PATH"), Some("/bin"));
+        assert!(!format!("{:?}", s.environment).contains("\"t\""), "values are not printed");
         assert_eq!(RuntimeSettings::from_vars([]), RuntimeSettings::default());
         assert_eq!(parse_seconds("junk", 2.0), Some(Duration::from_secs(2)));
         assert_eq!(parse_seconds("inf", 2.0), None);

@@ -9,7 +9,7 @@
 //! `BASE=http://127.0.0.1:PORT/v1 cargo run --release -p bub-tests --example agent_bench [RUNS]`
 
 use bub_host::WithBuiltin as _;
-use bub_host::{agent::bub, discovery::SearchPath, framework::Framework, HostBuilder};
+use bub_host::{builtin::agent as bub, discovery::SearchPath, framework::Framework, HostBuilder};
 use bub_tests::{install_into, lib_release};
 use serde_json::json;
 

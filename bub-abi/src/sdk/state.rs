@@ -1,9 +1,12 @@
 //! [`TurnState`]: the live turn state handle, and the standard in-memory store.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    any::Any,
+    sync::{Arc, Mutex, Weak},
+};
 
 use abi_stable::{
-    sabi_trait::TD_Opaque,
+    sabi_trait::TD_CanDowncast,
     std_types::{RArc, ROption, RResult, RStr, RString, RVec},
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -39,8 +42,7 @@ impl TurnState {
 
     /// A new in-memory state holding `map`.
     pub fn from_map(map: Map<String, Value>) -> Self {
-        let store = MemoryState { map: Arc::new(Mutex::new(map)) };
-        TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_Opaque) }
+        Self::shared(map).0
     }
 
     /// A state whose map the caller also holds: the host reads and merges
@@ -48,8 +50,38 @@ impl TurnState {
     /// (other copies of this crate) need.
     pub fn shared(map: Map<String, Value>) -> (Self, Arc<Mutex<Map<String, Value>>>) {
         let map = Arc::new(Mutex::new(map));
-        let store = MemoryState { map: map.clone() };
-        (TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_Opaque) }, map)
+        let store = MemoryState { map: map.clone(), owner: Default::default() };
+        // Downcastable, so code of the binary that made the state finds its
+        // owner (`attach`/`owner`); elsewhere the downcast fails, safely.
+        (TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_CanDowncast) }, map)
+    }
+
+    /// Attaches `owner` (weakly) to this state: code of this same binary
+    /// gets it back with [`owner`](Self::owner) for as long as the caller
+    /// keeps the `Arc`. This is how a host's framework is found from the
+    /// turn it runs (Bub keeps its agent in `state._runtime_agent`) without a
+    /// process-wide registry. The owner never crosses the ABI: a plugin
+    /// library holds a different copy of this type, so there the state is
+    /// not downcastable and nothing is attached. Returns whether it was
+    /// attached (false for a state made by another library).
+    pub fn attach<T: Any + Send + Sync>(&self, owner: &Arc<T>) -> bool {
+        let Some(store) = self.memory() else { return false };
+        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(owner) as Weak<dyn Any + Send + Sync>;
+        *crate::sync::lock(&store.owner) = Some(weak);
+        true
+    }
+
+    /// The owner [`attach`](Self::attach)ed to this state, if it is still
+    /// alive, is a `T`, and the state was made by this binary.
+    pub fn owner<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let store = self.memory()?;
+        let owner = crate::sync::lock(&store.owner).as_ref()?.upgrade()?;
+        owner.downcast::<T>().ok()
+    }
+
+    /// The standard store behind this handle, when this binary made it.
+    fn memory(&self) -> Option<&MemoryState> {
+        self.handle.obj.downcast_as::<MemoryState>().ok()
     }
 
     /// The FFI handle.
@@ -128,6 +160,9 @@ impl Default for TurnState {
 #[derive(Clone)]
 struct MemoryState {
     map: Arc<Mutex<Map<String, Value>>>,
+    // Shared by every clone of the state; weak, so a state a plugin keeps
+    // past its turn neither keeps the owner alive nor sees it.
+    owner: Arc<Mutex<Option<Weak<dyn Any + Send + Sync>>>>,
 }
 
 impl MemoryState {
@@ -169,5 +204,27 @@ impl StateStore for MemoryState {
 
     fn snapshot(&self) -> crate::Value {
         crate::Value::from_serialize(&*self.lock()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::TurnState;
+
+    #[test]
+    fn an_attached_owner_is_found_while_it_lives_and_only_as_its_type() {
+        let state = TurnState::new();
+        assert!(state.owner::<String>().is_none());
+        let owner = Arc::new(String::from("framework"));
+        assert!(state.attach(&owner));
+        // Every clone of the handle sees it (a hook receives a clone).
+        let seen = state.clone().owner::<String>().expect("attached");
+        assert!(Arc::ptr_eq(&seen, &owner));
+        assert!(state.owner::<u32>().is_none(), "another type is not the owner");
+        drop(seen);
+        drop(owner);
+        assert!(state.owner::<String>().is_none(), "the owner is held weakly: gone with its last Arc");
     }
 }

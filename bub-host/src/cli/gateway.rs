@@ -25,7 +25,7 @@ pub struct GatewayArgs {
 }
 
 pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
-    let mut settings = GatewaySettings::from_env();
+    let mut settings = GatewaySettings::from_environment(&ctx.settings.environment);
     if !args.enable_channel.is_empty() {
         settings.enabled_channels = args.enable_channel.clone();
     }

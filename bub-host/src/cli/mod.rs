@@ -17,7 +17,7 @@ use bub_host::{
     discovery::{absolute, bub_home, SearchPath},
     framework::Framework,
     install::Installer,
-    Host, HostBuilder, WithBuiltin,
+    Host, HostBuilder, RuntimeSettings, WithBuiltin,
 };
 use clap::{Parser, Subcommand};
 
@@ -67,6 +67,8 @@ pub struct Context {
     pub search: SearchPath,
     /// The workspace (`-w`), resolved.
     pub workspace: PathBuf,
+    /// The settings every layer follows, from the environment, read once.
+    pub settings: RuntimeSettings,
 }
 
 impl Context {
@@ -79,7 +81,7 @@ impl Context {
     /// the home and the workspace are.
     pub fn host(&self) -> Host {
         let mut builder = HostBuilder::new()
-            .settings(bub_host::RuntimeSettings::from_env())
+            .settings(self.settings.clone())
             .home(&self.home)
             .workspace(&self.workspace)
             .builtin()
@@ -105,7 +107,7 @@ fn context(home: Option<PathBuf>, workspace: Option<PathBuf>) -> anyhow::Result<
             .with_context(|| format!("workspace {} not found (-w/--workspace)", w.display()))?,
         None => std::env::current_dir().context("the current directory is not accessible")?,
     };
-    Ok(Context { search: SearchPath::from_env(Some(&home)), home, workspace })
+    Ok(Context { search: SearchPath::from_env(Some(&home)), home, workspace, settings: RuntimeSettings::from_env() })
 }
 
 /// Parses the command line and runs the command. A subcommand `bub` does

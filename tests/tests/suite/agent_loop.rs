@@ -310,7 +310,7 @@ fn tools_run_concurrently_up_to_the_limit_behaviour_142() {
 /// step runs keeps the run going for one more step.
 #[test]
 fn steering_messages_join_the_next_step_behaviour_107_117_153() {
-    use bub_host::{agent::bub, framework::Framework, HostBuilder};
+    use bub_host::{builtin::agent as bub, framework::Framework, HostBuilder};
     let provider = Provider::start(vec![chat::text("first"), chat::text("second")]);
     let home = bub_tests::Home::new();
     let config = json!({"model": "openai:m", "api_base": provider.base_url, "api_key": "k"});
@@ -358,7 +358,10 @@ fn an_unknown_tool_without_hooks_fails_as_a_result_behaviour_139() {
 /// `spill_read` among the step's tools the model gets the full text.
 #[test]
 fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
-    use bub_host::agent::{own_tools, spill, RunTape};
+    use bub_host::{
+        agent::RunTape,
+        builtin::{own_tools, spill},
+    };
     let big: String = (0..2000).map(|i| format!("line {i:04}\n")).collect::<String>().chars().take(20_000).collect();
     for offered in [true, false] {
         let provider = Provider::start(vec![chat::tool_calls("", &[("c1", "big", "{}")]), chat::text("ok")]);
@@ -378,7 +381,7 @@ fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
             a.add_tool(t);
         }
         a.sidecars = vec![spill::SIDECAR.into()];
-        spill::subscribe(&mut a.events);
+        spill::subscribe(&mut a.events, 4096);
         let store = a.store.clone();
         let a = Arc::new(a);
         let opts = options("t");

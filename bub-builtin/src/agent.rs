@@ -1,0 +1,110 @@
+//! The builtin agent (Bub's `BubAgent`): an [`Agent`] built from the
+//! framework running the turn.
+//!
+//! The builtin plugin answers `run_model_stream` / `run_model` through the
+//! ABI like any plugin, so a plugin with its own model hook overrides the
+//! agent by priority, exactly as in Bub. To build the agent it needs the
+//! framework running the turn: the framework attaches itself to the turn's
+//! state for the turn's duration and the builtin finds it with
+//! [`Framework::of`] (Bub keeps its agent in `state._runtime_agent`).
+
+use std::sync::Arc;
+
+use bub_abi::TurnState;
+use bub_framework::{
+    agent::{plugins::AgentPlugins, run::RunOptions, tape, Agent, AgentError, RunStream, Store},
+    Framework,
+};
+use serde_json::{json, Value};
+
+use crate::{own_tools, spill};
+
+/// Builds the turn's agent: store (the scope's, else memory), tape context,
+/// sidecars, settings, the agent's own tools, then the framework's plugins.
+pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
+    let settings = framework.model_settings().map_err(AgentError::value)?;
+    let spill_threshold = settings.spill_threshold;
+    let store = framework.get_tape_store().map(Store::Host).unwrap_or_else(Store::memory);
+    let mut agent = Agent::new(settings, store);
+    if let Ok(context) = framework.build_tape_context() {
+        if let Ok(Some(anchor)) = context.describe().await.map(|d| d.get("anchor").cloned()) {
+            agent.context.anchor = anchor.as_str().map(str::to_owned);
+        }
+    }
+    agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
+    // Bub's registry order: spill.read first, the tape tools, then the rest.
+    let own = own_tools::run_helper_tools();
+    let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
+    for tool in spill_read.into_iter().chain(own_tools::tape_and_command_tools()).chain(rest) {
+        agent.add_tool(tool);
+    }
+    AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
+    // After the plugins' after_tool_call hooks, as Bub's trylast builtin.
+    if agent.sidecars.iter().any(|s| s == spill::SIDECAR) {
+        spill::subscribe(&mut agent.events, spill_threshold);
+    }
+    Ok(agent)
+}
+
+/// Commands that run nothing but the agent's own bookkeeping, allowed from
+/// every channel.
+const HARMLESS_COMMANDS: [&str; 2] = ["help", "quit"];
+
+/// The answer to a command from a channel whose messages may not run
+/// commands (`command_channels`), or None when the prompt may run.
+fn command_refused(agent: &Agent, prompt: &[Value], state: &TurnState) -> Option<RunStream> {
+    let line = bub_framework::agent::command::command_line(prompt, agent.command_prefix.as_deref())?;
+    let channel = state.get_value("_runtime_channel")?.as_str()?.to_owned();
+    let allowed = &agent.settings.command_channels;
+    let first = line.split_whitespace().next().unwrap_or_default();
+    if allowed.iter().any(|c| c == "*" || *c == channel) || HARMLESS_COMMANDS.contains(&first) {
+        return None;
+    }
+    tracing::warn!(target: "bub::agent", "refused a command from channel {channel:?}: {first}");
+    let text = format!(
+        "error: command mode is off for channel '{channel}': commands run tools with no model in between, and \
+         anyone who can write to this channel could run them. To allow it, add the channel to \
+         BUB_COMMAND_CHANNELS (now {:?}) or to command_channels in config.json.",
+        allowed.join(",")
+    );
+    Some(RunStream::fixed(vec![
+        bub_framework::agent::run::event("text", json!({"delta": text})),
+        bub_framework::agent::run::event("final", json!({"text": text, "ok": false})),
+    ]))
+}
+
+/// Runs one turn's prompt through the agent (Bub's `BubAgent.run_stream`).
+pub async fn run_stream(
+    framework: &Framework,
+    session_id: &str,
+    prompt: Vec<Value>,
+    state: TurnState,
+) -> Result<RunStream, AgentError> {
+    let agent = Arc::new(build(framework).await?);
+    if let Some(refused) = command_refused(&agent, &prompt, &state) {
+        return Ok(refused);
+    }
+    if state.get_value("session_id").is_none() {
+        let _ = state.set("session_id", session_id);
+    }
+    let model = state.get_value("model").and_then(|m| m.as_str().map(str::to_owned)).filter(|m| !m.is_empty());
+    let model = model.or_else(|| Some(agent.settings.default_model()));
+    // Bub's run metadata: the turn's allowed skills and tools (none: all).
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("allowed_skills".into(), Value::Null);
+    metadata.insert("allowed_tools".into(), Value::Null);
+    // The session's reasoning effort wins over the completion args' (behaviour 218).
+    let mut call_options = serde_json::Map::new();
+    if let Some(effort) = state.get_value("reasoning_effort").filter(|e| e.as_str().is_some_and(|s| !s.is_empty())) {
+        call_options.insert("reasoning_effort".into(), effort);
+    }
+    let options = RunOptions {
+        tape: tape::session_tape_name(framework.workspace(), session_id),
+        state,
+        merge_back: !session_id.starts_with("temp/"),
+        model,
+        metadata,
+        options: call_options,
+    };
+    agent.start(prompt, options).await
+}

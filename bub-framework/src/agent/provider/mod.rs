@@ -1,0 +1,392 @@
+//! The provider path: from a model spec (`openai:gpt-4o`) and a list of
+//! messages to a stream of text and a finished response (spec §6).
+//!
+//! Three wire formats, each a small module: OpenAI chat completions
+//! ([`chat`], the default for `openai:`, `openrouter:` and every
+//! OpenAI-compatible server), the OpenAI Responses API ([`responses`],
+//! `api_format: "responses"`) and Anthropic Messages ([`anthropic`]). They
+//! share the HTTP layer ([`http`]: Republic's retries and error texts) and
+//! the server-sent-event parsing (the `eventsource-stream` crate). [`echo`]
+//! is an offline model that repeats the user, the default when no model is
+//! configured, so that bub-rs runs its whole agent loop without a network.
+//!
+//! Why no SDK crate: the agent must send Bub's exact bodies (the
+//! `extra_body` deep merge, `max_completion_tokens` vs `max_tokens` per
+//! provider, unannounced tool calls repaired) and retry as Republic does
+//! (`retry-after`, 408/409/429/5xx), over three formats. async-openai types
+//! only OpenAI's own API and owns its retry policy; genai hides the body
+//! behind its own abstractions. The formats are a few hundred lines of
+//! serde_json over reqwest; the event-stream framing comes from a crate.
+
+pub mod anthropic;
+pub mod chat;
+pub mod echo;
+pub mod http;
+pub mod responses;
+pub mod settings;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+pub use self::settings::{ModelSettings, ProviderConfig};
+
+/// Token usage of one call (Bub's usage event shape).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Reasoning tokens (part of the output).
+    pub reasoning_tokens: u64,
+    /// Prompt tokens served from a cache.
+    pub cached_tokens: u64,
+    /// Prompt tokens written to a cache.
+    pub cache_write_tokens: u64,
+    /// `input + output`.
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// As JSON.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    /// Model-facing name (`fs_read`).
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: Value,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallOut {
+    /// The call's id (echoed in the tool message).
+    pub id: String,
+    /// Model-facing tool name.
+    pub name: String,
+    /// Raw JSON arguments, as the model sent them (`"{}"` when empty).
+    pub arguments: String,
+    /// Provider extras.
+    #[serde(default)]
+    pub metadata: Value,
+}
+
+impl ToolCallOut {
+    /// `{id, name, arguments, metadata}`.
+    pub fn to_json(&self) -> Value {
+        json!({"id": self.id, "name": self.name, "arguments": self.arguments, "metadata": self.metadata})
+    }
+}
+
+/// One call to a model.
+#[derive(Debug, Clone, Default)]
+pub struct ModelRequest {
+    /// Messages in Bub's neutral shape: `{role, content}` (content a string
+    /// or parts), assistant `tool_calls: [{id, name, arguments}]`, tool
+    /// messages `{role: "tool", tool_call_id, name, content}`.
+    pub messages: Vec<Value>,
+    /// Tools offered.
+    pub tools: Vec<ToolDef>,
+    /// Output token limit.
+    pub max_tokens: Option<u64>,
+    /// Chat options (completion args, reasoning effort): temperature, top_p,
+    /// reasoning_effort, tool_choice, extra_body, ….
+    pub options: Map<String, Value>,
+}
+
+/// What a finished call produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelResponse {
+    /// Text.
+    pub text: String,
+    /// Refusal text.
+    pub refusal: String,
+    /// Reasoning text.
+    pub reasoning: String,
+    /// Tool calls, in the order the model first named them.
+    pub tool_calls: Vec<ToolCallOut>,
+    /// Usage, if the provider reported it.
+    pub usage: Option<Usage>,
+    /// Parts the provider needs back verbatim on the next call
+    /// (`{"api_format", "payload"}`: Anthropic's thinking blocks and their
+    /// order), kept on the tape with the assistant message.
+    pub provider_data: Vec<Value>,
+}
+
+/// A live delta of a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// Text (or refusal) chunk.
+    Text(String),
+    /// Reasoning chunk.
+    Reasoning(String),
+}
+
+/// Why a call failed (Republic's error classes).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// HTTP error status after retries.
+    #[error("Provider returned HTTP {status}: {body}")]
+    Status {
+        /// The status code.
+        status: u16,
+        /// The response body.
+        body: String,
+    },
+    /// The connection failed.
+    #[error("Provider connection failed: {0}")]
+    Connection(String),
+    /// The request or stream timed out.
+    #[error("Provider request timed out")]
+    Timeout,
+    /// The provider reported an error inside a stream.
+    #[error("Provider error: {0}")]
+    Response(String),
+    /// The stream ended without its completion signal.
+    #[error("Stream ended without a completion signal")]
+    Incomplete,
+    /// The model spec or settings are unusable.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A configured model: provider, wire format, endpoint and credentials.
+#[derive(Debug, Clone)]
+pub struct ModelClient {
+    /// The spec as configured (`openai:gpt-4o`).
+    pub spec: String,
+    /// The provider part, lowercased (`openai`).
+    pub provider: String,
+    /// The model id sent to the provider.
+    pub model: String,
+    /// Endpoint, credentials and client options.
+    pub config: ProviderConfig,
+}
+
+/// The wire formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiFormat {
+    /// `POST {base}/chat/completions`.
+    Chat,
+    /// `POST {base}/responses`.
+    Responses,
+    /// `POST {base}/messages` (Anthropic).
+    Messages,
+    /// The offline echo model.
+    Echo,
+}
+
+impl ModelClient {
+    /// The wire format: `api_format` if given, else the provider's default.
+    pub fn format(&self) -> Result<ApiFormat, ProviderError> {
+        match self.config.api_format.as_deref() {
+            Some("chat" | "completion" | "chat_completions") => Ok(ApiFormat::Chat),
+            Some("responses") => Ok(ApiFormat::Responses),
+            Some("messages" | "anthropic") => Ok(ApiFormat::Messages),
+            Some(other) => Err(ProviderError::Config(format!(
+                "unknown api_format {other:?} for model {}: use \"chat\", \"responses\" or \"messages\"",
+                self.spec
+            ))),
+            None => Ok(match self.config.kind.as_str() {
+                "echo" => ApiFormat::Echo,
+                "anthropic" => ApiFormat::Messages,
+                _ => ApiFormat::Chat,
+            }),
+        }
+    }
+
+    /// Runs one call, sending deltas to `on_delta` as they arrive.
+    pub async fn call(
+        &self,
+        request: &ModelRequest,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ModelResponse, ProviderError> {
+        let call = async {
+            match self.format()? {
+                ApiFormat::Chat => chat::call(self, request, on_delta).await,
+                ApiFormat::Responses => responses::call(self, request, on_delta).await,
+                ApiFormat::Messages => anthropic::call(self, request, on_delta).await,
+                ApiFormat::Echo => Ok(echo::call(request, on_delta)),
+            }
+        };
+        // `model_timeout_seconds` bounds the whole call, streaming included.
+        match self.config.call_timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Timeout)),
+            None => call.await,
+        }
+    }
+}
+
+/// Deep-merges the provider's `extra_body` (client args) and then the
+/// call's own (completion args) into `body`: call values win.
+pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, body: &mut Map<String, Value>) {
+    use bub_runtime::runtime::special::deep_merge;
+    let mut extra = client.config.extra_body.clone();
+    if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
+        deep_merge(&mut extra, call_extra.clone());
+    }
+    deep_merge(body, extra);
+}
+
+/// Accumulates streamed tool-call fragments keyed by index: id and name are
+/// the latest non-empty value, arguments concatenate in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct ToolCallFragments {
+    order: Vec<String>,
+    calls: std::collections::HashMap<String, ToolCallOut>,
+}
+
+impl ToolCallFragments {
+    pub(crate) fn add(&mut self, key: &str, id: Option<&str>, name: Option<&str>, arguments: Option<&str>) {
+        let call = self.calls.entry(key.to_owned()).or_insert_with(|| {
+            self.order.push(key.to_owned());
+            ToolCallOut { id: String::new(), name: String::new(), arguments: String::new(), metadata: json!({}) }
+        });
+        if let Some(id) = id.filter(|s| !s.is_empty()) {
+            call.id = id.to_owned();
+        }
+        if let Some(name) = name.filter(|s| !s.is_empty()) {
+            call.name = name.to_owned();
+        }
+        if let Some(a) = arguments {
+            call.arguments.push_str(a);
+        }
+    }
+
+    pub(crate) fn arguments_of(&self, key: &str) -> Option<&str> {
+        self.calls.get(key).map(|c| c.arguments.as_str())
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<ToolCallOut> {
+        self.order
+            .iter()
+            .filter_map(|k| self.calls.remove(k))
+            .map(|mut c| {
+                if c.arguments.trim().is_empty() {
+                    c.arguments = "{}".into();
+                }
+                c
+            })
+            .collect()
+    }
+}
+
+/// The text of a message's content: a string, or its text parts joined.
+pub(crate) fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.as_str()),
+                Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                    o.get("text").and_then(Value::as_str)
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(""),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The messages with every tool message's call announced: a tool message
+/// whose call no earlier assistant message names gets that call added to the
+/// preceding assistant message (or a new one); assistant messages with
+/// nothing in them are dropped (spec §6.4, behaviour 122).
+pub(crate) fn repair_tool_calls(messages: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    let mut announced = std::collections::HashSet::new();
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        if role == "assistant" {
+            for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(id) = c.get("id").and_then(Value::as_str) {
+                    announced.insert(id.to_owned());
+                }
+            }
+        }
+        if role == "tool" {
+            let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("").to_owned();
+            if !announced.contains(&id) {
+                let call = json!({"id": id, "name": m.get("name").cloned().unwrap_or(json!("")), "arguments": "{}"});
+                match out.last_mut() {
+                    Some(prev) if prev.get("role").and_then(Value::as_str) == Some("assistant") => {
+                        let calls =
+                            prev.as_object_mut().expect("message object").entry("tool_calls").or_insert(json!([]));
+                        if let Value::Array(a) = calls {
+                            a.push(call);
+                        }
+                    }
+                    Some(prev) if prev.get("role").and_then(Value::as_str) == Some("tool") => {
+                        // Announce it on the assistant message that opened this run of tool messages.
+                        if let Some(a) =
+                            out.iter_mut().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+                        {
+                            if let Value::Array(calls) =
+                                a.as_object_mut().expect("object").entry("tool_calls").or_insert(json!([]))
+                            {
+                                calls.push(call);
+                            }
+                        }
+                    }
+                    _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                }
+                announced.insert(id);
+            }
+        }
+        out.push(m.clone());
+    }
+    // An empty assistant answer stays (as in Bub): dropping it would put
+    // two user turns in a row (issue 17.27). Anthropic, which refuses empty
+    // content, leaves it out in its own format.
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_concatenate_arguments_in_order_behaviour_220_221() {
+        let mut f = ToolCallFragments::default();
+        f.add("0", Some("call_1"), Some("fs_read"), Some("{\"pa"));
+        f.add("1", Some("call_2"), Some("bash"), None);
+        f.add("0", None, None, Some("th\": \"a.txt\"}"));
+        let calls = f.finish();
+        assert_eq!(calls[0].arguments, "{\"path\": \"a.txt\"}");
+        assert_eq!(calls[1].arguments, "{}");
+        assert_eq!(calls[1].name, "bash");
+    }
+
+    #[test]
+    fn an_unannounced_tool_call_is_announced_behaviour_122() {
+        let messages = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "ok"}),
+        ];
+        let fixed = repair_tool_calls(&messages);
+        assert_eq!(fixed.len(), 3);
+        assert_eq!(fixed[1]["role"], "assistant");
+        assert_eq!(fixed[1]["tool_calls"][0]["id"], "c1");
+    }
+
+    #[test]
+    fn deep_merge_merges_objects_behaviour_219() {
+        let mut a = json!({"metadata": {"client": true}}).as_object().unwrap().clone();
+        bub_runtime::runtime::special::deep_merge(
+            &mut a,
+            json!({"metadata": {"request": true}}).as_object().unwrap().clone(),
+        );
+        assert_eq!(Value::Object(a), json!({"metadata": {"client": true, "request": true}}));
+    }
+}

@@ -1,0 +1,367 @@
+//! The run's tape: a fork of the session tape (spec §4.6, §4.7).
+//!
+//! A run never writes the store directly. Appends to the session tape and
+//! its sidecar tapes go to an in-memory overlay (ids from 1); reads see the
+//! parent's entries followed by the overlay's. When the run ends the
+//! overlay is merged into the store (sidecars first, then the main tape),
+//! or dropped for `temp/` sessions. Every append first strips media from a
+//! list-valued `content` / `prompt` field: user images reach the model once
+//! and never the tape.
+
+use std::{collections::HashMap, sync::Arc};
+
+use bub_abi::{
+    tape::select,
+    types::{TapeEntry, TapeQuery},
+};
+use md5::{Digest, Md5};
+use serde_json::{json, Map, Value};
+use tokio::sync::Mutex;
+
+use super::AgentError;
+
+/// Where tapes are kept: a plugin's store (`provide_tape_store`) or memory.
+#[derive(Clone)]
+pub enum Store {
+    /// A store object from a plugin.
+    Host(bub_runtime::resources::TapeStore),
+    /// In memory (tests, embedders without a store).
+    Memory(Arc<std::sync::Mutex<HashMap<String, Vec<TapeEntry>>>>),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Host(s) => write!(f, "Store::Host({:?})", s.resource()),
+            Store::Memory(_) => f.write_str("Store::Memory"),
+        }
+    }
+}
+
+impl Store {
+    /// A fresh in-memory store.
+    pub fn memory() -> Store {
+        Store::Memory(Default::default())
+    }
+
+    /// `fetch_all`.
+    pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, AgentError> {
+        match self {
+            Store::Host(s) => s.fetch_all(query).await.map_err(AgentError::store),
+            Store::Memory(m) => {
+                let entries = lock(m).get(&query.tape).cloned().unwrap_or_default();
+                Ok(select(entries, query))
+            }
+        }
+    }
+
+    /// `append`; returns the entry with its id.
+    pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, AgentError> {
+        match self {
+            Store::Host(s) => s.append(tape, entry).await.map_err(AgentError::store),
+            Store::Memory(m) => {
+                let mut tapes = lock(m);
+                let list = tapes.entry(tape.to_owned()).or_default();
+                let mut e = entry.clone();
+                e.id = list.last().map_or(1, |l| l.id + 1);
+                list.push(e.clone());
+                Ok(e)
+            }
+        }
+    }
+
+    /// Several entries in order, at once where the store can: one write
+    /// and one sync for the builtin store (a crash mid-write leaves whole
+    /// lines of the run's start, as one-by-one appends would), one
+    /// transaction for SQLite, one statement for PostgreSQL.
+    pub async fn append_many(&self, tape: &str, entries: &[TapeEntry]) -> Result<Vec<TapeEntry>, AgentError> {
+        match self {
+            Store::Host(s) => s.append_many(tape, entries).await.map_err(AgentError::store),
+            Store::Memory(_) => {
+                let mut out = Vec::with_capacity(entries.len());
+                for e in entries {
+                    out.push(self.append(tape, e).await?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// `reset`.
+    pub async fn reset(&self, tape: &str) -> Result<(), AgentError> {
+        match self {
+            Store::Host(s) => s.reset(tape).await.map_err(AgentError::store),
+            Store::Memory(m) => {
+                lock(m).remove(tape);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    bub_abi::sync::lock(m)
+}
+
+/// Bub's session tape name: `md5(workspace)[:16]__md5(session)[:16]`.
+pub fn session_tape_name(workspace: &std::path::Path, session_id: &str) -> String {
+    let hex = |s: &str| {
+        let digest = Md5::digest(s.as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()[..16].to_owned()
+    };
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    format!("{}__{}", hex(&ws.to_string_lossy()), hex(session_id))
+}
+
+/// A sidecar's tape: `<tape>__sidecar__<name>`.
+pub fn sidecar_tape_name(tape: &str, sidecar: &str) -> String {
+    format!("{tape}__sidecar__{sidecar}")
+}
+
+/// A new entry dated now.
+pub fn entry(kind: &str, payload: Value, meta: Map<String, Value>) -> TapeEntry {
+    let payload = match payload {
+        Value::Object(m) => m,
+        other => {
+            let mut m = Map::new();
+            m.insert("value".into(), other);
+            m
+        }
+    };
+    TapeEntry { id: 0, kind: kind.into(), payload, meta, date: bub_abi::tape::now() }
+}
+
+#[derive(Default)]
+struct Overlay {
+    entries: Vec<TapeEntry>,
+    reset: bool,
+}
+
+/// A run's fork of one session tape and its sidecar tapes.
+pub struct RunTape {
+    name: String,
+    store: Store,
+    managed: Vec<String>,
+    overlay: Mutex<HashMap<String, Overlay>>,
+    merge_back: bool,
+}
+
+impl std::fmt::Debug for RunTape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RunTape({})", self.name)
+    }
+}
+
+/// Keeps only the text parts of a list-valued `content` / `prompt` field,
+/// as text blocks (`{"type": "text", "text": …}`, behaviour 199).
+fn strip_media(payload: &mut Map<String, Value>) {
+    for key in ["content", "prompt"] {
+        if let Some(Value::Array(parts)) = payload.get_mut(key) {
+            // Content with blocks (media) is Bub's block list; plain text
+            // lists stay as they are.
+            let blocks = parts.iter().any(|p| !p.is_string());
+            parts.retain(|p| match p {
+                Value::String(_) => true,
+                Value::Object(o) => o.get("type").and_then(Value::as_str) == Some("text"),
+                _ => false,
+            });
+            for part in parts.iter_mut().filter(|_| blocks) {
+                if let Value::String(text) = part {
+                    *part = serde_json::json!({"type": "text", "text": std::mem::take(text)});
+                }
+            }
+        }
+    }
+}
+
+impl RunTape {
+    /// Forks `name` (and the tapes of `sidecars`) over `store`.
+    pub fn fork(store: Store, name: &str, sidecars: &[String], merge_back: bool) -> RunTape {
+        let mut managed = vec![name.to_owned()];
+        managed.extend(sidecars.iter().map(|s| sidecar_tape_name(name, s)));
+        RunTape { name: name.to_owned(), store, managed, overlay: Default::default(), merge_back }
+    }
+
+    /// The session tape's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The store under the fork.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Appends to the main tape.
+    pub async fn append(&self, kind: &str, payload: Value, meta: Map<String, Value>) -> Result<TapeEntry, AgentError> {
+        self.append_to(&self.name.clone(), entry(kind, payload, meta)).await
+    }
+
+    /// Appends an event entry `{name, data}`.
+    pub async fn event(&self, name: &str, data: Value, meta: Map<String, Value>) -> Result<TapeEntry, AgentError> {
+        self.append("event", json!({"name": name, "data": data}), meta).await
+    }
+
+    /// Appends to `tape` (managed tapes go to the overlay).
+    pub async fn append_to(&self, tape: &str, mut entry: TapeEntry) -> Result<TapeEntry, AgentError> {
+        strip_media(&mut entry.payload);
+        if !self.managed.iter().any(|t| t == tape) {
+            return self.store.append(tape, &entry).await;
+        }
+        let mut overlay = self.overlay.lock().await;
+        let o = overlay.entry(tape.to_owned()).or_default();
+        entry.id = o.entries.last().map_or(1, |e| e.id + 1);
+        o.entries.push(entry.clone());
+        Ok(entry)
+    }
+
+    /// Entries of `query.tape` as the run sees them: the parent's (unless
+    /// reset in the run), then the overlay's; an overlay anchor satisfying
+    /// the query's anchor selection hides everything before it. Overlay
+    /// entries are filtered by kinds and limit only (Bub's quirk).
+    pub async fn fetch(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, AgentError> {
+        if !self.managed.contains(&query.tape) {
+            return self.store.fetch_all(query).await;
+        }
+        let (reset, overlay) = {
+            let o = self.overlay.lock().await;
+            o.get(&query.tape).map(|o| (o.reset, o.entries.clone())).unwrap_or_default()
+        };
+        let anchored = |e: &TapeEntry| {
+            e.kind == "anchor"
+                && (query.last_anchor
+                    || query
+                        .after_anchor
+                        .as_ref()
+                        .is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
+        };
+        let cut = overlay.iter().rposition(anchored);
+        let mut out = Vec::new();
+        if cut.is_none() && !reset {
+            let mut parent_query = query.clone();
+            parent_query.limit = None;
+            // A parent read error counts as no entries (the overlay still answers).
+            match self.store.fetch_all(&parent_query).await {
+                Ok(entries) => out = entries,
+                Err(e) => tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape),
+            }
+        }
+        let start = cut.map_or(0, |i| i + 1);
+        out.extend(overlay.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)));
+        if let Some(limit) = query.limit {
+            out.truncate(limit);
+        }
+        Ok(out)
+    }
+
+    /// Every entry of the main tape.
+    pub async fn entries(&self) -> Result<Vec<TapeEntry>, AgentError> {
+        self.fetch(&TapeQuery { tape: self.name.clone(), ..Default::default() }).await
+    }
+
+    /// Anchor `{name, state}` then event `handoff {name, state}`.
+    pub async fn handoff(&self, name: &str, state: Option<Value>) -> Result<(), AgentError> {
+        let mut payload = json!({"name": name});
+        if let Some(s) = &state {
+            payload["state"] = s.clone();
+        }
+        self.append("anchor", payload, Map::new()).await?;
+        self.event("handoff", json!({"name": name, "state": state.unwrap_or(json!({}))}), Map::new()).await?;
+        Ok(())
+    }
+
+    /// Adds the bootstrap anchor (`session/start {owner: "human"}`) when the
+    /// tape has no anchor.
+    pub async fn ensure_bootstrap(&self) -> Result<(), AgentError> {
+        let q =
+            TapeQuery { tape: self.name.clone(), kinds: vec!["anchor".into()], limit: Some(1), ..Default::default() };
+        if self.fetch(&q).await?.is_empty() {
+            self.handoff("session/start", Some(json!({"owner": "human"}))).await?;
+        }
+        Ok(())
+    }
+
+    /// The mounted sidecars: `(name, tape)`.
+    pub fn sidecars(&self) -> Vec<(String, String)> {
+        let names = self.managed.iter().skip(1);
+        names.map(|t| (t.rsplit("__sidecar__").next().unwrap_or(t).to_owned(), t.clone())).collect()
+    }
+
+    /// Clears the main tape (in the fork), restarts it with
+    /// `session/start {owner: "human", …state}`, and resets the sidecars.
+    pub async fn reset(&self, state: Map<String, Value>) -> Result<(), AgentError> {
+        self.reset_keeping(state, &[]).await
+    }
+
+    /// [`reset`](Self::reset), leaving the sidecars named in `keep` alone.
+    pub async fn reset_keeping(&self, state: Map<String, Value>, keep: &[String]) -> Result<(), AgentError> {
+        let kept: Vec<String> = keep.iter().map(|k| sidecar_tape_name(&self.name, k)).collect();
+        {
+            let mut overlay = self.overlay.lock().await;
+            for tape in self.managed.iter().filter(|t| !kept.contains(t)) {
+                let o = overlay.entry(tape.clone()).or_default();
+                o.entries.clear();
+                o.reset = true;
+            }
+        }
+        let mut s = json!({"owner": "human"});
+        for (k, v) in state {
+            s[k] = v;
+        }
+        self.handoff("session/start", Some(s)).await?;
+        for (name, _) in self.sidecars() {
+            let meta = context_false();
+            let data = if keep.contains(&name) {
+                json!({"sidecar": name, "status": "skipped", "reason": "tape.reset", "cause": "archive_failed"})
+            } else {
+                json!({"sidecar": name, "status": "ok", "reason": "tape.reset"})
+            };
+            self.event("sidecar.reset", data, meta).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the overlay into the store (sidecars first, then the main
+    /// tape), or drops it without `merge_back`. A failed sidecar merge is
+    /// recorded on the main tape and the main merge still happens.
+    pub async fn merge(&self) -> Result<(), AgentError> {
+        let mut overlay = std::mem::take(&mut *self.overlay.lock().await);
+        if !self.merge_back {
+            return Ok(());
+        }
+        for tape in self.managed.iter().skip(1) {
+            let Some(o) = overlay.remove(tape) else { continue };
+            if let Err(e) = self.merge_one(tape, o).await {
+                tracing::warn!(target: "bub::tape", "merging sidecar tape {tape}: {e}");
+                let main = overlay.entry(self.name.clone()).or_default();
+                let mut meta = context_false();
+                meta.insert("merge".into(), json!(true));
+                main.entries.push(entry(
+                    "event",
+                    json!({"name": "sidecar.merge", "data": {"tape": tape, "status": "error", "error": e.to_string()}}),
+                    meta,
+                ));
+            }
+        }
+        if let Some(o) = overlay.remove(&self.name) {
+            self.merge_one(&self.name, o).await?;
+        }
+        Ok(())
+    }
+
+    async fn merge_one(&self, tape: &str, o: Overlay) -> Result<(), AgentError> {
+        if o.reset {
+            self.store.reset(tape).await?;
+        }
+        // At once: one sync for the run instead of one per entry.
+        self.store.append_many(tape, &o.entries).await?;
+        Ok(())
+    }
+}
+
+/// `{context: false}`: an entry the model never sees.
+pub fn context_false() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("context".into(), Value::Bool(false));
+    m
+}

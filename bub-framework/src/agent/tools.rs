@@ -1,0 +1,437 @@
+//! Tools on the agent side (spec §3): what a tool is, how its result is
+//! rendered for the model, and the executor that runs one model response's
+//! calls concurrently through the `ToolCallStarted` / `ToolCallFinished`
+//! events (where the plugin interception hooks sit).
+
+use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
+
+use bub_abi::{
+    types::{ToolAction, ToolCall, ToolCallDecision, ToolCallResult},
+    TurnState,
+};
+use serde_json::{json, Map, Value};
+
+use super::{
+    events::{Event, EventBus, EventContext},
+    tape::RunTape,
+    AgentError,
+};
+
+/// Where a tool may be called from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// The model (and code, in code mode).
+    Auto,
+    /// The model, also in code mode.
+    Direct,
+    /// Code mode only.
+    Code,
+    /// Only as a command (`,name`); never offered to the model.
+    Command,
+}
+
+impl Exposure {
+    /// Parses Bub's names; anything else is an error.
+    pub fn parse(s: &str) -> Result<Exposure, String> {
+        match s {
+            "auto" | "" => Ok(Exposure::Auto),
+            "direct" => Ok(Exposure::Direct),
+            "code" => Ok(Exposure::Code),
+            "command" => Ok(Exposure::Command),
+            other => Err(format!("invalid tool exposure {other:?}: use auto, direct, code or command")),
+        }
+    }
+}
+
+/// What a running tool is given.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The run's tape.
+    pub tape: Arc<RunTape>,
+    /// The step's run id (`run_command` for commands).
+    pub run_id: String,
+    /// The turn state.
+    pub state: TurnState,
+    /// Whether the call is a command.
+    pub command: bool,
+    /// The agent's tools.
+    pub tools: Arc<Vec<AgentTool>>,
+}
+
+/// A boxed tool future.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, AgentError>> + Send>>;
+
+/// How a tool runs.
+#[derive(Clone)]
+pub enum Handler {
+    /// In the host.
+    Native(Arc<dyn Fn(Map<String, Value>, ToolContext) -> ToolFuture + Send + Sync>),
+    /// A plugin's `Tool` object (`provide_tools`).
+    Plugin(bub_runtime::resources::Tool, bool),
+}
+
+/// A tool.
+#[derive(Clone)]
+pub struct AgentTool {
+    /// Registry name (`fs.read`).
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of the arguments (an object schema).
+    pub parameters: Value,
+    /// Where it may be called from.
+    pub exposure: Exposure,
+    /// Hidden until `tool.describe` loads it.
+    pub deferred: bool,
+    /// How it runs.
+    pub handler: Handler,
+}
+
+impl std::fmt::Debug for AgentTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AgentTool({})", self.name)
+    }
+}
+
+impl AgentTool {
+    /// A host tool.
+    pub fn native<F, Fut>(name: &str, description: &str, parameters: Value, exposure: Exposure, f: F) -> AgentTool
+    where
+        F: Fn(Map<String, Value>, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, AgentError>> + Send + 'static,
+    {
+        AgentTool {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            exposure,
+            deferred: false,
+            handler: Handler::Native(Arc::new(move |args, cx| Box::pin(f(args, cx)))),
+        }
+    }
+
+    /// A plugin's tool, described by its `spec()`; one that asks for the
+    /// call's context (`spec.context`) is called with it.
+    pub async fn from_plugin(tool: bub_runtime::resources::Tool) -> Result<AgentTool, AgentError> {
+        let spec = tool.spec().await.map_err(|e| AgentError::value(e.to_string()))?;
+        let exposure = Exposure::parse(&spec.exposure).map_err(AgentError::value)?;
+        let mut parameters = Value::Object(spec.parameters);
+        if parameters.as_object().is_some_and(Map::is_empty) {
+            parameters = json!({"type": "object", "properties": {}});
+        }
+        Ok(AgentTool {
+            name: spec.name,
+            description: spec.description,
+            parameters,
+            exposure,
+            deferred: false,
+            handler: Handler::Plugin(tool, spec.context),
+        })
+    }
+
+    /// The name the model sees: `.` → `_`.
+    pub fn model_name(&self) -> String {
+        model_name(&self.name)
+    }
+
+    /// The parameter names in schema order.
+    pub fn parameter_names(&self) -> Vec<String> {
+        self.parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Checks required arguments and simple types; the errors, if any.
+    fn validate(&self, args: &Map<String, Value>) -> Vec<Value> {
+        let mut errors = Vec::new();
+        for r in self.parameters.get("required").and_then(Value::as_array).into_iter().flatten() {
+            if let Some(name) = r.as_str() {
+                if !args.contains_key(name) {
+                    errors.push(json!({"loc": [name], "msg": "Field required", "type": "missing"}));
+                }
+            }
+        }
+        errors
+    }
+
+    /// Runs the handler.
+    async fn invoke(&self, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+        let errors = self.validate(&args);
+        if !errors.is_empty() {
+            return Err(AgentError::bub(
+                "invalid_input",
+                format!("Tool '{}' argument validation failed.", self.name),
+                Some(json!({"errors": errors})),
+            ));
+        }
+        let result = match &self.handler {
+            Handler::Native(f) => f(args, cx).await,
+            Handler::Plugin(t, wants_context) => {
+                let called =
+                    if *wants_context { t.call_in(&args, &call_context(&cx)).await } else { t.call(&args).await };
+                called.map_err(|e| AgentError::value(e.error.message.to_string()))
+            }
+        };
+        result.map_err(|e| match e {
+            AgentError::Bub { .. } | AgentError::Cancelled => e,
+            other => AgentError::bub(
+                "tool",
+                // The model-facing name, as Bub (behaviour 146): `fs_read`.
+                format!("Tool '{}' execution failed.", self.model_name()),
+                Some(json!({"error": other.to_string()})),
+            ),
+        })
+    }
+}
+
+/// The longest model-facing tool name: OpenAI's and Anthropic's limit.
+pub const MAX_MODEL_NAME: usize = 64;
+
+/// The name a model sees: `.` → `_` (Bub's rule), any other character
+/// outside `[A-Za-z0-9_-]` → `_`, and a name over 64 characters cut to 55
+/// plus `_` and 8 hex digits of a hash of the whole name — so every
+/// provider accepts it, and it is stable and distinct for distinct long
+/// names (an MCP server's `mcp_<server>_<tool>` easily runs past 64).
+pub fn model_name(name: &str) -> String {
+    let clean: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    if clean.len() <= MAX_MODEL_NAME {
+        return clean;
+    }
+    // FNV-1a: stable across runs and builds (unlike the std hasher).
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    format!("{}_{:08x}", &clean[..MAX_MODEL_NAME - 9], hash as u32)
+}
+
+/// A content result (`{"type": "tool_content", "content": [...]}`) as a
+/// terminal shows it: its text, and one line per media part saying what it
+/// is (the model gets the media itself).
+pub fn describe_content(value: &Value) -> String {
+    let parts = value.get("content").and_then(Value::as_array).into_iter().flatten();
+    let lines: Vec<String> = parts
+        .map(|p| match p {
+            Value::String(s) => s.clone(),
+            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                o.get("text").and_then(Value::as_str).unwrap_or_default().to_owned()
+            }
+            Value::Object(o) => {
+                let kind = o.get("type").and_then(Value::as_str).unwrap_or("media");
+                let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("?");
+                match o.get("data").and_then(Value::as_str) {
+                    Some(data) => format!("[{kind}: {mime}, {} bytes]", data.len() / 4 * 3),
+                    None => format!("[{kind}: {mime}, {}]", o.get("url").and_then(Value::as_str).unwrap_or("")),
+                }
+            }
+            other => other.to_string(),
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// A tool's value as the model sees it: strings as they are, content
+/// results untouched, anything else as JSON (non-ASCII kept).
+pub fn render(value: Value) -> Value {
+    match value {
+        Value::String(_) => value,
+        Value::Object(ref o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => value,
+        other => Value::String(python_json(&other)),
+    }
+}
+
+/// One resolved call of a model response.
+pub struct PlannedCall {
+    /// The provider's call id.
+    pub id: String,
+    /// The tool (None: unknown name).
+    pub tool: Option<AgentTool>,
+    /// The model-facing name it was called by.
+    pub name: String,
+    /// Parsed arguments.
+    pub arguments: Map<String, Value>,
+}
+
+/// What a call left: the model-facing value and, when no handler replaced
+/// it, the failure behind it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// What the model sees.
+    pub value: Value,
+    /// The failure, unless an `after` handler assigned a result.
+    pub failed: Option<bub_abi::types::ErrorInfo>,
+}
+
+/// Runs calls concurrently (at most `limit` at once), results in call order.
+pub async fn execute(
+    bus: &EventBus,
+    cx: &EventContext,
+    run_id: &str,
+    calls: Vec<PlannedCall>,
+    limit: Option<usize>,
+    command: bool,
+) -> Result<Vec<Outcome>, AgentError> {
+    let semaphore = limit.map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
+    let futures = calls.into_iter().map(|call| {
+        let semaphore = semaphore.clone();
+        async move {
+            let _permit = match &semaphore {
+                Some(s) => Some(s.acquire().await.map_err(|_| AgentError::Cancelled)?),
+                None => None,
+            };
+            run_one(bus, cx, run_id, call, command).await
+        }
+    });
+    futures_util::future::join_all(futures).await.into_iter().collect()
+}
+
+/// One call through the events; the model-facing value.
+pub async fn run_one(
+    bus: &EventBus,
+    cx: &EventContext,
+    run_id: &str,
+    call: PlannedCall,
+    command: bool,
+) -> Result<Outcome, AgentError> {
+    let display =
+        if command { call.tool.as_ref().map_or(call.name.clone(), |t| t.name.clone()) } else { call.name.clone() };
+    let arguments = bub_abi::Value::from(&Value::Object(call.arguments));
+    let hook_call = ToolCall { run_id: run_id.to_owned(), tool: display.clone(), arguments };
+    let mut started = Event::ToolCallStarted { call: hook_call, decision: ToolCallDecision::proceed(None) };
+    let _ = cx.state.set("_runtime_tape", cx.tape.name());
+    bus.emit(&mut started, cx).await?;
+    let Event::ToolCallStarted { call: hook_call, decision } = started else { unreachable!("same event") };
+    let started_at = Instant::now();
+    let outcome: Result<Value, AgentError> = match decision.action {
+        ToolAction::Deny => Err(AgentError::bub(
+            "tool",
+            decision.message.unwrap_or_else(|| format!("Tool '{display}' call denied by policy hook.")),
+            None,
+        )),
+        ToolAction::Replace => Ok(decision.result.unwrap_or(Value::Null)),
+        ToolAction::Proceed => {
+            let args: Map<String, Value> = hook_call.arguments.deserialize().unwrap_or_default();
+            match &call.tool {
+                None => Err(AgentError::bub("tool", format!("Unknown tool name: {}.", call.name), None)),
+                Some(tool) => {
+                    let tcx = ToolContext {
+                        tape: cx.tape.clone(),
+                        run_id: run_id.to_owned(),
+                        state: cx.state.clone(),
+                        command,
+                        tools: cx.tools.clone(),
+                    };
+                    let invoked = match cx.tool_timeout {
+                        Some(limit) => tokio::time::timeout(limit, tool.invoke(args, tcx)).await.unwrap_or_else(|_| {
+                            Err(AgentError::bub(
+                                "tool",
+                                format!("Tool '{}' timed out after {} seconds.", tool.name, limit.as_secs_f64()),
+                                None,
+                            ))
+                        }),
+                        None => tool.invoke(args, tcx).await,
+                    };
+                    match invoked {
+                        Ok(v) if command => Ok(v),
+                        Ok(v) => Ok(render(v)),
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+        }
+    };
+    if matches!(outcome, Err(AgentError::Cancelled)) {
+        return Err(AgentError::Cancelled);
+    }
+    let (value, error) = match outcome {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(e.info())),
+    };
+    let result = ToolCallResult {
+        run_id: run_id.to_owned(),
+        tool: display,
+        arguments: hook_call.arguments.clone(),
+        result: value,
+        error,
+        duration_ms: started_at.elapsed().as_millis() as u64,
+    };
+    let mut finished = Event::ToolCallFinished { call: hook_call, result };
+    bus.emit(&mut finished, cx).await?;
+    let Event::ToolCallFinished { result, .. } = finished else { unreachable!("same event") };
+    Ok(match (result.result, result.error) {
+        (Some(v), _) => Outcome { value: v, failed: None },
+        (None, Some(e)) => Outcome { value: error_dict(&e), failed: Some(e) },
+        (None, None) => Outcome { value: Value::Null, failed: None },
+    })
+}
+
+/// Bub's `error.as_dict()`: `{kind, message, details?}`.
+pub fn error_dict(e: &bub_abi::types::ErrorInfo) -> Value {
+    let mut d = json!({"kind": e.kind, "message": e.message});
+    if let Some(details) = &e.details {
+        d["details"] = details.clone();
+    }
+    d
+}
+
+/// JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it
+/// (`", "` and `": "` separators): what the model sees of a structured tool
+/// result, byte for byte as under Bub.
+pub fn python_json(value: &Value) -> String {
+    struct Spaced;
+    impl serde_json::ser::Formatter for Spaced {
+        fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            w.write_all(b": ")
+        }
+    }
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
+    serde::Serialize::serialize(value, &mut ser).expect("a JSON value always serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// What a plugin tool declared with `context: true` is told about its call.
+fn call_context(cx: &ToolContext) -> bub_abi::types::ToolCallContext {
+    let mut state = cx.state.to_map();
+    state.retain(|k, _| !k.starts_with("_runtime_"));
+    bub_abi::types::ToolCallContext {
+        session_id: state.get("session_id").and_then(Value::as_str).map(str::to_owned),
+        run_id: cx.run_id.clone(),
+        tape: cx.tape.name().to_owned(),
+        command: cx.command,
+        state,
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    /// Issue 17.17: names every provider accepts, stable and distinct.
+    #[test]
+    fn model_names_are_valid_for_every_provider() {
+        assert_eq!(model_name("fs.read"), "fs_read");
+        assert_eq!(model_name("mcp.my server_get/thing"), "mcp_my_server_get_thing");
+        let long_a = format!("mcp.{}_tool_a", "very-long-server-name".repeat(4));
+        let long_b = format!("mcp.{}_tool_b", "very-long-server-name".repeat(4));
+        let (a, b) = (model_name(&long_a), model_name(&long_b));
+        assert_eq!(a.len(), MAX_MODEL_NAME);
+        assert_ne!(a, b);
+        assert_eq!(a, model_name(&long_a), "stable");
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+    }
+}

@@ -1,0 +1,84 @@
+//! The gateway's settings (Bub's `ChannelSettings`, env prefix `BUB_`).
+
+use std::time::Duration;
+
+use bub_runtime::settings::Environment;
+
+/// How `bub gateway` picks and schedules channels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewaySettings {
+    /// Channel names, `all`, or `!name` exclusions (`BUB_ENABLED_CHANNELS`,
+    /// comma-separated; default `all`).
+    pub enabled_channels: Vec<String>,
+    /// Quiet time before a debounced batch runs (`BUB_DEBOUNCE_SECONDS`, 1).
+    pub debounce: Duration,
+    /// Longest wait for a batch started by an inactive message
+    /// (`BUB_MAX_WAIT_SECONDS`, 10).
+    pub max_wait: Duration,
+    /// How long after an active message inactive ones still count
+    /// (`BUB_ACTIVE_TIME_WINDOW`, 60).
+    pub active_time_window: Duration,
+    /// Stream model events to channels as they come (`BUB_STREAM_OUTPUT`,
+    /// false). A message may also ask for it with `"stream_output": true`.
+    pub stream_output: bool,
+    /// On SIGINT/SIGTERM, how long running turns may take to finish before
+    /// they are cancelled (`BUB_SHUTDOWN_GRACE_SECONDS`, 30; bub-rs only).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            enabled_channels: vec!["all".into()],
+            debounce: Duration::from_secs(1),
+            max_wait: Duration::from_secs(10),
+            active_time_window: Duration::from_secs(60),
+            stream_output: false,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl GatewaySettings {
+    /// From the `BUB_*` variables of `env` (the host's resolved
+    /// environment, `RuntimeSettings::environment`); unset or unreadable
+    /// ones keep the defaults (an unreadable one is warned about).
+    pub fn from_environment(env: &Environment) -> Self {
+        let d = GatewaySettings::default();
+        let seconds = |name| seconds(env, name);
+        GatewaySettings {
+            enabled_channels: env
+                .get("BUB_ENABLED_CHANNELS")
+                .map(|v| v.split(',').map(str::to_owned).collect())
+                .unwrap_or(d.enabled_channels),
+            debounce: seconds("BUB_DEBOUNCE_SECONDS").unwrap_or(d.debounce),
+            max_wait: seconds("BUB_MAX_WAIT_SECONDS").unwrap_or(d.max_wait),
+            active_time_window: seconds("BUB_ACTIVE_TIME_WINDOW").unwrap_or(d.active_time_window),
+            stream_output: flag(env, "BUB_STREAM_OUTPUT").unwrap_or(d.stream_output),
+            shutdown_grace: seconds("BUB_SHUTDOWN_GRACE_SECONDS").unwrap_or(d.shutdown_grace),
+        }
+    }
+}
+
+fn seconds(env: &Environment, name: &str) -> Option<Duration> {
+    let text = env.get(name)?;
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => bub_abi::time::seconds(s),
+        _ => {
+            tracing::warn!(target: "bub::gateway", "{name}={text:?} is not a number of seconds; using the default");
+            None
+        }
+    }
+}
+
+fn flag(env: &Environment, name: &str) -> Option<bool> {
+    let text = env.get(name)?;
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => {
+            tracing::warn!(target: "bub::gateway", "{name}={text:?} is not true or false; using the default");
+            None
+        }
+    }
+}
