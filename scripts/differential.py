@@ -138,6 +138,9 @@ def run_impl(impl, binary, scenario, server, workdir):
     shutil.rmtree(ws, ignore_errors=True)
     ws.mkdir()
     (ws / "a.txt").write_text("hello file\n")
+    for rel, text in scenario.get("files", {}).items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_"))}
     client_args = {"api_format": "chat", "retry_delay": 0.01, "max_retry_delay": 0.05}

@@ -17,7 +17,30 @@ use bub_framework::{
 };
 use serde_json::{json, Value};
 
-use crate::{own_tools, spill};
+use crate::{own_tools, skills, spill};
+
+/// Where the turn's skills are found: the workspace, the user's home (the
+/// host's `HOME`), every loaded plugin's folder; templates read the home's
+/// `config.json`.
+pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
+    let user_home = framework.settings().environment.get("HOME").map(std::path::PathBuf::from);
+    let plugin_dirs: Vec<std::path::PathBuf> = framework
+        .runtime()
+        .registry()
+        .plugins()
+        .iter()
+        .filter(|p| p.status == bub_runtime::PluginStatus::Loaded)
+        .filter_map(|p| p.path.as_ref()?.parent().map(std::path::Path::to_path_buf))
+        // Installed folders only (a library run from a build folder has none).
+        .filter(|dir| dir.join("plugin.json").is_file())
+        .collect();
+    skills::SkillRoots::new(
+        framework.workspace(),
+        user_home.as_deref(),
+        &plugin_dirs,
+        Some(framework.home().join("config.json")),
+    )
+}
 
 /// Builds the turn's agent: store (the scope's, else memory), tape context,
 /// sidecars, settings, the agent's own tools, then the framework's plugins.
@@ -32,13 +55,17 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
         }
     }
     agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
-    // Bub's registry order: spill.read first, the tape tools, then the rest.
+    // Bub's registry order: spill.read first, skill, the tape tools, then the rest.
+    let roots = skill_roots(framework);
     let own = own_tools::run_helper_tools();
     let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
-    for tool in spill_read.into_iter().chain(own_tools::tape_and_command_tools()).chain(rest) {
+    let skill = std::iter::once(skills::tool(roots.clone()));
+    for tool in spill_read.into_iter().chain(skill).chain(own_tools::tape_and_command_tools()).chain(rest) {
         agent.add_tool(tool);
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
+    // After the hooks' system prompt, as Bub's `_skills_prompt`.
+    agent.sections.push(skills::section(roots));
     // After the plugins' after_tool_call hooks, as Bub's trylast builtin.
     if agent.sidecars.iter().any(|s| s == spill::SIDECAR) {
         spill::subscribe(&mut agent.events, spill_threshold);
@@ -91,7 +118,8 @@ pub async fn run_stream(
     let model = model.or_else(|| Some(agent.settings.default_model()));
     // Bub's run metadata: the turn's allowed skills and tools (none: all).
     let mut metadata = serde_json::Map::new();
-    metadata.insert("allowed_skills".into(), Value::Null);
+    let allowed_skills = state.get_value("allowed_skills").filter(|v| v.as_array().is_some_and(|a| !a.is_empty()));
+    metadata.insert("allowed_skills".into(), allowed_skills.unwrap_or(Value::Null));
     metadata.insert("allowed_tools".into(), Value::Null);
     // The session's reasoning effort wins over the completion args' (behaviour 218).
     let mut call_options = serde_json::Map::new();

@@ -35,6 +35,7 @@ pub mod inbox;
 pub mod own_tools;
 pub mod sessions;
 pub mod shells;
+pub mod skills;
 pub mod spill;
 pub mod suggest;
 pub mod tape_store;

@@ -315,7 +315,8 @@ pub fn run_helper_tools() -> Vec<AgentTool> {
             schema(
                 json!({"prompt": {"type": "string"}, "model": {"type": "string"},
                        "session": {"type": "string", "default": "temp"},
-                       "allowed_tools": {"type": "array", "items": {"type": "string"}}}),
+                       "allowed_tools": {"type": "array", "items": {"type": "string"}},
+                       "allowed_skills": {"type": "array", "items": {"type": "string"}}}),
                 &["prompt"],
             ),
             Exposure::Auto,
@@ -388,6 +389,22 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     let allowed: Vec<String> = if named.is_empty() { all } else { named };
     let allowed: Vec<String> = allowed.into_iter().filter(|n| n != "subagent").collect();
     state.set("_runtime_allowed_tools", &allowed).map_err(|e| AgentError::value(e.to_string()))?;
+    // Bub's `_scope_turn`: case-folded, once each; a list (even empty)
+    // restricts the subagent's skills, none leaves them all.
+    match args.get("allowed_skills").and_then(Value::as_array) {
+        Some(names) => {
+            let mut folded: Vec<String> = Vec::new();
+            for name in names.iter().filter_map(Value::as_str).map(str::to_lowercase) {
+                if !folded.contains(&name) {
+                    folded.push(name);
+                }
+            }
+            state.set("allowed_skills", &folded).map_err(|e| AgentError::value(e.to_string()))?;
+        }
+        None => {
+            state.remove("allowed_skills");
+        }
+    }
     if let Some(model) = arg_str(&args, "model") {
         state.set("model", &model).map_err(|e| AgentError::value(e.to_string()))?;
     }

@@ -173,7 +173,10 @@ impl Installer {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file or a crate folder");
             return Err(io("read", &source)(e));
         }
-        let library = if source.is_dir() { build_crate(&source)? } else { source };
+        let library = if source.is_dir() { build_crate(&source)? } else { source.clone() };
+        // A crate may ship skills (`skills/<name>/SKILL.md`): installed with
+        // the library, found by the agent in the plugin's folder.
+        let skills = Some(source.join("skills")).filter(|s| source.is_dir() && s.is_dir());
 
         // Owner-only whatever the umask: under umask 002 a group-writable
         // folder would make every plugin in it fail the loader's checks, and
@@ -182,16 +185,25 @@ impl Installer {
         let _lock = self.lock()?;
         self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
-        let result = self.stage_and_swap(&library, &stage, name);
+        let result = self.stage_and_swap(&library, skills.as_deref(), &stage, name);
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&stage);
         }
         result
     }
 
-    fn stage_and_swap(&self, library: &Path, stage: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
+    fn stage_and_swap(
+        &self,
+        library: &Path,
+        skills: Option<&Path>,
+        stage: &Path,
+        name: Option<&str>,
+    ) -> Result<Installed, InstallError> {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
         set_mode(stage, 0o700)?;
+        if let Some(skills) = skills {
+            copy_tree(skills, &stage.join("skills"), 0)?;
+        }
         // Installed under one fixed name, whatever the source is called: a
         // source named `plugin.json` or `.verified` cannot overwrite the
         // installer's own files.
@@ -402,6 +414,33 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 /// the new one, never half.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     bub_abi::files::write_private(path, text.as_bytes())
+}
+
+/// Copies the folder `from` to `to`: folders and regular files only (a
+/// symbolic link could point anywhere on the machine), owner-only, at most
+/// 8 levels deep.
+fn copy_tree(from: &Path, to: &Path, depth: usize) -> Result<(), InstallError> {
+    if depth > 8 {
+        return Ok(());
+    }
+    bub_abi::files::create_private_dir(to).map_err(io("create", to))?;
+    let entries = std::fs::read_dir(from).map_err(io("read", from))?;
+    for entry in entries {
+        let entry = entry.map_err(io("read", from))?;
+        let (path, kind) = (entry.path(), entry.file_type().map_err(io("read", from))?);
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&path, &target, depth + 1)?;
+        } else if kind.is_file() {
+            std::fs::copy(&path, &target).map_err(io("copy", &path))?;
+            // Scripts stay runnable, by the owner only.
+            let exec = entry.metadata().map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+            set_mode(&target, if exec.unwrap_or(false) { 0o700 } else { 0o600 })?;
+        } else {
+            tracing::warn!(target: "bub::install", "skipped {} (not a regular file or folder)", path.display());
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {

@@ -29,8 +29,13 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let home = std::path::PathBuf::from(std::env::var("BUB_HOME").expect("BUB_HOME"));
     let ws = std::env::current_dir().unwrap();
-    let host =
-        HostBuilder::new().home(&home).workspace(&ws).builtin().discovered(&SearchPath::new(&home, None)).build();
+    let host = HostBuilder::new()
+        .settings(bub_host::RuntimeSettings::from_env())
+        .home(&home)
+        .workspace(&ws)
+        .builtin()
+        .discovered(&SearchPath::new(&home, None))
+        .build();
     let fw = Framework::new(&host, &ws);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let result = rt.block_on(fw.scoped(|fw| async move {

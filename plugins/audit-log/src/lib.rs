@@ -77,3 +77,63 @@ impl Plugin for AuditLog {
 }
 
 bub_abi::export_plugin!(AuditLog);
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use bub_abi::{
+        types::{ErrorInfo, LlmCallRequest, LlmCallResult, ToolCall, ToolCallResult},
+        TurnState,
+    };
+    use bub_runtime::testing::PluginTest;
+    use serde_json::{json, Value};
+
+    bub_abi::static_plugin!(super::AuditLog, fn module, name = "audit-log", version = "0", description = "test");
+
+    /// One line per model call, tool call and error, in order, with the
+    /// fields the module docs name; the file is the owner's only (tool
+    /// arguments may be secrets), and the tool's result is left alone.
+    #[tokio::test]
+    async fn one_owner_only_line_per_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs/audit.jsonl");
+        let config = json!({"path": path}).as_object().unwrap().clone();
+        let test = PluginTest::with_config("audit-log", module(), config);
+        assert!(test.loaded(), "{:?}", test.record());
+        let rt = test.runtime();
+        let state = TurnState::new();
+
+        let request: LlmCallRequest = serde_json::from_value(json!({"run_id": "r1", "model": "openai:m"})).unwrap();
+        let result: LlmCallResult = serde_json::from_value(json!({"run_id": "r1", "duration_ms": 12})).unwrap();
+        rt.after_llm_call(&request, &result, &state).await;
+        let call = ToolCall {
+            run_id: "r1".into(),
+            tool: "bash".into(),
+            arguments: bub_abi::Value::from_json(r#"{"cmd": "ls"}"#).unwrap(),
+        };
+        let done: ToolCallResult =
+            serde_json::from_value(json!({"run_id": "r1", "tool": "bash", "result": "a.txt", "duration_ms": 3}))
+                .unwrap();
+        let after = rt.after_tool_call(&call, done, &state).await;
+        assert_eq!(after.result, Some(json!("a.txt")), "observes only");
+        let error = ErrorInfo { kind: "provider".into(), message: "down".into(), details: None };
+        rt.notify_error("turn", &error, Some(&json!({"session_id": "cli:1"}))).await;
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!((lines[0]["event"].as_str(), lines[0]["model"].as_str()), (Some("llm_call"), Some("openai:m")));
+        assert_eq!(lines[0]["ok"], json!(true));
+        assert_eq!(lines[1]["event"], "tool_call");
+        assert_eq!(lines[1]["arguments"], json!({"cmd": "ls"}));
+        assert_eq!(
+            lines[2],
+            json!({"event": "error", "stage": "turn", "kind": "provider", "message": "down",
+            "session_id": "cli:1", "time": lines[2]["time"]})
+        );
+        assert!(lines.iter().all(|l| l["time"].as_str().is_some_and(|t| t.ends_with('Z'))));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

@@ -173,3 +173,103 @@ impl Plugin for OpenAiChat {
 }
 
 bub_abi::export_plugin!(OpenAiChat);
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        io::{BufRead, BufReader, Read, Write},
+        net::TcpListener,
+    };
+
+    use bub_abi::{types::Prompt, TurnState};
+    use bub_runtime::{testing::PluginTest, CallArgs};
+    use serde_json::{json, Value};
+
+    bub_abi::static_plugin!(super::OpenAiChat, fn module, name = "openai-chat", version = "0", description = "test");
+
+    /// Text stays text; content parts become OpenAI's, an image part an
+    /// `image_url`.
+    #[test]
+    fn prompts_become_openai_content() {
+        assert_eq!(super::content(&Prompt::String("hi".into())), json!("hi"));
+        let parts = Prompt::Array(vec![json!("a"), json!({"type": "image", "url": "http://x/i.png"})]);
+        assert_eq!(
+            super::content(&parts),
+            json!([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://x/i.png"}}])
+        );
+    }
+
+    /// One server on loopback answering one request with `status` and
+    /// `body`; returns its base URL and the request it saw (line, body).
+    fn serve_once(status: &'static str, body: &'static str) -> (String, std::thread::JoinHandle<(String, Value)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                if header.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut request = vec![0; length];
+            reader.read_exact(&mut request).unwrap();
+            let mut stream = reader.into_inner();
+            write!(stream, "HTTP/1.1 {status}\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
+                .unwrap();
+            (line, serde_json::from_slice(&request).unwrap())
+        });
+        (base, seen)
+    }
+
+    async fn run(base: &str, prompt: &str) -> (String, Vec<bub_abi::types::ErrorInfo>, Result<(), String>) {
+        let config = json!({"base_url": base, "api_key": "k", "model": "m", "system": "be brief"});
+        let test = PluginTest::with_config("openai-chat", module(), config.as_object().unwrap().clone());
+        assert!(test.loaded(), "{:?}", test.record());
+        let rt = test.runtime();
+        let args = CallArgs::run_model_stream(&json!(prompt), &"s".to_owned(), &TurnState::new()).unwrap();
+        let stream = rt.run_model_stream(&args).await.unwrap().expect("a stream");
+        match stream.collect_text().await {
+            Ok((text, errors)) => (text, errors, Ok(())),
+            Err(e) => (String::new(), Vec::new(), Err(e.to_string())),
+        }
+    }
+
+    /// The request is OpenAI's streamed chat completion (system message,
+    /// the prompt, `stream: true`); the deltas are the answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streams_a_chat_completion() {
+        let (base, seen) = serve_once(
+            "200 OK",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+             data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\ndata: [DONE]\n\n",
+        );
+        let (text, errors, end) = run(&base, "hi").await;
+        assert_eq!((text.as_str(), errors.len(), end), ("Hello", 0, Ok(())));
+        let (line, body) = seen.join().unwrap();
+        assert!(line.starts_with("POST /v1/chat/completions "), "{line}");
+        assert_eq!(
+            body,
+            json!({"model": "m", "stream": true, "messages": [
+                {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})
+        );
+    }
+
+    /// A refusing provider fails the stream with the status and its text,
+    /// not an empty answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_provider_error_fails_the_stream() {
+        let (base, _seen) = serve_once("401 Unauthorized", "bad key");
+        let (_, _, end) = run(&base, "hi").await;
+        let message = end.expect_err("the stream fails");
+        assert!(message.contains("provider: HTTP 401") && message.contains("bad key"), "{message}");
+    }
+}

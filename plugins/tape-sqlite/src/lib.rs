@@ -262,3 +262,90 @@ impl TapeStore for SqliteStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bub_abi::types::{TapeEntry, TapeQuery};
+    use bub_runtime::{resources::TapeStore, testing::PluginTest};
+    use serde_json::{json, Map, Value};
+
+    bub_abi::static_plugin!(super::TapeSqlite, fn module, name = "tape-sqlite", version = "0", description = "test");
+
+    fn plugin(config: Value) -> PluginTest {
+        PluginTest::with_config("tape-sqlite", module(), config.as_object().cloned().unwrap_or_default())
+    }
+
+    fn entry(kind: &str, payload: Value) -> TapeEntry {
+        TapeEntry {
+            id: 0,
+            kind: kind.into(),
+            payload: payload.as_object().cloned().unwrap(),
+            meta: Map::new(),
+            date: String::new(),
+        }
+    }
+
+    async fn store(test: &PluginTest) -> TapeStore {
+        assert!(test.loaded(), "{:?}", test.record());
+        let answer = test.runtime().provide_tape_store().unwrap().expect("a store");
+        TapeStore::from_reply(answer.reply()).unwrap()
+    }
+
+    /// Ids count from 1 per tape, in append order; dates are filled; the
+    /// anchor queries start after the named (or the last) anchor; reset
+    /// empties one tape only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_queries_and_resets() {
+        let test = plugin(json!({}));
+        let store = store(&test).await;
+        let stored = store
+            .append_many(
+                "t",
+                &[
+                    entry("message", json!({"n": 1})),
+                    entry("anchor", json!({"name": "a1"})),
+                    entry("message", json!({"n": 2})),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(stored.iter().all(|e| !e.date.is_empty()));
+        store.append("t", &entry("anchor", json!({"name": "a2"}))).await.unwrap();
+        store.append("t", &entry("message", json!({"n": 3}))).await.unwrap();
+        store.append("other", &entry("message", json!({"n": 9}))).await.unwrap();
+        let numbers = |entries: Vec<TapeEntry>| -> Vec<Value> {
+            entries.into_iter().filter_map(|e| e.payload.get("n").cloned()).collect()
+        };
+        let query = |q: Value| serde_json::from_value::<TapeQuery>(q).unwrap();
+        let all = store.fetch_all(&query(json!({"tape": "t"}))).await.unwrap();
+        assert_eq!(all.len(), 5);
+        assert_eq!(
+            numbers(store.fetch_all(&query(json!({"tape": "t", "after_anchor": "a1"}))).await.unwrap()),
+            [json!(2), json!(3)]
+        );
+        assert_eq!(
+            numbers(store.fetch_all(&query(json!({"tape": "t", "last_anchor": true}))).await.unwrap()),
+            [json!(3)]
+        );
+        assert_eq!(store.list_tapes().await.unwrap(), ["other", "t"]);
+        store.reset("t").await.unwrap();
+        assert!(store.fetch_all(&query(json!({"tape": "t"}))).await.unwrap().is_empty());
+        assert_eq!(store.fetch_all(&query(json!({"tape": "other"}))).await.unwrap().len(), 1);
+    }
+
+    /// A busy timeout that is not a number, or a `synchronous` other than
+    /// full/normal, fails the constructor with the setting named.
+    #[test]
+    fn bad_settings_are_refused_with_their_name() {
+        for (config, named) in
+            [(json!({"busy_timeout_ms": "soon"}), "busy_timeout_ms"), (json!({"synchronous": "off"}), "synchronous")]
+        {
+            let test = plugin(config);
+            assert!(!test.loaded());
+            let detail = format!("{:?}", test.record().status);
+            assert!(detail.contains(named), "{detail}");
+        }
+        assert!(plugin(json!({"busy_timeout_ms": "250", "synchronous": "NORMAL"})).loaded());
+    }
+}

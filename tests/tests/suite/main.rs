@@ -28,6 +28,7 @@ mod scope;
 mod sdk;
 mod security;
 mod shells;
+mod skills;
 mod special;
 mod tape_stores;
 mod trust;

@@ -1,0 +1,474 @@
+//! Skills, as Bub defines them (`bub.skills`): folders holding a `SKILL.md`
+//! whose YAML front matter names and describes the skill, found in the
+//! workspace, the user's home and installed plugins.
+//!
+//! - **Roots**, in precedence order (the first skill of a name wins):
+//!   `<workspace>/.agents/skills` (project; the legacy `.agent/skills` is
+//!   read too, with Bub's warning), `~/.agents/skills` (global), then the
+//!   `skills/` folder of every loaded plugin, in registration order
+//!   (plugin: Bub's `builtin` source, which is the `skills` package its
+//!   plugins extend).
+//! - **Valid** when the front matter has a `name` equal to the folder's name
+//!   (1–64 characters of `a-z0-9` in `-`-separated words), a non-empty
+//!   `description` of at most 1,024 characters, and `metadata` absent or a
+//!   map of strings. Anything else is skipped, as in Bub.
+//! - **Body**: the text after the front matter, `${config.a.b}` replaced by
+//!   `<home>/config.json`'s value at that path, then `$SKILL_DIR` and
+//!   `$PYTHON` substituted as Python's `string.Template.safe_substitute`
+//!   does. A project skill (a file of the repository being worked on, which
+//!   someone else may have written) gets no `${config…}` values: they are
+//!   the user's settings, keys included, and would reach the model's
+//!   context. That is a deliberate difference from Bub.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+/// Where project skills live, relative to the workspace.
+pub const PROJECT_SKILLS_DIR: &str = ".agents/skills";
+/// Bub's legacy project folder (read, with a warning).
+pub const LEGACY_SKILLS_DIR: &str = ".agent/skills";
+/// The file that makes a folder a skill.
+pub const SKILL_FILE_NAME: &str = "SKILL.md";
+
+/// One discovered skill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skill {
+    /// Its name (the folder's).
+    pub name: String,
+    /// What it is for (shown to the model).
+    pub description: String,
+    /// The `SKILL.md`, resolved.
+    pub location: PathBuf,
+    /// `project`, `global` or `plugin`.
+    pub source: &'static str,
+    /// The front matter, keys case-folded.
+    pub metadata: Map<String, Value>,
+}
+
+/// The roots to search, in precedence order.
+#[derive(Debug, Clone, Default)]
+pub struct SkillRoots {
+    roots: Vec<(PathBuf, &'static str)>,
+    config: Option<PathBuf>,
+}
+
+impl SkillRoots {
+    /// Project roots of `workspace`, the global root under `user_home`
+    /// (`$HOME`, when known), then each plugin folder's `skills/`; `config`
+    /// is the `config.json` that `${config.…}` templates read.
+    pub fn new(workspace: &Path, user_home: Option<&Path>, plugin_dirs: &[PathBuf], config: Option<PathBuf>) -> Self {
+        let mut roots = vec![(workspace.join(PROJECT_SKILLS_DIR), "project")];
+        let legacy = workspace.join(LEGACY_SKILLS_DIR);
+        if legacy.is_dir() {
+            tracing::warn!(
+                target: "bub::skills",
+                "Found legacy skills directory at '{}'. Please move it to '{PROJECT_SKILLS_DIR}' to avoid this warning in the future.",
+                legacy.display()
+            );
+            roots.push((legacy, "project"));
+        }
+        if let Some(home) = user_home {
+            roots.push((home.join(PROJECT_SKILLS_DIR), "global"));
+        }
+        roots.extend(plugin_dirs.iter().map(|d| (d.join("skills"), "plugin")));
+        SkillRoots { roots, config }
+    }
+
+    /// Every valid skill, the first of each (case-folded) name, sorted by
+    /// name (Bub's `discover_skills`). Read anew on each call: a skill
+    /// written during a session is seen on the next step.
+    pub fn discover(&self) -> Vec<Skill> {
+        let mut found: Vec<Skill> = Vec::new();
+        for (root, source) in &self.roots {
+            let Ok(entries) = std::fs::read_dir(root) else { continue };
+            let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+            dirs.sort();
+            for dir in dirs {
+                if let Some(skill) = read_skill(&dir, source) {
+                    if !found.iter().any(|s| s.name.to_lowercase() == skill.name.to_lowercase()) {
+                        found.push(skill);
+                    }
+                }
+            }
+        }
+        found.sort_by_key(|s| s.name.to_lowercase());
+        found
+    }
+
+    /// `skill`'s body, templated (see the module docs).
+    pub fn body(&self, skill: &Skill) -> String {
+        let Ok(text) = std::fs::read_to_string(&skill.location) else { return String::new() };
+        let content = strip_front_matter(text.trim()).trim().to_owned();
+        let content = if skill.source == "project" { content } else { self.render_config(&content) };
+        let dir = skill.location.parent().map(|p| p.display().to_string()).unwrap_or_default();
+        let python = python();
+        safe_substitute(&content, &|name| match name {
+            "SKILL_DIR" => Some(dir.clone()),
+            "PYTHON" => python.clone(),
+            _ => None,
+        })
+    }
+
+    fn render_config(&self, content: &str) -> String {
+        if !content.contains("${") {
+            return content.to_owned();
+        }
+        let config: Value = self
+            .config
+            .as_ref()
+            .and_then(|p| bub_runtime::install::read_settings_file(p).ok())
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let mut out = String::new();
+        let mut rest = content;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let parsed = after.find('}').and_then(|end| {
+                let inner = after[..end].trim();
+                let path = inner.strip_prefix("config.")?;
+                let ok =
+                    !path.is_empty() && path.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+                ok.then_some((path, end))
+            });
+            match parsed {
+                Some((path, end)) => {
+                    out.push_str(&config_value(&config, path));
+                    rest = &after[end + 1..];
+                }
+                None => {
+                    out.push_str("${");
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// A config value as Bub renders it: strings as they are, booleans
+/// `true`/`false`, numbers as written, missing ones empty, anything else as
+/// (flow) YAML's JSON subset.
+fn config_value(config: &Value, path: &str) -> String {
+    let mut value = config;
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        match value.get(part) {
+            Some(v) => value = v,
+            None => return String::new(),
+        }
+    }
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => "null".into(),
+        other => other.to_string(),
+    }
+}
+
+/// What `$PYTHON` becomes: Bub substitutes its own interpreter; bub-rs has
+/// none, so the `python3` of the `PATH` the commands run with.
+fn python() -> Option<String> {
+    Some("python3".to_owned())
+}
+
+/// The content after a leading `---` … `---` block (Bub's regex
+/// `^---\s*\n.*?\n---\s*\n`, dot matching newlines).
+fn strip_front_matter(content: &str) -> &str {
+    let Some(rest) = strip_dashes_line(content) else { return content };
+    // The closing line: the first "\n---" followed by blanks and a newline.
+    let mut from = 0;
+    while let Some(i) = rest[from..].find("\n---") {
+        let at = from + i + 1;
+        if let Some(after) = strip_dashes_line(&rest[at..]) {
+            return after;
+        }
+        from = at;
+    }
+    content
+}
+
+/// `---\s*\n` at the start of `s`: the text after it.
+fn strip_dashes_line(s: &str) -> Option<&str> {
+    let rest = s.strip_prefix("---")?;
+    let blank = rest.len() - rest.trim_start_matches([' ', '\t', '\r', '\x0b', '\x0c']).len();
+    let rest = &rest[blank..];
+    rest.strip_prefix('\n')
+}
+
+/// Python's `string.Template(text).safe_substitute(...)`: `$$` is `$`,
+/// `$name` and `${name}` are replaced when `lookup` knows the name, and
+/// left as written otherwise.
+fn safe_substitute(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let ident = |s: &str| -> usize {
+        let b = s.as_bytes();
+        if b.is_empty() || !(b[0].is_ascii_alphabetic() || b[0] == b'_') {
+            return 0;
+        }
+        b.iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+            continue;
+        }
+        if let Some(braced) = after.strip_prefix('{') {
+            let n = ident(braced);
+            if n > 0 && braced[n..].starts_with('}') {
+                if let Some(v) = lookup(&braced[..n]) {
+                    out.push_str(&v);
+                    rest = &braced[n + 1..];
+                    continue;
+                }
+            }
+        } else {
+            let n = ident(after);
+            if n > 0 {
+                if let Some(v) = lookup(&after[..n]) {
+                    out.push_str(&v);
+                    rest = &after[n..];
+                    continue;
+                }
+            }
+        }
+        out.push('$');
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+fn read_skill(dir: &Path, source: &'static str) -> Option<Skill> {
+    let file = dir.join(SKILL_FILE_NAME);
+    if !file.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&file).ok()?;
+    let metadata = front_matter(text.trim());
+    let name = metadata.get("name")?.as_str()?.trim().to_owned();
+    let description = metadata.get("description")?.as_str()?.trim().to_owned();
+    let folder = dir.file_name()?.to_str()?;
+    let valid_name = !name.is_empty() && name.chars().count() <= 64 && name == folder && is_skill_name(&name);
+    let valid_description = !description.is_empty() && description.chars().count() <= 1024;
+    let valid_metadata = match metadata.get("metadata") {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.values().all(Value::is_string),
+        Some(_) => false,
+    };
+    if !(valid_name && valid_description && valid_metadata) {
+        return None;
+    }
+    let location = std::fs::canonicalize(&file).unwrap_or(file);
+    let metadata = metadata.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect();
+    Some(Skill { name, description, location, source, metadata })
+}
+
+/// `^[a-z0-9]+(?:-[a-z0-9]+)*$`.
+fn is_skill_name(name: &str) -> bool {
+    name.split('-').all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+}
+
+/// The front matter as a map, keys lower-cased; empty when there is none
+/// or it is not a YAML mapping (Bub's `_parse_frontmatter`).
+fn front_matter(content: &str) -> Map<String, Value> {
+    let lines: Vec<&str> = content.lines().collect();
+    if lines.first().map(|l| l.trim()) != Some("---") {
+        return Map::new();
+    }
+    for (idx, line) in lines.iter().enumerate().skip(1) {
+        if line.trim() == "---" {
+            let payload = lines[1..idx].join("\n");
+            let parsed = yaml_rust2::YamlLoader::load_from_str(&payload).ok().and_then(|mut docs| {
+                if docs.is_empty() {
+                    None
+                } else {
+                    Some(docs.swap_remove(0))
+                }
+            });
+            if let Some(Value::Object(m)) = parsed.as_ref().map(yaml_to_json) {
+                return m.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect();
+            }
+            // Bub returns {} for a payload that is not a mapping only when
+            // it is the first closing line.
+            return Map::new();
+        }
+    }
+    Map::new()
+}
+
+fn yaml_to_json(y: &yaml_rust2::Yaml) -> Value {
+    use yaml_rust2::Yaml;
+    match y {
+        Yaml::Real(r) => {
+            r.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
+        }
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::String(s) => Value::String(s.clone()),
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Array(a) => Value::Array(a.iter().map(yaml_to_json).collect()),
+        Yaml::Hash(h) => Value::Object(
+            h.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Yaml::String(s) => s.clone(),
+                        Yaml::Integer(i) => i.to_string(),
+                        Yaml::Boolean(b) => if *b { "True" } else { "False" }.to_owned(),
+                        Yaml::Real(r) => r.clone(),
+                        _ => "None".to_owned(),
+                    };
+                    (key, yaml_to_json(v))
+                })
+                .collect(),
+        ),
+        Yaml::Null | Yaml::BadValue | Yaml::Alias(_) => Value::Null,
+    }
+}
+
+/// Bub's `<available_skills>` block: one line per skill; a skill the
+/// prompt names (`$name`) also gets its location and body. Empty when
+/// there are none.
+pub fn render_prompt(roots: &SkillRoots, skills: &[Skill], expanded: &[String]) -> String {
+    if skills.is_empty() {
+        return String::new();
+    }
+    let mut lines = vec!["<available_skills>".to_owned()];
+    for skill in skills {
+        let mut line = format!("- {}: {}", skill.name, skill.description);
+        if expanded.contains(&skill.name) {
+            line.push_str(&format!("\n  Location: {}", skill.location.display()));
+            let body = roots.body(skill);
+            if !body.is_empty() {
+                line.push('\n');
+                line.push_str(&body);
+            }
+        }
+        lines.push(line);
+    }
+    lines.push("</available_skills>".into());
+    lines.join("\n")
+}
+
+/// The `$name` hints of a prompt's text (Bub's `\$([A-Za-z0-9_.-]+)`).
+pub fn hints(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        let after = &rest[i + 1..];
+        let n = after.bytes().take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')).count();
+        if n > 0 {
+            out.push(after[..n].to_owned());
+        }
+        rest = &after[n..];
+    }
+    out
+}
+
+/// The prompt's text, for `$name` hints: strings and text parts.
+fn prompt_text(prompt: &[Value]) -> String {
+    prompt
+        .iter()
+        .filter_map(|p| match p {
+            Value::String(s) => Some(s.as_str()),
+            other => other.get("text").and_then(Value::as_str),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The turn's allowed skills (state `allowed_skills`, case-folded names);
+/// None: every skill.
+fn allowed(state: &bub_abi::TurnState) -> Option<Vec<String>> {
+    state.get::<Vec<String>>("allowed_skills").ok().flatten()
+}
+
+/// The system prompt's skills section (after the hooks' prompt, as Bub's
+/// `_skills_prompt`): the allowed skills, those the prompt names expanded.
+pub fn section(roots: SkillRoots) -> bub_framework::agent::Section {
+    std::sync::Arc::new(move |pcx| {
+        let roots = roots.clone();
+        Box::pin(async move {
+            let allowed = allowed(&pcx.state);
+            let skills: Vec<Skill> = roots
+                .discover()
+                .into_iter()
+                .filter(|s| allowed.as_ref().is_none_or(|a| a.contains(&s.name.to_lowercase())))
+                .collect();
+            let names: Vec<String> = skills.iter().map(|s| s.name.to_lowercase()).collect();
+            let expanded: Vec<String> =
+                hints(&prompt_text(&pcx.prompt)).into_iter().filter(|h| names.contains(h)).collect();
+            Ok(Some(render_prompt(&roots, &skills, &expanded)))
+        })
+    })
+}
+
+/// Bub's `skill` tool: no name lists every skill (allowed or not, as
+/// Bub does); a name gives its location and body. A refusal or an unknown
+/// name is the tool's answer, in parentheses, not a failure.
+pub fn tool(roots: SkillRoots) -> bub_framework::agent::AgentTool {
+    use bub_framework::agent::{AgentTool, Exposure};
+    let parameters = serde_json::json!({"type": "object", "properties": {
+        "name": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null}}});
+    AgentTool::native(
+        "skill",
+        "Load the skill content by name. Return the location and skill content.\nIf name is not provided, list all available skills in the current workspace.",
+        parameters,
+        Exposure::Auto,
+        move |args, cx| {
+            let roots = roots.clone();
+            async move {
+                let name = match args.get("name") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(other) => Some(other.to_string()),
+                };
+                let allowed = allowed(&cx.state);
+                if let (Some(allowed), Some(n)) = (&allowed, name.as_deref().filter(|n| !n.is_empty())) {
+                    if !allowed.contains(&n.to_lowercase()) {
+                        return Ok(Value::String(format!("(skill '{n}' is not allowed in this context)")));
+                    }
+                }
+                let skills = roots.discover();
+                let Some(name) = name else {
+                    let list: Vec<String> = skills.iter().map(|s| format!("- {}", s.name)).collect();
+                    return Ok(Value::String(format!("Available skills:\n{}", list.join("\n"))));
+                };
+                // Bub looks the case-folded name up among the names as written.
+                let Some(skill) = skills.iter().find(|s| s.name == name.to_lowercase()) else {
+                    return Ok(Value::String("(no such skill)".into()));
+                };
+                let body = roots.body(skill);
+                let body = if body.is_empty() { "(no content)".to_owned() } else { body };
+                Ok(Value::String(format!("Location: {}\n---\n{body}", skill.location.display())))
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_substitution_follows_python() {
+        let look = |n: &str| (n == "SKILL_DIR").then(|| "/s".to_owned());
+        assert_eq!(
+            safe_substitute("run $SKILL_DIR/x ${SKILL_DIR}/y $$HOME $OTHER ${ODD $", &look),
+            "run /s/x /s/y $HOME $OTHER ${ODD $"
+        );
+    }
+
+    #[test]
+    fn front_matter_is_stripped_once() {
+        assert_eq!(strip_front_matter("---\nname: a\n---\nbody\n---\nmore"), "body\n---\nmore");
+        assert_eq!(strip_front_matter("no front matter"), "no front matter");
+        assert_eq!(hints("use $gh and $tele-gram. $"), ["gh", "tele-gram."]);
+        assert!(is_skill_name("skill-creator") && !is_skill_name("Skill") && !is_skill_name("a--b"));
+    }
+}
