@@ -43,7 +43,9 @@ pub mod workspace_tools;
 
 use bub_abi::{
     abi::PluginModRef,
-    types::{Envelope, ErrorInfo, Prompt, StateMap, StreamState, TapeContextSpec, ToolCall, ToolCallDecision},
+    types::{
+        Envelope, ErrorInfo, ModelOptions, Prompt, StateMap, StreamState, TapeContextSpec, ToolCall, ToolCallDecision,
+    },
     BoxError, Object, Plugin, PluginContext, TurnState,
 };
 use serde_json::{json, Map, Value};
@@ -71,8 +73,9 @@ pub struct Builtin {
 
 /// The host's variables the builtin reads outside a turn, where it has no
 /// framework to ask (its tools' confinement, the cli channel's command
-/// prefix). None is a secret, so they may travel in its constructor config.
-const OWN_VARIABLES: [&str; 2] = ["BUB_CONFINE_WORKSPACE", "BUB_COMMAND_PREFIX"];
+/// prefix, the models it offers). None is a secret, so they may travel in
+/// its constructor config.
+const OWN_VARIABLES: [&str; 4] = ["BUB_CONFINE_WORKSPACE", "BUB_COMMAND_PREFIX", "BUB_MODEL", "BUB_FALLBACK_MODELS"];
 
 /// The builtin's constructor config, from the host's settings: the
 /// [`OWN_VARIABLES`] of its resolved environment.
@@ -337,6 +340,25 @@ impl Plugin for Builtin {
             format!("Tool `{}` does not exist. Did you mean one of the following?{list}", call.tool)
         };
         Some(ToolCallDecision::replace(Value::String(text)))
+    }
+
+    /// Bub's: the configured model, then the fallbacks, once each; the
+    /// first is the current one. None when the settings cannot be read.
+    fn provide_model_options(&self, session_id: String, workspace: Option<String>) -> Option<ModelOptions> {
+        let _ = (session_id, workspace);
+        let settings = self.model_settings().ok()?;
+        let mut models: Vec<String> = Vec::new();
+        for model in std::iter::once(settings.default_model()).chain(settings.fallback_models) {
+            if !model.is_empty() && !models.contains(&model) {
+                models.push(model);
+            }
+        }
+        let current = models.first().cloned();
+        let models = models
+            .into_iter()
+            .map(|id| bub_abi::types::ModelChoice { name: Some(id.clone()), id, ..Default::default() })
+            .collect();
+        Some(ModelOptions { models, current_model: current })
     }
 
     /// `bash`, `bash.output`, `bash.kill`, `fs.read`, `fs.write`, `fs.edit`

@@ -15,12 +15,18 @@
 //!   an embedder can depend on one crate and keep the paths the docs use.
 //!
 //! ```no_run
-//! use bub_host::{discovery::SearchPath, HostBuilder, WithBuiltin};
+//! use bub_host::{discovery::SearchPath, HostBuilder, RuntimeSettings, WithBuiltin};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // The builtin first, then every installed plugin; each is told the home
 //! // and the workspace (no environment variables).
-//! let host = HostBuilder::new().workspace("/srv/project").builtin().discovered(&SearchPath::from_env(None)).build();
+//! // Settings from the process's variables (a library reads none itself).
+//! let host = HostBuilder::new()
+//!     .settings(RuntimeSettings::from_env())
+//!     .workspace("/srv/project")
+//!     .builtin()
+//!     .discovered(&SearchPath::from_env(None))
+//!     .build();
 //! for plugin in host.registry().plugins() {
 //!     println!("{} {}", plugin.name, plugin.status.as_str());
 //! }

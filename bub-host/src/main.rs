@@ -9,6 +9,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     quiet_output_errors();
+    // Before any thread starts: the variables join the process's, for the
+    // settings and for every command the tools run.
+    cli::dotenv::load();
     cli::run()
 }
 

@@ -1,6 +1,7 @@
 //! `bub`: one file per subcommand; this file holds the shared options.
 
 mod chat;
+pub mod dotenv;
 mod extensions;
 mod gateway;
 mod hooks;

@@ -293,3 +293,25 @@ fn concurrent_appends_get_unique_ids_and_no_blank_lines() {
         assert!(lines[i + 1]["payload"]["run"] == *run && lines[i + 2]["payload"]["run"] == *run, "{run} split");
     }
 }
+
+/// `provide_model_options` (Bub's builtin): the configured model, then the
+/// fallbacks, once each, the first current — from the settings the host
+/// was built with (its `environment`), not the process: two hosts in one
+/// process offer their own models.
+#[test]
+fn model_options_are_the_configured_model_and_fallbacks() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let options = |vars: &[(&str, &str)]| {
+        let settings = bub_host::RuntimeSettings::from_vars(vars.iter().map(|(k, v)| ((*k).into(), (*v).into())));
+        let host = HostBuilder::new().settings(settings).home(home.path()).workspace(ws.path()).builtin().build();
+        block_on(Framework::new(&host, ws.path()).get_model_options("s", None)).unwrap()
+    };
+    let got = options(&[("BUB_MODEL", "openai:a"), ("BUB_FALLBACK_MODELS", r#"["anthropic:b", "openai:a"]"#)]);
+    let ids: Vec<&str> = got.models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["openai:a", "anthropic:b"]);
+    assert_eq!(got.current_model.as_deref(), Some("openai:a"));
+    assert_eq!(got.models[1].name.as_deref(), Some("anthropic:b"));
+    // Nothing configured: bub-rs's default model (Bub's is its DEFAULT_MODEL).
+    assert_eq!(options(&[]).current_model.as_deref(), Some("echo"));
+}

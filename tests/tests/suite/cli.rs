@@ -434,3 +434,39 @@ fn plugin_command_names_are_validated() {
     let (out, _, ok) = run_bub(&home, &["-x"]);
     assert!(!ok && !out.contains("ran -x"), "{out}");
 }
+
+/// The nearest `.env` (Bub's `load_dotenv(find_dotenv(usecwd=True))`): read
+/// from the current folder or a parent, without overriding a variable
+/// already set, and passed on to the commands the tools run; one that
+/// others can write is refused with a warning.
+#[test]
+fn the_nearest_dotenv_reaches_the_tools_unless_others_can_write_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let root = tempfile::tempdir().unwrap();
+    let below = root.path().join("project/src");
+    std::fs::create_dir_all(&below).unwrap();
+    let env = root.path().join("project/.env");
+    std::fs::write(&env, "DOTENV_PROBE=from-dotenv\nDOTENV_KEPT=from-file\n").unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let run = || {
+        std::process::Command::new(bub_tests::bub_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(["run", ",bash command='echo $DOTENV_PROBE/$DOTENV_KEPT'"])
+            .current_dir(&below)
+            .env("DOTENV_KEPT", "from-process")
+            .env_remove("DOTENV_PROBE")
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("from-dotenv/from-process"), "{stdout}");
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = run();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("from-dotenv"), "{stdout}");
+    assert!(stderr.contains(".env not loaded: others can write it"), "{stderr}");
+}

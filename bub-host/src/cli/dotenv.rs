@@ -1,0 +1,39 @@
+//! The nearest `.env` (Bub's `load_dotenv(find_dotenv(usecwd=True))`): the
+//! first `.env` in the current folder or one of its parents is read into
+//! the process environment, never overriding a variable already set, before
+//! the settings are resolved — so its variables configure bub and reach
+//! the commands the tools run, as in Bub.
+//!
+//! One check Bub does not make: the file must belong to the user running
+//! bub (or root) and not be writable by others, since whoever can write it
+//! chooses where the model's API key is sent (`BUB_API_BASE`). A refused
+//! file is named on standard error.
+
+use std::{os::unix::fs::MetadataExt, path::Path};
+
+/// Loads the nearest `.env`; call before any thread starts.
+pub fn load() {
+    let Ok(start) = std::env::current_dir() else { return };
+    let Some(path) = start.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else { return };
+    if let Err(why) = trusted(&path) {
+        eprintln!("warning: {} not loaded: {why}", path.display());
+        return;
+    }
+    // Existing variables win (dotenvy never overrides), as python-dotenv's
+    // default `override=False`.
+    if let Err(e) = dotenvy::from_path(&path) {
+        eprintln!("warning: {} not loaded: {e}", path.display());
+    }
+}
+
+fn trusted(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!("it belongs to uid {}, not to you (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err("others can write it (chmod go-w)".into());
+    }
+    Ok(())
+}
