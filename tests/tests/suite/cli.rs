@@ -73,6 +73,7 @@ fn b93_bub_hooks_with_only_the_builtin() {
         "provide_channels",
         "provide_environment",
         "provide_lifespan",
+        "provide_model_options",
         "provide_steering_inbox",
         "provide_tape_sidecar",
         "provide_tape_store",
