@@ -265,8 +265,8 @@ fn read_skill(dir: &Path, source: &'static str) -> Option<Skill> {
     if !(valid_name && valid_description && valid_metadata) {
         return None;
     }
+    // Keys are lower-cased already (`front_matter`).
     let location = std::fs::canonicalize(&file).unwrap_or(file);
-    let metadata = metadata.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect();
     Some(Skill { name, description, location, source, metadata })
 }
 
@@ -285,19 +285,13 @@ fn front_matter(content: &str) -> Map<String, Value> {
     for (idx, line) in lines.iter().enumerate().skip(1) {
         if line.trim() == "---" {
             let payload = lines[1..idx].join("\n");
-            let parsed = yaml_rust2::YamlLoader::load_from_str(&payload).ok().and_then(|mut docs| {
-                if docs.is_empty() {
-                    None
-                } else {
-                    Some(docs.swap_remove(0))
-                }
-            });
-            if let Some(Value::Object(m)) = parsed.as_ref().map(yaml_to_json) {
-                return m.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect();
-            }
-            // Bub returns {} for a payload that is not a mapping only when
-            // it is the first closing line.
-            return Map::new();
+            // The first closing line ends it; a payload that is not a mapping
+            // (or not YAML) is no front matter.
+            let first = yaml_rust2::YamlLoader::load_from_str(&payload).ok().and_then(|docs| docs.into_iter().next());
+            return match first.as_ref().map(yaml_to_json) {
+                Some(Value::Object(m)) => m.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect(),
+                _ => Map::new(),
+            };
         }
     }
     Map::new()

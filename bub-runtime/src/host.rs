@@ -32,7 +32,7 @@ pub enum PluginSource {
         config: Map<String, serde_json::Value>,
     },
     /// Compiled into the host, constructed with the config `config` derives
-    /// from the host's final settings (resolved when the host is built,
+    /// from the host's final settings (called when the host is built,
     /// whatever order the builder was told things in).
     StaticFromSettings {
         /// Its root module (`bub_abi::static_plugin!`).
@@ -211,14 +211,8 @@ impl HostBuilder {
             replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
         }
         for (fallback_name, source) in self.sources {
-            let source = match source {
-                PluginSource::StaticFromSettings { module, config } => {
-                    PluginSource::Static { module, config: config(&self.settings) }
-                }
-                other => other,
-            };
-            let env = &self.settings.plugin_env;
-            let record = load_source(fallback_name, source, &taken, &replaced, &self.app_config, env, &places);
+            let record =
+                load_source(fallback_name, source, &taken, &replaced, &self.app_config, &self.settings, &places);
             if let PluginStatus::Failed { detail } = &record.status {
                 tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
             }
@@ -296,7 +290,7 @@ fn load_source(
     taken: &HashMap<String, PathBuf>,
     replaced: &HashMap<String, NotLoaded>,
     app_config: &Map<String, serde_json::Value>,
-    plugin_env: &[(OsString, OsString)],
+    settings: &RuntimeSettings,
     places: &Places,
 ) -> PluginRecord {
     match source {
@@ -304,15 +298,16 @@ fn load_source(
             let lib = Library { module };
             register_library(fallback_name, None, lib, &config, places)
         }
-        PluginSource::StaticFromSettings { module, .. } => {
-            // Resolved to `Static` in `build`; kept total without a panic.
-            register_library(fallback_name, None, Library { module }, &Map::new(), places)
+        PluginSource::StaticFromSettings { module, config } => {
+            register_library(fallback_name, None, Library { module }, &config(settings), places)
         }
         PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
             Some(record) => record,
             None => open_and_register(name, path, &config, places),
         },
-        PluginSource::Folder(dir) => load_folder(fallback_name, &dir, taken, replaced, app_config, plugin_env, places),
+        PluginSource::Folder(dir) => {
+            load_folder(fallback_name, &dir, taken, replaced, app_config, &settings.plugin_env, places)
+        }
     }
 }
 

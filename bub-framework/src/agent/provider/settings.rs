@@ -32,6 +32,7 @@
 
 use std::{path::Path, time::Duration};
 
+use bub_runtime::settings::Environment;
 use serde_json::{Map, Value};
 
 use super::{ModelClient, ProviderError};
@@ -72,7 +73,7 @@ pub struct ModelSettings {
     /// sidecar tape (`BUB_SPILL_THRESHOLD`, 4096 "tokens"; 0 = never).
     pub spill_threshold: usize,
     // The environment, for `<P>_API_KEY` lookups at client time.
-    env: Vec<(String, String)>,
+    env: Environment,
     // HTTP clients, made once per settings value (one agent).
     clients: super::http::Clients,
 }
@@ -95,7 +96,7 @@ impl Default for ModelSettings {
             confine_workspace: false,
             tool_timeout: bub_runtime::settings::seconds(600.0),
             spill_threshold: 4096,
-            env: Vec::new(),
+            env: Environment::default(),
             clients: Default::default(),
         }
     }
@@ -158,7 +159,7 @@ impl ModelSettings {
     /// From `env` (the host's resolved environment:
     /// `RuntimeSettings::environment`, or `Framework::model_settings`) and
     /// `<home>/config.json`, read now (an edit applies to the next turn).
-    pub fn load(home: &Path, env: &bub_runtime::settings::Environment) -> Result<ModelSettings, String> {
+    pub fn load(home: &Path, env: &Environment) -> Result<ModelSettings, String> {
         let file = match bub_runtime::install::read_settings_file(&home.join("config.json")) {
             Ok(text) => match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Object(m)) => m,
@@ -166,13 +167,17 @@ impl ModelSettings {
             },
             Err(_) => Map::new(),
         };
-        let env = env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
-        ModelSettings::from_sources(env, &file)
+        // A handle on the host's snapshot: the variables are not copied.
+        ModelSettings::from_environment(env.clone(), &file)
     }
 
     /// From explicit sources: `env` wins over `file`.
     pub fn from_sources(env: Vec<(String, String)>, file: &Map<String, Value>) -> Result<ModelSettings, String> {
-        let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        ModelSettings::from_environment(Environment::from_pairs(env), file)
+    }
+
+    fn from_environment(env: Environment, file: &Map<String, Value>) -> Result<ModelSettings, String> {
+        let var = |k: &str| env.get(k).map(str::to_owned);
         let mut s = ModelSettings {
             model: var("BUB_MODEL").or_else(|| file.get("model").and_then(Value::as_str).map(str::to_owned)),
             ..Default::default()
@@ -202,10 +207,10 @@ impl ModelSettings {
         // Per-provider variables fill what the settings left open.
         for (suffix, slot) in [("_API_KEY", &mut s.api_key), ("_API_BASE", &mut s.api_base)] {
             let mut per = Map::new();
-            for (k, v) in &env {
+            for (k, v) in env.iter() {
                 if let Some(p) = k.strip_prefix("BUB_").and_then(|k| k.strip_suffix(suffix)) {
                     if !p.is_empty() && !v.is_empty() {
-                        per.insert(p.to_lowercase(), Value::String(v.clone()));
+                        per.insert(p.to_lowercase(), Value::String(v.to_owned()));
                     }
                 }
             }
@@ -335,9 +340,7 @@ impl ModelSettings {
                         .map(str::to_owned),
                     _ => None,
                 })
-                .or_else(|| {
-                    self.env.iter().find(|(k, _)| *k == env_name).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
-                })
+                .or_else(|| self.env.get(&env_name).map(str::to_owned))
         };
         let api_key = pick(custom.and_then(|c| c.get("api_key")), &self.api_key, format!("{prefix}_API_KEY"));
         let base = pick(custom.and_then(|c| c.get("api_base")), &self.api_base, format!("{prefix}_API_BASE"))
