@@ -174,6 +174,7 @@ pub mod value;
 
 pub use abi::{ErrorKind, HookError, HookMarker, ABI_VERSION};
 pub use hooks::{HookId, HookKind, HOOK_COUNT};
+pub use sdk::fuzzy;
 pub use sdk::host;
 pub use sdk::resources;
 pub use sdk::tape;

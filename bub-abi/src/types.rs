@@ -281,11 +281,15 @@ pub struct ToolCall {
     /// copying the rest).
     #[serde(default = "empty_map")]
     pub arguments: HostValue,
+    /// Whether model-written code made the call (`run_code`; Bub's
+    /// `call.context.code_mode`). Since ABI 2.2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub code_mode: bool,
 }
 
 impl Default for ToolCall {
     fn default() -> Self {
-        ToolCall { run_id: String::new(), tool: String::new(), arguments: empty_map() }
+        ToolCall { run_id: String::new(), tool: String::new(), arguments: empty_map(), code_mode: false }
     }
 }
 
@@ -393,6 +397,15 @@ pub struct TapeQuery {
     /// Only entries after the last anchor.
     #[serde(default)]
     pub last_anchor: bool,
+    /// Only entries between the last anchor named `.0` and the next anchor
+    /// named `.1` (both must exist; it wins over the two fields above).
+    /// Since ABI 2.2: stores built with an older SDK ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_anchors: Option<(String, String)>,
+    /// Only entries dated from `.0` to `.1` inclusive: ISO dates (a whole
+    /// day) or datetimes (UTC when they name no offset). Since ABI 2.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_dates: Option<(String, String)>,
     /// Only these kinds (all when empty).
     #[serde(default)]
     pub kinds: Vec<String>,
@@ -471,6 +484,9 @@ pub struct ToolCallContext {
     /// Whether the call is a command (`,name …`), not the model's.
     #[serde(default)]
     pub command: bool,
+    /// Whether model-written code made the call (`run_code`). Since ABI 2.2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub code_mode: bool,
     /// The turn state, without the host's `_runtime_*` handles.
     #[serde(default)]
     pub state: Map<String, Value>,

@@ -55,15 +55,19 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
         }
     }
     agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
-    // Bub's registry order: spill.read first, skill, the tape tools, then the rest.
+    // Bub's registry order: code mode's tools, spill.read, skill, the tape
+    // tools, then the rest.
     let roots = skill_roots(framework);
     let own = own_tools::run_helper_tools();
     let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
     let skill = std::iter::once(skills::tool(roots.clone()));
-    for tool in spill_read.into_iter().chain(skill).chain(own_tools::tape_and_command_tools()).chain(rest) {
+    let code = crate::code_mode::tools();
+    for tool in code.into_iter().chain(spill_read).chain(skill).chain(own_tools::tape_and_command_tools()).chain(rest) {
         agent.add_tool(tool);
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
+    // After the hooks' system prompt, as Bub's `_code_mode_prompt`.
+    agent.sections.push(crate::code_mode::section(Arc::new(agent.tools.clone())));
     // After the hooks' system prompt, as Bub's `_skills_prompt`.
     agent.sections.push(skills::section(roots));
     // After the plugins' after_tool_call hooks, as Bub's trylast builtin.

@@ -29,11 +29,11 @@
 
 pub mod agent;
 pub mod cli_channel;
+pub mod code_mode;
 pub mod confine;
 pub mod environment;
 pub mod inbox;
 pub mod own_tools;
-pub mod sessions;
 pub mod shells;
 pub mod skills;
 pub mod spill;
@@ -167,11 +167,11 @@ impl Plugin for Builtin {
     }
 
     /// The session id, for hooks that read it from the state; the message's
-    /// context string (`context`, bub-semantics §4.2); the session's
-    /// settings (`model`, set by the `,model` command); and, as Bub, the
-    /// message context's `thread_id` (the steering key). (Bub's per-turn
-    /// `context.model` waits for session settings on the tape: kept in
-    /// sessions.json it would outlive the turn.)
+    /// context string (`context`, bub-semantics §4.2); and, as Bub, the
+    /// message context's `model` (this turn's model, over the session's) and
+    /// `thread_id` (the steering key). The session's settings (`,model`,
+    /// `,reasoning_effort`, code mode) come from its tape's switch events,
+    /// which the framework reads just before this fragment.
     fn load_state(&self, message: Envelope, session_id: String) -> Option<StateMap> {
         let mut m = Map::new();
         m.insert("session_id".into(), Value::String(session_id.clone()));
@@ -179,10 +179,10 @@ impl Plugin for Builtin {
         if !context.is_empty() {
             m.insert("context".into(), Value::String(context));
         }
-        if let Some(Value::Object(settings)) = sessions::load(&self.home).remove(&session_id) {
-            m.extend(settings);
-        }
         let from_context = |k: &str| message.get("context").and_then(|c| c.get(k)).filter(|v| truthy(v)).cloned();
+        if let Some(model) = from_context("model") {
+            m.insert("model".into(), model);
+        }
         if let Some(thread) = from_context("thread_id") {
             m.insert("_runtime_thread_id".into(), thread);
         }
@@ -208,8 +208,6 @@ impl Plugin for Builtin {
         Some(Value::Array(parts))
     }
 
-    /// The session's settings, when a command changed them (the tape store
-    /// holds the conversation itself).
     /// After `,quit`, the session's running shells are stopped (Bub's
     /// `terminate_session`).
     async fn save_state(&self, session_id: String, state: TurnState) -> Result<(), BoxError> {
@@ -219,7 +217,7 @@ impl Plugin for Builtin {
                 tracing::info!(target: "bub::builtin", "quit: stopped {stopped} shell(s) of session {session_id}");
             }
         }
-        sessions::save(&self.home, &session_id, &state)
+        Ok(())
     }
 
     /// One outbound copying the message's addressing; a command's is
@@ -328,7 +326,10 @@ impl Plugin for Builtin {
         if call.run_id == "run_command" {
             return None;
         }
-        let offered: Vec<String> = state.get("_runtime_tool_names").ok().flatten()?;
+        let mut offered: Vec<String> = state.get("_runtime_tool_names").ok().flatten()?;
+        // In code mode, code may call the code tools too.
+        let code: Vec<String> = state.get("_runtime_code_tools").ok().flatten().unwrap_or_default();
+        offered.extend(code);
         if offered.contains(&call.tool) {
             return None;
         }

@@ -44,21 +44,37 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             schema(json!({}), &[]),
             Exposure::Auto,
             info,
-        ),
+        )
+        .rendered(render_info),
         AgentTool::native(
             "tape.search",
-            "Search the current tape for entries containing a text.",
-            schema(json!({"query": {"type": "string"}, "limit": {"type": "integer", "default": 20}}), &["query"]),
+            "Search for entries in the current tape that match the query. Returns a list of matching entries.",
+            schema(
+                json!({
+                    "query": {"type": "string", "description": "The search query string."},
+                    "limit": {"type": "integer", "default": 20, "description": "Maximum number of search results to return."},
+                    "start": {"type": "string", "description": "Optional start date to filter entries (ISO format)."},
+                    "end": {"type": "string", "description": "Optional end date to filter entries (ISO format)."},
+                    "kinds": {
+                        "type": "array", "items": {"type": "string"}, "default": ["message", "tool_result"],
+                        "description": "Optional list of entry kinds to filter search results. Can include 'event', \
+                            'anchor', 'system', 'message', 'tool_call', 'tool_result', 'error'."
+                    }
+                }),
+                &["query"],
+            ),
             Exposure::Auto,
             search,
-        ),
+        )
+        .rendered(render_search),
         AgentTool::native(
             "tape.reset",
             "Reset the current tape (optionally archiving it first).",
             schema(json!({"archive": {"type": "boolean", "default": false}}), &[]),
             Exposure::Auto,
             reset,
-        ),
+        )
+        .rendered(|r| py_str(&r["message"])),
         AgentTool::native(
             "tape.handoff",
             "Add a handoff anchor: the model's context restarts after it.",
@@ -68,8 +84,10 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             ),
             Exposure::Auto,
             handoff,
-        ),
-        AgentTool::native("tape.anchors", "List the tape's anchors.", schema(json!({}), &[]), Exposure::Auto, anchors),
+        )
+        .rendered(|r| format!("anchor added: {}", py_str(&r["anchor"]))),
+        AgentTool::native("tape.anchors", "List the tape's anchors.", schema(json!({}), &[]), Exposure::Auto, anchors)
+            .rendered(render_anchors),
         AgentTool::native("help", "Show the commands.", schema(json!({}), &[]), Exposure::Command, help),
         AgentTool::native(
             "model",
@@ -78,82 +96,134 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             Exposure::Command,
             model,
         ),
+        AgentTool::native(
+            "reasoning_effort",
+            "Set the reasoning effort for this session starting from the next turn.",
+            schema(json!({"reasoning_effort": {"type": "string"}}), &["reasoning_effort"]),
+            Exposure::Command,
+            reasoning_effort,
+        ),
         AgentTool::native("quit", "End the session.", schema(json!({}), &[]), Exposure::Command, quit),
     ]
 }
 
 async fn info(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let entries = cx.tape.entries().await?;
-    let anchors: Vec<_> = entries.iter().filter(|e| e.kind == "anchor").collect();
-    let last = anchors.last().and_then(|a| a.payload.get("name")).and_then(Value::as_str).unwrap_or("-");
-    let since = entries.iter().rev().take_while(|e| e.kind != "anchor").count();
-    let usage = entries
-        .iter()
-        .rev()
-        .find_map(|e| {
-            (e.kind == "event" && e.payload.get("name") == Some(&json!("run")))
-                .then(|| e.payload["data"]["usage"].clone())
-        })
-        .filter(|u| u.is_object());
-    let (total, rate) = match &usage {
-        Some(u) => {
-            let input = u["input_tokens"].as_f64().unwrap_or(0.0);
-            let cached = u["cached_tokens"].as_f64().unwrap_or(0.0);
-            let rate = (input > 0.0).then(|| format!("{:.2}%", 100.0 * cached / input));
-            (u["total_tokens"].as_u64().map_or("None".into(), |t| t.to_string()), rate.unwrap_or_else(|| "None".into()))
+    let anchors: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.kind == "anchor").map(|(i, _)| i).collect();
+    let last_anchor = anchors.last().and_then(|&i| entries[i].payload.get("name").cloned()).unwrap_or(Value::Null);
+    let since = anchors.last().map_or(entries.len(), |&i| entries.len() - i - 1);
+    // Bub's TapeInfo: the newest run event with an integer total.
+    let (mut total, mut rate) = (Value::Null, Value::Null);
+    for e in entries.iter().rev() {
+        if e.kind != "event" || e.payload.get("name") != Some(&json!("run")) {
+            continue;
         }
-        None => ("None".into(), "None".into()),
-    };
-    Ok(json!(format!(
-        "name: {}\nentries: {}\nanchors: {}\nlast_anchor: {last}\nentries_since_last_anchor: {since}\nlast_token_usage: {total}\nlast_token_cache_hit_rate: {rate}",
-        cx.tape.name(),
-        entries.len(),
-        anchors.len()
-    )))
+        let usage = &e.payload["data"]["usage"];
+        let Some(t) = usage.get("total_tokens").filter(|t| t.is_i64() || t.is_u64()) else { continue };
+        total = t.clone();
+        let (input, cached) = (usage["input_tokens"].as_i64(), usage["cached_tokens"].as_i64());
+        if let (Some(input), Some(cached)) = (input.filter(|i| *i > 0), cached) {
+            rate = json!(cached as f64 / input as f64);
+        }
+        break;
+    }
+    Ok(json!({
+        "name": cx.tape.name(),
+        "entries": entries.len(),
+        "anchors": anchors.len(),
+        "last_anchor": last_anchor,
+        "entries_since_last_anchor": since,
+        "last_token_usage": total,
+        "last_token_cache_hit_rate": rate,
+    }))
+}
+
+/// Python's `str()` of a JSON value as Bub's f-strings print it.
+fn py_str(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Bub's `_render_tape_info`.
+fn render_info(r: &Value) -> String {
+    let rate = r["last_token_cache_hit_rate"].as_f64().map_or_else(|| "None".into(), |h| format!("{:.2}%", h * 100.0));
+    format!(
+        "name: {}\nentries: {}\nanchors: {}\nlast_anchor: {}\nentries_since_last_anchor: {}\nlast_token_usage: {}\n\
+         last_token_cache_hit_rate: {rate}",
+        py_str(&r["name"]),
+        py_str(&r["entries"]),
+        py_str(&r["anchors"]),
+        py_str(&r["last_anchor"]),
+        py_str(&r["entries_since_last_anchor"]),
+        py_str(&r["last_token_usage"]),
+    )
 }
 
 async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-    let query = arg_str(&args, "query").unwrap_or_default();
     let limit = arg_u64(&args, "limit").unwrap_or(20) as usize;
+    let kinds = match args.get("kinds") {
+        Some(Value::Array(kinds)) => kinds.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect(),
+        _ => vec!["message".into(), "tool_result".into()],
+    };
+    let (start, end) = (arg_str(&args, "start"), arg_str(&args, "end"));
+    // Bub passes both bounds when either is given (an empty one is invalid).
+    let between_dates =
+        (start.is_some() || end.is_some()).then(|| (start.unwrap_or_default(), end.unwrap_or_default()));
     let q = TapeQuery {
         tape: cx.tape.name().to_owned(),
-        query: Some(query.clone()),
-        kinds: vec!["message".into(), "tool_result".into()],
-        limit: Some(limit + 50),
+        query: Some(arg_str(&args, "query").unwrap_or_default()),
+        kinds,
+        limit: Some(limit),
+        between_dates,
         ..Default::default()
     };
-    let needle = query.to_lowercase();
+    // The store's matches, newest first, then the run's own entries of those
+    // kinds (Bub's fork store adds them unsearched); earlier searches' results
+    // are left out so a search does not find itself.
     let mut filtered = 0;
-    let mut lines = Vec::new();
-    // Newest first from the store; the run's own entries follow unfiltered
-    // (the fork's quirk), so the text is checked here too.
+    let mut matches = Vec::new();
     for e in cx.tape.fetch(&q).await? {
-        let text = Value::Object(e.payload.clone()).to_string();
-        if text.contains("[tape.search]") {
+        let found = json!({"date": e.date, "content": e.payload});
+        if bub_framework::agent::tools::python_json(&found).contains("[tape.search]") {
             filtered += 1;
-            continue;
-        }
-        if !text.to_lowercase().contains(&needle) {
-            continue;
-        }
-        if lines.len() < limit {
-            // As Bub prints it: Python's json.dumps (", " and ": ").
-            lines.push(bub_framework::agent::tools::python_json(&json!({"date": e.date, "content": e.payload})));
+        } else {
+            matches.push(found);
         }
     }
-    let mut out = format!("[tape.search]: {} matches ({filtered} filtered)", lines.len());
-    for l in lines {
+    Ok(json!({"matches": matches, "filtered": filtered}))
+}
+
+/// Bub's `_render_tape_search`: each match as Python's `json.dumps` writes
+/// it (ASCII-escaped, `", "` and `": "`).
+fn render_search(r: &Value) -> String {
+    let matches = r["matches"].as_array().cloned().unwrap_or_default();
+    let mut out = format!("[tape.search]: {} matches ({} filtered)", matches.len(), py_str(&r["filtered"]));
+    for m in &matches {
         out.push('\n');
-        out.push_str(&l);
+        // Non-ASCII only occurs inside strings, where \uXXXX means the same.
+        for c in bub_framework::agent::tools::python_json(m).chars() {
+            if c.is_ascii() {
+                out.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
     }
-    Ok(json!(out))
+    out
 }
 
 async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let archive = args.get("archive").is_some_and(|v| v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")));
     if !archive {
         cx.tape.reset(Map::new()).await?;
-        return Ok(json!("ok"));
+        return Ok(json!({"message": "ok"}));
     }
     // Bub's archive: the tape and each sidecar as JSONL next to the tapes,
     // one stamp; a sidecar whose archive failed is kept, not reset.
@@ -206,25 +276,33 @@ async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
         };
         cx.tape.event("sidecar.archive", data, context_false()).await?;
     }
-    Ok(json!(format!("Archived: {}", main.display())))
+    Ok(json!({"message": format!("Archived: {}", main.display())}))
 }
 
 async fn handoff(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let name = arg_str(&args, "name").filter(|n| !n.is_empty()).unwrap_or_else(|| "handoff".into());
     let summary = arg_str(&args, "summary").unwrap_or_default();
     cx.tape.handoff(&name, Some(json!({"summary": summary}))).await?;
-    Ok(json!(format!("anchor added: {name}")))
+    Ok(json!({"anchor": name}))
 }
 
 async fn anchors(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let entries = cx.tape.entries().await?;
-    let names: Vec<String> = entries
-        .iter()
-        .filter(|e| e.kind == "anchor")
-        .filter_map(|e| e.payload.get("name").and_then(Value::as_str).map(|n| format!("- {n}")))
-        .collect();
+    let names: Vec<Value> =
+        entries.iter().filter(|e| e.kind == "anchor").filter_map(|e| e.payload.get("name").cloned()).collect();
     let start = names.len().saturating_sub(20);
-    Ok(json!(if names.is_empty() { "(no anchors)".to_owned() } else { names[start..].join("\n") }))
+    Ok(json!({"anchors": names[start..]}))
+}
+
+/// Bub's `_render_anchors`.
+fn render_anchors(r: &Value) -> String {
+    let names: Vec<String> =
+        r["anchors"].as_array().into_iter().flatten().map(|n| format!("- {}", py_str(n))).collect();
+    if names.is_empty() {
+        "(no anchors)".into()
+    } else {
+        names.join("\n")
+    }
 }
 
 /// Bub's help lines (Bub 0.6.0a3, `bub/builtin/tools.py` `show_help`): a
@@ -267,9 +345,32 @@ async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
     let id = arg_str(&args, "model_id")
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| AgentError::value("model_id is required"))?;
-    cx.state.set("model", &id).map_err(|e| AgentError::value(e.to_string()))?;
-    cx.tape.event("model_switch", json!({"model": id}), Map::new()).await?;
+    set_session_setting(&cx, "model", id.as_str()).await?;
     Ok(json!(format!("Session model set to {id} (applies from the next turn).")))
+}
+
+async fn reasoning_effort(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let effort = arg_str(&args, "reasoning_effort").unwrap_or_default().trim().to_owned();
+    if effort.is_empty() {
+        return Err(AgentError::value("reasoning_effort must not be empty"));
+    }
+    set_session_setting(&cx, "reasoning_effort", effort.as_str()).await?;
+    Ok(json!(format!("Session reasoning effort set to {effort} (applies from the next turn).")))
+}
+
+/// Bub's `set_session_setting`: into this turn's state and, as a switch
+/// event, onto the session tape (merged back with the turn), where the next
+/// turn's state finds it (`agent::session_settings`).
+pub(crate) async fn set_session_setting(
+    cx: &ToolContext,
+    key: &str,
+    value: impl Into<Value>,
+) -> Result<(), AgentError> {
+    use bub_framework::agent::session_settings;
+    let value = value.into();
+    cx.state.set(key, &value).map_err(|e| AgentError::value(e.to_string()))?;
+    cx.tape.event(&session_settings::event_name(key), json!({ key: value }), Map::new()).await?;
+    Ok(())
 }
 
 async fn quit(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {

@@ -135,7 +135,8 @@ pub fn subscribe(bus: &mut EventBus, limit: usize) {
         handler(move |event, cx| {
             Box::pin(async move {
                 let Event::ToolCallFinished { call, result } = event else { return Ok(()) };
-                if call.run_id == "run_command" {
+                // Bub spills neither commands' results nor code's calls'.
+                if call.run_id == "run_command" || call.code_mode {
                     return Ok(());
                 }
                 let offered: Vec<String> = cx.state.get("_runtime_tool_names").ok().flatten().unwrap_or_default();

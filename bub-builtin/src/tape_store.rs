@@ -207,7 +207,7 @@ impl TapeStore for FileTapeStore {
 
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
-        async move { Ok(bub_abi::tape::select(this.read(&query.tape)?, &query)) }
+        async move { Ok(bub_abi::tape::try_select(this.read(&query.tape)?, &query)?) }
     }
 
     fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {

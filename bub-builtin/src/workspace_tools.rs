@@ -140,12 +140,16 @@ impl Tool for WorkspaceTool {
                        "start": {"type": "integer", "default": 0}}),
                 &["path", "old", "new"],
             ),
-            Kind::WebFetch => spec(
-                "web.fetch",
-                "Fetch a URL (GET) and return the body text.",
-                json!({"url": {"type": "string"}, "headers": {"type": "object"}, "timeout": {"type": "number"}}),
-                &["url"],
-            ),
+            // `auto`, as Bub's: in code mode it is called from code.
+            Kind::WebFetch => ToolSpec {
+                exposure: "auto".into(),
+                ..spec(
+                    "web.fetch",
+                    "Fetch a URL (GET) and return the body text.",
+                    json!({"url": {"type": "string"}, "headers": {"type": "object"}, "timeout": {"type": "number"}}),
+                    &["url"],
+                )
+            },
         }
     }
 

@@ -136,6 +136,12 @@ impl Framework {
         if let Some(env) = self.get_environment(session_id).await? {
             defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
         }
+        // Bub's builtin load_state restores the session's settings from its
+        // tape; the framework holds the store, so it does it for the builtin,
+        // just before the builtin's fragment (the lowest-priority one).
+        if self.runtime.registry().plugin("builtin").is_some() {
+            defaults.extend(self.session_settings(session_id).await);
+        }
         // The host's own state map: merged and read without JSON round trips.
         let (state, state_map) = TurnState::shared(defaults);
         // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
@@ -145,6 +151,20 @@ impl Framework {
             }
         }
         Ok((state, state_map))
+    }
+
+    /// The session's settings recorded on its tape (none without a store; a
+    /// store that cannot answer is logged and counts as none).
+    async fn session_settings(&self, session_id: &str) -> StateMap {
+        let Some(store) = self.get_tape_store() else { return StateMap::new() };
+        let tape = crate::agent::tape::session_tape_name(&self.workspace, session_id);
+        match crate::agent::session_settings::load(&crate::agent::tape::Store::Host(store), &tape).await {
+            Ok(settings) => settings.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(target: "bub::framework", "session {session_id}: cannot read its settings from tape {tape}: {e}");
+                StateMap::new()
+            }
+        }
     }
 
     /// Bub's `build_prompt`: the first non-None answer (falsy → the

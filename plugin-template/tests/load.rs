@@ -26,7 +26,7 @@ async fn hooks_answer_through_the_host() {
     assert_eq!(prompt[0].as_ref().unwrap().parse::<String>().unwrap(), "{{description}}");
 {% else %}
     let state = bub_abi::TurnState::new();
-    let call = |tool: &str| bub_abi::types::ToolCall { run_id: "r".into(), tool: tool.into(), arguments: bub_abi::Value::object() };
+    let call = |tool: &str| bub_abi::types::ToolCall { run_id: "r".into(), tool: tool.into(), arguments: bub_abi::Value::object(), ..Default::default() };
     let (_, denied) = rt.before_tool_call(call("forbidden"), &state).await;
     assert_eq!(denied.action, bub_abi::types::ToolAction::Deny);
     assert_eq!(denied.message.as_deref(), Some("hi: not allowed"));

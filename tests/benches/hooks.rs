@@ -217,8 +217,12 @@ fn before_tool_call(c: &mut Criterion) {
         ] {
             // The agent holds tool arguments as a host value (parsed once
             // from the model's answer); building it is not part of a dispatch.
-            let call =
-                ToolCall { run_id: "run-1".into(), tool: "fs.read".into(), arguments: bub_abi::Value::from(arguments) };
+            let call = ToolCall {
+                run_id: "run-1".into(),
+                tool: "fs.read".into(),
+                arguments: bub_abi::Value::from(arguments),
+                ..Default::default()
+            };
             let mut expected = arguments.clone();
             expected["hops"] = json!(n);
             let s = setup(n, |_| true, is_async);

@@ -101,6 +101,7 @@ fn values_only() {
             run_id: "r".into(),
             tool: "fs.read".into(),
             arguments: bub_abi::Value::from(json!({"path": "README.md", "limit": 100, "hops": 0})),
+            ..Default::default()
         };
         let state = bub_abi::TurnState::new();
         for _ in 0..iters {

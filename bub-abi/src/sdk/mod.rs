@@ -7,6 +7,7 @@
 pub mod args;
 pub mod bridge;
 pub mod export;
+pub mod fuzzy;
 pub mod guard;
 pub mod hook;
 pub mod host;

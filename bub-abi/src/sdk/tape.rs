@@ -6,49 +6,285 @@
 //! anchor) and hand the rest to [`select`] with the anchor fields cleared.
 
 use crate::types::{TapeEntry, TapeQuery};
+use serde_json::{Map, Value};
 
-/// The entries of one tape, in order, that `query` selects: after the last
-/// anchor (or the last anchor of a name), of the given kinds; a text query
-/// searches case-insensitively and answers newest first, one entry per
-/// distinct payload, 20 by default; otherwise the first `limit` entries.
+/// Why a query cannot be answered (Bub raises these as `BubError`s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// `between_anchors` names an anchor the tape lacks (Bub's `NOT_FOUND`).
+    AnchorNotFound(String),
+    /// A `between_dates` bound is neither an ISO date nor an ISO datetime.
+    InvalidDate(String),
+    /// The `between_dates` start is after its end.
+    DatesReversed,
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryError::AnchorNotFound(name) => write!(f, "Anchor '{name}' was not found."),
+            QueryError::InvalidDate(value) => write!(f, "Invalid ISO date or datetime: '{value}'."),
+            QueryError::DatesReversed => f.write_str("Start date must be earlier than or equal to end date."),
+        }
+    }
+}
+
+impl std::error::Error for QueryError {}
+
+impl From<QueryError> for crate::HookError {
+    fn from(e: QueryError) -> Self {
+        crate::HookError::plugin(e.to_string())
+    }
+}
+
+/// [`try_select`], with an unanswerable query selecting nothing.
 pub fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
-    let is_anchor = |e: &TapeEntry, name: Option<&str>| {
+    try_select(entries, query).unwrap_or_default()
+}
+
+/// The entries of one tape, in order, that `query` selects, as Bub's
+/// builtin store answers: between two anchors, or after the last anchor (of
+/// a name; from the start when there is none); dated within
+/// `between_dates`; of the given kinds. A text query then answers newest
+/// first, one entry per distinct text, 20 by default, matching entries whose
+/// text contains it (case-insensitive) or fuzzily matches it
+/// ([`crate::fuzzy`]); without one, the first `limit` entries.
+pub fn try_select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
+    let anchor = |e: &TapeEntry, name: Option<&str>| {
         e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
     };
-    let start = if query.last_anchor {
-        entries.iter().rposition(|e| is_anchor(e, None)).map_or(0, |i| i + 1)
+    let (start, end) = if let Some((first, last)) = &query.between_anchors {
+        let from = entries
+            .iter()
+            .rposition(|e| anchor(e, Some(first)))
+            .ok_or_else(|| QueryError::AnchorNotFound(first.clone()))?;
+        let to = entries[from + 1..]
+            .iter()
+            .position(|e| anchor(e, Some(last)))
+            .map(|i| i + from + 1)
+            .ok_or_else(|| QueryError::AnchorNotFound(last.clone()))?;
+        (from + 1, to)
+    } else if query.last_anchor {
+        (entries.iter().rposition(|e| anchor(e, None)).map_or(0, |i| i + 1), entries.len())
     } else if let Some(name) = &query.after_anchor {
-        entries.iter().rposition(|e| is_anchor(e, Some(name))).map_or(0, |i| i + 1)
+        (entries.iter().rposition(|e| anchor(e, Some(name))).map_or(0, |i| i + 1), entries.len())
     } else {
-        0
+        (0, entries.len())
     };
-    let mut out: Vec<TapeEntry> =
-        entries.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)).collect();
+    let dates = match &query.between_dates {
+        Some((from, to)) => {
+            let (from, to) = (boundary(from, false)?, boundary(to, true)?);
+            if from > to {
+                return Err(QueryError::DatesReversed);
+            }
+            Some((from, to))
+        }
+        None => None,
+    };
+    let in_dates =
+        |e: &TapeEntry| dates.is_none_or(|(from, to)| boundary(&e.date, false).is_ok_and(|at| from <= at && at <= to));
+    let out = entries
+        .into_iter()
+        .take(end)
+        .skip(start)
+        .filter(|e| (query.kinds.is_empty() || query.kinds.contains(&e.kind)) && in_dates(e));
     if let Some(q) = &query.query {
-        // Bub's text search: case-insensitive over kind, date, payload and
-        // meta; newest first; one entry per distinct payload; 20 by default.
-        let needle = q.to_lowercase();
-        let mut seen = std::collections::HashSet::new();
-        out = out
-            .into_iter()
-            .rev()
-            .filter(|e| {
-                serde_json::json!([e.kind, e.date, e.payload, e.meta]).to_string().to_lowercase().contains(&needle)
-            })
-            .filter(|e| seen.insert(serde_json::Value::Object(e.payload.clone()).to_string()))
-            .take(query.limit.unwrap_or(20))
-            .collect();
-        return out;
+        return Ok(search(out, q, query.limit.unwrap_or(20)));
     }
     // The first `limit` entries (Bub's `sliced[:limit]`).
-    if let Some(limit) = query.limit {
-        out.truncate(limit);
+    Ok(out.take(query.limit.unwrap_or(usize::MAX)).collect())
+}
+
+/// Bub's `FuzzyFileTapeStore._filter_entries`: newest first, each distinct
+/// text once (counted before matching, as Bub does), substring or fuzzy.
+fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limit: usize) -> Vec<TapeEntry> {
+    let needle = query.trim().to_lowercase();
+    if needle.is_empty() {
+        return Vec::new();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for entry in entries.rev() {
+        if out.len() >= limit {
+            break;
+        }
+        let text = entry_text(&entry.payload).to_lowercase();
+        if !seen.insert(text.clone()) {
+            continue;
+        }
+        if text.contains(&needle) || crate::fuzzy::is_fuzzy_match(&needle, &text) {
+            out.push(entry);
+        }
     }
     out
+}
+
+/// The text a query searches: the payload as block YAML with sorted keys,
+/// as Bub's `get_entry_text` (`yaml.safe_dump`) writes it. [inferred]
+/// Strings are written plain, where PyYAML would quote some and fold long
+/// ones; the words, which the fuzzy match compares, are the same.
+pub fn entry_text(payload: &Map<String, Value>) -> String {
+    let mut out = String::new();
+    yaml_map(payload, 0, false, &mut out);
+    out
+}
+
+/// A mapping at `indent`; `inline` when its first key follows a `- `.
+fn yaml_map(map: &Map<String, Value>, indent: usize, inline: bool, out: &mut String) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 || !inline {
+            out.push_str(&" ".repeat(indent));
+        }
+        out.push_str(key);
+        out.push(':');
+        yaml_nested(&map[key], indent, indent + 2, out);
+    }
+}
+
+/// A value after `key:` or `-`: inline when scalar or empty, else below.
+fn yaml_nested(value: &Value, list_indent: usize, map_indent: usize, out: &mut String) {
+    match value {
+        Value::Object(m) if !m.is_empty() => {
+            out.push('\n');
+            yaml_map(m, map_indent, false, out);
+        }
+        Value::Array(items) if !items.is_empty() => {
+            out.push('\n');
+            for item in items {
+                out.push_str(&" ".repeat(list_indent));
+                out.push('-');
+                match item {
+                    Value::Object(m) if !m.is_empty() => {
+                        out.push(' ');
+                        yaml_map(m, list_indent + 2, true, out);
+                    }
+                    _ => yaml_nested(item, list_indent + 2, list_indent + 2, out),
+                }
+            }
+        }
+        scalar => {
+            out.push(' ');
+            match scalar {
+                Value::Null => out.push_str("null"),
+                Value::String(s) => out.push_str(s),
+                Value::Object(_) => out.push_str("{}"),
+                Value::Array(_) => out.push_str("[]"),
+                other => out.push_str(&other.to_string()),
+            }
+            out.push('\n');
+        }
+    }
+}
+
+/// Python's `_parse_datetime_boundary`: an ISO date is its first (or, for
+/// an end, last) microsecond in UTC; a datetime without an offset is UTC.
+fn boundary(value: &str, is_end: bool) -> Result<jiff::Timestamp, QueryError> {
+    let invalid = || QueryError::InvalidDate(value.to_owned());
+    let day = |d: jiff::civil::Date| {
+        let time = if is_end { jiff::civil::Time::MAX } else { jiff::civil::Time::MIN };
+        d.to_datetime(time).to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|_| invalid())
+    };
+    if !value.contains(['T', 't', ' ']) {
+        if let Ok(d) = value.parse::<jiff::civil::Date>() {
+            return day(d);
+        }
+    }
+    if let Ok(ts) = value.parse::<jiff::Timestamp>() {
+        return Ok(ts);
+    }
+    if let Ok(dt) = value.parse::<jiff::civil::DateTime>() {
+        return dt.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|_| invalid());
+    }
+    value.parse::<jiff::civil::Date>().map_err(|_| invalid()).and_then(day)
 }
 
 /// Now, as a tape entry's `date` (RFC 3339 UTC with microseconds): what a
 /// store writes when the entry comes without one.
 pub fn now() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(id: u64, kind: &str, payload: Value, date: &str) -> TapeEntry {
+        TapeEntry {
+            id,
+            kind: kind.into(),
+            payload: payload.as_object().unwrap().clone(),
+            date: date.into(),
+            ..Default::default()
+        }
+    }
+
+    fn tape() -> Vec<TapeEntry> {
+        vec![
+            entry(1, "message", json!({"content": "deploy to kubernetes"}), "2026-11-01T10:00:00+00:00"),
+            entry(2, "anchor", json!({"name": "a"}), "2026-11-02T10:00:00Z"),
+            entry(3, "message", json!({"content": "release notes"}), "2026-11-03T10:00:00.5Z"),
+            entry(4, "anchor", json!({"name": "b"}), "2026-11-04T10:00:00Z"),
+            entry(5, "message", json!({"content": "release notes"}), "2026-11-05T10:00:00Z"),
+            entry(6, "anchor", json!({"name": "a"}), "2026-11-06T10:00:00Z"),
+        ]
+    }
+
+    fn ids(q: Value) -> Result<Vec<u64>, QueryError> {
+        let q: TapeQuery = serde_json::from_value(q).unwrap();
+        try_select(tape(), &q).map(|es| es.into_iter().map(|e| e.id).collect())
+    }
+
+    #[test]
+    fn between_anchors_is_last_start_then_next_end() {
+        // The start is the last anchor of the first name, the end the next
+        // anchor of the second name after it: no "b" follows the last "a".
+        assert_eq!(ids(json!({"tape": "t", "between_anchors": ["b", "a"]})), Ok(vec![5]));
+        assert_eq!(
+            ids(json!({"tape": "t", "between_anchors": ["a", "b"]})),
+            Err(QueryError::AnchorNotFound("b".into()))
+        );
+        assert_eq!(
+            ids(json!({"tape": "t", "between_anchors": ["x", "b"]})),
+            Err(QueryError::AnchorNotFound("x".into()))
+        );
+    }
+
+    #[test]
+    fn between_dates_takes_days_and_datetimes() {
+        assert_eq!(ids(json!({"tape": "t", "between_dates": ["2026-11-03", "2026-11-05"]})), Ok(vec![3, 4, 5]));
+        assert_eq!(
+            ids(json!({"tape": "t", "between_dates": ["2026-11-03T10:00:01", "2026-11-05T10:00:00+00:00"]})),
+            Ok(vec![4, 5])
+        );
+        assert_eq!(
+            ids(json!({"tape": "t", "between_dates": ["2026-11-05", "2026-11-03"]})),
+            Err(QueryError::DatesReversed)
+        );
+        assert_eq!(
+            ids(json!({"tape": "t", "between_dates": ["", "2026-11-03"]})),
+            Err(QueryError::InvalidDate("".into()))
+        );
+    }
+
+    #[test]
+    fn text_search_is_newest_first_distinct_and_fuzzy() {
+        // Entry 5 hides its duplicate 3; a typo still finds entry 1.
+        assert_eq!(ids(json!({"tape": "t", "query": "RELEASE", "kinds": ["message"]})), Ok(vec![5]));
+        assert_eq!(ids(json!({"tape": "t", "query": "kubernets"})), Ok(vec![1]));
+        assert_eq!(ids(json!({"tape": "t", "query": "  "})), Ok(vec![]));
+    }
+
+    #[test]
+    fn entry_text_is_pyyaml_block_style() {
+        // What Python's yaml.safe_dump writes for the same payload.
+        let payload = json!({"role": "user", "content": "hi there",
+            "meta": {"b": 1, "a": [1, {"x": "y"}], "e": {}, "l": []}, "n": null, "t": true});
+        assert_eq!(
+            entry_text(payload.as_object().unwrap()),
+            "content: hi there\nmeta:\n  a:\n  - 1\n  - x: y\n  b: 1\n  e: {}\n  l: []\nn: null\nrole: user\nt: true\n"
+        );
+    }
 }

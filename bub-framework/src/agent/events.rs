@@ -242,10 +242,11 @@ pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<(), AgentError>>
 /// An event handler.
 pub type Handler = Arc<dyn for<'a> Fn(&'a mut Event, &'a EventContext) -> HandlerFuture<'a> + Send + Sync>;
 
-/// Handlers in registration order.
+/// Handlers in registration order. Cheap to clone (a running tool that
+/// calls tools, as code mode does, holds one).
 #[derive(Clone, Default)]
 pub struct EventBus {
-    handlers: Vec<(Filter, Handler)>,
+    handlers: Arc<Vec<(Filter, Handler)>>,
 }
 
 impl EventBus {
@@ -256,7 +257,7 @@ impl EventBus {
 
     /// Adds a handler after the existing ones.
     pub fn on(&mut self, filter: Filter, handler: Handler) {
-        self.handlers.push((filter, handler));
+        Arc::make_mut(&mut self.handlers).push((filter, handler));
     }
 
     /// How many handlers there are.
@@ -271,7 +272,7 @@ impl EventBus {
 
     /// Delivers `event` to every matching handler until it is stopped.
     pub async fn emit(&self, event: &mut Event, cx: &EventContext) -> Result<(), AgentError> {
-        for (filter, handler) in &self.handlers {
+        for (filter, handler) in self.handlers.iter() {
             if event.stopped() {
                 break;
             }

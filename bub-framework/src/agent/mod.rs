@@ -47,6 +47,7 @@ pub mod plugins;
 pub mod provider;
 pub mod recorder;
 pub mod run;
+pub mod session_settings;
 pub mod tape;
 pub mod tools;
 

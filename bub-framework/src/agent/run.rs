@@ -225,7 +225,7 @@ impl Agent {
                 let tool = self.tools.iter().find(|t| t.name == parsed.name).cloned();
                 let call =
                     PlannedCall { id: String::new(), tool, name: parsed.name.clone(), arguments: parsed.arguments };
-                match tools::run_one(&self.events, cx, "run_command", call, true).await {
+                match tools::run_one(&self.events, cx, "run_command", call, tools::Origin::Command).await {
                     Err(e) => Err(e),
                     Ok(o) => match o.failed {
                         Some(e) => Err(AgentError::Bub { kind: e.kind, message: e.message, details: e.details }),
@@ -456,10 +456,30 @@ async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::Agent
         }
     }
     let hidden = agent.tools.iter().any(|t| t.deferred && allowed(t) && !loaded.contains(&t.name));
+    // Code mode leaves the model its `direct` tools (`run_code` among them);
+    // otherwise `run_code` is not offered (Bub's `_split_code_mode`).
+    // The code tools' names, for the builtin's unknown-tool check (Bub's
+    // `_runtime_code_tools`).
+    let code_tools = tools::code_tools(&agent.tools, &cx.state, allowed);
+    let code_mode = code_tools.is_some();
+    match code_tools {
+        Some(code) => {
+            let names: Vec<String> = code.iter().map(|t| t.model_name()).collect();
+            let _ = cx.state.set("_runtime_code_tools", &names);
+        }
+        None => {
+            let _ = cx.state.remove("_runtime_code_tools");
+        }
+    }
+    let offered = |t: &tools::AgentTool| match t.exposure {
+        Exposure::Direct => code_mode || t.name != tools::RUN_CODE,
+        Exposure::Auto => !code_mode,
+        Exposure::Code | Exposure::Command => false,
+    };
     Ok(agent
         .tools
         .iter()
-        .filter(|t| matches!(t.exposure, Exposure::Auto | Exposure::Direct))
+        .filter(|t| offered(t))
         .filter(|t| !t.deferred || loaded.contains(&t.name))
         .filter(|t| t.name != "tool.describe" || hidden)
         .filter(|t| allowed(t))
@@ -627,7 +647,8 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let calls_json: Vec<Value> = response.tool_calls.iter().map(|c| c.to_json()).collect();
     let _ = tx.send(Ok(event("tool_call", json!({"tool_calls": calls_json}))));
     let _ = cx.state.set("_runtime_tool_names", &tool_names);
-    let outcomes = tools::execute(&agent.events, cx, &run_id, planned, agent.max_tool_concurrency, false).await?;
+    let outcomes =
+        tools::execute(&agent.events, cx, &run_id, planned, agent.max_tool_concurrency, tools::Origin::Model).await?;
     let results: Vec<Value> = outcomes.into_iter().map(|o| o.value).collect();
     // 11–12.
     let chat = ChatFinished {

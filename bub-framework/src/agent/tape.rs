@@ -11,7 +11,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use bub_abi::{
-    tape::select,
+    tape::try_select,
     types::{TapeEntry, TapeQuery},
 };
 use md5::{Digest, Md5};
@@ -50,7 +50,7 @@ impl Store {
             Store::Host(s) => s.fetch_all(query).await.map_err(AgentError::store),
             Store::Memory(m) => {
                 let entries = lock(m).get(&query.tape).cloned().unwrap_or_default();
-                Ok(select(entries, query))
+                try_select(entries, query).map_err(AgentError::store)
             }
         }
     }
@@ -238,10 +238,8 @@ impl RunTape {
         let cut = overlay.iter().rposition(anchored);
         let mut out = Vec::new();
         if cut.is_none() && !reset {
-            let mut parent_query = query.clone();
-            parent_query.limit = None;
             // A parent read error counts as no entries (the overlay still answers).
-            match self.store.fetch_all(&parent_query).await {
+            match self.store.fetch_all(query).await {
                 Ok(entries) => out = entries,
                 Err(e) => tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape),
             }

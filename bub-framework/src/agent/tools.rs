@@ -43,6 +43,18 @@ impl Exposure {
     }
 }
 
+/// Who made a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The model: the result is rendered for it (text or content parts).
+    Model,
+    /// A command (`,name …`): shown by its registry name, result as is.
+    Command,
+    /// Model-written code (`run_code`): model-facing name, structured
+    /// result, and the hooks see `code_mode`.
+    Code,
+}
+
 /// What a running tool is given.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -54,8 +66,58 @@ pub struct ToolContext {
     pub state: TurnState,
     /// Whether the call is a command.
     pub command: bool,
+    /// Whether model-written code made the call (Bub's `context.code_mode`).
+    pub code_mode: bool,
     /// The agent's tools.
     pub tools: Arc<Vec<AgentTool>>,
+    /// The run's event bus: a tool that calls tools (`run_code`) sends
+    /// them through the same interception as the model's.
+    pub events: EventBus,
+    /// How long one tool call may run.
+    pub tool_timeout: Option<std::time::Duration>,
+}
+
+impl ToolContext {
+    /// Calls `tool` as model-written code does: through `before_tool_call` /
+    /// `after_tool_call` with `code_mode` set; the structured value, or the
+    /// failure's message.
+    pub async fn call_from_code(&self, tool: &AgentTool, arguments: Map<String, Value>) -> Result<Value, String> {
+        let cx = EventContext {
+            state: self.state.clone(),
+            tape: self.tape.clone(),
+            tools: self.tools.clone(),
+            tool_timeout: self.tool_timeout,
+        };
+        let call = PlannedCall { id: String::new(), tool: Some(tool.clone()), name: tool.name.clone(), arguments };
+        let outcome = run_one(&self.events, &cx, &self.run_id, call, Origin::Code).await.map_err(|e| e.to_string())?;
+        match outcome.failed {
+            Some(e) => Err(e.message),
+            None => Ok(outcome.value),
+        }
+    }
+}
+
+/// Bub's `RUN_CODE_TOOL_NAME`.
+pub const RUN_CODE: &str = "run_code";
+
+/// Bub's `_split_code_mode`: in code mode (state `code_mode` true and
+/// `run_code` among `allowed`), the tools only code may call (`auto` and
+/// `code` ones, `run_code` aside); `None` outside code mode.
+pub fn code_tools<'a>(
+    tools: &'a [AgentTool],
+    state: &TurnState,
+    allowed: impl Fn(&AgentTool) -> bool,
+) -> Option<Vec<&'a AgentTool>> {
+    let on = state.get_value("code_mode").is_some_and(|v| bub_abi::envelope::truthy(&v));
+    if !on || !tools.iter().any(|t| t.name == RUN_CODE && allowed(t)) {
+        return None;
+    }
+    Some(
+        tools
+            .iter()
+            .filter(|t| t.name != RUN_CODE && matches!(t.exposure, Exposure::Auto | Exposure::Code) && allowed(t))
+            .collect(),
+    )
 }
 
 /// A boxed tool future.
@@ -85,7 +147,13 @@ pub struct AgentTool {
     pub deferred: bool,
     /// How it runs.
     pub handler: Handler,
+    /// Bub's `renderer`: the text the model (or a command's user) reads
+    /// for a structured result; code gets the result itself.
+    pub renderer: Option<Renderer>,
 }
+
+/// Turns a tool's structured result into the text shown for it.
+pub type Renderer = Arc<dyn Fn(&Value) -> String + Send + Sync>;
 
 impl std::fmt::Debug for AgentTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,7 +175,14 @@ impl AgentTool {
             exposure,
             deferred: false,
             handler: Handler::Native(Arc::new(move |args, cx| Box::pin(f(args, cx)))),
+            renderer: None,
         }
+    }
+
+    /// The tool with `renderer` for its results (see [`AgentTool::renderer`]).
+    pub fn rendered(mut self, renderer: impl Fn(&Value) -> String + Send + Sync + 'static) -> AgentTool {
+        self.renderer = Some(Arc::new(renderer));
+        self
     }
 
     /// A plugin's tool, described by its `spec()`; one that asks for the
@@ -126,6 +201,7 @@ impl AgentTool {
             exposure,
             deferred: false,
             handler: Handler::Plugin(tool, spec.context),
+            renderer: None,
         })
     }
 
@@ -269,7 +345,7 @@ pub async fn execute(
     run_id: &str,
     calls: Vec<PlannedCall>,
     limit: Option<usize>,
-    command: bool,
+    origin: Origin,
 ) -> Result<Vec<Outcome>, AgentError> {
     let semaphore = limit.map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
     let futures = calls.into_iter().map(|call| {
@@ -279,7 +355,7 @@ pub async fn execute(
                 Some(s) => Some(s.acquire().await.map_err(|_| AgentError::Cancelled)?),
                 None => None,
             };
-            run_one(bus, cx, run_id, call, command).await
+            run_one(bus, cx, run_id, call, origin).await
         }
     });
     futures_util::future::join_all(futures).await.into_iter().collect()
@@ -291,12 +367,19 @@ pub async fn run_one(
     cx: &EventContext,
     run_id: &str,
     call: PlannedCall,
-    command: bool,
+    origin: Origin,
 ) -> Result<Outcome, AgentError> {
-    let display =
-        if command { call.tool.as_ref().map_or(call.name.clone(), |t| t.name.clone()) } else { call.name.clone() };
+    // The hooks see what the caller named: the model and code the
+    // model-facing name (Bub's code tools are `model_tools`), a command the
+    // registry name.
+    let display = match origin {
+        Origin::Model => call.name.clone(),
+        Origin::Code => call.tool.as_ref().map_or(call.name.clone(), |t| t.model_name()),
+        Origin::Command => call.tool.as_ref().map_or(call.name.clone(), |t| t.name.clone()),
+    };
     let arguments = bub_abi::Value::from(&Value::Object(call.arguments));
-    let hook_call = ToolCall { run_id: run_id.to_owned(), tool: display.clone(), arguments };
+    let code_mode = origin == Origin::Code;
+    let hook_call = ToolCall { run_id: run_id.to_owned(), tool: display.clone(), arguments, code_mode };
     let mut started = Event::ToolCallStarted { call: hook_call, decision: ToolCallDecision::proceed(None) };
     let _ = cx.state.set("_runtime_tape", cx.tape.name());
     bus.emit(&mut started, cx).await?;
@@ -318,8 +401,11 @@ pub async fn run_one(
                         tape: cx.tape.clone(),
                         run_id: run_id.to_owned(),
                         state: cx.state.clone(),
-                        command,
+                        command: origin == Origin::Command,
+                        code_mode,
                         tools: cx.tools.clone(),
+                        events: bus.clone(),
+                        tool_timeout: cx.tool_timeout,
                     };
                     let invoked = match cx.tool_timeout {
                         Some(limit) => tokio::time::timeout(limit, tool.invoke(args, tcx)).await.unwrap_or_else(|_| {
@@ -331,10 +417,10 @@ pub async fn run_one(
                         }),
                         None => tool.invoke(args, tcx).await,
                     };
-                    match invoked {
-                        Ok(v) if command => Ok(v),
-                        Ok(v) => Ok(render(v)),
-                        Err(e) => Err(e),
+                    match (invoked, &tool.renderer) {
+                        (Ok(v), Some(r)) if origin != Origin::Code => Ok(Value::String(r(&v))),
+                        (Ok(v), _) if origin == Origin::Model => Ok(render(v)),
+                        (other, _) => other,
                     }
                 }
             }
@@ -413,6 +499,7 @@ fn call_context(cx: &ToolContext) -> bub_abi::types::ToolCallContext {
         run_id: cx.run_id.clone(),
         tape: cx.tape.name().to_owned(),
         command: cx.command,
+        code_mode: cx.code_mode,
         state,
     }
 }

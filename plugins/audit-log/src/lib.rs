@@ -111,6 +111,7 @@ mod tests {
             run_id: "r1".into(),
             tool: "bash".into(),
             arguments: bub_abi::Value::from_json(r#"{"cmd": "ls"}"#).unwrap(),
+            ..Default::default()
         };
         let done: ToolCallResult =
             serde_json::from_value(json!({"run_id": "r1", "tool": "bash", "result": "a.txt", "duration_ms": 3}))

@@ -414,7 +414,9 @@ impl TapeStore for PgStore {
             let rows = this
                 .0
                 .with("read a tape", true, |db| async move {
-                    let anchor = if q.last_anchor {
+                    let anchor = if q.between_anchors.is_some() {
+                        None // try_select finds both anchors
+                    } else if q.last_anchor {
                         let sql = "SELECT MAX(id) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor'";
                         Some(db.query_one(sql, &[&q.tape]).await?)
                     } else if let Some(name) = &q.after_anchor {
@@ -435,7 +437,7 @@ impl TapeStore for PgStore {
                 .await?;
             let entries = rows.iter().map(entry_of).collect();
             let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
-            Ok(bub_abi::tape::select(entries, &rest))
+            Ok(bub_abi::tape::try_select(entries, &rest)?)
         }
     }
 

@@ -179,7 +179,9 @@ impl TapeStore for SqliteStore {
         async move {
             this.with("read a tape", move |conn| {
                 // The anchor is found in SQL; only the entries after it are read.
-                let start: Option<i64> = if query.last_anchor {
+                let start: Option<i64> = if query.between_anchors.is_some() {
+                    None // try_select finds both anchors
+                } else if query.last_anchor {
                     conn.query_row(
                         "SELECT MAX(id) FROM tape_entries WHERE tape = ?1 AND kind = 'anchor'",
                         params![query.tape],
@@ -203,7 +205,7 @@ impl TapeStore for SqliteStore {
                     .query_map(params![query.tape, start.unwrap_or(0)], entry_of)?
                     .collect::<Result<Vec<_>, _>>()?;
                 let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
-                Ok(bub_abi::tape::select(entries, &rest))
+                Ok(bub_abi::tape::try_select(entries, &rest)?)
             })
             .await
         }

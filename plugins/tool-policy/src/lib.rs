@@ -119,7 +119,7 @@ mod tests {
 
     fn call(tool: &str, arguments: serde_json::Value) -> ToolCall {
         let arguments = bub_abi::Value::from_json(&arguments.to_string()).expect("JSON");
-        ToolCall { run_id: "r".into(), tool: tool.into(), arguments }
+        ToolCall { run_id: "r".into(), tool: tool.into(), arguments, ..Default::default() }
     }
 
     /// First match wins; `*` is a prefix; `argument` + `contains` narrow a

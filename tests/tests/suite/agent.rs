@@ -19,7 +19,12 @@ fn request() -> LlmCallRequest {
 }
 
 fn tool_call(args: Value) -> ToolCall {
-    ToolCall { run_id: "run-1".into(), tool: "bash".into(), arguments: bub_abi::Value::from(args) }
+    ToolCall {
+        run_id: "run-1".into(),
+        tool: "bash".into(),
+        arguments: bub_abi::Value::from(args),
+        ..Default::default()
+    }
 }
 
 /// Behaviour 65: AppendMessage then SwapModel registered: SwapModel runs first
@@ -211,7 +216,7 @@ fn unread_arguments_cross_the_chain_uncopied() {
     let big = "x".repeat(100 * 1024);
     let arguments = bub_abi::Value::from(json!({"path": "a", "hops": 0, "content": big}));
     let original = arguments.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
-    let call = ToolCall { run_id: "r".into(), tool: "fs.read".into(), arguments };
+    let call = ToolCall { run_id: "r".into(), tool: "fs.read".into(), arguments, ..Default::default() };
     let (call, decision) = block_on(rt.before_tool_call(call, &TurnState::new()));
     assert_eq!(decision.action, ToolAction::Proceed);
     let args = call.arguments.as_ref();

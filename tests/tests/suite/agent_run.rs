@@ -507,3 +507,47 @@ fn the_sessions_reasoning_effort_wins_behaviour_218() {
         "tools in completion args are ignored"
     );
 }
+
+#[test]
+fn session_settings_live_on_the_tape_as_switch_events_behaviour_175_218() {
+    let provider = Provider::start(vec![chat::text("one"), chat::text("two")]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:configured", json!({}));
+    let (out, err, ok) = bub(&home, &ws, &["run", ",reasoning_effort high"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Session reasoning effort set to high (applies from the next turn)."), "{out}");
+    let (_, err, ok) = bub(&home, &ws, &["run", ",reasoning_effort ' '"]);
+    assert!(!ok && err.contains("reasoning_effort must not be empty"), "{err}");
+    // Lines as Python Bub writes them on the same session tape: a model
+    // switch, then one that clears the effort, then one that sets it again.
+    let file = std::fs::read_dir(home.path().join("tapes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| !p.to_string_lossy().contains("__sidecar__") && p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let next = std::fs::read_to_string(&file).unwrap().lines().count() + 1;
+    let python = |id: usize, name: &str, data: Value| {
+        format!(
+            "{{\"id\": {id}, \"kind\": \"event\", \"payload\": {{\"name\": \"{name}\", \"data\": {data}}}, \"meta\": {{}}, \"date\": \"2026-11-30T10:00:00.000001+00:00\"}}\n"
+        )
+    };
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&python(next, "model_switch", json!({"model": "openai:from-python"})));
+    text.push_str(&python(next + 1, "reasoning_effort_switch", json!({"reasoning_effort": ""})));
+    std::fs::write(&file, &text).unwrap();
+    let (_, err, ok) = bub(&home, &ws, &["run", "hi"]);
+    assert!(ok, "{err}");
+    let body = &provider.requests()[0].body;
+    assert_eq!(body["model"], "from-python");
+    assert!(body.get("reasoning_effort").is_none(), "an empty switch clears the setting: {body}");
+    text = std::fs::read_to_string(&file).unwrap();
+    let next = text.lines().count() + 1;
+    text.push_str(&python(next, "reasoning_effort_switch", json!({"reasoning_effort": "low"})));
+    std::fs::write(&file, &text).unwrap();
+    assert!(bub(&home, &ws, &["run", "again"]).2);
+    assert_eq!(provider.requests()[1].body["reasoning_effort"], "low");
+    // No sessions.json: the tape is the only record.
+    assert!(!home.path().join("sessions.json").exists());
+}

@@ -76,6 +76,7 @@ fn tool_policy_rules() {
         run_id: "r".into(),
         tool: tool.into(),
         arguments: bub_abi::Value::from(args),
+        ..Default::default()
     };
     let (_, d) = block_on(rt.before_tool_call(call("bash", json!({"cmd": "rm -rf /"})), &TurnState::new()));
     assert_eq!((d.action, d.message.as_deref()), (ToolAction::Deny, Some("blocked by policy: destructive command")));
@@ -114,8 +115,12 @@ fn audit_log_appends_jsonl() {
     let request = LlmCallRequest { run_id: "run-1".into(), model: "echo:model".into(), ..Default::default() };
     let result = LlmCallResult { run_id: "run-1".into(), duration_ms: 7, ..Default::default() };
     block_on(rt.after_llm_call(&request, &result, &state));
-    let call =
-        ToolCall { run_id: "run-1".into(), tool: "bash".into(), arguments: bub_abi::Value::from(json!({"cmd": "ls"})) };
+    let call = ToolCall {
+        run_id: "run-1".into(),
+        tool: "bash".into(),
+        arguments: bub_abi::Value::from(json!({"cmd": "ls"})),
+        ..Default::default()
+    };
     let tool_result = ToolCallResult {
         run_id: "run-1".into(),
         tool: "bash".into(),

@@ -11,6 +11,7 @@ mod app_hooks;
 mod builtin;
 mod chat;
 mod cli;
+mod code_mode;
 mod contract;
 mod crashes;
 mod deadlines;

@@ -214,7 +214,6 @@ fn files_under_bub_home_are_owner_only_whatever_the_umask() {
             (plugin.clone(), 0o700),
             (plugin.join("plugin.json"), 0o600),
             (home.join("tapes"), 0o700),
-            (home.join("sessions.json"), 0o600),
         ] {
             assert_eq!(mode(&path), want, "umask {umask}: {}", path.display());
         }

@@ -1,0 +1,403 @@
+//! Code mode, as Bub 0.6 defines it: the model writes Python that calls the
+//! session's tools, through one `run_code` tool.
+//!
+//! `,code_mode enable=true` records a `code_mode_switch` event; from the
+//! next turn the model is offered only the `direct` tools (`run_code` among
+//! them) and every `auto` and `code` tool is callable only from code, as
+//! `await tools.<name>(...)`. The code runs in `python3` (the interpreter
+//! already on the machine, not one of ours) started in the workspace, in its
+//! own process group — killed with everything it started when the code
+//! ends or times out — and confined to the workspace like the builtin's
+//! shells when `confine_workspace` is on. [`runner.py`](runner.py) speaks
+//! Bub's JSON-lines protocol with this module; each `tools.<name>` call
+//! comes back here and goes through `before_tool_call` / `after_tool_call`
+//! like the model's own calls, with `code_mode` set, so a policy plugin
+//! sees and can deny it. `attach_image/audio/video` (code-only tools) add
+//! media to the `run_code` result.
+//!
+//! Not ported [inferred]: Bub's `republic` module inside the code (its
+//! models called back through the host); code that imports it fails with
+//! `ModuleNotFoundError`.
+
+mod stub;
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bub_framework::{
+    agent::{
+        tools::{self, AgentTool, Exposure, ToolContext},
+        AgentError, PromptContext, Section,
+    },
+    Framework,
+};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+/// The child process's program.
+const RUNNER: &str = include_str!("runner.py");
+/// Bub's `DEFAULT_RUN_CODE_TIMEOUT_SECONDS`.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 120;
+/// How long a stopped runner may take to go.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+const RUN_CODE_DESCRIPTION: &str = "Run Python code in the environment and return everything it prints.
+
+Tools are async functions available as `tools.<name>(...)`: await them with keyword arguments
+(top-level `await` is allowed). See the tool stub referenced in the system prompt for their
+signatures and result types. Media passed to `tools.attach_image/audio/video`, as a path or URL,
+is attached to the result. The code is stopped after timeout_seconds.";
+
+/// `run_code`, the media tools and the `code_mode` command, in Bub's order.
+pub fn tools() -> Vec<AgentTool> {
+    let schema = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+    let mut out = vec![AgentTool::native(
+        tools::RUN_CODE,
+        RUN_CODE_DESCRIPTION,
+        schema(
+            json!({"code": {"type": "string"}, "timeout_seconds": {"type": "integer", "default": DEFAULT_TIMEOUT_SECONDS}}),
+            &["code"],
+        ),
+        Exposure::Direct,
+        run_code,
+    )];
+    for kind in ["image", "audio", "video"] {
+        let (verb, what) = match kind {
+            "image" => ("see", "an image"),
+            "audio" => ("hear", "audio"),
+            _ => ("watch", "a video"),
+        };
+        let description = format!(
+            "Attach {what} to the result of this `run_code` call, so you can {verb} it.\n\n`{kind}` is a file path in \
+             the environment, an http(s) URL, or a data URL."
+        );
+        out.push(AgentTool::native(
+            &format!("attach_{kind}"),
+            &description,
+            schema(json!({ kind: {"type": "string"} }), &[kind]),
+            Exposure::Code,
+            move |args, cx| attach(kind, args, cx),
+        ));
+    }
+    out.push(AgentTool::native(
+        "code_mode",
+        "Enable or disable code mode for THIS session. Invoke as the `,code_mode enable=true` command.\n\nIn code \
+         mode the model calls `direct` tools directly and every other tool from Python through `run_code`. Takes \
+         effect on the NEXT turn and persists across restarts.",
+        schema(json!({"enable": {"type": "boolean"}}), &["enable"]),
+        Exposure::Command,
+        set_code_mode,
+    ));
+    out
+}
+
+async fn set_code_mode(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let enable = match args.get("enable") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if matches!(s.to_lowercase().as_str(), "true" | "1" | "yes" | "on") => true,
+        Some(Value::String(s)) if matches!(s.to_lowercase().as_str(), "false" | "0" | "no" | "off") => false,
+        other => return Err(AgentError::value(format!("enable must be true or false, not {other:?}"))),
+    };
+    crate::own_tools::set_session_setting(&cx, "code_mode", json!(enable)).await?;
+    Ok(json!(format!(
+        "Session code mode {} (applies from the next turn).",
+        if enable { "enabled" } else { "disabled" }
+    )))
+}
+
+/// The tools code may call this turn (none outside code mode).
+fn code_tools(cx: &ToolContext) -> Option<Vec<AgentTool>> {
+    let allowed: Option<Vec<String>> = cx.state.get("_runtime_allowed_tools").ok().flatten();
+    let allowed =
+        |t: &AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
+    tools::code_tools(&cx.tools, &cx.state, allowed).map(|ts| ts.into_iter().cloned().collect())
+}
+
+/// Bub's `_code_mode_prompt`: the `<code_mode>` section pointing at the
+/// stub file, written under the home (its name follows its content, so an
+/// unchanged tool set keeps its path).
+pub fn section(tools: Arc<Vec<AgentTool>>) -> Section {
+    Arc::new(move |pcx: PromptContext| {
+        let tools = tools.clone();
+        Box::pin(async move {
+            let allowed: Option<Vec<String>> = pcx.state.get("_runtime_allowed_tools").ok().flatten();
+            let allowed =
+                |t: &AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
+            let Some(code) = tools::code_tools(&tools, &pcx.state, allowed) else { return Ok(None) };
+            let Some(framework) = Framework::of(&pcx.state) else { return Ok(None) };
+            let session = pcx.state.get_value("session_id").and_then(|v| v.as_str().map(str::to_owned));
+            let dir = stub_dir(framework.home(), framework.workspace(), session.as_deref().unwrap_or_default());
+            let path = stub::write(&stub::render(&code), &dir).map_err(|e| AgentError::value(e.to_string()))?;
+            Ok(Some(prompt(&path)))
+        })
+    })
+}
+
+/// `<home>/codemode/<sha256(workspace \0 session)[:16]>`, as Bub.
+fn stub_dir(home: &std::path::Path, workspace: &std::path::Path, session: &str) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{}\0{session}", workspace.display()).as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    home.join("codemode").join(&hex[..16])
+}
+
+/// Bub's `render_code_mode_prompt` for a stub file, without the `republic`
+/// paragraph (see the module docs).
+fn prompt(stub: &std::path::Path) -> String {
+    let t = tools::RUN_CODE;
+    format!(
+        "<code_mode>\nMore tools are available as async Python functions `tools.<name>(...)` inside `{t}`. Their \
+         signatures, result types and documentation are in the stub file: {}\nRead the stub before calling a tool \
+         you have not used yet. Always `await` tool calls (top-level `await` is allowed) and pass keyword \
+         arguments; they return structured values and raise on failure. `{t}` returns only what the code prints, \
+         so print the results you need, and combine several tool calls in one run when possible. To look at an \
+         image, audio or video, pass its path or URL to `tools.attach_image(image=...)`, \
+         `tools.attach_audio(audio=...)` or `tools.attach_video(video=...)`: it is attached to the `{t}` result.\n\
+         </code_mode>",
+        stub.display()
+    )
+}
+
+/// What one `run_code` call has collected: the media its code attached.
+#[derive(Default)]
+struct CodeRun {
+    media: Vec<Value>,
+}
+
+tokio::task_local! {
+    // The run the code's `attach_*` calls belong to (Bub's contextvar):
+    // the calls are served inside the `run_code` call's own task.
+    static ACTIVE: Arc<Mutex<CodeRun>>;
+}
+
+fn tool_error(message: String, details: Value) -> AgentError {
+    AgentError::bub("tool", message, Some(details))
+}
+
+async fn run_code(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let code = args.get("code").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let timeout = args
+        .get("timeout_seconds")
+        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+        .unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    let Some(code_tools) = code_tools(&cx) else {
+        return Err(AgentError::bub("invalid_input", "Code mode is not enabled for this run.", None));
+    };
+    let by_name: std::collections::HashMap<String, AgentTool> =
+        code_tools.into_iter().map(|t| (stub::identifier(&t.name), t)).collect();
+    let framework = Framework::of(&cx.state).ok_or_else(|| AgentError::value("run_code needs a running framework"))?;
+    let workspace = framework.workspace().to_path_buf();
+    let confine = framework.model_settings().is_ok_and(|s| s.confine_workspace);
+
+    let mut command = tokio::process::Command::new("python3");
+    command
+        .args(["-u", "-c", RUNNER])
+        .current_dir(&workspace)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let spawned =
+        if confine { crate::confine::spawn(command, &workspace) } else { command.spawn().map_err(Into::into) };
+    let mut child = spawned.map_err(|e| AgentError::value(format!("run_code: cannot start python3: {e}")))?;
+    let pid = child.id();
+    let run = Arc::new(Mutex::new(CodeRun::default()));
+    let output = Arc::new(Mutex::new(String::new()));
+    let session = Session {
+        stdin: tokio::sync::Mutex::new(child.stdin.take().expect("piped")),
+        cx: &cx,
+        tools: &by_name,
+        output: output.clone(),
+    };
+    let mut stderr = child.stderr.take().expect("piped");
+    let stderr_text = async move {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf).await;
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    let stdout = tokio::io::BufReader::new(child.stdout.take().expect("piped"));
+    let served =
+        ACTIVE.scope(run.clone(), tokio::time::timeout(Duration::from_secs(timeout), session.run(&code, stdout)));
+    let outcome = served.await;
+    // The runner and whatever the code started go, whatever happened.
+    if let Some(pid) = pid {
+        crate::environment::signal_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = tokio::time::timeout(STOP_GRACE, child.wait()).await;
+    let printed = bub_abi::sync::lock(&output).clone();
+    let finished = match outcome {
+        Err(_) => {
+            return Err(tool_error(format!("Code timed out after {timeout} seconds"), json!({"output": printed})));
+        }
+        Ok(Err(SessionError::Io(e))) => return Err(AgentError::value(format!("run_code: the runner's pipes: {e}"))),
+        Ok(Err(SessionError::Eof)) => {
+            let stderr = tokio::time::timeout(STOP_GRACE, stderr_text).await.unwrap_or_default();
+            let code = child.try_wait().ok().flatten().and_then(|s| s.code());
+            let code = code.map_or_else(|| "None".to_owned(), |c| c.to_string());
+            return Err(tool_error(
+                format!("Code runner exited unexpectedly with code {code}"),
+                json!({"stderr": stderr}),
+            ));
+        }
+        Ok(Ok(message)) => message,
+    };
+    if finished.get("type").and_then(Value::as_str) == Some("failed") {
+        let error = finished.get("error").and_then(Value::as_str).unwrap_or_default();
+        let traceback = finished.get("traceback").and_then(Value::as_str).unwrap_or_default();
+        return Err(tool_error(format!("Code raised {error}"), json!({"output": printed, "traceback": traceback})));
+    }
+    let media = std::mem::take(&mut bub_abi::sync::lock(&run).media);
+    if media.is_empty() {
+        return Ok(Value::String(printed));
+    }
+    let mut content = Vec::new();
+    if !printed.is_empty() {
+        content.push(Value::String(printed));
+    }
+    content.extend(media);
+    Ok(json!({"type": "tool_content", "content": content}))
+}
+
+enum SessionError {
+    Io(std::io::Error),
+    Eof,
+}
+
+/// One runner process: the code out, its tool calls served, its output in.
+struct Session<'a> {
+    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    cx: &'a ToolContext,
+    tools: &'a std::collections::HashMap<String, AgentTool>,
+    output: Arc<Mutex<String>>,
+}
+
+impl Session<'_> {
+    async fn send(&self, message: Value) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&message).expect("JSON values serialize");
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock().await;
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    /// Until the runner reports `done` or `failed` (that message).
+    async fn run(
+        &self,
+        code: &str,
+        stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+    ) -> Result<Value, SessionError> {
+        let filename = format!("<run_code-{:08x}>", bub_framework::random::u64() as u32);
+        let names: Vec<&String> = self.tools.keys().collect();
+        self.send(json!({"type": "run", "code": code, "filename": filename, "tools": names}))
+            .await
+            .map_err(SessionError::Io)?;
+        let mut lines = stdout.lines();
+        let mut calls = futures_util::stream::FuturesUnordered::new();
+        loop {
+            use futures_util::StreamExt;
+            tokio::select! {
+                line = lines.next_line() => {
+                    let Some(line) = line.map_err(SessionError::Io)? else { return Err(SessionError::Eof) };
+                    let message: Option<Value> =
+                        serde_json::from_str(&line).ok().filter(|m: &Value| m.get("type").is_some_and(Value::is_string));
+                    let Some(message) = message else {
+                        // Text the code wrote around the protocol (to sys.__stdout__).
+                        let mut out = bub_abi::sync::lock(&self.output);
+                        out.push_str(&line);
+                        out.push('\n');
+                        continue;
+                    };
+                    match message["type"].as_str().unwrap_or_default() {
+                        "output" => {
+                            let data = message.get("data").and_then(Value::as_str).unwrap_or_default();
+                            bub_abi::sync::lock(&self.output).push_str(data);
+                        }
+                        "call" => calls.push(self.serve(message)),
+                        "done" | "failed" => return Ok(message),
+                        _ => {}
+                    }
+                }
+                Some(()) = calls.next(), if !calls.is_empty() => {}
+            }
+        }
+    }
+
+    /// One `tools.<name>(...)` call, through the tool hooks.
+    async fn serve(&self, message: Value) {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let name = message.get("name").and_then(Value::as_str).unwrap_or_default();
+        let reply = match (self.tools.get(name), message.get("arguments")) {
+            (Some(tool), Some(Value::Object(arguments))) => match self.cx.call_from_code(tool, arguments.clone()).await
+            {
+                Ok(value) => json!({"type": "result", "id": id, "value": value}),
+                Err(e) => json!({"type": "error", "id": id, "message": e}),
+            },
+            (None, Some(Value::Object(_))) => {
+                json!({"type": "error", "id": id, "message": format!("unknown tool: tools.{name}")})
+            }
+            _ => json!({"type": "error", "id": id, "message": format!("malformed tool call: {name:?}")}),
+        };
+        // A runner that already exited is reported by `run`.
+        let _ = self.send(reply).await;
+    }
+}
+
+/// `attach_<kind>`: a URL as it is; a path read from the workspace.
+async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
+    let source = args.get(kind).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let part = if ["http://", "https://", "gs://", "data:"].iter().any(|p| source.starts_with(p)) {
+        json!({"type": kind, "url": source})
+    } else {
+        let invalid = |e: String| AgentError::bub("invalid_input", format!("Cannot load the {kind}: {e}"), None);
+        let mime = media_type(&source).ok_or_else(|| invalid(format!("cannot guess the media type of {source:?}")))?;
+        let framework =
+            Framework::of(&cx.state).ok_or_else(|| AgentError::value("attach needs a running framework"))?;
+        let path = {
+            let root = framework.workspace();
+            if framework.model_settings().is_ok_and(|s| s.confine_workspace) {
+                crate::environment::LocalEnvironment::new(root).resolve(&source).map_err(|e| invalid(e.to_string()))?
+            } else {
+                root.join(&source)
+            }
+        };
+        let bytes = tokio::fs::read(&path).await.map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+        use base64::Engine;
+        json!({"type": kind, "media_type": mime, "data": base64::engine::general_purpose::STANDARD.encode(bytes)})
+    };
+    let attached = ACTIVE.try_with(|run| bub_abi::sync::lock(run).media.push(part));
+    if attached.is_err() {
+        return Err(AgentError::bub(
+            "invalid_input",
+            format!("tools.attach_{kind} can only be called from {}.", tools::RUN_CODE),
+            None,
+        ));
+    }
+    Ok(json!(format!("The {kind} is attached to the {} result.", tools::RUN_CODE)))
+}
+
+/// Python's `mimetypes.guess_type` for the media types models take.
+fn media_type(path: &str) -> Option<&'static str> {
+    let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "bmp" => "image/bmp",
+        "svg" => "image/svg+xml",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/x-wav",
+        "ogg" | "oga" => "audio/ogg",
+        "m4a" => "audio/mp4",
+        "flac" => "audio/flac",
+        "mp4" => "video/mp4",
+        "webm" => "video/webm",
+        "mov" => "video/quicktime",
+        "mpeg" | "mpg" => "video/mpeg",
+        _ => return None,
+    })
+}

@@ -1,0 +1,226 @@
+//! The Python stub that tells model-written code the tools' signatures
+//! (Bub's `render_tool_stub`, for the JSON schemas our tools have: scalar
+//! types, arrays, enums, objects as `dict[str, Any]`; results are `Any`, as
+//! no tool here declares an output schema).
+
+use std::path::{Path, PathBuf};
+
+use bub_framework::agent::tools::AgentTool;
+use serde_json::Value;
+
+const HEADER: &str = r#""""Tools available inside `run_code` as `tools.<name>(...)`.
+
+Every tool is an async function: `await` it (top-level `await` is allowed) and pass keyword
+arguments only. Each call returns the structured value described by its return type and
+raises an exception when the tool fails. Use `asyncio.gather` to run independent calls
+concurrently.
+"""
+
+from typing import Any, Literal"#;
+
+const KEYWORDS: [&str; 35] = [
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+];
+
+/// Bub's `_identifier`: non-word characters to `_`, a leading `_` before a
+/// digit or a keyword (`fs.read` → `fs_read`).
+pub fn identifier(name: &str) -> String {
+    let ident: String = name.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if ident.is_empty() || ident.starts_with(|c: char| c.is_ascii_digit()) || KEYWORDS.contains(&ident.as_str()) {
+        format!("_{ident}")
+    } else {
+        ident
+    }
+}
+
+fn is_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+        && !KEYWORDS.contains(&name)
+}
+
+/// Python's `repr` of a JSON value (for defaults and literals).
+fn py_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'").replace('\n', "\\n")),
+        Value::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn type_hint(schema: &Value) -> String {
+    let Some(o) = schema.as_object().filter(|o| !o.is_empty()) else { return "Any".into() };
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(options)) = o.get(key) {
+            return union(options.iter().map(type_hint));
+        }
+    }
+    if let Some(c) = o.get("const") {
+        return format!("Literal[{}]", py_repr(c));
+    }
+    if let Some(Value::Array(values)) = o.get("enum").filter(|e| e.as_array().is_some_and(|a| !a.is_empty())) {
+        return format!("Literal[{}]", values.iter().map(py_repr).collect::<Vec<_>>().join(", "));
+    }
+    match o.get("type") {
+        Some(Value::Array(types)) => union(types.iter().map(|t| {
+            let mut one = o.clone();
+            one.insert("type".into(), t.clone());
+            type_hint(&Value::Object(one))
+        })),
+        Some(Value::String(t)) => match t.as_str() {
+            "array" => format!("list[{}]", o.get("items").map_or_else(|| "Any".into(), type_hint)),
+            "object" => match o.get("additionalProperties") {
+                Some(extra @ Value::Object(m)) if !m.is_empty() => format!("dict[str, {}]", type_hint(extra)),
+                _ => "dict[str, Any]".into(),
+            },
+            "string" => "str".into(),
+            "integer" => "int".into(),
+            "number" => "float".into(),
+            "boolean" => "bool".into(),
+            "null" => "None".into(),
+            _ => "Any".into(),
+        },
+        _ => "Any".into(),
+    }
+}
+
+fn union(hints: impl Iterator<Item = String>) -> String {
+    let mut unique: Vec<String> = Vec::new();
+    for h in hints {
+        if !unique.contains(&h) {
+            unique.push(h);
+        }
+    }
+    if unique.iter().any(|h| h == "Any") || unique.is_empty() {
+        "Any".into()
+    } else {
+        unique.join(" | ")
+    }
+}
+
+fn docstring(text: &str) -> Vec<String> {
+    let text = text.trim().replace('\\', "\\\\").replace("\"\"\"", "\\\"\\\"\\\"");
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() == 1 {
+        return vec![format!("    \"\"\"{}\"\"\"", lines[0])];
+    }
+    let mut out = vec![format!("    \"\"\"{}", lines[0])];
+    out.extend(lines[1..].iter().map(|l| format!("    {l}").trim_end().to_owned()));
+    out.push("    \"\"\"".into());
+    out
+}
+
+fn function(tool: &AgentTool) -> String {
+    let name = identifier(&tool.name);
+    let props = tool.parameters.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+    let required: Vec<&str> = tool
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut params = Vec::new();
+    let mut arg_docs = Vec::new();
+    for (key, prop) in &props {
+        let hint = type_hint(prop);
+        if required.contains(&key.as_str()) {
+            params.push(format!("{key}: {hint}"));
+        } else if let Some(default) = prop.get("default") {
+            params.push(format!("{key}: {hint} = {}", py_repr(default)));
+        } else {
+            params.push(format!("{key}: {hint} = ..."));
+        }
+        if let Some(d) = prop.get("description").and_then(Value::as_str) {
+            arg_docs.push(format!("    {key}: {}", d.split_whitespace().collect::<Vec<_>>().join(" ")));
+        }
+    }
+    let signature = if !props.keys().all(|k| is_identifier(k)) {
+        "**kwargs: Any".to_owned()
+    } else if params.is_empty() {
+        String::new()
+    } else {
+        format!("*, {}", params.join(", "))
+    };
+    let mut doc = tool.description.trim().to_owned();
+    if !arg_docs.is_empty() {
+        let args = format!("Args:\n{}", arg_docs.join("\n"));
+        doc = if doc.is_empty() { args } else { format!("{doc}\n\n{args}") };
+    }
+    let mut body = docstring(&doc);
+    if body.is_empty() {
+        body.push("    ...".into());
+    }
+    format!("async def {name}({signature}) -> Any:\n{}", body.join("\n"))
+}
+
+/// The stub for `tools`.
+pub fn render(tools: &[&AgentTool]) -> String {
+    let mut out = String::from(HEADER);
+    for t in tools {
+        out.push_str("\n\n\n");
+        out.push_str(&function(t));
+    }
+    out.push('\n');
+    out
+}
+
+/// Writes `content` as `tools-<sha256[:12]>.pyi` in `dir` (once: the name
+/// follows the content), owner-only like everything under the home.
+pub fn write(content: &str, dir: &Path) -> Result<PathBuf, bub_abi::BoxError> {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(content.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("tools-{}.pyi", &hex[..12]));
+    if !path.exists() {
+        bub_abi::files::create_private_dir(dir)?;
+        bub_abi::files::write_private(&path, content.as_bytes())?;
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bub_framework::agent::tools::Exposure;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_renders_as_a_keyword_only_async_function() {
+        let tool = AgentTool::native(
+            "fs.read",
+            "Read a file.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "Where."},
+                "limit": {"type": ["integer", "null"], "default": null},
+                "mode": {"enum": ["a", "b"]},
+            }, "required": ["path"]}),
+            Exposure::Auto,
+            |_, _| async { Ok(Value::Null) },
+        );
+        assert_eq!(
+            function(&tool),
+            "async def fs_read(*, path: str, limit: int | None = None, mode: Literal['a', 'b'] = ...) -> Any:\n    \
+             \"\"\"Read a file.\n\n    Args:\n        path: Where.\n    \"\"\""
+        );
+        assert_eq!(identifier("class"), "_class");
+        assert_eq!(identifier("2fa"), "_2fa");
+    }
+}

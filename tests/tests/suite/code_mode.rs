@@ -1,0 +1,177 @@
+//! Code mode (issue 20, Bub's `bub.builtin.codemode`): `,code_mode` as a
+//! session setting on the tape, the tools the model is offered then, the
+//! `<code_mode>` prompt and its stub file, `run_code` in a real `python3`
+//! whose `tools.<name>` calls go through the tool hooks (a policy plugin
+//! denies one, the audit log records them), media attached from code,
+//! failures and timeouts — through `bub run` against a scripted provider.
+
+use bub_tests::{
+    lib,
+    provider::{chat, Provider},
+    run_bub, Home,
+};
+use serde_json::{json, Value};
+
+fn setup(provider: &Provider) -> (Home, tempfile::TempDir) {
+    let home = Home::new();
+    let config = json!({"model": "openai:m", "api_key": "sk-test", "api_base": provider.base_url,
+        "client_args": {"retry_delay": 0.01, "max_retry_delay": 0.05}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    // A 1×1 PNG.
+    std::fs::write(
+        ws.path().join("dot.png"),
+        [
+            0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, 1, 0, 0, 0,
+            1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89,
+        ],
+    )
+    .unwrap();
+    (home, ws)
+}
+
+fn bub(home: &Home, ws: &tempfile::TempDir, args: &[&str]) -> (String, String, bool) {
+    let mut all = vec!["-w", ws.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_bub(home, &all)
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"].as_array().into_iter().flatten().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+}
+
+fn tool_messages(body: &Value) -> Vec<Value> {
+    body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").map(|m| m["content"].clone()).collect()
+}
+
+fn python3() -> bool {
+    let ok = std::process::Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: code mode runs python3, which is not on PATH");
+    }
+    ok
+}
+
+#[test]
+fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
+    if !python3() {
+        return;
+    }
+    let code = "info = await tools.tape_info()\nprint('tape', info['entries'] > 0, info['last_anchor'])\n\
+                try:\n    await tools.tape_anchors()\nexcept Exception as e:\n    print('denied:', e)\n\
+                print(await tools.attach_image(image='dot.png'))";
+    let provider = Provider::start(vec![
+        chat::text("not in code mode yet"),
+        chat::tool_calls("", &[("c1", "run_code", &json!({"code": code}).to_string())]),
+        chat::text("done"),
+    ]);
+    let (home, ws) = setup(&provider);
+    home.install(
+        "tool-policy",
+        &lib("tool_policy"),
+        json!({"rules": [{"tool": "tape_anchors", "deny": "no anchors"}]}),
+    );
+    home.install("audit-log", &lib("audit_log"), json!({}));
+
+    // Off: no run_code and no code-only tools; the stub is not written.
+    assert!(bub(&home, &ws, &["run", "hi"]).2);
+    let first = &provider.requests()[0].body;
+    let names = tool_names(first);
+    assert!(!names.iter().any(|n| n == "run_code" || n.starts_with("attach_")), "{names:?}");
+    assert!(names.iter().any(|n| n == "tape_search") && names.iter().any(|n| n == "web_fetch"), "{names:?}");
+
+    let (out, err, ok) = bub(&home, &ws, &["run", ",code_mode enable=true"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Session code mode enabled (applies from the next turn)."), "{out}");
+
+    let (out, err, ok) = bub(&home, &ws, &["run", "use code"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("done"), "{out}");
+    let second = &provider.requests()[1].body;
+    let names = tool_names(second);
+    // Bub's split: the model keeps the direct tools, the rest only from code.
+    for direct in ["run_code", "bash", "fs_read", "spill_read"] {
+        assert!(names.iter().any(|n| n == direct), "{direct} missing: {names:?}");
+    }
+    for code_only in ["tape_search", "tape_info", "web_fetch", "subagent", "attach_image"] {
+        assert!(!names.iter().any(|n| n == code_only), "{code_only} offered: {names:?}");
+    }
+    let system = second["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("<code_mode>"), "{system}");
+    let stub_path = system.split("stub file: ").nth(1).unwrap().lines().next().unwrap();
+    let stub = std::fs::read_to_string(stub_path).unwrap();
+    assert!(stub.contains("async def tape_search(*, query: str, limit: int = 20"), "{stub}");
+    assert!(stub.contains("async def attach_image(*, image: str) -> Any:"), "{stub}");
+    assert!(!stub.contains("def bash("), "direct tools are not in the stub: {stub}");
+
+    // What the code printed, with the denial, and the attached image.
+    let result = &tool_messages(&provider.requests()[2].body)[0];
+    let text = serde_json::to_string(result).unwrap();
+    // Structured values in code (Bub's TapeInfo as a dict), not the text.
+    assert!(text.contains("tape True session/start"), "{text}");
+    assert!(text.contains("denied: blocked by policy: no anchors"), "{text}");
+    assert!(text.contains("The image is attached to the run_code result."), "{text}");
+    assert!(text.contains("image/png") || text.contains("data:image/png;base64,"), "{text}");
+    // The hooks saw the code's calls by their model-facing names, as Bub's.
+    let audit = std::fs::read_to_string(home.path().join("audit.jsonl")).unwrap();
+    assert!(audit.contains(r#""tool":"tape_info""#) && audit.contains(r#""tool":"run_code""#), "{audit}");
+}
+
+#[test]
+fn failing_and_hanging_code_fail_the_call_with_the_output_so_far() {
+    if !python3() {
+        return;
+    }
+    let provider = Provider::start(vec![
+        chat::tool_calls(
+            "",
+            &[
+                ("c1", "run_code", &json!({"code": "print('before')\n1/0"}).to_string()),
+                (
+                    "c2",
+                    "run_code",
+                    &json!({"code": "print('waiting')\nimport time\ntime.sleep(30)", "timeout_seconds": 1}).to_string(),
+                ),
+                ("c3", "run_code", &json!({"code": "await tools.bash(command='ls')"}).to_string()),
+            ],
+        ),
+        chat::text("ok"),
+    ]);
+    let (home, ws) = setup(&provider);
+    assert!(bub(&home, &ws, &["run", ",code_mode enable=true"]).2);
+    let started = std::time::Instant::now();
+    let (_, err, ok) = bub(&home, &ws, &["run", "go"]);
+    assert!(ok, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the timeout stopped the sleeping code");
+    let results: Vec<String> =
+        tool_messages(&provider.requests()[1].body).iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+    assert!(
+        results[0].contains("Code raised ZeroDivisionError: division by zero") && results[0].contains("before"),
+        "{}",
+        results[0]
+    );
+    assert!(results[0].contains("traceback"), "{}", results[0]);
+    assert!(results[1].contains("Code timed out after 1 seconds") && results[1].contains("waiting"), "{}", results[1]);
+    // bash is direct: code cannot call it.
+    assert!(results[2].contains("AttributeError") && results[2].contains("bash"), "{}", results[2]);
+}
+
+#[test]
+fn the_code_mode_setting_is_a_switch_event_and_off_drops_run_code() {
+    let provider = Provider::start(vec![chat::text("a")]);
+    let (home, ws) = setup(&provider);
+    assert!(bub(&home, &ws, &["run", ",code_mode enable=true"]).2);
+    let (out, _, ok) = bub(&home, &ws, &["run", ",code_mode enable=false"]);
+    assert!(ok && out.contains("Session code mode disabled"), "{out}");
+    assert!(bub(&home, &ws, &["run", "x"]).2);
+    let names = tool_names(&provider.requests()[0].body);
+    assert!(!names.iter().any(|n| n == "run_code"), "{names:?}");
+    let tapes = home.path().join("tapes");
+    let text: String = std::fs::read_dir(tapes)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(text.contains(r#""name":"code_mode_switch","data":{"code_mode":true}"#), "{text}");
+    assert!(text.contains(r#""name":"code_mode_switch","data":{"code_mode":false}"#), "{text}");
+}
