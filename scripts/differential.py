@@ -79,10 +79,12 @@ class Server:
 
 DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
 RUN_ID = re.compile(r"run-\d{8}T\d{6}\d*Z")
+# The random file name run_code gives the model's code (both sides).
+CODE_FILE = re.compile(r"<run_code-[0-9a-f]{8}>")
 
 
 def norm_text(s):
-    return RUN_ID.sub("<run_id>", DATE.sub("<date>", s))
+    return CODE_FILE.sub("<run_code>", RUN_ID.sub("<run_id>", DATE.sub("<date>", s)))
 
 
 def norm(v):
