@@ -290,3 +290,66 @@ fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
         }
     }
 }
+
+/// Issue 20, item 4: every store answers Bub's queries the same way —
+/// `between_anchors`, `between_dates` (days and datetimes, Bub's errors),
+/// and the fuzzy text search (newest first, one per distinct text) — the
+/// builtin file store, tape-sqlite and tape-postgres, each loaded through
+/// the real loader.
+#[test]
+fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
+    let (builtin, sqlite) = (Home::new(), Home::new());
+    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    let pg = postgres_store_without_session_lock("every_store_answers…");
+    let mut homes = vec![("builtin", &builtin), ("tape-sqlite", &sqlite)];
+    if let Some((_, home)) = &pg {
+        homes.push(("tape-postgres", home));
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for (name, home) in homes {
+        let fw = hosts(home, workspace.path(), 1).pop().unwrap();
+        let name = name.to_string();
+        rt.block_on(fw.scoped(move |fw| async move {
+            let store = fw.get_tape_store().expect("a store");
+            assert_eq!(store.resource().plugin(), if name == "builtin" { "builtin" } else { name.as_str() });
+            let entry = |kind: &str, payload: Value, date: &str| TapeEntry {
+                kind: kind.into(),
+                payload: serde_json::from_value(payload).unwrap(),
+                date: date.into(),
+                ..Default::default()
+            };
+            let entries = [
+                entry("message", json!({"role": "user", "content": "deploy to kubernetes"}), "2026-11-01T10:00:00+00:00"),
+                entry("anchor", json!({"name": "a"}), "2026-11-02T10:00:00Z"),
+                entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-03T10:00:00.5Z"),
+                entry("anchor", json!({"name": "b"}), "2026-11-04T10:00:00Z"),
+                entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-05T10:00:00Z"),
+            ];
+            store.append_many("q", &entries).await?;
+            let ids = |q: Value| {
+                let store = store.clone();
+                async move {
+                    let q = serde_json::from_value(q).unwrap();
+                    store.fetch_all(&q).await.map(|es| es.into_iter().map(|e| e.id).collect::<Vec<_>>())
+                }
+            };
+            assert_eq!(ids(json!({"tape": "q", "between_anchors": ["a", "b"]})).await?, [3], "{name}");
+            let missing = ids(json!({"tape": "q", "between_anchors": ["b", "zzz"]})).await.unwrap_err();
+            assert!(missing.to_string().contains("Anchor 'zzz' was not found."), "{name}: {missing}");
+            assert_eq!(ids(json!({"tape": "q", "between_dates": ["2026-11-03", "2026-11-05"]})).await?, [3, 4, 5]);
+            assert_eq!(
+                ids(json!({"tape": "q", "between_dates": ["2026-11-03T10:00:01", "2026-11-05T00:00:00"]})).await?,
+                [4],
+                "{name}"
+            );
+            let bad = ids(json!({"tape": "q", "between_dates": ["", "2026-11-05"]})).await.unwrap_err();
+            assert!(bad.to_string().contains("Invalid ISO date or datetime: ''."), "{name}: {bad}");
+            assert_eq!(ids(json!({"tape": "q", "query": "kubernets"})).await?, [1], "{name}: a typo still matches");
+            assert_eq!(ids(json!({"tape": "q", "query": "RELEASE", "kinds": ["message"]})).await?, [5], "{name}");
+            Ok::<_, bub_host::framework::FrameworkError>(())
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    drop(pg);
+}
