@@ -19,8 +19,7 @@
 //!   priority), `before_tool_call` (a call to a tool the step did not offer
 //!   is answered with the closest names).
 //!
-//! Bub's interactive onboarding (`onboard_config`) is not here: bub-rs's
-//! settings are `config.json` and `bub onboard`.
+//! `onboard_config` is Bub's interactive onboarding ([`onboarding`]).
 //!
 //! It keeps no process globals: the home and the workspace come from the
 //! host that registers it (`PluginContext`), and its channel router and
@@ -33,6 +32,7 @@ pub mod code_mode;
 pub mod confine;
 pub mod environment;
 pub mod inbox;
+pub mod onboarding;
 pub mod own_tools;
 pub mod shells;
 pub mod skills;
@@ -341,6 +341,13 @@ impl Plugin for Builtin {
             format!("Tool `{}` does not exist. Did you mean one of the following?{list}", call.tool)
         };
         Some(ToolCallDecision::replace(Value::String(text)))
+    }
+
+    /// Bub's interactive onboarding (see [`onboarding`]): the model
+    /// connection, the channels and stream output, answered on standard
+    /// input.
+    fn onboard_config(&self, current_config: StateMap) -> Option<StateMap> {
+        Some(onboarding::collect(&current_config, &mut onboarding::Stdio).into_iter().collect())
     }
 
     /// Bub's: the configured model, then the fallbacks, once each; the

@@ -323,6 +323,34 @@ impl Environment {
     pub async fn close(&self) -> Result<(), ResourceError> {
         self.0.context(self.0.client(EnvironmentClient).close().await)
     }
+    /// Reads a file's bytes.
+    pub async fn read_bytes(&self, path: &str) -> Result<Vec<u8>, ResourceError> {
+        self.0.context(self.0.client(EnvironmentClient).read_bytes(path).await).map(|b| b.0)
+    }
+    /// Starts a streaming process; its id.
+    pub async fn spawn(&self, request: &ProcessRequest) -> Result<String, ResourceError> {
+        self.0.context(self.0.client(EnvironmentClient).spawn(request).await)
+    }
+    /// Writes to a spawned process's input (`close`: then ends it).
+    pub async fn write_stdin(&self, process: &str, data: &[u8], close: bool) -> Result<(), ResourceError> {
+        let data = bub_abi::types::Bytes(data.to_vec());
+        self.0.context(self.0.client(EnvironmentClient).write_stdin(process, &data, &close).await)
+    }
+    /// Up to `max` bytes of a spawned process's `stdout` or `stderr`; None at
+    /// its end.
+    pub async fn read_output(&self, process: &str, stream: &str, max: usize) -> Result<Option<Vec<u8>>, ResourceError> {
+        self.0
+            .context(self.0.client(EnvironmentClient).read_output(process, stream, &max).await)
+            .map(|b| b.map(|b| b.0))
+    }
+    /// TERM (or KILL) to a spawned process and its group.
+    pub async fn signal(&self, process: &str, kill: bool) -> Result<bool, ResourceError> {
+        self.0.context(self.0.client(EnvironmentClient).signal(process, &kill).await)
+    }
+    /// Waits for a spawned process: its return code.
+    pub async fn wait(&self, process: &str) -> Result<i32, ResourceError> {
+        self.0.context(self.0.client(EnvironmentClient).wait(process).await)
+    }
 }
 
 impl Channel {

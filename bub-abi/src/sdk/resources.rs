@@ -93,7 +93,7 @@ use crate::{
         plugin::BoxError,
     },
     types::{
-        AdmitDecision, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
+        AdmitDecision, Bytes, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
         StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeQuery, ToolCallContext, ToolSpec, TurnSnapshot,
     },
     Object,
@@ -220,6 +220,42 @@ pub trait Environment: Send + Sync + 'static {
     /// Releases the environment (the scope's exit closes cached ones).
     fn close(&self) -> impl Fut<()> {
         async { Ok(()) }
+    }
+    /// Reads a file's bytes (Bub's `read_bytes`). Since ABI 2.2.
+    fn read_bytes(&self, path: String) -> impl Fut<Bytes> {
+        let _ = path;
+        async { Err("this environment cannot read bytes (read_bytes is not implemented)".into()) }
+    }
+    /// Starts a process whose input and output stream (Bub's `spawn`):
+    /// answers its id for the methods below. `timeout_ms` is ignored: the
+    /// caller decides when to `signal` it. Since ABI 2.2.
+    fn spawn(&self, request: ProcessRequest) -> impl Fut<String> {
+        let _ = request;
+        async { Err("this environment cannot start streaming processes (spawn is not implemented)".into()) }
+    }
+    /// Writes `data` to the process's standard input; `close` closes it
+    /// afterwards (end of input).
+    fn write_stdin(&self, process: String, data: Bytes, close: bool) -> impl Fut<()> {
+        let _ = (process, data, close);
+        async { Err("spawn is not implemented".into()) }
+    }
+    /// Up to `max` bytes the process wrote to `stream` (`stdout` or
+    /// `stderr`), waiting for some; `None` at the end of the stream.
+    fn read_output(&self, process: String, stream: String, max: usize) -> impl Fut<Option<Bytes>> {
+        let _ = (process, stream, max);
+        async { Err("spawn is not implemented".into()) }
+    }
+    /// Sends TERM (or KILL) to the process and what it started; false when
+    /// it is gone.
+    fn signal(&self, process: String, kill: bool) -> impl Fut<bool> {
+        let _ = (process, kill);
+        async { Err("spawn is not implemented".into()) }
+    }
+    /// Waits for the process to end: its exit code, negative for a signal
+    /// (Python's `returncode`). Its id is forgotten afterwards.
+    fn wait(&self, process: String) -> impl Fut<i32> {
+        let _ = process;
+        async { Err("spawn is not implemented".into()) }
     }
 }
 
@@ -499,6 +535,12 @@ protocol!(
     resolve_path(path: String) -> String;
     run(request: ProcessRequest) -> ProcessOutput;
     close() -> (), opt;
+    read_bytes(path: String) -> Bytes;
+    spawn(request: ProcessRequest) -> String;
+    write_stdin(process: String, data: Bytes, close: bool) -> ();
+    read_output(process: String, stream: String, max: usize) -> Option<Bytes>;
+    signal(process: String, kill: bool) -> bool;
+    wait(process: String) -> i32;
 ]);
 protocol!(
     /// Calls a [`Channel`] object.

@@ -44,7 +44,32 @@ impl GatewaySettings {
     /// environment, `RuntimeSettings::environment`); unset or unreadable
     /// ones keep the defaults (an unreadable one is warned about).
     pub fn from_environment(env: &Environment) -> Self {
-        let d = GatewaySettings::default();
+        Self::from_sources(&serde_json::Map::new(), env)
+    }
+
+    /// From `config` (`$BUB_HOME/config.json`: `enabled_channels`, a
+    /// comma-separated string or a list, and `stream_output`, what `bub
+    /// onboard` writes) under the `BUB_*` variables of `env`, which win, as
+    /// in Bub's settings.
+    pub fn from_sources(config: &serde_json::Map<String, serde_json::Value>, env: &Environment) -> Self {
+        use serde_json::Value;
+        let mut d = GatewaySettings::default();
+        match config.get("enabled_channels") {
+            Some(Value::String(s)) if !s.trim().is_empty() => {
+                d.enabled_channels = s.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+            }
+            Some(Value::Array(list)) => {
+                d.enabled_channels = list.iter().filter_map(Value::as_str).map(str::to_owned).collect()
+            }
+            _ => {}
+        }
+        if let Some(Value::Bool(b)) = config.get("stream_output") {
+            d.stream_output = *b;
+        }
+        Self::over(d, env)
+    }
+
+    fn over(d: GatewaySettings, env: &Environment) -> Self {
         let seconds = |name| seconds(env, name);
         GatewaySettings {
             enabled_channels: env

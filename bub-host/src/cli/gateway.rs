@@ -25,7 +25,14 @@ pub struct GatewayArgs {
 }
 
 pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
-    let mut settings = GatewaySettings::from_environment(&ctx.settings.environment);
+    // config.json's channels and stream output (what `bub onboard` writes),
+    // under the BUB_* variables; an unreadable file counts as none.
+    let config = bub_host::install::read_settings_file(&ctx.home.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    let mut settings = GatewaySettings::from_sources(&config, &ctx.settings.environment);
     if !args.enable_channel.is_empty() {
         settings.enabled_channels = args.enable_channel.clone();
     }

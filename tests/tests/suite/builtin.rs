@@ -109,6 +109,53 @@ fn local_environment() {
     .unwrap();
 }
 
+/// Issue 20, item 6: the local environment's streaming processes (Bub's
+/// `spawn`: stdin, stdout and stderr as they come, signals, wait) and
+/// `read_bytes`, through the environment object the builtin provides; the
+/// scope's exit kills what is still running.
+#[test]
+fn local_environment_spawns_streaming_processes_and_reads_bytes() {
+    let home = Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("blob.bin"), [0u8, 159, 146, 150, 255]).unwrap();
+    let fw = framework(&home, ws.path());
+    let pidfile = ws.path().join("sleeper.pid");
+    let pidfile2 = pidfile.clone();
+    block_on(fw.scoped(|fw| async move {
+        let env = fw.get_environment("s").await?.expect("the builtin provides an environment");
+        assert_eq!(env.read_bytes("blob.bin").await?, [0u8, 159, 146, 150, 255]);
+        assert!(env.read_bytes("../x").await.unwrap_err().to_string().contains("outside the workspace"));
+        let spawn = |command: &str| ProcessRequest { command: Some(command.into()), ..Default::default() };
+        // A conversation: a line in, its answer out, before the input ends.
+        let cat = env.spawn(&spawn("while read line; do echo \"got $line\"; echo err >&2; done")).await?;
+        env.write_stdin(&cat, b"one\n", false).await?;
+        let first = env.read_output(&cat, "stdout", 64).await?.unwrap();
+        assert_eq!(first, b"got one\n");
+        assert_eq!(env.read_output(&cat, "stderr", 64).await?.unwrap(), b"err\n");
+        env.write_stdin(&cat, b"two\n", true).await?;
+        assert_eq!(env.read_output(&cat, "stdout", 64).await?.unwrap(), b"got two\n");
+        assert_eq!(env.read_output(&cat, "stdout", 64).await?, None, "end of output");
+        assert_eq!(env.wait(&cat).await?, 0);
+        assert!(env.wait(&cat).await.unwrap_err().to_string().contains("already waited"));
+        // A signal stops it and what it started.
+        let sleeper = env.spawn(&spawn("sleep 30 & echo $! > sleeper.pid; wait")).await?;
+        while !pidfile2.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(env.signal(&sleeper, false).await?);
+        assert_eq!(env.wait(&sleeper).await?, -15);
+        // One left running is killed when the scope exits.
+        env.spawn(&spawn("sleep 30")).await?;
+        Ok(())
+    }))
+    .unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+    assert!(!alive, "the group's child was stopped too");
+}
+
 /// Behaviour 92: on_error sends one error outbound through dispatch_outbound.
 #[test]
 fn b92_on_error_dispatches_an_error_outbound() {

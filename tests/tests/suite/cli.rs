@@ -53,10 +53,9 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
 }
 
 /// Behaviour 93: with only the builtin, one `<hook>: builtin` line per hook
-/// it implements (ours: Bub's 22 minus the LLM agent's `run_model_stream`,
-/// the interception hooks it leaves empty, `register_cli_commands` and
-/// onboarding and model options, which need Bub's settings; plus
-/// `continue_prompt` and `provide_tools`); `bub hooks` is hidden from help.
+/// it implements (ours: Bub's minus the interception hooks it leaves empty
+/// and `register_cli_commands`; plus `continue_prompt` and
+/// `provide_tools`); `bub hooks` is hidden from help.
 #[test]
 fn b93_bub_hooks_with_only_the_builtin() {
     let home = Home::new();
@@ -70,6 +69,7 @@ fn b93_bub_hooks_with_only_the_builtin() {
         "dispatch_outbound",
         "load_state",
         "on_error",
+        "onboard_config",
         "provide_channels",
         "provide_environment",
         "provide_lifespan",
@@ -258,13 +258,15 @@ fn bub_onboard_collects_and_saves() {
     let saved: Value =
         serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
     assert_eq!(saved, json!({"kept": 1, "first": {"enabled": true}, "second": true}));
+    // The builtin's interactive onboarding answered nothing (no input):
+    // it changed nothing.
     assert_eq!(home.trace(), ["1-first:onboard_config:{\"kept\":1}", "2-second:onboard_config"]);
 
     let (_, err, ok) = bub(&home, &["onboard", "nope"]);
     assert!(!ok);
     assert!(
         err.contains(
-            "Onboarding failed: No onboard_config hook found for plugin 'nope'. Available plugins: 1-first, 2-second"
+            "Onboarding failed: No onboard_config hook found for plugin 'nope'. Available plugins: 1-first, 2-second, builtin"
         ),
         "{err}"
     );
@@ -470,4 +472,57 @@ fn the_nearest_dotenv_reaches_the_tools_unless_others_can_write_it() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!stdout.contains("from-dotenv"), "{stdout}");
     assert!(stderr.contains(".env not loaded: others can write it"), "{stderr}");
+}
+
+/// Issue 20, item 6: the builtin's interactive onboarding (Bub's
+/// `onboarding.py`) answered on standard input, without a terminal: the
+/// provider, its URL (a bad one asked again), the key, a connection check
+/// that lists the models of a loopback server (`GET /v1/models`, with the
+/// key), a model by number, channels and stream output — saved as the keys
+/// the agent and the gateway read.
+#[test]
+fn bub_onboard_asks_for_the_model_connection_on_stdin() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let n = stream.read(&mut request).unwrap();
+        let request = String::from_utf8_lossy(&request[..n]).into_owned();
+        let body = r#"{"object": "list", "data": [{"id": "zeta-model"}, {"id": "alpha-model"}]}"#;
+        let reply = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        stream.write_all(reply.as_bytes()).unwrap();
+        request
+    });
+    let home = Home::new();
+    std::fs::write(home.path().join("config.json"), r#"{"kept": 1}"#).unwrap();
+    let mut child = Command::new(bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .arg("onboard")
+        .env_remove("BUB_PLUGIN_PATH")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let answers = format!("openai-compatible\nnot a url\n{base}\nsk-onboard\n2\ntelegram\ny\n");
+    child.stdin.take().unwrap().write_all(answers.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("Models endpoint reachable: found 2 models."), "{err}");
+    assert!(err.contains("Enter an http:// or https:// API base URL"), "the bad URL was refused: {err}");
+    let request = server.join().unwrap();
+    assert!(request.starts_with("GET /v1/models "), "{request}");
+    assert!(request.to_lowercase().contains("authorization: bearer sk-onboard"), "{request}");
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
+    // Models are listed sorted: 2 is zeta-model.
+    assert_eq!(
+        saved,
+        json!({"kept": 1, "model": "openai:zeta-model", "api_base": base, "api_key": "sk-onboard",
+               "client_args": {"api_format": "chat"}, "enabled_channels": "telegram", "stream_output": true})
+    );
 }

@@ -320,7 +320,11 @@ fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
                 ..Default::default()
             };
             let entries = [
-                entry("message", json!({"role": "user", "content": "deploy to kubernetes"}), "2026-11-01T10:00:00+00:00"),
+                entry(
+                    "message",
+                    json!({"role": "user", "content": "deploy to kubernetes"}),
+                    "2026-11-01T10:00:00+00:00",
+                ),
                 entry("anchor", json!({"name": "a"}), "2026-11-02T10:00:00Z"),
                 entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-03T10:00:00.5Z"),
                 entry("anchor", json!({"name": "b"}), "2026-11-04T10:00:00Z"),
