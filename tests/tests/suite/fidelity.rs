@@ -320,6 +320,6 @@ fn help_is_bubs_command_list() {
         assert!(out.contains(line), "{line} missing: {out}");
     }
     assert!(out.contains("  ,skill name=foo\n"), "skills are ported (issue 20): {out}");
-    assert!(!out.contains(",code_mode"), "a line for a tool bub-rs does not have: {out}");
+    assert!(out.contains("  ,code_mode enable=true\n"), "code mode is ported (issue 20): {out}");
     assert!(out.trim_end().ends_with("Any unknown command after ',' is executed as shell via bash."), "{out}");
 }
