@@ -530,6 +530,13 @@ pub trait StateStore: Send + Sync + Clone {
     /// The whole state as one map value.
     #[sabi(last_prefix_field)]
     fn snapshot(&self) -> Value;
+    /// Stores a live object under `key` (ABI 2.2): hooks of any plugin
+    /// later in the turn get it back with `get_object`; the state's values
+    /// show `{"$object": kind, "name": name}` there. Call only on a host of
+    /// 2.2 or later (the SDK checks).
+    fn set_object(&self, key: RStr<'_>, object: ObjectHandle) -> RResult<(), RString>;
+    /// The live object stored under `key`, while `key` still holds it (ABI 2.2).
+    fn get_object(&self, key: RStr<'_>) -> ROption<ObjectHandle>;
 }
 
 /// FFI handle to a [`StateStore`], cheap to clone.

@@ -75,6 +75,13 @@ use crate::{
 
 static HOST: OnceLock<HostServicesRef> = OnceLock::new();
 
+/// The host's ABI `(major, minor)`, once a host initialised this plugin.
+pub(crate) fn host_minor() -> Option<(u64, u64)> {
+    let version = HOST.get()?.abi_version();
+    let mut parts = version.as_str().split('.').map(|p| p.parse::<u64>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
 /// Remembers the host's services (at `init`).
 pub(crate) fn install(host: HostServicesRef) {
     let _ = HOST.set(host);

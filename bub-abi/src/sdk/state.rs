@@ -50,7 +50,7 @@ impl TurnState {
     /// (other copies of this crate) need.
     pub fn shared(map: Map<String, Value>) -> (Self, Arc<Mutex<Map<String, Value>>>) {
         let map = Arc::new(Mutex::new(map));
-        let store = MemoryState { map: map.clone(), owner: Default::default() };
+        let store = MemoryState { map: map.clone(), objects: Default::default(), owner: Default::default() };
         // Downcastable, so code of the binary that made the state finds its
         // owner (`attach`/`owner`); elsewhere the downcast fails, safely.
         (TurnState { handle: StateStore_TO::from_ptr(RArc::new(store), TD_CanDowncast) }, map)
@@ -141,6 +141,44 @@ impl TurnState {
         self.handle.snapshot().deserialize().unwrap_or_default()
     }
 
+    /// Puts a live object (a scheduler, a client, the plugin itself made an
+    /// [`Object`](crate::Object)) into the state under `key`, as Bub's
+    /// plugins put Python objects into theirs: any plugin's later hook of
+    /// this turn gets it with [`get_object`](Self::get_object) and calls its
+    /// methods. The state's values show `{"$object": kind, "name": name}`
+    /// under `key`; setting or removing `key` drops the object. Needs a
+    /// host of ABI 2.2 or later.
+    pub fn set_object(&self, key: &str, object: &crate::Object) -> Result<(), HookError> {
+        self.objects_supported()?;
+        match self.handle.set_object(RStr::from_str(key), object.handle().clone()) {
+            RResult::ROk(()) => Ok(()),
+            RResult::RErr(e) => Err(HookError::new(ErrorKind::TYPE, e.into_string())),
+        }
+    }
+
+    /// The live object [`set_object`](Self::set_object) stored under `key`
+    /// (None when there is none, or on a host older than ABI 2.2).
+    pub fn get_object(&self, key: &str) -> Option<crate::Object> {
+        self.objects_supported().ok()?;
+        self.handle.get_object(RStr::from_str(key)).into_option().map(crate::Object::from_handle)
+    }
+
+    /// Whether this state's store has the object methods: one this binary
+    /// made does; one the host made does when the host is ABI 2.2 or later
+    /// (an older host's vtable lacks them).
+    fn objects_supported(&self) -> Result<(), HookError> {
+        if self.memory().is_some() {
+            return Ok(());
+        }
+        match crate::sdk::host::host_minor() {
+            Some((2, minor)) if minor >= 2 => Ok(()),
+            Some(_) | None => Err(HookError::new(
+                ErrorKind::UNSUPPORTED,
+                "live objects in the turn state need a host of ABI 2.2 or later; this bub is older: update it",
+            )),
+        }
+    }
+
     /// Merges `map` into the state; existing keys are overwritten.
     pub fn extend(&self, map: Map<String, Value>) -> Result<(), HookError> {
         for (k, v) in map {
@@ -156,10 +194,13 @@ impl Default for TurnState {
     }
 }
 
-/// The standard state store: a JSON map behind a mutex.
+/// The standard state store: a JSON map behind a mutex, and the live
+/// objects stored in it (each with the marker its key showed when it was
+/// stored: a key overwritten since, by any path, no longer yields it).
 #[derive(Clone)]
 struct MemoryState {
     map: Arc<Mutex<Map<String, Value>>>,
+    objects: Arc<Mutex<std::collections::HashMap<String, (Value, crate::abi::ObjectHandle)>>>,
     // Shared by every clone of the state; weak, so a state a plugin keeps
     // past its turn neither keeps the owner alive nor sees it.
     owner: Arc<Mutex<Option<Weak<dyn Any + Send + Sync>>>>,
@@ -170,6 +211,15 @@ impl MemoryState {
         // A panic while holding the lock cannot leave the map half-written
         // (every operation is a single map call), so poisoning is ignored.
         crate::sync::lock(&self.map)
+    }
+}
+
+impl MemoryState {
+    fn forget_object(&self, key: &str) {
+        let mut objects = crate::sync::lock(&self.objects);
+        if !objects.is_empty() {
+            objects.remove(key);
+        }
     }
 }
 
@@ -186,6 +236,7 @@ impl StateStore for MemoryState {
         match value.deserialize::<Value>() {
             Ok(v) => {
                 self.lock().insert(key.as_str().to_owned(), v);
+                self.forget_object(key.as_str());
                 RResult::ROk(())
             }
             Err(e) => {
@@ -195,6 +246,7 @@ impl StateStore for MemoryState {
     }
 
     fn remove(&self, key: RStr<'_>) -> bool {
+        self.forget_object(key.as_str());
         self.lock().remove(key.as_str()).is_some()
     }
 
@@ -204,6 +256,28 @@ impl StateStore for MemoryState {
 
     fn snapshot(&self) -> crate::Value {
         crate::Value::from_serialize(&*self.lock()).unwrap_or_default()
+    }
+
+    fn set_object(&self, key: RStr<'_>, object: crate::abi::ObjectHandle) -> RResult<(), RString> {
+        let marker = serde_json::json!({"$object": object.kind().into_string(), "name": object.name().into_string()});
+        // Map first, then the table: a reader sees the marker before the object.
+        self.lock().insert(key.as_str().to_owned(), marker.clone());
+        crate::sync::lock(&self.objects).insert(key.as_str().to_owned(), (marker, object));
+        RResult::ROk(())
+    }
+
+    fn get_object(&self, key: RStr<'_>) -> ROption<crate::abi::ObjectHandle> {
+        let current = self.lock().get(key.as_str()).cloned();
+        let mut objects = crate::sync::lock(&self.objects);
+        match objects.get(key.as_str()) {
+            Some((marker, object)) if current.as_ref() == Some(marker) => ROption::RSome(object.clone()),
+            Some(_) => {
+                // Overwritten or removed since: the object goes.
+                objects.remove(key.as_str());
+                ROption::RNone
+            }
+            None => ROption::RNone,
+        }
     }
 }
 

@@ -92,6 +92,44 @@ fn turn_state_is_live_across_plugins() {
     assert_eq!(state.get::<String>("built_by").unwrap().as_deref(), Some("sdk"));
 }
 
+/// Issue 20, item 3 (ABI 2.2): a live object in the turn state. One
+/// plugin's `build_prompt` puts an object into the state; both plugins'
+/// `save_state` call it (two libraries' copies of the SDK, through the
+/// host's state store), and so does the host; the state's values show a
+/// marker for it, and overwriting the key drops it.
+#[test]
+fn a_live_object_in_the_state_is_called_by_other_plugins_and_the_host() {
+    let home = Home::new();
+    home.install("a", &lib("tp-sdk"), json!({}));
+    home.install("b", &lib("tp-sdk"), json!({}));
+    let rt = home.host().runtime();
+    let state = TurnState::new();
+    let msg = message("1");
+    let args = CallArgs::build_prompt(&msg, &"s".to_owned(), &state).unwrap();
+    block_on(rt.call_first(HookId::BuildPrompt, &args)).unwrap().unwrap();
+    let owner: String = state.get("built_by").unwrap().unwrap();
+    assert_eq!(state.get_value("sdk.counter"), Some(json!({"$object": "counter", "name": owner})));
+
+    let args = CallArgs::save_state(&"s".to_owned(), &state, &msg, &"out".to_owned()).unwrap();
+    block_on(rt.call_many(HookId::SaveState, &args)).unwrap();
+    let mut calls = Vec::new();
+    for caller in ["a", "b"] {
+        let answer =
+            state.get_value(&format!("sdk.counted.{caller}")).unwrap_or_else(|| panic!("{caller} did not call"));
+        assert_eq!(answer["owner"], json!(owner), "{caller} called the object {owner} made");
+        assert_eq!(answer["caller"], json!(caller));
+        calls.push(answer["call"].as_u64().unwrap());
+    }
+    calls.sort();
+    assert_eq!(calls, [1, 2], "one object, called twice");
+
+    let object = state.get_object("sdk.counter").expect("the host gets it too");
+    let answer = block_on(object.invoke("next", &json!({"caller": "host"}))).unwrap();
+    assert_eq!(answer["call"], 3);
+    state.set("sdk.counter", &"plain text").unwrap();
+    assert!(state.get_object("sdk.counter").is_none(), "overwriting the key drops the object");
+}
+
 /// A panic in a plugin reaches the host's log with its location, and comes
 /// back as an error naming plugin and hook (sync, and inside a future).
 #[test]

@@ -1,6 +1,7 @@
 //! A test plugin written as plugin authors write them: `#[bub_abi::plugin]`,
 //! plain and `async fn` hooks declaring only the parameters they read,
-//! markers, `tracing`, the live turn state, and typed errors.
+//! markers, `tracing`, the live turn state (with a live object in it), and
+//! typed errors.
 
 use std::time::Duration;
 
@@ -42,10 +43,13 @@ impl Plugin for Sdk {
         Some(m)
     }
 
-    /// Reads the live state another hook may have written.
+    /// Reads the live state another hook may have written, and puts a live
+    /// object into it (ABI 2.2) that every plugin's `save_state` calls.
     fn build_prompt(&self, message: Envelope, state: TurnState) -> Result<Option<Prompt>, BoxError> {
         let seen: Option<String> = state.get("note")?;
         state.set("built_by", &self.name)?;
+        let counter = Counter { owner: self.name.clone(), calls: Default::default() };
+        state.set_object("sdk.counter", &Object::new(counter))?;
         let content = message.get("content").and_then(|c| c.as_str()).unwrap_or_default();
         Ok(Some(Prompt::String(format!("{content} [note={}]", seen.unwrap_or_default()))))
     }
@@ -55,6 +59,16 @@ impl Plugin for Sdk {
         tokio::time::sleep(Duration::from_millis(20)).await;
         tracing::info!(plugin = %self.name, "model answered after sleeping");
         Ok(Some(format!("echo: {}", prompt.as_str().unwrap_or_default())))
+    }
+
+    /// Calls the live object some plugin's `build_prompt` left in the state
+    /// (this one's, or another instance's) and records what it answered.
+    async fn save_state(&self, state: TurnState) -> Result<(), BoxError> {
+        if let Some(counter) = state.get_object("sdk.counter") {
+            let answer = counter.invoke("next", &serde_json::json!({"caller": self.name})).await?;
+            state.set(&format!("sdk.counted.{}", self.name), &answer)?;
+        }
+        Ok(())
     }
 
     /// A sync-only hook is a plain `fn` (an `async fn` here does not compile).
@@ -99,6 +113,33 @@ impl Plugin for Sdk {
     /// A tool, written against the typed trait.
     fn provide_tools(&self) -> Option<Vec<Object>> {
         Some(vec![Object::tool(Upper)])
+    }
+}
+
+/// A live object: counts its calls, says whose it is.
+struct Counter {
+    owner: String,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl bub_abi::sdk::object::ObjectImpl for Counter {
+    fn kind(&self) -> &str {
+        "counter"
+    }
+
+    fn name(&self) -> String {
+        self.owner.clone()
+    }
+
+    fn invoke(&self, method: &str, args: Value) -> bub_abi::sdk::object::ObjectFuture {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let (owner, method) = (self.owner.clone(), method.to_owned());
+        Box::pin(async move {
+            match method.as_str() {
+                "next" => Ok(serde_json::json!({"owner": owner, "call": n, "caller": args["caller"]})),
+                other => Err(bub_abi::HookError::plugin(format!("a counter has no method {other}"))),
+            }
+        })
     }
 }
 
