@@ -190,6 +190,12 @@ pub struct ValueVTable {
     pub(crate) parse_json: extern "C" fn(RStr<'_>, &mut RString) -> *const c_void,
     #[sabi(last_prefix_field)]
     pub(crate) write_json: extern "C" fn(*const c_void, bool) -> RString,
+    /// A value holding a live object (ABI 2.2; absent from older hosts).
+    #[sabi(missing_field(option))]
+    pub(crate) handle: extern "C" fn(ObjectHandle) -> *const c_void,
+    /// The object a value holds, if it holds one (ABI 2.2).
+    #[sabi(missing_field(option))]
+    pub(crate) as_handle: extern "C" fn(*const c_void) -> ROption<ObjectHandle>,
 }
 
 /// A borrowed view of a host value, valid while the call (or the owned

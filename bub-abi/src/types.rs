@@ -507,9 +507,28 @@ pub struct ToolCallContext {
     /// Whether model-written code made the call (`run_code`). Since ABI 2.2.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub code_mode: bool,
-    /// The turn state, without the host's `_runtime_*` handles.
+    /// The turn state, without the host's `_runtime_*` handles (a copy;
+    /// [`live_state`](Self::live_state) is the live one).
     #[serde(default)]
     pub state: Map<String, Value>,
+}
+
+impl ToolCallContext {
+    /// The run's tape, live (ABI 2.2; call it inside `call_in`): an
+    /// [`Object`](crate::Object) of kind `tape` with the methods `append`
+    /// `{kind, payload, meta?}`, `event` `{name, data, meta?}`, `handoff`
+    /// `{name, state?}`, `anchors` `{}`, `entries` `{}` and `append_to`
+    /// `{tape, kind, payload, meta?}` (a sidecar). `None` on an older host.
+    pub fn live_tape(&self) -> Option<crate::Object> {
+        crate::sdk::object::live_argument(&["context", "live_tape"])
+    }
+
+    /// The live turn state (ABI 2.2; inside `call_in`): an object of kind
+    /// `state` with `get {key}`, `set {key, value}`, `remove {key}` and
+    /// `keys {}`; what it sets, every later hook and tool of the turn sees.
+    pub fn live_state(&self) -> Option<crate::Object> {
+        crate::sdk::object::live_argument(&["context", "live_state"])
+    }
 }
 
 fn default_exposure() -> String {

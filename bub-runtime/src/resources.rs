@@ -402,6 +402,42 @@ impl Tool {
     ) -> Result<Value, ResourceError> {
         self.0.context(self.0.client(ToolClient).call_in(arguments, context).await)
     }
+
+    /// [`call_in`](Self::call_in), with live objects added to the context
+    /// under their names (ABI 2.2: the run's tape, the turn state); a tool
+    /// reads them with `ToolCallContext::live_tape()` / `live_state()`.
+    /// On a host value table without objects the context goes without them.
+    pub async fn call_in_live(
+        &self,
+        arguments: &Map<String, Value>,
+        context: &bub_abi::types::ToolCallContext,
+        live: &[(&str, bub_abi::Object)],
+    ) -> Result<Value, ResourceError> {
+        let fail = |e: HookError| {
+            self.0.context::<Value>(Err(bub_abi::resources::MethodError { method: "call_in", error: e }))
+        };
+        let mut context_value = match bub_abi::Value::from_serialize(context) {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        };
+        for (name, object) in live {
+            if let Ok(v) = bub_abi::Value::from_live_object(object) {
+                context_value = context_value.as_ref().with(name, v);
+            }
+        }
+        let arguments = match bub_abi::Value::from_serialize(arguments) {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        };
+        let args =
+            bub_abi::Value::object().as_ref().with("arguments", arguments).as_ref().with("context", context_value);
+        match self.0.object().invoke_value("call_in", args).await {
+            Ok(answer) => answer
+                .deserialize()
+                .or_else(|e| fail(HookError::new(bub_abi::ErrorKind::TYPE, format!("unexpected result: {e}")))),
+            Err(e) => fail(e),
+        }
+    }
 }
 
 impl CliCommand {

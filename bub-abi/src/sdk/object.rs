@@ -104,13 +104,17 @@ impl ForeignObject for Adapter {
     }
 
     fn invoke(&self, method: RStr<'_>, args: crate::Value) -> FfiFuture<RResult<crate::Value, HookError>> {
+        // The raw arguments stay reachable while the method runs, so live
+        // objects in them (which JSON cannot carry) are found with
+        // [`live_argument`].
+        let raw = args.clone();
         let fut = match args.deserialize::<Value>() {
             Ok(v) => Ok(self.0.invoke(method.as_str(), v)),
             Err(e) => {
                 Err(HookError::new(ErrorKind::ARGS, format!("{}: arguments could not be read: {e}", method.as_str())))
             }
         };
-        bridge::to_ffi(async move {
+        bridge::to_ffi(LIVE_ARGUMENTS.scope(raw, async move {
             match fut {
                 Ok(fut) => match fut.await {
                     Ok(v) => RResult::ROk(crate::Value::from(&v)),
@@ -118,6 +122,29 @@ impl ForeignObject for Adapter {
                 },
                 Err(e) => RResult::RErr(e),
             }
-        })
+        }))
     }
+}
+
+tokio::task_local! {
+    // The arguments of the object method running in this task.
+    static LIVE_ARGUMENTS: crate::Value;
+}
+
+/// Inside one of your object's methods (a tool's `call_in`, …): the live
+/// object at `path` in the method's arguments (ABI 2.2), e.g.
+/// `["context", "tape"]`. JSON cannot carry objects, so the typed
+/// arguments your method receives show a marker there; this finds the
+/// object itself. `None` outside a method, or where there is none.
+pub fn live_argument(path: &[&str]) -> Option<Object> {
+    LIVE_ARGUMENTS
+        .try_with(|args| {
+            let mut at = args.as_ref();
+            for key in path {
+                at = at.get(key)?;
+            }
+            at.live_object()
+        })
+        .ok()
+        .flatten()
 }

@@ -233,6 +233,10 @@ impl StateStore for MemoryState {
     }
 
     fn set(&self, key: RStr<'_>, value: crate::Value) -> RResult<(), RString> {
+        // A value holding a live object (`Value::from_live_object`) keeps it.
+        if let Some(object) = value.as_ref().live_object() {
+            return self.set_object(key, object.into_handle());
+        }
         match value.deserialize::<Value>() {
             Ok(v) => {
                 self.lock().insert(key.as_str().to_owned(), v);

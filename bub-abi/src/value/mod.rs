@@ -157,6 +157,15 @@ impl<'a> ValueRef<'a> {
         self.kind() == ValueKind::Null
     }
 
+    /// The live object this value holds (ABI 2.2: [`Value::from_live_object`]),
+    /// if it holds one; a plain marker map (or a host older than 2.2)
+    /// answers `None`. Everything else reads such a value as the map
+    /// `{"$object": kind, "name": name}`.
+    pub fn live_object(self) -> Option<crate::Object> {
+        let as_handle = self.vt.as_handle()?;
+        as_handle(self.node).into_option().map(crate::Object::from_handle)
+    }
+
     /// Whether this is a map.
     pub fn is_object(self) -> bool {
         self.kind() == ValueKind::Object
@@ -326,6 +335,22 @@ impl Value {
     fn scalar(kind: u8, bits: u64) -> Value {
         let vt = vtable();
         Value { node: (vt.scalar())(kind, bits), vt }
+    }
+
+    /// A value holding a live object (ABI 2.2): put it into a map or a list
+    /// like any value (a hook's answer, a tool's context, the turn state),
+    /// and whoever receives it gets the object back with
+    /// [`ValueRef::live_object`]. Readers that do not ask see the map
+    /// `{"$object": kind, "name": name}`. Fails on a host older than 2.2.
+    pub fn from_live_object(object: &crate::Object) -> Result<Value, crate::HookError> {
+        let vt = vtable();
+        let Some(handle) = vt.handle() else {
+            return Err(crate::HookError::new(
+                crate::abi::ErrorKind::UNSUPPORTED,
+                "values holding objects need a host of ABI 2.2 or later; this bub is older: update it",
+            ));
+        };
+        Ok(Value { node: handle(object.handle().clone()), vt })
     }
 
     /// An empty map, to fill with [`insert`](Self::insert).

@@ -20,7 +20,7 @@ use std::{ffi::c_void, sync::Arc};
 
 use abi_stable::{
     prefix_type::WithMetadata,
-    std_types::{RStr, RString},
+    std_types::{ROption, RStr, RString},
 };
 use indexmap::IndexMap;
 use smol_str::SmolStr;
@@ -148,6 +148,23 @@ pub(crate) enum Node {
     Str(SmolStr),
     Array(Arc<Vec<Node>>),
     Object(Arc<NodeMap>),
+    /// A live object (ABI 2.2): read as its marker map
+    /// `{"$object": kind, "name": name}` by everything but `as_handle`, so
+    /// older readers and JSON see the marker.
+    Handle(Arc<HandleNode>),
+}
+
+/// What a [`Node::Handle`] holds.
+#[derive(Clone)]
+pub(crate) struct HandleNode {
+    marker: NodeMap,
+    object: crate::abi::ObjectHandle,
+}
+
+impl std::fmt::Debug for HandleNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handle({:?})", self.marker)
+    }
 }
 
 /// Value kinds as they cross the table (`ValueKind`'s discriminants).
@@ -170,7 +187,24 @@ fn new_map(capacity: usize) -> NodeMap {
 }
 
 impl Node {
+    /// The map this node reads as: an object's, or a handle's marker.
+    fn map(&self) -> Option<&NodeMap> {
+        match self {
+            Node::Object(o) => Some(o),
+            Node::Handle(h) => Some(&h.marker),
+            _ => None,
+        }
+    }
+
     fn eq_deep(&self, other: &Node) -> bool {
+        if matches!(self, Node::Handle(_)) || matches!(other, Node::Handle(_)) {
+            return match (self.map(), other.map()) {
+                (Some(a), Some(b)) => {
+                    a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.eq_deep(w)))
+                }
+                _ => false,
+            };
+        }
         match (self, other) {
             (Node::Null, Node::Null) => true,
             (Node::Bool(a), Node::Bool(b)) => a == b,
@@ -250,7 +284,7 @@ extern "C" fn v_kind(p: *const c_void) -> u8 {
         Node::Float(_) => kind::FLOAT,
         Node::Str(_) => kind::STR,
         Node::Array(_) => kind::ARRAY,
-        Node::Object(_) => kind::OBJECT,
+        Node::Object(_) | Node::Handle(_) => kind::OBJECT,
     }
 }
 
@@ -309,6 +343,7 @@ extern "C" fn v_len(p: *const c_void) -> usize {
     match unsafe { node(p) } {
         Node::Array(a) => a.len(),
         Node::Object(o) => o.len(),
+        Node::Handle(h) => h.marker.len(),
         Node::Str(s) => s.len(),
         _ => 0,
     }
@@ -316,9 +351,9 @@ extern "C" fn v_len(p: *const c_void) -> usize {
 
 extern "C" fn v_get(p: *const c_void, key: RStr<'_>) -> *const c_void {
     // SAFETY: see `node`.
-    match unsafe { node(p) } {
-        Node::Object(o) => o.get(key.as_str()).map_or(std::ptr::null(), |n| n as *const Node as *const c_void),
-        _ => std::ptr::null(),
+    match unsafe { node(p) }.map() {
+        Some(o) => o.get(key.as_str()).map_or(std::ptr::null(), |n| n as *const Node as *const c_void),
+        None => std::ptr::null(),
     }
 }
 
@@ -332,8 +367,8 @@ extern "C" fn v_index(p: *const c_void, i: usize) -> *const c_void {
 
 extern "C" fn v_entry(p: *const c_void, i: usize, key: &mut RStr<'static>) -> *const c_void {
     // SAFETY: see `node` and `v_as_str`.
-    match unsafe { node(p) } {
-        Node::Object(o) => match o.get_index(i) {
+    match unsafe { node(p) }.map() {
+        Some(o) => match o.get_index(i) {
             Some((k, n)) => {
                 // SAFETY: as in `v_as_str`: 'static here, narrowed back to
                 // the map's lifetime by `ValueRef::entry`.
@@ -469,6 +504,7 @@ extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -
     let mut map = match unsafe { node(p) } {
         // Copies the key list and bumps a count per value; no value is copied.
         Node::Object(o) => o.clone_for_insert(),
+        Node::Handle(h) => h.marker.clone_for_insert(),
         _ => new_map(1),
     };
     map.insert(key.as_str(), item);
@@ -484,6 +520,23 @@ extern "C" fn v_without_key(p: *const c_void, key: RStr<'_>) -> *const c_void {
             into_raw(Node::Object(Arc::new(map)))
         }
         other => into_raw(other.clone()),
+    }
+}
+
+/// A node holding `object` (ABI 2.2).
+extern "C" fn v_handle(object: crate::abi::ObjectHandle) -> *const c_void {
+    let mut marker = new_map(2);
+    marker.insert("$object", Node::Str(small(object.kind().as_str())));
+    marker.insert("name", Node::Str(small(object.name().as_str())));
+    into_raw(Node::Handle(Arc::new(HandleNode { marker, object })))
+}
+
+/// The object a handle node holds (ABI 2.2).
+extern "C" fn v_as_handle(p: *const c_void) -> ROption<crate::abi::ObjectHandle> {
+    // SAFETY: see `node`.
+    match unsafe { node(p) } {
+        Node::Handle(h) => ROption::RSome(h.object.clone()),
+        _ => ROption::RNone,
     }
 }
 
@@ -541,6 +594,8 @@ static TABLE: WithMetadata<ValueVTable> = WithMetadata::new(ValueVTable {
     eq: v_eq,
     parse_json: v_parse_json,
     write_json: v_to_json,
+    handle: v_handle,
+    as_handle: v_as_handle,
 });
 
 /// This copy's value table. In the host it is *the* table; a plugin uses
@@ -571,6 +626,13 @@ impl serde::Serialize for Node {
             Node::Object(o) => {
                 let mut map = s.serialize_map(Some(o.len()))?;
                 for (k, v) in o.iter() {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Node::Handle(h) => {
+                let mut map = s.serialize_map(Some(h.marker.len()))?;
+                for (k, v) in h.marker.iter() {
                     map.serialize_entry(k, v)?;
                 }
                 map.end()

@@ -245,8 +245,12 @@ impl AgentTool {
         let result = match &self.handler {
             Handler::Native(f) => f(args, cx).await,
             Handler::Plugin(t, wants_context) => {
-                let called =
-                    if *wants_context { t.call_in(&args, &call_context(&cx)).await } else { t.call(&args).await };
+                // A context tool also gets the live tape and state (ABI 2.2).
+                let called = if *wants_context {
+                    t.call_in_live(&args, &call_context(&cx), &super::live::objects(&cx.tape, &cx.state)).await
+                } else {
+                    t.call(&args).await
+                };
                 called.map_err(|e| AgentError::value(e.error.message.to_string()))
             }
         };

@@ -551,3 +551,29 @@ fn session_settings_live_on_the_tape_as_switch_events_behaviour_175_218() {
     // No sessions.json: the tape is the only record.
     assert!(!home.path().join("sessions.json").exists());
 }
+
+/// Issue 20, item 3 (ABI 2.2): a plugin tool's context carries the live
+/// tape and the live state (Bub's `context.tape` / `context.state`): the
+/// tool (tp-sdk's `tape_note`, a cdylib) records an event on the run's tape
+/// and sets a state key through them, and reads both back.
+#[test]
+fn a_context_tool_gets_the_live_tape_and_state() {
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("c1", "tape_note", r#"{"text": "remember this"}"#)]),
+        chat::text("noted"),
+    ]);
+    let home = Home::new();
+    let ws = workspace();
+    configure(&home, &provider, "openai:m", json!({}));
+    home.install("sdk", &lib("tp-sdk"), json!({}));
+    // "[agent]": tp-sdk's own model hook steps aside for Bub's agent.
+    let (out, err, ok) = bub(&home, &ws, &["run", "note it [agent]"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("noted"), "{out}");
+    let result = messages(&provider.requests()[1].body).into_iter().find(|m| m["role"] == "tool").unwrap();
+    let result: Value = serde_json::from_str(result["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["noted"], "remember this", "the live state: {result}");
+    assert_eq!(result["anchors"], json!(["session/start"]), "the live tape: {result}");
+    let note = tape(&home).into_iter().find(|e| e["payload"]["name"] == "sdk.note").expect("the event is on the tape");
+    assert_eq!(note["payload"]["data"], json!({"text": "remember this"}));
+}

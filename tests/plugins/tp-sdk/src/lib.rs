@@ -56,6 +56,10 @@ impl Plugin for Sdk {
 
     /// An async hook using tokio's timer inside the plugin.
     async fn run_model(&self, prompt: Prompt, _session_id: String) -> Result<Option<String>, BoxError> {
+        // "[agent]" leaves the turn to the next model hook (the builtin's agent).
+        if prompt.as_str().is_some_and(|p| p.contains("[agent]")) {
+            return Ok(None);
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
         tracing::info!(plugin = %self.name, "model answered after sleeping");
         Ok(Some(format!("echo: {}", prompt.as_str().unwrap_or_default())))
@@ -68,6 +72,7 @@ impl Plugin for Sdk {
             let answer = counter.invoke("next", &serde_json::json!({"caller": self.name})).await?;
             state.set(&format!("sdk.counted.{}", self.name), &answer)?;
         }
+
         Ok(())
     }
 
@@ -112,7 +117,7 @@ impl Plugin for Sdk {
 
     /// A tool, written against the typed trait.
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        Some(vec![Object::tool(Upper)])
+        Some(vec![Object::tool(Upper), Object::tool(TapeNote)])
     }
 }
 
@@ -183,6 +188,39 @@ impl Tool for Upper {
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
         let text = arguments.get("text").and_then(Value::as_str).unwrap_or_default().to_uppercase();
         async move { Ok(Value::String(text)) }
+    }
+}
+
+/// A context tool using the live tape and state (ABI 2.2, Bub's
+/// `context.tape` / `context.state`): records an event on the run's tape,
+/// sets a state key, and answers the tape's anchors and the state's keys.
+struct TapeNote;
+
+impl Tool for TapeNote {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "tape_note".into(),
+            description: "Notes `text` on the tape".into(),
+            context: true,
+            ..Default::default()
+        }
+    }
+
+    fn call(&self, _arguments: Map<String, Value>) -> impl Fut<Value> {
+        async { Err("tape_note needs its context".into()) }
+    }
+
+    fn call_in(&self, arguments: Map<String, Value>, context: bub_abi::types::ToolCallContext) -> impl Fut<Value> {
+        let (tape, state) = (context.live_tape(), context.live_state());
+        async move {
+            let (Some(tape), Some(state)) = (tape, state) else { return Err("no live tape or state".into()) };
+            let text = arguments.get("text").cloned().unwrap_or_default();
+            tape.invoke("event", &serde_json::json!({"name": "sdk.note", "data": {"text": text}})).await?;
+            state.invoke("set", &serde_json::json!({"key": "sdk.noted", "value": text})).await?;
+            let anchors = tape.invoke("anchors", &serde_json::json!({})).await?;
+            let noted = state.invoke("get", &serde_json::json!({"key": "sdk.noted"})).await?;
+            Ok(serde_json::json!({"tape": tape.name(), "anchors": anchors, "noted": noted}))
+        }
     }
 }
 
