@@ -5,7 +5,7 @@
 //! offered by the builtin plugin through `provide_tools`, so plugins can
 //! override them by priority.
 
-use bub_abi::types::TapeQuery;
+use bub_abi::{envelope::py_str, types::TapeQuery};
 use serde_json::{json, Map, Value};
 
 use bub_framework::{
@@ -136,16 +136,6 @@ async fn info(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
         "last_token_usage": total,
         "last_token_cache_hit_rate": rate,
     }))
-}
-
-/// Python's `str()` of a JSON value as Bub's f-strings print it.
-fn py_str(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Bub's `_render_tape_info`.

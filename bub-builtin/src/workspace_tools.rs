@@ -30,16 +30,22 @@ pub struct Workspace {
     pub confined: bool,
 }
 
+/// `path` against the workspace `root`; `confined`, an error if it leads
+/// out (the builtin's file tools and code mode's attachments).
+pub fn resolve_in(root: &Path, confined: bool, path: &str) -> Result<PathBuf, BoxError> {
+    if confined {
+        return super::environment::LocalEnvironment::new(root)
+            .resolve(path)
+            .map_err(|e| format!("{e} (confine_workspace is on)").into());
+    }
+    let p = Path::new(path);
+    Ok(if p.is_absolute() { p.to_path_buf() } else { root.join(p) })
+}
+
 impl Workspace {
     /// `path` against the workspace; confined, an error if it leads out.
     fn resolve(&self, path: &str) -> Result<PathBuf, BoxError> {
-        if self.confined {
-            return super::environment::LocalEnvironment::new(&self.root)
-                .resolve(path)
-                .map_err(|e| format!("{e} (confine_workspace is on)").into());
-        }
-        let p = Path::new(path);
-        Ok(if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) })
+        resolve_in(&self.root, self.confined, path)
     }
 
     /// The tools, as objects.

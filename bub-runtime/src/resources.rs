@@ -400,7 +400,7 @@ impl Tool {
         arguments: &Map<String, Value>,
         context: &bub_abi::types::ToolCallContext,
     ) -> Result<Value, ResourceError> {
-        self.0.context(self.0.client(ToolClient).call_in(arguments, context).await)
+        self.call_in_live(arguments, context, &[]).await
     }
 
     /// [`call_in`](Self::call_in), with live objects added to the context

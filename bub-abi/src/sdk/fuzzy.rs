@@ -22,29 +22,44 @@ const MAX_CANDIDATES: usize = 128;
 /// Whether `query` (already trimmed and lower-cased) fuzzily matches `text`
 /// (lower-cased) as Bub's `_is_fuzzy_match` decides.
 pub fn is_fuzzy_match(query: &str, text: &str) -> bool {
-    if query.chars().count() < MIN_QUERY_CHARS {
-        return false;
+    FuzzyQuery::new(query).is_some_and(|q| q.matches(text))
+}
+
+/// A query prepared once for a search over many entries: its words joined
+/// as the phrase WRatio compares, and how many there are.
+pub struct FuzzyQuery {
+    phrase: Vec<char>,
+    window: usize,
+}
+
+impl FuzzyQuery {
+    /// `query` trimmed and lower-cased; `None` when it can never fuzzily
+    /// match (shorter than 3 characters, or no words).
+    pub fn new(query: &str) -> Option<FuzzyQuery> {
+        if query.chars().count() < MIN_QUERY_CHARS {
+            return None;
+        }
+        let query_words = words(query);
+        if query_words.is_empty() {
+            return None;
+        }
+        Some(FuzzyQuery { phrase: query_words.join(" ").chars().collect(), window: query_words.len() })
     }
-    let query_words = words(query);
-    if query_words.is_empty() {
-        return false;
-    }
-    let phrase = query_words.join(" ");
-    let source = words(text);
-    if source.is_empty() {
-        return false;
-    }
-    let mut candidates: Vec<String> = source.iter().take(MAX_CANDIDATES).map(|w| w.to_string()).collect();
-    let window = query_words.len();
-    if window > 1 && candidates.len() < MAX_CANDIDATES {
-        for run in source.windows(window) {
-            candidates.push(run.join(" "));
-            if candidates.len() >= MAX_CANDIDATES {
-                break;
+
+    /// Whether lower-cased `text` matches (Bub's `_is_fuzzy_match`).
+    pub fn matches(&self, text: &str) -> bool {
+        let source = words(text);
+        let mut candidates: Vec<String> = source.iter().take(MAX_CANDIDATES).map(|w| w.to_string()).collect();
+        if self.window > 1 && candidates.len() < MAX_CANDIDATES {
+            for run in source.windows(self.window) {
+                candidates.push(run.join(" "));
+                if candidates.len() >= MAX_CANDIDATES {
+                    break;
+                }
             }
         }
+        candidates.iter().any(|c| wratio_chars(&self.phrase, &c.chars().collect::<Vec<_>>()) >= MIN_SCORE)
     }
-    candidates.iter().any(|c| wratio(&phrase, c) >= MIN_SCORE)
 }
 
 /// Bub's `WORD_PATTERN` (`[a-z0-9_/-]+`): the words of lower-cased text.
@@ -61,20 +76,23 @@ fn ratio(a: &[char], b: &[char]) -> f64 {
 
 /// RapidFuzz `fuzz.WRatio`, 0–100.
 pub fn wratio(a: &str, b: &str) -> f64 {
+    wratio_chars(&a.chars().collect::<Vec<_>>(), &b.chars().collect::<Vec<_>>())
+}
+
+fn wratio_chars(a: &[char], b: &[char]) -> f64 {
     const UNBASE_SCALE: f64 = 0.95;
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     if a.is_empty() || b.is_empty() {
         return 0.0;
     }
     let (l1, l2) = (a.len() as f64, b.len() as f64);
     let len_ratio = if l1 > l2 { l1 / l2 } else { l2 / l1 };
-    let end = ratio(&a, &b);
+    let end = ratio(a, b);
     if len_ratio < 1.5 {
-        return end.max(token_ratio(&a, &b) * UNBASE_SCALE);
+        return end.max(token_ratio(a, b) * UNBASE_SCALE);
     }
     let partial_scale = if len_ratio <= 8.0 { 0.9 } else { 0.6 };
-    let end = end.max(partial_ratio(&a, &b) * partial_scale);
-    end.max(partial_token_ratio(&a, &b) * UNBASE_SCALE * partial_scale)
+    let end = end.max(partial_ratio(a, b) * partial_scale);
+    end.max(partial_token_ratio(a, b) * UNBASE_SCALE * partial_scale)
 }
 
 /// RapidFuzz `fuzz.partial_ratio`: the best ratio of the shorter string

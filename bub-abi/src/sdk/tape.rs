@@ -102,6 +102,7 @@ fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limi
     if needle.is_empty() {
         return Vec::new();
     }
+    let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for entry in entries.rev() {
@@ -112,7 +113,7 @@ fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limi
         if !seen.insert(text.clone()) {
             continue;
         }
-        if text.contains(&needle) || crate::fuzzy::is_fuzzy_match(&needle, &text) {
+        if text.contains(&needle) || fuzzy.as_ref().is_some_and(|q| q.matches(&text)) {
             out.push(entry);
         }
     }

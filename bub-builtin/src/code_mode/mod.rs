@@ -110,10 +110,7 @@ async fn set_code_mode(args: Map<String, Value>, cx: ToolContext) -> Result<Valu
 
 /// The tools code may call this turn (none outside code mode).
 fn code_tools(cx: &ToolContext) -> Option<Vec<AgentTool>> {
-    let allowed: Option<Vec<String>> = cx.state.get("_runtime_allowed_tools").ok().flatten();
-    let allowed =
-        |t: &AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
-    tools::code_tools(&cx.tools, &cx.state, allowed).map(|ts| ts.into_iter().cloned().collect())
+    tools::code_tools(&cx.tools, &cx.state, tools::allowed_in(&cx.state)).map(|ts| ts.into_iter().cloned().collect())
 }
 
 /// Bub's `_code_mode_prompt`: the `<code_mode>` section pointing at the
@@ -123,9 +120,7 @@ pub fn section(tools: Arc<Vec<AgentTool>>) -> Section {
     Arc::new(move |pcx: PromptContext| {
         let tools = tools.clone();
         Box::pin(async move {
-            let allowed: Option<Vec<String>> = pcx.state.get("_runtime_allowed_tools").ok().flatten();
-            let allowed =
-                |t: &AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
+            let allowed = tools::allowed_in(&pcx.state);
             let Some(code) = tools::code_tools(&tools, &pcx.state, allowed) else { return Ok(None) };
             let Some(framework) = Framework::of(&pcx.state) else { return Ok(None) };
             let session = pcx.state.get_value("session_id").and_then(|v| v.as_str().map(str::to_owned));
@@ -356,14 +351,9 @@ async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -
         let mime = media_type(&source).ok_or_else(|| invalid(format!("cannot guess the media type of {source:?}")))?;
         let framework =
             Framework::of(&cx.state).ok_or_else(|| AgentError::value("attach needs a running framework"))?;
-        let path = {
-            let root = framework.workspace();
-            if framework.model_settings().is_ok_and(|s| s.confine_workspace) {
-                crate::environment::LocalEnvironment::new(root).resolve(&source).map_err(|e| invalid(e.to_string()))?
-            } else {
-                root.join(&source)
-            }
-        };
+        let confined = framework.model_settings().is_ok_and(|s| s.confine_workspace);
+        let path = crate::workspace_tools::resolve_in(framework.workspace(), confined, &source)
+            .map_err(|e| invalid(e.to_string()))?;
         let bytes = tokio::fs::read(&path).await.map_err(|e| invalid(format!("{}: {e}", path.display())))?;
         use base64::Engine;
         json!({"type": kind, "media_type": mime, "data": base64::engine::general_purpose::STANDARD.encode(bytes)})

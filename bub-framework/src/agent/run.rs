@@ -437,9 +437,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
 /// `tool.describe` loaded them on this tape (`tool.loaded` events), and
 /// `tool.describe` only while a deferred tool remains hidden.
 async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::AgentTool>, AgentError> {
-    let allowed: Option<Vec<String>> = cx.state.get("_runtime_allowed_tools").ok().flatten();
-    let allowed =
-        |t: &tools::AgentTool| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()));
+    let allowed = tools::allowed_in(&cx.state);
     let mut loaded = std::collections::HashSet::new();
     if agent.tools.iter().any(|t| t.deferred) {
         let q = bub_abi::types::TapeQuery {
@@ -457,10 +455,10 @@ async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::Agent
     }
     let hidden = agent.tools.iter().any(|t| t.deferred && allowed(t) && !loaded.contains(&t.name));
     // Code mode leaves the model its `direct` tools (`run_code` among them);
-    // otherwise `run_code` is not offered (Bub's `_split_code_mode`).
-    // The code tools' names, for the builtin's unknown-tool check (Bub's
-    // `_runtime_code_tools`).
-    let code_tools = tools::code_tools(&agent.tools, &cx.state, allowed);
+    // otherwise `run_code` is not offered (Bub's `_split_code_mode`). The
+    // code tools' names go into the state for the builtin's unknown-tool
+    // check (Bub's `_runtime_code_tools`).
+    let code_tools = tools::code_tools(&agent.tools, &cx.state, &allowed);
     let code_mode = code_tools.is_some();
     match code_tools {
         Some(code) => {

@@ -100,9 +100,16 @@ impl ToolContext {
 /// Bub's `RUN_CODE_TOOL_NAME`.
 pub const RUN_CODE: &str = "run_code";
 
+/// Whether a tool is allowed this turn: all, unless the state's
+/// `_runtime_allowed_tools` lists names (registry or model-facing).
+pub fn allowed_in(state: &TurnState) -> impl Fn(&AgentTool) -> bool {
+    let allowed: Option<Vec<String>> = state.get("_runtime_allowed_tools").ok().flatten();
+    move |t| allowed.as_ref().is_none_or(|a| a.iter().any(|n| *n == t.name || *n == t.model_name()))
+}
+
 /// Bub's `_split_code_mode`: in code mode (state `code_mode` true and
-/// `run_code` among `allowed`), the tools only code may call (`auto` and
-/// `code` ones, `run_code` aside); `None` outside code mode.
+/// `run_code` among `allowed`, see [`allowed_in`]), the tools only code may
+/// call (`auto` and `code` ones, `run_code` aside); `None` outside code mode.
 pub fn code_tools<'a>(
     tools: &'a [AgentTool],
     state: &TurnState,

@@ -4,7 +4,7 @@
 //!
 //! - **Tapes** — `provide_tape_store` answers a store over the table
 //!   `bub_tape_entries` (created on first use). Every tape operation of the
-//!   agent works as with the builtin store (`bub_abi::tape::select` holds
+//!   agent works as with the builtin store (`bub_abi::tape::try_select` holds
 //!   the query semantics; the anchor lookup runs in SQL). Ids are assigned
 //!   by the insert itself (`MAX(id) + 1`, retried on the primary-key
 //!   conflict a concurrent writer causes), so they are unique and

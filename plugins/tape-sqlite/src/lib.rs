@@ -3,7 +3,7 @@
 //! `provide_tape_store` answers a store over `<data dir>/tapes.sqlite3`
 //! (config `path` to put it elsewhere). Every tape operation the agent uses
 //! (append, fetch with anchors, kinds, text search and limits, reset,
-//! list) works as with the builtin JSONL store; `bub_abi::tape::select`
+//! list) works as with the builtin JSONL store; `bub_abi::tape::try_select`
 //! holds the query semantics, the anchor lookup is pushed down to SQL.
 //!
 //! Several `bub` processes (a gateway and `bub run`s) share the file:
