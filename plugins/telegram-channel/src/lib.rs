@@ -1,0 +1,658 @@
+//! `telegram-channel`: Bub's Telegram channel for `bub gateway`.
+//!
+//! ```sh
+//! bub plugins install target/release/libtelegram_channel.so
+//! BUB_TELEGRAM_TOKEN=123:abc bub gateway --enable-channel telegram
+//! ```
+//!
+//! It long-polls `getUpdates` and hands every message to the gateway as
+//! Bub 0.6's `TelegramChannel` does: session `telegram:<chat_id>`; the
+//! content a JSON object of the text (or a description of the media, such
+//! as `[Photo message] Caption: …`) with the message's metadata and the
+//! message it replies to; photos, stickers, voice, audio, video and
+//! documents of at most `max_file_bytes` (2 MiB) fetched into the
+//! message's `media` (base64 `data`); `,` commands and `/bub <text>` as
+//! `kind: command`; in groups only messages that mention the bot (`@bot`,
+//! a text mention, the word "bub") or reply to it are active (the gateway
+//! counts the others only within its active window). Messages are
+//! debounced per session. While a turn runs the chat shows "typing…".
+//!
+//! Differences from Bub, on purpose:
+//! - **Replies come from the channel**: a turn's outbound is sent to the
+//!   chat (split at Telegram's 4096-character limit, at a paragraph, line
+//!   or word break). Bub marks Telegram messages `output_channel: null`
+//!   and leaves replying to its Telegram skill.
+//! - **Updates that arrived while the gateway was down are answered**
+//!   (`drop_pending_updates=false`; Bub drops them at every start).
+//! - `stream_output` (`BUB_STREAM_OUTPUT`, or `stream_output=true` here)
+//!   shows the reply as it is written: one message, edited at most once a
+//!   second (`edit_interval_ms`), completed by the outbound.
+//!
+//! Who may talk to it: `BUB_TELEGRAM_ALLOW_CHATS` (chat ids; other chats
+//! are ignored, `/start` there answers that they have no access) and
+//! `BUB_TELEGRAM_ALLOW_USERS` (user ids or usernames; others are told
+//! "Access denied."). Both empty: everyone who finds the bot, so set them
+//! for any bot whose tools reach your machine (see docs/gateway.md).
+//!
+//! Settings: Bub's environment variables `BUB_TELEGRAM_TOKEN`,
+//! `BUB_TELEGRAM_ALLOW_USERS`, `BUB_TELEGRAM_ALLOW_CHATS`,
+//! `BUB_TELEGRAM_PROXY` (`http://…` or `socks5://…`) and
+//! `BUB_TELEGRAM_API_BASE` (a self-hosted Bot API server; default
+//! `https://api.telegram.org`); or the plugin's config keys of the same
+//! names in lower case (`bub plugins config telegram-channel token=…`,
+//! the environment wins), with `name` (`telegram`), `command_prefix`
+//! (`,`), `poll_timeout` (30 s), `drop_pending_updates`, `max_file_bytes`,
+//! `stream_output` and `edit_interval_ms`. The token is never logged:
+//! error messages leave out the URL that carries it.
+
+mod api;
+pub mod inbound;
+pub mod outbound;
+
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    sync::{Arc, Mutex},
+    task::Poll,
+    time::{Duration, Instant},
+};
+
+use base64::Engine;
+use bub_abi::{
+    resources::{clients::MessageHandlerClient, Channel, Fut},
+    types::{ChannelInfo, Envelope, StreamEvent},
+    BoxError, Object, Plugin, PluginContext,
+};
+use frankenstein::{
+    methods::{
+        DeleteWebhookParams, EditMessageTextParams, GetFileParams, GetUpdatesParams, SendChatActionParams,
+        SendMessageParams,
+    },
+    types::{AllowedUpdate, ChatAction, ChatId, Message, User},
+    updates::{Update, UpdateContent},
+    AsyncTelegramApi,
+};
+use serde_json::{json, Map, Value};
+use tokio::sync::watch;
+
+use api::{ApiError, Bot};
+use inbound::Me;
+
+/// Bub's answer to `/start` from a chat outside the allow-list.
+pub const NO_ACCESS_MESSAGE: &str = "You are not allowed to chat with me. Please deploy your own instance of Bub.";
+
+/// The plugin.
+pub struct TelegramPlugin {
+    config: Config,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    name: String,
+    token: Option<String>,
+    allow_users: HashSet<String>,
+    allow_chats: HashSet<String>,
+    proxy: Option<String>,
+    api_base: String,
+    command_prefix: String,
+    poll_timeout: u32,
+    drop_pending_updates: bool,
+    max_file_bytes: u64,
+    stream_output: bool,
+    edit_interval: Duration,
+}
+
+/// A setting: `BUB_TELEGRAM_<KEY>` (Bub's name), else the plugin config's
+/// `<key>`; blank is unset.
+fn setting(config: &Map<String, Value>, key: &str) -> Option<String> {
+    let env = std::env::var(format!("BUB_TELEGRAM_{}", key.to_uppercase())).ok();
+    let value = env.or_else(|| match config.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        Value::Array(items) => {
+            Some(items.iter().map(|v| v.as_str().map_or(v.to_string(), str::to_owned)).collect::<Vec<_>>().join(","))
+        }
+        other => Some(other.to_string()),
+    })?;
+    let value = value.trim().to_owned();
+    (!value.is_empty()).then_some(value)
+}
+
+fn list(value: Option<String>) -> HashSet<String> {
+    value.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+fn number(config: &Map<String, Value>, key: &str, default: u64) -> Result<u64, BoxError> {
+    match setting(config, key) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| format!("telegram-channel: {key}={v:?} is not a whole number").into()),
+    }
+}
+
+impl Config {
+    fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
+        let flag =
+            |key: &str| setting(config, key).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes"));
+        Ok(Config {
+            name: setting(config, "name").unwrap_or_else(|| "telegram".into()),
+            token: setting(config, "token"),
+            allow_users: list(setting(config, "allow_users")),
+            allow_chats: list(setting(config, "allow_chats")),
+            proxy: setting(config, "proxy"),
+            api_base: setting(config, "api_base").unwrap_or_else(|| "https://api.telegram.org".into()),
+            command_prefix: setting(config, "command_prefix").unwrap_or_else(|| ",".into()),
+            poll_timeout: number(config, "poll_timeout", 30)?.min(600) as u32,
+            drop_pending_updates: flag("drop_pending_updates"),
+            max_file_bytes: number(config, "max_file_bytes", 2 * 1024 * 1024)?,
+            stream_output: flag("stream_output"),
+            edit_interval: Duration::from_millis(number(config, "edit_interval_ms", 1000)?),
+        })
+    }
+}
+
+#[bub_abi::plugin]
+impl Plugin for TelegramPlugin {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        Ok(TelegramPlugin { config: Config::from(&ctx.config)? })
+    }
+
+    /// The `telegram` channel (enabled when it has a token).
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        let shared = Shared {
+            config: self.config.clone(),
+            handler: message_handler,
+            bot: Mutex::new(None),
+            me: Mutex::new(Me::default()),
+            poller: Mutex::new(None),
+            typing: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+        };
+        Some(vec![Object::channel(TelegramChannel(Arc::new(shared)))])
+    }
+}
+
+bub_abi::export_plugin!(TelegramPlugin);
+
+struct Shared {
+    config: Config,
+    handler: Object,
+    bot: Mutex<Option<Bot>>,
+    me: Mutex<Me>,
+    poller: Mutex<Option<Poller>>,
+    // Chats showing "typing…": how many of their turns run, and the loop.
+    typing: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
+    // A chat's reply being streamed into one message.
+    live: Mutex<HashMap<String, Live>>,
+}
+
+struct Poller {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Live {
+    message_id: Option<i32>,
+    text: String,
+    shown: String,
+    last_edit: Option<Instant>,
+}
+
+impl Shared {
+    fn bot(&self) -> Result<Bot, BoxError> {
+        bub_abi::sync::lock(&self.bot).clone().ok_or_else(|| "telegram channel is not started".into())
+    }
+
+    fn chat_id(chat: &str) -> ChatId {
+        chat.parse::<i64>().map(ChatId::Integer).unwrap_or_else(|_| ChatId::String(chat.to_owned()))
+    }
+
+    async fn say(&self, chat: &str, text: &str) -> Result<Option<Message>, ApiError> {
+        let bot = bub_abi::sync::lock(&self.bot).clone();
+        let Some(bot) = bot else { return Ok(None) };
+        let params = SendMessageParams::builder().chat_id(Shared::chat_id(chat)).text(text).build();
+        Ok(Some(bot.send_message(&params).await?.result))
+    }
+
+    async fn send_text(&self, chat: &str, text: &str) -> Result<(), BoxError> {
+        for piece in outbound::split(text, outbound::LIMIT) {
+            self.say(chat, &piece).await.map_err(|e| format!("telegram: sending to chat {chat}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+struct TelegramChannel(Arc<Shared>);
+
+impl Channel for TelegramChannel {
+    fn name(&self) -> String {
+        self.0.config.name.clone()
+    }
+
+    /// Checks the token (`getMe`) and starts polling in the background.
+    fn start(&self) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let config = &shared.config;
+            let token = config.token.clone().ok_or(
+                "telegram channel: no token; set BUB_TELEGRAM_TOKEN (from @BotFather) or \
+                 `bub plugins config telegram-channel token=...`",
+            )?;
+            let read_timeout = Duration::from_secs(u64::from(config.poll_timeout) + 30);
+            let bot = Bot::new(&config.api_base, &token, config.proxy.as_deref(), read_timeout)?;
+            let me: User = match bot.get_me().await {
+                Ok(me) => me.result,
+                Err(e) if e.code() == Some(401) || e.code() == Some(404) => {
+                    return Err(format!(
+                        "telegram channel: {} refused the token ({e}); check BUB_TELEGRAM_TOKEN",
+                        config.api_base
+                    )
+                    .into())
+                }
+                Err(e) => return Err(format!("telegram channel: getMe at {}: {e}", config.api_base).into()),
+            };
+            let webhook = DeleteWebhookParams::builder().drop_pending_updates(config.drop_pending_updates).build();
+            bot.delete_webhook(&webhook).await.map_err(|e| format!("telegram channel: deleteWebhook: {e}"))?;
+            *bub_abi::sync::lock(&shared.me) =
+                Me { id: me.id, username: me.username.clone().unwrap_or_default().to_lowercase() };
+            *bub_abi::sync::lock(&shared.bot) = Some(bot.clone());
+            tracing::info!(
+                "telegram.start bot=@{} allow_users_count={} allow_chats_count={} proxy_enabled={}",
+                me.username.as_deref().unwrap_or("?"),
+                config.allow_users.len(),
+                config.allow_chats.len(),
+                config.proxy.is_some()
+            );
+            if config.allow_users.is_empty() && config.allow_chats.is_empty() {
+                tracing::warn!(
+                    "telegram channel: no BUB_TELEGRAM_ALLOW_USERS or BUB_TELEGRAM_ALLOW_CHATS: anyone who finds \
+                     the bot can run turns (and the tools they reach) as you"
+                );
+            }
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(poll(shared.clone(), bot, stopped));
+            *bub_abi::sync::lock(&shared.poller) = Some(Poller { stop, task });
+            Ok(())
+        }
+    }
+
+    /// Stops polling after the update in hand and confirms what was handed
+    /// over, so a restart does not see it again.
+    fn stop(&self) -> impl Fut<()> {
+        let poller = bub_abi::sync::lock(&self.0.poller).take();
+        let shared = self.0.clone();
+        async move {
+            if let Some(poller) = poller {
+                let _ = poller.stop.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(10), poller.task).await;
+            }
+            for (_, (_, task)) in bub_abi::sync::lock(&shared.typing).drain() {
+                task.abort();
+            }
+            tracing::info!("telegram.stopped");
+            Ok(())
+        }
+    }
+
+    /// An outbound to its chat: the streamed message completed, or new
+    /// messages split at the length limit.
+    fn send(&self, message: Envelope) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let chat = match message.get("chat_id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => return Err("telegram: an outbound without chat_id".into()),
+            };
+            let text = outbound::reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
+            if text.trim().is_empty() {
+                return Ok(());
+            }
+            let live = bub_abi::sync::lock(&shared.live).remove(&chat);
+            match live.and_then(|l| l.message_id.map(|id| (id, l.shown))) {
+                Some((id, shown)) => {
+                    let mut pieces = outbound::split(&text, outbound::LIMIT).into_iter();
+                    let first = pieces.next().unwrap_or_default();
+                    if first != shown {
+                        edit(&shared.bot()?, &chat, id, &first).await.map_err(|e| format!("telegram: {e}"))?;
+                    }
+                    for piece in pieces {
+                        shared.say(&chat, &piece).await.map_err(|e| format!("telegram: {e}"))?;
+                    }
+                    Ok(())
+                }
+                None => shared.send_text(&chat, &text).await,
+            }
+        }
+    }
+
+    /// A model event of a streamed turn: text deltas grow one message.
+    fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            if event.kind != "text" {
+                return Ok(());
+            }
+            let Some(delta) = event.data.get("delta").and_then(Value::as_str) else { return Ok(()) };
+            let Some(chat) = chat_of(&message) else { return Ok(()) };
+            let (text, id, due) = {
+                let mut live = bub_abi::sync::lock(&shared.live);
+                let entry = live.entry(chat.clone()).or_default();
+                entry.text.push_str(delta);
+                let due = entry.last_edit.is_none_or(|t| t.elapsed() >= shared.config.edit_interval);
+                if due {
+                    entry.last_edit = Some(Instant::now());
+                }
+                (entry.text.clone(), entry.message_id, due)
+            };
+            if !due || text.trim().is_empty() {
+                return Ok(());
+            }
+            let shown: String = outbound::split(&text, outbound::LIMIT).into_iter().next().unwrap_or_default();
+            let bot = shared.bot()?;
+            // Best effort: a failed edit is made good by the final one.
+            let sent = match id {
+                Some(id) => edit(&bot, &chat, id, &shown).await.map(|()| id),
+                None => shared.say(&chat, &shown).await.map(|m| m.map_or(0, |m| m.message_id)),
+            };
+            match sent {
+                Ok(id) => {
+                    if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
+                        entry.message_id = Some(id);
+                        entry.shown = shown;
+                    }
+                }
+                Err(e) => tracing::debug!("telegram: streaming to chat {chat}: {e}"),
+            }
+            Ok(())
+        }
+    }
+
+    /// Enabled with a token; debounced, as in Bub.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        let info = ChannelInfo { enabled: self.0.config.token.is_some(), needs_debounce: true, ..Default::default() };
+        async move { Ok(info) }
+    }
+}
+
+fn chat_of(message: &Envelope) -> Option<String> {
+    match message.get("chat_id")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+async fn edit(bot: &Bot, chat: &str, message_id: i32, text: &str) -> Result<(), ApiError> {
+    let params =
+        EditMessageTextParams::builder().chat_id(Shared::chat_id(chat)).message_id(message_id).text(text).build();
+    match bot.edit_message_text(&params).await {
+        Ok(_) => Ok(()),
+        // Telegram refuses an edit that changes nothing; that is done.
+        Err(ApiError::Api(e)) if e.description.contains("message is not modified") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The polling loop: one `getUpdates` at a time, each update handed to the
+/// gateway in order; network trouble and `429`s wait and retry.
+async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>) {
+    let mut offset: Option<i64> = None;
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let params = GetUpdatesParams::builder()
+            .maybe_offset(offset)
+            .timeout(shared.config.poll_timeout)
+            .allowed_updates(vec![AllowedUpdate::Message])
+            .build();
+        let body = serde_json::to_string(&params).unwrap_or_default();
+        // Raw updates, so that one this crate cannot read is skipped
+        // rather than failing (and repeating) the whole batch.
+        let answer = tokio::select! {
+            answer = bot.call::<frankenstein::response::MethodResponse<Vec<Value>>>("getUpdates", Some(body)) => answer,
+            _ = stopped.changed() => break,
+        };
+        let updates = match answer {
+            Ok(answer) => {
+                backoff = Duration::from_secs(1);
+                answer.result
+            }
+            Err(e) => {
+                let wait = match (e.retry_after(), e.code()) {
+                    (Some(seconds), _) => Duration::from_secs(seconds.min(300)),
+                    // Another process polls the same bot (or a webhook is set).
+                    (None, Some(409)) => Duration::from_secs(5),
+                    _ => {
+                        let wait = backoff;
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                        wait
+                    }
+                };
+                tracing::warn!("telegram: getUpdates: {e}; retrying in {} s", wait.as_secs());
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => continue,
+                    _ = stopped.changed() => break,
+                }
+            }
+        };
+        for raw in updates {
+            let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { continue };
+            offset = Some(id + 1);
+            match serde_json::from_value::<Update>(raw) {
+                Ok(Update { content: UpdateContent::Message(message), .. }) => {
+                    on_message(&shared, &bot, *message).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("telegram: skipping update {id} this version cannot read: {e}"),
+            }
+        }
+    }
+    // Confirm what was handed over (the next getUpdates would have).
+    if let Some(offset) = offset {
+        let params = GetUpdatesParams::builder().offset(offset).timeout(0).limit(1).build();
+        let body = serde_json::to_string(&params).unwrap_or_default();
+        let confirm = bot.call::<frankenstein::response::MethodResponse<Vec<Value>>>("getUpdates", Some(body));
+        let _ = tokio::time::timeout(Duration::from_secs(5), confirm).await;
+    }
+}
+
+async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) {
+    let config = &shared.config;
+    let chat = message.chat.id.to_string();
+    let allowed_chat = config.allow_chats.is_empty() || config.allow_chats.contains(&chat);
+    let command = inbound::bot_command(&message);
+    if command.as_deref() == Some("start") {
+        let answer = if allowed_chat { "Bub is online. Send text to start." } else { NO_ACCESS_MESSAGE };
+        if let Err(e) = shared.say(&chat, answer).await {
+            tracing::warn!("telegram: answering /start in chat {chat}: {e}");
+        }
+        return;
+    }
+    if !allowed_chat {
+        return;
+    }
+    // Bot commands are not messages, `/bub <text>` aside.
+    let text = message.text.clone().unwrap_or_default();
+    let bub_command = command.as_deref() == Some("bub") && text.split_whitespace().nth(1).is_some();
+    if command.is_some() && !bub_command {
+        return;
+    }
+    let Some(user) = message.from.as_deref() else { return };
+    if !config.allow_users.is_empty() {
+        let id = user.id.to_string();
+        let known = config.allow_users.contains(&id)
+            || user.username.as_ref().is_some_and(|name| config.allow_users.contains(name));
+        if !known {
+            if let Err(e) = shared.say(&chat, "Access denied.").await {
+                tracing::warn!("telegram: answering chat {chat}: {e}");
+            }
+            return;
+        }
+    }
+    let me = bub_abi::sync::lock(&shared.me).clone();
+    let envelope = build_message(shared, bot, &message, &me).await;
+    let active = envelope["is_active"] == json!(true) || envelope["kind"] == json!("command");
+    let client = MessageHandlerClient(&shared.handler);
+    if !active {
+        if let Err(e) = client.handle(&envelope).await {
+            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+        }
+        return;
+    }
+    // `submit` answers when the turn ends: "typing…" until then. Polled once
+    // here, which queues the message, so a chat's messages reach the
+    // gateway in the order Telegram sent them; the rest waits apart.
+    let handler = shared.handler.clone();
+    let mut submitted = Box::pin(async move { MessageHandlerClient(&handler).submit(&envelope).await });
+    let first = std::future::poll_fn(|cx| Poll::Ready(submitted.as_mut().poll(cx))).await;
+    if let Poll::Ready(outcome) = first {
+        if let Err(e) = outcome {
+            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+        }
+        return;
+    }
+    typing_begin(shared, &chat);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        if let Err(e) = submitted.await {
+            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+        }
+        typing_end(&shared, &chat);
+        // A streamed reply the turn did not complete (it failed) ends here.
+        bub_abi::sync::lock(&shared.live).remove(&chat);
+    });
+}
+
+fn typing_begin(shared: &Arc<Shared>, chat: &str) {
+    let mut typing = bub_abi::sync::lock(&shared.typing);
+    if let Some((count, _)) = typing.get_mut(chat) {
+        *count += 1;
+        return;
+    }
+    let bot = bub_abi::sync::lock(&shared.bot).clone();
+    let Some(bot) = bot else { return };
+    let chat_id = Shared::chat_id(chat);
+    let task = tokio::spawn(async move {
+        loop {
+            let params = SendChatActionParams::builder().chat_id(chat_id.clone()).action(ChatAction::Typing).build();
+            if let Err(e) = bot.send_chat_action(&params).await {
+                tracing::debug!("telegram: typing indicator: {e}");
+            }
+            // The indicator lasts five seconds.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+        }
+    });
+    typing.insert(chat.to_owned(), (1, task));
+}
+
+fn typing_end(shared: &Shared, chat: &str) {
+    let mut typing = bub_abi::sync::lock(&shared.typing);
+    if let Some((count, _)) = typing.get_mut(chat) {
+        *count -= 1;
+        if *count == 0 {
+            if let Some((_, task)) = typing.remove(chat) {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Bub's `_build_message`.
+async fn build_message(shared: &Shared, bot: &Bot, message: &Message, me: &Me) -> Value {
+    let config = &shared.config;
+    let chat = message.chat.id.to_string();
+    let session_id = format!("{}:{chat}", config.name);
+    let mut parsed = inbound::parse(message);
+    if let Some(rest) = parsed.content.strip_prefix("/bub ") {
+        parsed.content = rest.to_owned();
+    }
+    let mut envelope = json!({
+        "channel": config.name,
+        "chat_id": chat,
+        "session_id": session_id,
+    });
+    if parsed.content.trim_start().starts_with(config.command_prefix.as_str()) {
+        envelope["content"] = json!(parsed.content.trim());
+        envelope["kind"] = json!("command");
+        return envelope;
+    }
+    let mut media = Vec::new();
+    if let Some(file) = &parsed.file {
+        media.extend(fetch(bot, file, config.max_file_bytes).await);
+    }
+    let mut metadata = parsed.metadata;
+    if let Some(reply) = message.reply_to_message.as_deref().filter(|r| r.from.is_some()) {
+        let reply = inbound::parse(reply);
+        if let Some(file) = &reply.file {
+            media.extend(fetch(bot, file, config.max_file_bytes).await);
+        }
+        let mut meta = Map::new();
+        meta.insert("message".into(), json!(reply.content));
+        meta.extend(reply.metadata);
+        metadata.insert("reply_to_message".into(), Value::Object(meta));
+    }
+    let mut content = Map::new();
+    content.insert("message".into(), json!(parsed.content));
+    content.extend(metadata);
+    envelope["content"] = json!(Value::Object(content).to_string());
+    envelope["kind"] = json!("normal");
+    envelope["is_active"] = json!(inbound::is_active(message, me));
+    if !media.is_empty() {
+        envelope["media"] = Value::Array(media);
+    }
+    if config.stream_output {
+        envelope["stream_output"] = json!(true);
+    }
+    envelope
+}
+
+/// A file as a media part (`{type, media_type, data: base64, filename?}`),
+/// or nothing when it is too large or cannot be fetched (logged).
+async fn fetch(bot: &Bot, file: &inbound::FileRef, limit: u64) -> Option<Value> {
+    if file.file_size.is_some_and(|size| size > limit) {
+        tracing::info!("telegram: not fetching {} ({} bytes > max_file_bytes {limit})", file.file_id, file.file_size?);
+        return None;
+    }
+    let fetched = async {
+        let info = bot.get_file(&GetFileParams::builder().file_id(file.file_id.clone()).build()).await?.result;
+        let path = info.file_path.ok_or_else(|| ApiError::Decode("getFile gave no file_path".into()))?;
+        bot.download(&path, limit).await
+    };
+    match fetched.await {
+        Ok(bytes) => {
+            let mut part = json!({
+                "type": file.kind,
+                "media_type": file.mime_type,
+                "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+            });
+            if let Some(name) = &file.file_name {
+                part["filename"] = json!(name);
+            }
+            Some(part)
+        }
+        Err(e) => {
+            tracing::warn!("telegram: cannot fetch file {}: {e}", file.file_id);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_read_bubs_names_and_lists() {
+        let config = json!({"allow_users": "1, ann ,", "allow_chats": ["-100", 5], "poll_timeout": 2});
+        let config = Config::from(config.as_object().unwrap()).unwrap();
+        assert_eq!(config.allow_users, HashSet::from(["1".to_owned(), "ann".to_owned()]));
+        assert_eq!(config.allow_chats, HashSet::from(["-100".to_owned(), "5".to_owned()]));
+        assert_eq!(config.poll_timeout, 2);
+        assert_eq!(config.api_base, "https://api.telegram.org");
+        let bad = json!({"poll_timeout": "soon"});
+        assert!(Config::from(bad.as_object().unwrap()).is_err());
+    }
+}
