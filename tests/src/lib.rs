@@ -20,6 +20,7 @@ pub mod gateway;
 pub mod postgres;
 pub mod provider;
 pub mod recordings;
+pub mod telegram;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
@@ -49,6 +50,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "audit-log",
     "openai-chat",
     "http-channel",
+    "telegram-channel",
     "tape-sqlite",
     "tape-postgres",
     "schedule",

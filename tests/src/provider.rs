@@ -82,7 +82,7 @@ impl Provider {
     }
 }
 
-fn read_request(stream: &std::net::TcpStream) -> Option<Request> {
+pub(crate) fn read_request(stream: &std::net::TcpStream) -> Option<Request> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;

@@ -57,8 +57,19 @@ impl ApiError {
     }
 }
 
+/// A transport error with its causes ("error sending request" alone says
+/// little), without the URL.
 fn network(e: reqwest::Error) -> ApiError {
-    ApiError::Network { connect: e.is_connect(), message: e.without_url().to_string() }
+    let connect = e.is_connect();
+    let e = e.without_url();
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    ApiError::Network { connect, message }
 }
 
 /// The longest wait a `retry_after` may impose on one call.

@@ -32,5 +32,6 @@ mod shells;
 mod skills;
 mod special;
 mod tape_stores;
+mod telegram;
 mod trust;
 mod turn;

@@ -1,0 +1,178 @@
+//! The `telegram-channel` plugin in `bub gateway`, against a fake Bot API
+//! server the test starts (`bub_tests::telegram`): Bub 0.6's Telegram
+//! channel (agent spec §5 channels; `bub/channels/telegram.py`), with
+//! replies sent by the channel (docs/gateway.md says why).
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bub_tests::{
+    gateway::GatewayProcess,
+    lib,
+    provider::{chat, Provider},
+    telegram::{group_text, private_text, FakeBotApi, Trouble, BOT_USERNAME, TOKEN},
+    Home,
+};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn telegram(home: &Home, api: &FakeBotApi, extra: Value) {
+    let mut config = json!({"token": TOKEN, "api_base": api.base, "poll_timeout": 1});
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    home.install("telegram-channel", &lib("telegram-channel"), config);
+}
+
+fn gateway(home: &Home, api: &FakeBotApi, env: &[(&str, &str)]) -> GatewayProcess {
+    let mut env = env.to_vec();
+    env.push(("BUB_DEBOUNCE_SECONDS", "0.2"));
+    let gateway = GatewayProcess::start(home.path(), &["--enable-channel", "telegram"], &env);
+    api.wait_for("the first getUpdates", WAIT, |calls| calls.iter().any(|c| c.method == "getUpdates"));
+    gateway
+}
+
+fn texts_to(api: &FakeBotApi, chat: i64, n: usize) -> Vec<String> {
+    api.wait_for(&format!("{n} messages to chat {chat}"), WAIT, |_| api.sent_to(chat).len() >= n);
+    api.sent_to(chat)
+}
+
+/// A private message is a turn of session `telegram:<chat>`; the reply is
+/// sent to the chat, "typing…" shows meanwhile, a long reply is split at
+/// the 4096-character limit, `/start` is answered.
+#[test]
+fn telegram_private_messages_are_answered_typing_and_split() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({}));
+    let gateway = gateway(&home, &api, &[]);
+    api.push_message(private_text(5, "hello telegram"));
+    let sent = texts_to(&api, 5, 1);
+    // The builtin's model-less echo: the prompt, whose content is Bub's
+    // JSON of the message and its metadata.
+    assert!(sent[0].contains(r#""message":"hello telegram""#), "{sent:?}");
+    assert!(sent[0].contains(r#""sender_id":"5""#) && sent[0].contains(r#""type":"text""#), "{sent:?}");
+    let typing = api.calls_of("sendChatAction");
+    assert!(typing.iter().any(|c| c.params["chat_id"] == json!(5) && c.params["action"] == "typing"), "{typing:?}");
+    assert!(home.path().join("tapes").read_dir().map(|d| d.count() > 0).unwrap_or(false), "the turn has a tape");
+
+    api.push_message(private_text(5, &"long ".repeat(1200)));
+    let sent = texts_to(&api, 5, 3);
+    assert!(
+        sent[1..].iter().all(|t| t.encode_utf16().count() <= 4096),
+        "{:?}",
+        sent.iter().map(String::len).collect::<Vec<_>>()
+    );
+    assert_eq!(sent.len(), 3, "6000 characters in two messages");
+
+    let mut start = private_text(5, "/start");
+    start["entities"] = json!([{"type": "bot_command", "offset": 0, "length": 6}]);
+    api.push_message(start);
+    let sent = texts_to(&api, 5, 4);
+    assert_eq!(sent[3], "Bub is online. Send text to start.");
+    drop(gateway);
+}
+
+/// Allow-lists (chats by id; users by id or username) and groups, where
+/// only a mention of the bot or a reply to it starts a turn.
+#[test]
+fn telegram_allow_lists_and_group_mentions() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({"allow_users": "7,user9", "allow_chats": "7,9,-100"}));
+    let gateway = gateway(&home, &api, &[]);
+
+    // A chat outside the list: ignored; its /start is told why.
+    api.push_message(private_text(8, "let me in"));
+    let mut start = private_text(8, "/start");
+    start["entities"] = json!([{"type": "bot_command", "offset": 0, "length": 6}]);
+    api.push_message(start);
+    let sent = texts_to(&api, 8, 1);
+    assert_eq!(sent, vec!["You are not allowed to chat with me. Please deploy your own instance of Bub."]);
+
+    // An allowed group, a user outside the list: refused.
+    let mention = format!("@{BOT_USERNAME} hi");
+    let entities = json!([{"type": "mention", "offset": 0, "length": BOT_USERNAME.len() + 1}]);
+    api.push_message(group_text(-100, 8, &mention, entities.clone()));
+    assert_eq!(texts_to(&api, -100, 1), vec!["Access denied."]);
+
+    // A listed user (by username): idle chatter is no turn, a mention is.
+    api.push_message(group_text(-100, 9, "idle chatter", json!([])));
+    std::thread::sleep(Duration::from_millis(800));
+    api.push_message(group_text(-100, 9, &format!("@{BOT_USERNAME} what now"), entities));
+    let sent = texts_to(&api, -100, 2);
+    assert!(sent[1].contains("what now") && !sent[1].contains("idle chatter"), "{sent:?}");
+    // A private chat of a listed user.
+    api.push_message(private_text(7, "just us"));
+    assert!(texts_to(&api, 7, 1)[0].contains("just us"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api.sent_to(8).len(), 1, "the unlisted chat got nothing else");
+    drop(gateway);
+}
+
+/// A photo reaches the model as an image part (the file fetched through
+/// getFile); a 429 with retry_after delays the reply instead of losing it;
+/// a network drop of the polling connection is retried.
+#[test]
+fn telegram_media_rate_limits_and_network_drops() {
+    let home = Home::new();
+    let provider = Provider::start(vec![chat::text("nice photo"), chat::text("back again")]);
+    home.use_model("openai:m", &provider.base_url, json!({}));
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({}));
+    let gateway = gateway(&home, &api, &[]);
+
+    let image = b"\x89PNG\r\n\x1a\nfake image bytes";
+    api.add_file("photo-1", image);
+    api.trouble("sendMessage", vec![Trouble::RateLimit(1)]);
+    let mut photo = private_text(5, "");
+    photo.as_object_mut().unwrap().remove("text");
+    photo["photo"] =
+        json!([{"file_id": "photo-1", "file_unique_id": "u1", "width": 4, "height": 4, "file_size": image.len()}]);
+    photo["caption"] = json!("look");
+    api.push_message(photo);
+    // The first send is refused (and recorded), the second goes through.
+    assert_eq!(texts_to(&api, 5, 2), vec!["nice photo", "nice photo"]);
+    let sends = api.calls_of("sendMessage");
+    assert_eq!(sends.len(), 2, "the rate-limited send was repeated once");
+    assert!(sends[1].at - sends[0].at >= Duration::from_millis(950), "it waited retry_after");
+    let request = &provider.requests()[0].body;
+    let data_url = format!("data:image/jpeg;base64,{}", base64::engine::general_purpose::STANDARD.encode(image));
+    assert!(request.to_string().contains(&data_url), "the model saw the photo: {request}");
+    assert!(request.to_string().contains("[Photo message] Caption: look"), "{request}");
+
+    // The polling connection drops twice; the channel keeps polling.
+    let polls = api.calls_of("getUpdates").len();
+    api.trouble("getUpdates", vec![Trouble::Drop, Trouble::Drop]);
+    api.wait_for("two dropped polls and a good one", WAIT, |calls| {
+        calls.iter().filter(|c| c.method == "getUpdates").count() >= polls + 4
+    });
+    let started = Instant::now();
+    api.push_message(private_text(5, "still there?"));
+    assert_eq!(texts_to(&api, 5, 3)[2], "back again");
+    assert!(started.elapsed() < WAIT);
+    drop(gateway);
+}
+
+/// With `BUB_STREAM_OUTPUT=true` the reply is one message, sent at the
+/// first text and edited as the model writes; the outbound completes it
+/// instead of sending it again.
+#[test]
+fn telegram_streamed_replies_are_edited_into_one_message() {
+    let home = Home::new();
+    let provider = Provider::start(vec![chat::text("streamed reply here")]);
+    home.use_model("openai:m", &provider.base_url, json!({}));
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({"edit_interval_ms": 0}));
+    let gateway = gateway(&home, &api, &[("BUB_STREAM_OUTPUT", "true")]);
+    api.push_message(private_text(5, "stream it"));
+    api.wait_for("the reply edited to its full text", WAIT, |calls| {
+        calls.iter().any(|c| c.method == "editMessageText" && c.params["text"] == "streamed reply here")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = api.sent_to(5);
+    assert_eq!(sent.len(), 1, "one message, edited: {sent:?}");
+    assert!("streamed reply here".starts_with(&sent[0]) && sent[0].len() < "streamed reply here".len(), "{sent:?}");
+    drop(gateway);
+}
