@@ -91,6 +91,25 @@ fn unsettled(text: &str) -> Vec<Envelope> {
     open.into_values().collect()
 }
 
+/// The process ids of the gateways of `home` that run now: those holding
+/// their journal's lock (`bub gateway --status`).
+pub fn running_gateways(home: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(home.join("gateway")) else { return Vec::new() };
+    let mut pids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("journal-")?.strip_suffix(".jsonl")?.parse().ok()?;
+            let file = std::fs::File::open(entry.path()).ok()?;
+            // A lock we can take is no live gateway's (we let it go at once).
+            let free = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok();
+            (!free).then_some(pid)
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
 /// Saves what dead gateways' journals in `dir` left, and removes them.
 fn recover(dir: &Path, home: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

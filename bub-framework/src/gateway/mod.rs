@@ -48,7 +48,7 @@ use tokio::{
     time::Instant,
 };
 
-pub use self::{select::select_channels, settings::GatewaySettings};
+pub use self::{journal::running_gateways, select::select_channels, settings::GatewaySettings};
 use bub_abi::envelope::field_of;
 use bub_runtime::resources::Channel;
 

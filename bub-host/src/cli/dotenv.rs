@@ -9,7 +9,16 @@
 //! chooses where the model's API key is sent (`BUB_API_BASE`). A refused
 //! file is named on standard error.
 
-use std::{os::unix::fs::MetadataExt, path::Path};
+use std::{os::unix::fs::MetadataExt, path::Path, sync::OnceLock};
+
+/// The variables the `.env` set (not those of the environment), so that
+/// `bub gateway --install` does not copy them out of it.
+static LOADED: OnceLock<Vec<String>> = OnceLock::new();
+
+/// Whether variable `key` came from the `.env` file.
+pub fn from_dotenv(key: &str) -> bool {
+    LOADED.get().is_some_and(|keys| keys.iter().any(|k| k == key))
+}
 
 /// Loads the nearest `.env`; call before any thread starts.
 pub fn load() {
@@ -21,9 +30,13 @@ pub fn load() {
     }
     // Existing variables win (dotenvy never overrides), as python-dotenv's
     // default `override=False`.
+    let before: std::collections::HashSet<String> =
+        std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
     if let Err(e) = dotenvy::from_path(&path) {
         eprintln!("warning: {} not loaded: {e}", path.display());
     }
+    let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| !before.contains(k)).collect();
+    let _ = LOADED.set(set);
 }
 
 fn trusted(path: &Path) -> Result<(), String> {

@@ -1,5 +1,7 @@
 //! `bub gateway [--enable-channel NAME]…`: runs the enabled channels until
-//! SIGINT or SIGTERM (see `bub_host::gateway` for what stopping does).
+//! SIGINT or SIGTERM (see `bub_host::gateway` for what stopping does);
+//! `--install`, `--uninstall` and `--status` manage it as a per-user
+//! service (`service.rs`).
 //!
 //! Turns run on a multi-threaded runtime, so one blocking plugin hook holds
 //! a worker, not the gateway. A second signal skips the grace period; a
@@ -22,9 +24,28 @@ pub struct GatewayArgs {
     /// BUB_ENABLED_CHANNELS, else `all` (every channel but interfaces like `cli`).
     #[arg(long = "enable-channel", value_name = "NAME")]
     enable_channel: Vec<String>,
+
+    /// Install the gateway as a systemd user service (restarted on failure)
+    /// with these channels, this home and this workspace, and start it.
+    #[arg(long, conflicts_with_all = ["uninstall", "status"])]
+    install: bool,
+
+    /// Stop and remove the installed service.
+    #[arg(long, conflicts_with = "status")]
+    uninstall: bool,
+
+    /// Whether the service is installed and which gateways of this home run.
+    #[arg(long)]
+    status: bool,
 }
 
 pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
+    if args.uninstall {
+        return super::service::uninstall(&ctx.home);
+    }
+    if args.status {
+        return super::service::status(&ctx.home);
+    }
     // config.json's channels and stream output (what `bub onboard` writes),
     // under the BUB_* variables; an unreadable file counts as none.
     let config = bub_host::install::read_settings_file(&ctx.home.join("config.json"))
@@ -35,6 +56,17 @@ pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
     let mut settings = GatewaySettings::from_sources(&config, &ctx.settings.environment);
     if !args.enable_channel.is_empty() {
         settings.enabled_channels = args.enable_channel.clone();
+    }
+    if args.install {
+        let executable = std::env::current_exe().context("cannot tell where the bub binary is")?;
+        let executable = std::fs::canonicalize(&executable).unwrap_or(executable);
+        return super::service::install(&super::service::Service {
+            executable: &executable,
+            home: &ctx.home,
+            workspace: &ctx.workspace,
+            channels: &args.enable_channel,
+            grace: settings.shutdown_grace,
+        });
     }
     let framework = ctx.framework();
     let runtime = tokio::runtime::Builder::new_multi_thread()

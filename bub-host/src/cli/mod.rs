@@ -10,6 +10,7 @@ mod onboard;
 mod plugins;
 mod probe;
 mod run;
+mod service;
 
 use std::{path::PathBuf, process::ExitCode};
 

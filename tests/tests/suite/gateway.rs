@@ -488,3 +488,79 @@ fn quit_stops_the_sessions_shells_only() {
         assert!(process_running(&theirs), "another session's shell was stopped");
     });
 }
+
+/// `bub gateway --install / --status / --uninstall` (issue 21): a systemd
+/// user unit under `$XDG_CONFIG_HOME` restarting on failure, in the
+/// workspace, with the channels; the secrets in an owner-only environment
+/// file, not the unit; `systemctl --user` driven when there is one.
+#[test]
+fn gateway_installs_as_a_systemd_user_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let xdg = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let log = bin.path().join("systemctl.log");
+    let fake = bin.path().join("systemctl");
+    std::fs::write(&fake, format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display())).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bub = |args: &[&str], path: &std::path::Path| {
+        let out = std::process::Command::new(bub_tests::bub_bin())
+            .arg("--home")
+            .arg(home.path())
+            .arg("--workspace")
+            .arg(workspace.path())
+            .args(args)
+            .env("XDG_CONFIG_HOME", xdg.path())
+            .env("PATH", path)
+            .env("BUB_TELEGRAM_TOKEN", "123:secret")
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = bub(&["gateway", "--install", "--enable-channel", "telegram"], bin.path());
+    let unit_path = xdg.path().join("systemd/user/bub-gateway.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let ws = std::fs::canonicalize(workspace.path()).unwrap();
+    assert!(unit.contains(&format!("WorkingDirectory=\"{}\"", ws.display())), "{unit}");
+    assert!(unit.contains("\"gateway\" \"--enable-channel\" \"telegram\""), "{unit}");
+    assert!(unit.contains("Restart=on-failure"), "{unit}");
+    assert!(!unit.contains("secret"), "no secret in the unit file: {unit}");
+    let env_file = home.path().join("gateway.env");
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(env.contains("BUB_TELEGRAM_TOKEN=\"123:secret\""), "{env}");
+    assert_eq!(std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o077, 0, "owner-only");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls, "--user daemon-reload\n--user enable bub-gateway.service\n--user restart bub-gateway.service\n");
+
+    let status = bub(&["gateway", "--status"], bin.path());
+    assert!(status.contains("installed") && status.contains("none running"), "{status}");
+
+    // No systemctl: the unit is written all the same, the steps printed.
+    let nowhere = bin.path().join("empty");
+    std::fs::create_dir(&nowhere).unwrap();
+    let out = bub(&["gateway", "--install"], &nowhere);
+    assert!(
+        out.contains("systemctl not found") && out.contains("systemctl --user enable --now bub-gateway.service"),
+        "{out}"
+    );
+
+    let out = bub(&["gateway", "--uninstall"], bin.path());
+    assert!(out.contains("removed"), "{out}");
+    assert!(!unit_path.exists() && !env_file.exists());
+    assert!(std::fs::read_to_string(&log).unwrap().contains("--user disable --now bub-gateway.service"));
+}
+
+/// `--status` names the gateways of the home that run (their journal lock).
+#[test]
+fn gateway_status_names_running_gateways() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    gateway.address(home.path(), "http-channel");
+    let (out, err, ok) = run_bub(&home, &["gateway", "--status"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("running, pid {}", gateway.pid().unwrap())), "{out}");
+}

@@ -1,0 +1,270 @@
+//! `bub gateway --install / --uninstall / --status`: the gateway as a
+//! per-user systemd service, as Bub's `gateway_installer.py` makes it.
+//!
+//! `--install` writes `bub-gateway.service` to
+//! `$XDG_CONFIG_HOME/systemd/user/` (default `~/.config/systemd/user/`):
+//! `bub --home H --workspace W gateway --enable-channel …` with the
+//! workspace as working directory (so its `.env` is read, as for `bub`
+//! run there), `Restart=on-failure`, a stop timeout longer than the
+//! gateway's grace period, and `EnvironmentFile=$BUB_HOME/gateway.env`:
+//! the `BUB_*`, `*_API_KEY` and proxy variables of the installing shell
+//! (not those of the `.env`), written owner-only, since a token in the unit
+//! file itself would be readable by every local user. With `systemctl`
+//! (and a user manager) the unit is enabled and (re)started; without, the
+//! commands to run are printed. `--uninstall` stops, disables and removes
+//! both files. `--status` tells what is installed and which gateways of
+//! this home run (their journal locks say so, systemd or not).
+//!
+//! Differences from Bub: Bub's unit has no environment file (its Python
+//! process reads the workspace's `.env` only) and Bub fails without
+//! `systemctl`; here the unit is still written and the steps printed.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+/// The unit's file name (Bub's).
+pub const UNIT: &str = "bub-gateway.service";
+
+/// Where the user's units live.
+pub fn unit_path() -> Result<PathBuf> {
+    let config = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home = std::env::var_os("HOME").context("neither XDG_CONFIG_HOME nor HOME is set")?;
+            PathBuf::from(home).join(".config")
+        }
+    };
+    Ok(config.join("systemd").join("user").join(UNIT))
+}
+
+/// systemd's quoting of one word (Bub's `_systemd_quote`).
+fn quote(value: &str) -> String {
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t")
+        .replace('%', "%%");
+    format!("\"{escaped}\"")
+}
+
+/// What the service runs.
+pub struct Service<'a> {
+    /// The `bub` binary.
+    pub executable: &'a Path,
+    /// `$BUB_HOME`.
+    pub home: &'a Path,
+    /// The workspace (working directory).
+    pub workspace: &'a Path,
+    /// `--enable-channel` values.
+    pub channels: &'a [String],
+    /// The gateway's grace period.
+    pub grace: std::time::Duration,
+}
+
+impl Service<'_> {
+    /// The environment file's path.
+    pub fn env_file(&self) -> PathBuf {
+        self.home.join("gateway.env")
+    }
+
+    /// The unit file's text.
+    pub fn unit(&self) -> String {
+        let mut command = vec![
+            self.executable.display().to_string(),
+            "--home".into(),
+            self.home.display().to_string(),
+            "--workspace".into(),
+            self.workspace.display().to_string(),
+            "gateway".into(),
+        ];
+        for channel in self.channels {
+            command.extend(["--enable-channel".to_owned(), channel.clone()]);
+        }
+        let exec: Vec<String> = command.iter().map(|w| quote(w)).collect();
+        // systemd waits this long after SIGTERM before SIGKILL: past the
+        // gateway's grace, so running turns may finish and the rest is saved.
+        let stop = self.grace.as_secs() + 15;
+        format!(
+            "[Unit]\nDescription=Bub gateway (bub-rs)\nWants=network-online.target\nAfter=network-online.target\n\n\
+             [Service]\nType=simple\nWorkingDirectory={}\nExecStart={}\nEnvironmentFile=-{}\n\
+             Restart=on-failure\nRestartSec=5s\nTimeoutStopSec={stop}s\n\n[Install]\nWantedBy=default.target\n",
+            quote(&self.workspace.display().to_string()),
+            exec.join(" "),
+            quote(&self.env_file().display().to_string()),
+        )
+    }
+}
+
+/// Whether an environment variable belongs in the service's environment.
+fn kept(key: &str) -> bool {
+    let proxy = matches!(
+        key.to_ascii_uppercase().as_str(),
+        "HTTP_PROXY" | "HTTPS_PROXY" | "ALL_PROXY" | "NO_PROXY" | "RUST_LOG"
+    );
+    (key.starts_with("BUB_") && key != "BUB_HOME") || key.ends_with("_API_KEY") || proxy
+}
+
+/// The environment file: `KEY="value"` lines in systemd's syntax.
+pub fn env_file_text(vars: impl IntoIterator<Item = (String, String)>) -> String {
+    let mut vars: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| kept(k)).collect();
+    vars.sort();
+    let mut text = String::from("# bub gateway --install: the service's environment (only you can read this file)\n");
+    for (key, value) in vars {
+        let value = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        let _ = writeln!(text, "{key}=\"{value}\"");
+    }
+    text
+}
+
+/// `systemctl --user <args>`, when there is a systemctl: Ok(false) when
+/// there is none.
+fn systemctl(args: &[&str]) -> Result<bool> {
+    let output = match Command::new("systemctl").arg("--user").args(args).output() {
+        Ok(output) => output,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => bail!("cannot run systemctl: {e}"),
+    };
+    if !output.status.success() {
+        let detail = String::from_utf8_lossy(if output.stderr.is_empty() { &output.stdout } else { &output.stderr });
+        bail!("systemctl --user {} failed: {}", args.join(" "), detail.trim());
+    }
+    Ok(true)
+}
+
+fn by_hand(steps: &[&str]) -> String {
+    let mut text = String::from("run these to start it (and at every login):\n");
+    for step in steps {
+        let _ = writeln!(text, "  systemctl --user {step}");
+    }
+    text.push_str("(no systemd user manager here? run the ExecStart line of the unit under your service manager)");
+    text
+}
+
+/// `--install`.
+pub fn install(service: &Service<'_>) -> Result<()> {
+    let path = unit_path()?;
+    let dir = path.parent().expect("a unit path has a folder");
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let env = env_file_text(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| !super::dotenv::from_dotenv(k)),
+    );
+    bub_abi::files::create_private_dir(service.home)
+        .and_then(|()| bub_abi::files::write_private(&service.env_file(), env.as_bytes()))
+        .with_context(|| format!("cannot write {}", service.env_file().display()))?;
+    std::fs::write(&path, service.unit()).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("wrote {}", path.display());
+    println!("wrote {} (the service's variables; only you can read it)", service.env_file().display());
+    let started = (|| -> Result<bool> {
+        Ok(systemctl(&["daemon-reload"])? && systemctl(&["enable", UNIT])? && systemctl(&["restart", UNIT])?)
+    })();
+    match started {
+        Ok(true) => {
+            println!("enabled and started {UNIT} (systemctl --user status {UNIT}; journalctl --user -u {UNIT})")
+        }
+        Ok(false) => println!("systemctl not found; {}", by_hand(&["daemon-reload", &format!("enable --now {UNIT}")])),
+        Err(e) => {
+            println!("{e:#}\n{}", by_hand(&["daemon-reload", &format!("enable --now {UNIT}")]));
+        }
+    }
+    Ok(())
+}
+
+/// `--uninstall`.
+pub fn uninstall(home: &Path) -> Result<()> {
+    let path = unit_path()?;
+    let env_file = home.join("gateway.env");
+    if !path.exists() {
+        println!("{UNIT} is not installed ({} does not exist)", path.display());
+    } else {
+        match systemctl(&["disable", "--now", UNIT]) {
+            Ok(true) => println!("stopped and disabled {UNIT}"),
+            Ok(false) => println!("systemctl not found; stop the gateway yourself if it runs"),
+            Err(e) => println!("{e:#}; stop the gateway yourself if it runs"),
+        }
+        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+        println!("removed {}", path.display());
+        let _ = systemctl(&["daemon-reload"]);
+    }
+    if env_file.exists() {
+        std::fs::remove_file(&env_file).with_context(|| format!("cannot remove {}", env_file.display()))?;
+        println!("removed {}", env_file.display());
+    }
+    Ok(())
+}
+
+/// `--status`.
+pub fn status(home: &Path) -> Result<()> {
+    let path = unit_path()?;
+    if path.exists() {
+        println!("service: {} installed", path.display());
+        let state = |what: &str| {
+            Command::new("systemctl")
+                .args(["--user", what, UNIT])
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .filter(|s| !s.is_empty())
+        };
+        match (state("is-enabled"), state("is-active")) {
+            (Some(enabled), Some(active)) => println!("systemd: {enabled}, {active}"),
+            _ => println!("systemd: no user manager answers (systemctl --user status {UNIT})"),
+        }
+    } else {
+        println!("service: not installed (bub gateway --install)");
+    }
+    let running = bub_host::gateway::running_gateways(home);
+    if running.is_empty() {
+        println!("gateways of {}: none running (scheduled jobs fire only while one runs)", home.display());
+    }
+    for pid in running {
+        println!("gateway of {}: running, pid {pid}", home.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_quotes_every_word_and_restarts_on_failure() {
+        let channels = vec!["telegram".to_owned(), "my chan%".to_owned()];
+        let service = Service {
+            executable: Path::new("/opt/bub/bin/bub"),
+            home: Path::new("/home/a/.bub"),
+            workspace: Path::new("/home/a/my \"ws\""),
+            channels: &channels,
+            grace: std::time::Duration::from_secs(30),
+        };
+        let unit = service.unit();
+        assert!(unit.contains(r#"WorkingDirectory="/home/a/my \"ws\"""#), "{unit}");
+        assert!(unit.contains(
+            r#"ExecStart="/opt/bub/bin/bub" "--home" "/home/a/.bub" "--workspace" "/home/a/my \"ws\"" "gateway" "--enable-channel" "telegram" "--enable-channel" "my chan%%""#
+        ), "{unit}");
+        assert!(unit.contains("Restart=on-failure\n") && unit.contains("TimeoutStopSec=45s\n"), "{unit}");
+        assert!(unit.contains("EnvironmentFile=-\"/home/a/.bub/gateway.env\""), "{unit}");
+    }
+
+    #[test]
+    fn the_environment_file_keeps_bub_keys_and_proxies_only() {
+        let text = env_file_text([
+            ("BUB_TELEGRAM_TOKEN".to_owned(), "1:a\"b".to_owned()),
+            ("OPENAI_API_KEY".to_owned(), "sk".to_owned()),
+            ("PATH".to_owned(), "/bin".to_owned()),
+            ("BUB_HOME".to_owned(), "/x".to_owned()),
+            ("https_proxy".to_owned(), "http://p:1".to_owned()),
+        ]);
+        assert!(text.contains("BUB_TELEGRAM_TOKEN=\"1:a\\\"b\"\n"), "{text}");
+        assert!(text.contains("OPENAI_API_KEY=\"sk\"") && text.contains("https_proxy="), "{text}");
+        assert!(!text.contains("PATH=") && !text.contains("BUB_HOME"), "{text}");
+    }
+}
