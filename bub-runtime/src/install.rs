@@ -18,6 +18,7 @@ use crate::{
     error::LoadError,
     integrity, loader,
     manifest::{Manifest, MANIFEST_FILE},
+    source::Source,
 };
 
 /// Why an install, removal or toggle failed. Every message says what to do.
@@ -57,6 +58,20 @@ pub enum InstallError {
     /// The library failed the load checks (the message names the source file).
     #[error("not installed: {0}")]
     Rejected(String),
+    /// A git repository or crate could not be fetched.
+    #[error("cannot fetch {spec}: {why}")]
+    Fetch {
+        /// The source, as given.
+        spec: String,
+        /// What failed.
+        why: String,
+    },
+    /// `update` of a plugin whose source is not recorded.
+    #[error("{name} has no recorded source (it was installed before bub recorded sources); install it again with `bub plugins install <library, folder, git URL or crate>`")]
+    NoSource {
+        /// The plugin.
+        name: String,
+    },
     /// The plugin name is not usable as a folder name.
     #[error("invalid plugin name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' (and not `builtin`, the host's own)")]
     InvalidName {
@@ -164,7 +179,18 @@ impl Installer {
     /// name). Replaces an installed version atomically, keeping its config
     /// and enabled state.
     pub fn install(&self, source: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
-        let source = crate::discovery::absolute(source.to_path_buf());
+        self.install_from(&Source::Path { path: crate::discovery::absolute(source.to_path_buf()) }, name)
+    }
+
+    /// Installs from `source`: a path as [`install`](Self::install) does, or
+    /// a git repository or crate, fetched and built in release first. The
+    /// source is recorded in the manifest, for [`update`](Self::update).
+    pub fn install_from(&self, source: &Source, name: Option<&str>) -> Result<Installed, InstallError> {
+        let home = self.root.parent().unwrap_or(&self.root);
+        let fetched =
+            crate::source::fetch(source, &home.join("cache").join("fetch"), &home.join("cache").join("build"))?;
+        let recorded = fetched.source.clone();
+        let source = fetched.path.clone();
         if !source.exists() {
             return Err(InstallError::NotFound { path: source });
         }
@@ -173,7 +199,8 @@ impl Installer {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file or a crate folder");
             return Err(io("read", &source)(e));
         }
-        let library = if source.is_dir() { build_crate(&source)? } else { source.clone() };
+        let library =
+            if source.is_dir() { build_crate(&source, fetched.target_dir.as_deref())? } else { source.clone() };
         // A crate may ship skills (`skills/<name>/SKILL.md`): installed with
         // the library, found by the agent in the plugin's folder.
         let skills = Some(source.join("skills")).filter(|s| source.is_dir() && s.is_dir());
@@ -185,11 +212,19 @@ impl Installer {
         let _lock = self.lock()?;
         self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
-        let result = self.stage_and_swap(&library, skills.as_deref(), &stage, name);
+        let result = self.stage_and_swap(&library, skills.as_deref(), &stage, name, recorded);
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&stage);
         }
         result
+    }
+
+    /// Fetches, builds and installs plugin `name` again from its recorded
+    /// source (a branch or an unpinned crate moves forward), keeping its
+    /// config and enabled state.
+    pub fn update(&self, name: &str) -> Result<Installed, InstallError> {
+        let source = self.manifest(name)?.source.ok_or_else(|| InstallError::NoSource { name: name.to_owned() })?;
+        self.install_from(&source.unresolved(), Some(name))
     }
 
     fn stage_and_swap(
@@ -198,6 +233,7 @@ impl Installer {
         skills: Option<&Path>,
         stage: &Path,
         name: Option<&str>,
+        source: Source,
     ) -> Result<Installed, InstallError> {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
         set_mode(stage, 0o700)?;
@@ -234,6 +270,7 @@ impl Installer {
             enabled: previous.as_ref().is_none_or(|m| m.enabled),
             config: previous.as_ref().map(|m| m.config.clone()).unwrap_or_default(),
             replaces: lib.replaces().into_iter().filter(|r| crate::manifest::valid_name(r) && *r != name).collect(),
+            source: Some(source),
         };
         manifest.write(stage)?;
 
@@ -453,15 +490,20 @@ fn nanos() -> u128 {
 
 /// Builds the crate in `dir` with `cargo build --release` (cargo's progress
 /// shown on stderr) and returns the cdylib it produced.
-fn build_crate(dir: &Path) -> Result<PathBuf, InstallError> {
+fn build_crate(dir: &Path, target_dir: Option<&Path>) -> Result<PathBuf, InstallError> {
     let manifest = dir.join("Cargo.toml");
     if !manifest.is_file() {
         return Err(InstallError::NotFound { path: manifest });
     }
     let cargo = crate::settings::cargo();
-    let output = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    if let Some(target) = target_dir {
+        command.arg("--config").arg(format!("build.target-dir={}", Value::String(target.display().to_string())));
+    }
+    let output = command
         .args(["build", "--release", "--message-format=json-render-diagnostics", "--manifest-path"])
         .arg(&manifest)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

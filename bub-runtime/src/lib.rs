@@ -62,6 +62,7 @@ pub mod registry;
 pub mod resources;
 pub mod runtime;
 pub mod settings;
+pub mod source;
 pub mod testing;
 
 pub use error::{HookFailure, LoadError};

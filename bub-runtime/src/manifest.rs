@@ -39,6 +39,9 @@ pub struct Manifest {
     /// install): listed as `replaced`, not loaded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaces: Vec<String>,
+    /// Where it was installed from (`bub plugins update` fetches it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::source::Source>,
 }
 
 fn yes() -> bool {

@@ -147,6 +147,13 @@ pub fn cargo() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
+/// `CARGO_TARGET_DIR`, when set: fetched plugins build there instead of
+/// Bub's own build cache.
+#[allow(clippy::disallowed_methods)]
+pub fn cargo_target_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).map(Into::into)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -420,3 +420,205 @@ fn a_plugin_can_replace_another_by_name() {
     let manifest = std::fs::read_to_string(home.path().join("plugins").join(prev).join("plugin.json")).unwrap();
     assert!(!manifest.contains("replaces"), "{manifest}");
 }
+
+/// A minimal plugin crate at `dir`, version `version`, depending on
+/// `bub_abi` (a Cargo.toml dependency value).
+fn plugin_crate(dir: &std::path::Path, version: &str, bub_abi: &str) {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"bub-fetched-plugin\"\nversion = \"{version}\"\nedition = \"2021\"\n\n\
+             [workspace]\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\nbub-abi = {bub_abi}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        "#[derive(Default)]\npub struct Fetched;\n\n#[bub_abi::plugin]\nimpl bub_abi::Plugin for Fetched {\n    \
+         fn resolve_session(&self) -> Option<String> {\n        None\n    }\n}\n\nbub_abi::export_plugin!(Fetched);\n",
+    )
+    .unwrap();
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("git (needed to test installs from git)");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// `bub` with the test's cargo set-up: offline (no test reaches the
+/// network), building into the shared target folder, the release profile
+/// unoptimized (what is tested is fetching and installing, not the
+/// optimizer: a third of the build time).
+fn bub_offline(home: &Home, args: &[&str]) -> (String, String, bool) {
+    bub_offline_into(home, &bub_tests::target_dir(), args)
+}
+
+/// As [`bub_offline`], building into `target`.
+fn bub_offline_into(home: &Home, target: &std::path::Path, args: &[&str]) -> (String, String, bool) {
+    let out = std::process::Command::new(bub_tests::bub_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_TARGET_DIR", target)
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+        .env_remove("BUB_PLUGIN_PATH")
+        .output()
+        .expect("run bub");
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+}
+
+/// Issue 21: `bub plugins install <git URL>[@ref]` clones, builds in
+/// release and installs like a crate folder, recording the source;
+/// `bub plugins update` rebuilds from it (a branch moves on, a tag stays);
+/// a ref that does not exist is refused with the reason.
+#[test]
+fn install_from_a_git_repository_and_update_from_it() {
+    let home = Home::new();
+    let repo = tempfile::tempdir().unwrap();
+    let abi = format!("{{ path = {:?} }}", workspace().join("bub-abi").display().to_string());
+    plugin_crate(repo.path(), "0.1.0", &abi);
+    git(repo.path(), &["init", "--quiet", "--initial-branch=main"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "--quiet", "-m", "0.1.0"]);
+    git(repo.path(), &["tag", "v0.1.0"]);
+    let url = format!("file://{}", repo.path().display());
+
+    let (out, err, ok) = bub_offline(&home, &["plugins", "install", &url]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("installed bub-fetched-plugin 0.1.0"), "{out}");
+    assert!(out.contains(&format!("from {url} (commit ")), "{out}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("plugins/bub-fetched-plugin/plugin.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["source"]["kind"], "git");
+    assert_eq!(manifest["source"]["url"], url.as_str());
+    assert_eq!(list(&home)[1], ("bub-fetched-plugin".into(), "loaded".into()));
+
+    // A second plugin pinned to the tag, under another name.
+    let (out, err, ok) = bub_offline(&home, &["plugins", "install", &format!("{url}@v0.1.0"), "--name", "pinned"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("@v0.1.0"), "{out}");
+
+    // The branch moves on: update follows it; the tag stays.
+    plugin_crate(repo.path(), "0.2.0", &abi);
+    git(repo.path(), &["commit", "--quiet", "-am", "0.2.0"]);
+    let (out, err, ok) = bub_offline(&home, &["plugins", "update"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("replaced bub-fetched-plugin 0.1.0 with 0.2.0"), "{out}");
+    assert!(out.contains("reinstalled pinned 0.1.0"), "{out}");
+
+    let (_, err, ok) = bub_offline(&home, &["plugins", "install", &format!("{url}@no-such-tag"), "--name", "x"]);
+    assert!(!ok);
+    assert!(err.contains("git checkout no-such-tag") && err.contains("branch, tag or commit"), "{err}");
+    // A plugin installed from a library has its path as source; one
+    // without a source says how to reinstall it.
+    let (_, err, ok) = bub_offline(&home, &["plugins", "update", "nothing-here"]);
+    assert!(!ok && err.contains("no plugin named 'nothing-here'"), "{err}");
+}
+
+/// Issue 21: `bub plugins install <crate>[@version]` fetches the crate
+/// with cargo (here from a vendored directory source that replaces
+/// crates.io, as an offline mirror does), builds and installs it; a crate
+/// the registry does not have is refused with cargo's reason.
+#[test]
+fn install_a_crate_from_the_registry() {
+    let home = Home::new();
+    let scratch = tempfile::tempdir().unwrap();
+    // The vendored registry: bub-abi's dependencies (cargo vendor, from
+    // cargo's cache), bub-abi itself as published (cargo package), and the
+    // plugin crate.
+    let stub = scratch.path().join("stub");
+    std::fs::create_dir_all(stub.join("src")).unwrap();
+    std::fs::write(stub.join("src/lib.rs"), "").unwrap();
+    std::fs::write(
+        stub.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"stub\"\nversion = \"0.0.0\"\nedition = \"2021\"\n[dependencies]\nbub-abi = {{ path = {:?} }}\n[workspace]\n",
+            workspace().join("bub-abi").display().to_string()
+        ),
+    )
+    .unwrap();
+    let vendor = scratch.path().join("vendor");
+    let cargo = || std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let status = cargo()
+        .args(["vendor", "--offline", "--quiet", "--manifest-path"])
+        .arg(stub.join("Cargo.toml"))
+        .arg(&vendor)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo vendor");
+    let packaged = scratch.path().join("package");
+    let status = cargo()
+        .current_dir(workspace())
+        .args([
+            "package",
+            "--quiet",
+            "--offline",
+            "--no-verify",
+            "--allow-dirty",
+            "-p",
+            "bub-abi-macros",
+            "-p",
+            "bub-abi",
+        ])
+        .arg("--target-dir")
+        .arg(&packaged)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo package bub-abi");
+    let unpack = |crate_file: &std::path::Path| {
+        let status =
+            std::process::Command::new("tar").arg("xzf").arg(crate_file).arg("-C").arg(&vendor).status().unwrap();
+        assert!(status.success());
+    };
+    for entry in std::fs::read_dir(packaged.join("package")).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "crate") {
+            unpack(&path);
+            let dir = vendor.join(path.file_stem().unwrap());
+            std::fs::write(dir.join(".cargo-checksum.json"), r#"{"files": {}, "package": null}"#).unwrap();
+        }
+    }
+    let plugin = vendor.join("bub-fetched-plugin-0.3.0");
+    plugin_crate(&plugin, "0.3.0", "\"2.2\"");
+    std::fs::write(plugin.join(".cargo-checksum.json"), r#"{"files": {}, "package": null}"#).unwrap();
+    // Cargo reads this for every build under the home (as ~/.cargo/config.toml would be).
+    std::fs::create_dir_all(home.path().join(".cargo")).unwrap();
+    std::fs::write(
+        home.path().join(".cargo/config.toml"),
+        format!(
+            "[source.crates-io]\nreplace-with = \"vendored\"\n\n[source.vendored]\ndirectory = {:?}\n",
+            vendor.display().to_string()
+        ),
+    )
+    .unwrap();
+
+    // Its own target folder: the vendored copies have the ids of crates.io's
+    // (source replacement) but other paths, so sharing the target folder
+    // would make each build invalidate the other's artifacts.
+    let target = scratch.path().join("target");
+    let bub_offline = |home: &Home, args: &[&str]| bub_offline_into(home, &target, args);
+    let (out, err, ok) = bub_offline(&home, &["plugins", "install", "bub-fetched-plugin@0.3.0"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("installed bub-fetched-plugin 0.3.0"), "{out}");
+    assert!(out.contains("from crate bub-fetched-plugin@0.3.0"), "{out}");
+    assert_eq!(list(&home)[1], ("bub-fetched-plugin".into(), "loaded".into()));
+    let (out, err, ok) = bub_offline(&home, &["plugins", "update", "bub-fetched-plugin"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("reinstalled bub-fetched-plugin 0.3.0"), "{out}");
+
+    let (_, err, ok) = bub_offline(&home, &["plugins", "install", "bub-no-such-plugin"]);
+    assert!(!ok);
+    assert!(err.contains("cannot fetch crate bub-no-such-plugin") && err.contains("cargo metadata"), "{err}");
+}

@@ -471,10 +471,13 @@ fn a_one_shot_job_cancelled_by_a_stop_fires_again() {
     let (_, err, ok) = run_bub(&home, &["run", "--session-id", "s", ",schedule.add message=remember-me after=1s"]);
     assert!(ok, "{err}");
     let env = [("BUB_SHUTDOWN_GRACE_SECONDS", "0")];
+    home.clear_trace();
     let mut gateway = GatewayProcess::start(home.path(), &[], &env);
     gateway.address(home.path(), "http-channel");
-    // Handed over (its turn is in the slow load_state), then the stop.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Handed over (its turn is in the slow load_state, 4 s), then the stop.
+    wait_for("the job's turn in load_state", Duration::from_secs(30), || {
+        home.trace().iter().any(|l| l.contains("load_state"))
+    });
     gateway.signal("TERM");
     assert!(gateway.wait(Duration::from_secs(30)).is_some());
     let jobs: Value = serde_json::from_slice(&std::fs::read(jobs_file(&home)).unwrap()).unwrap();

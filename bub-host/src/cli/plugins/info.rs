@@ -47,6 +47,9 @@ pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
     if let Some(m) = &manifest {
         writeln!(out, "sha256:       {}", m.sha256.as_deref().unwrap_or("-"))?;
         writeln!(out, "installed at: {}", m.installed_at.as_deref().unwrap_or("-"))?;
+        if let Some(source) = &m.source {
+            writeln!(out, "source:       {}", printable(&source.to_string(), 4096))?;
+        }
         writeln!(out, "enabled:      {}", m.enabled)?;
         if !m.config.is_empty() {
             writeln!(out, "config:       {}", Value::Object(m.config.clone()))?;

@@ -19,12 +19,22 @@ pub enum PluginsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Install a built plugin library, or build and install a plugin crate folder.
+    /// Install a plugin: a built library, a crate folder, a git repository or a crates.io crate.
+    ///
+    /// Git repositories (`https://…`, `ssh://…`, `git@host:path`, `file://…`, with `@<branch, tag or
+    /// commit>`) are cloned, crates (`name` or `name@version`) fetched with cargo; both are built in
+    /// release (running their build scripts as you, as any cargo build does) and checked like a
+    /// local library. The source is recorded, for `bub plugins update`.
     Install {
-        /// A shared library (.so) or a crate folder (built with `cargo build --release`).
-        path: std::path::PathBuf,
+        /// A shared library (.so), a crate folder, a git URL[@ref] or a crate[@version].
+        source: String,
         /// Install under this name (default: the plugin's own name).
         #[arg(long)]
+        name: Option<String>,
+    },
+    /// Fetch, build and install plugins again from their recorded sources (all, or the one named).
+    Update {
+        /// The plugin's name (default: every plugin with a recorded source).
         name: Option<String>,
     },
     /// Remove an installed plugin.
@@ -66,7 +76,8 @@ pub enum PluginsCommand {
 pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
     match cmd {
         PluginsCommand::List { json } => super::probe::guarded(ctx, || list::run(ctx, *json)),
-        PluginsCommand::Install { path, name } => install::run(ctx, path, name.as_deref()),
+        PluginsCommand::Install { source, name } => install::run(ctx, source, name.as_deref()),
+        PluginsCommand::Update { name } => install::update(ctx, name.as_deref()),
         PluginsCommand::Remove { name } => remove::run(ctx, name),
         PluginsCommand::Enable { name } => toggle::run(ctx, name, true),
         PluginsCommand::Disable { name } => toggle::run(ctx, name, false),
