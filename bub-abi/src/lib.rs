@@ -167,6 +167,7 @@ pub mod prompt;
 #[allow(unsafe_code)]
 pub mod sdk;
 pub mod sync;
+pub mod text;
 pub mod time;
 pub mod types;
 #[allow(unsafe_code)]

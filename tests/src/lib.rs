@@ -20,6 +20,7 @@ pub mod gateway;
 pub mod postgres;
 pub mod provider;
 pub mod recordings;
+pub mod slack;
 pub mod telegram;
 
 pub fn workspace() -> PathBuf {
@@ -51,6 +52,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "openai-chat",
     "http-channel",
     "telegram-channel",
+    "slack-channel",
     "tape-sqlite",
     "tape-postgres",
     "schedule",

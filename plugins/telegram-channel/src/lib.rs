@@ -215,7 +215,7 @@ impl Shared {
     }
 
     async fn send_text(&self, chat: &str, text: &str) -> Result<(), BoxError> {
-        for piece in outbound::split(text, outbound::LIMIT) {
+        for piece in outbound::split(text) {
             self.say(chat, &piece).await.map_err(|e| format!("telegram: sending to chat {chat}: {e}"))?;
         }
         Ok(())
@@ -311,7 +311,7 @@ impl Channel for TelegramChannel {
             let live = bub_abi::sync::lock(&shared.live).remove(&chat);
             match live.and_then(|l| l.message_id.map(|id| (id, l.shown))) {
                 Some((id, shown)) => {
-                    let mut pieces = outbound::split(&text, outbound::LIMIT).into_iter();
+                    let mut pieces = outbound::split(&text).into_iter();
                     let first = pieces.next().unwrap_or_default();
                     if first != shown {
                         edit(&shared.bot()?, &chat, id, &first).await.map_err(|e| format!("telegram: {e}"))?;
@@ -348,7 +348,7 @@ impl Channel for TelegramChannel {
             if !due || text.trim().is_empty() {
                 return Ok(());
             }
-            let shown: String = outbound::split(&text, outbound::LIMIT).into_iter().next().unwrap_or_default();
+            let shown: String = outbound::split(&text).into_iter().next().unwrap_or_default();
             let bot = shared.bot()?;
             // Best effort: a failed edit is made good by the final one.
             let sent = match id {

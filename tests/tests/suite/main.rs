@@ -30,6 +30,7 @@ mod sdk;
 mod security;
 mod shells;
 mod skills;
+mod slack;
 mod special;
 mod tape_stores;
 mod telegram;

@@ -1,0 +1,538 @@
+//! `slack-channel`: a Slack channel for `bub gateway`, over Socket Mode
+//! (a WebSocket the app opens, so no public URL is needed).
+//!
+//! ```sh
+//! bub plugins install target/release/libslack_channel.so
+//! BUB_SLACK_BOT_TOKEN=xoxb-… BUB_SLACK_APP_TOKEN=xapp-… bub gateway --enable-channel slack
+//! ```
+//!
+//! Every envelope Slack sends is acknowledged at once (Slack redelivers
+//! what is not acknowledged within three seconds); `message` events of
+//! people become gateway messages: session `slack:<channel>`, the content
+//! a JSON object of the text and its metadata (as Bub's Telegram channel
+//! makes it), images (at most `max_file_bytes`, 2 MiB) as media parts,
+//! `,` commands (after an optional leading mention) as `kind: command`.
+//! Direct messages are active; in channels a mention of the bot or a reply
+//! in a thread it took part in is. Replies go to the conversation, in the
+//! thread when the message was in one, split at `max_message_chars`
+//! (4000); with `stream_output` the reply is one message updated as the
+//! model writes (`chat.update`, at most once a second). A `disconnect`
+//! envelope, a closed or broken connection: a new connection is opened
+//! (backoff up to 30 s). Slack has no typing indicator for bots; none is
+//! shown.
+//!
+//! Settings [inferred: Bub's own Slack plugin is not in the 0.6 sources we
+//! follow]: `BUB_SLACK_BOT_TOKEN` (`xoxb-`), `BUB_SLACK_APP_TOKEN`
+//! (`xapp-`, with `connections:write`), `BUB_SLACK_ALLOW_USERS` and
+//! `BUB_SLACK_ALLOW_CHANNELS` (ids, comma separated; others are ignored,
+//! a listed channel's unlisted user is told "Access denied."),
+//! `BUB_SLACK_API_BASE` (`https://slack.com/api`); or the plugin config's
+//! keys of the same names in lower case (the environment wins), with
+//! `name` (`slack`), `command_prefix`, `max_file_bytes`,
+//! `max_message_chars`, `stream_output`, `edit_interval_ms`.
+
+mod api;
+pub mod inbound;
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    future::Future,
+    sync::{Arc, Mutex},
+    task::Poll,
+    time::{Duration, Instant},
+};
+
+use base64::Engine;
+use bub_abi::{
+    resources::{clients::MessageHandlerClient, Channel, Fut},
+    text::{reply_text, split_message, Count},
+    types::{ChannelInfo, Envelope, StreamEvent},
+    BoxError, Object, Plugin, PluginContext,
+};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Map, Value};
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::Message as Frame;
+
+use api::Api;
+
+/// The plugin.
+pub struct SlackPlugin {
+    config: Config,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    name: String,
+    bot_token: Option<String>,
+    app_token: Option<String>,
+    allow_users: HashSet<String>,
+    allow_channels: HashSet<String>,
+    api_base: String,
+    command_prefix: String,
+    max_file_bytes: u64,
+    max_message_chars: usize,
+    stream_output: bool,
+    edit_interval: Duration,
+}
+
+/// `BUB_SLACK_<KEY>`, else the plugin config's `<key>`; blank is unset.
+fn setting(config: &Map<String, Value>, key: &str) -> Option<String> {
+    let env = std::env::var(format!("BUB_SLACK_{}", key.to_uppercase())).ok();
+    let value = env.or_else(|| match config.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        Value::Array(items) => {
+            Some(items.iter().map(|v| v.as_str().map_or(v.to_string(), str::to_owned)).collect::<Vec<_>>().join(","))
+        }
+        other => Some(other.to_string()),
+    })?;
+    let value = value.trim().to_owned();
+    (!value.is_empty()).then_some(value)
+}
+
+fn number(config: &Map<String, Value>, key: &str, default: u64) -> Result<u64, BoxError> {
+    match setting(config, key) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| format!("slack-channel: {key}={v:?} is not a whole number").into()),
+    }
+}
+
+impl Config {
+    fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
+        let list = |key: &str| -> HashSet<String> {
+            setting(config, key)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        Ok(Config {
+            name: setting(config, "name").unwrap_or_else(|| "slack".into()),
+            bot_token: setting(config, "bot_token"),
+            app_token: setting(config, "app_token"),
+            allow_users: list("allow_users"),
+            allow_channels: list("allow_channels"),
+            api_base: setting(config, "api_base").unwrap_or_else(|| "https://slack.com/api".into()),
+            command_prefix: setting(config, "command_prefix").unwrap_or_else(|| ",".into()),
+            max_file_bytes: number(config, "max_file_bytes", 2 * 1024 * 1024)?,
+            max_message_chars: number(config, "max_message_chars", 4000)?.max(1) as usize,
+            stream_output: setting(config, "stream_output").is_some_and(|v| v == "true" || v == "1"),
+            edit_interval: Duration::from_millis(number(config, "edit_interval_ms", 1000)?),
+        })
+    }
+}
+
+#[bub_abi::plugin]
+impl Plugin for SlackPlugin {
+    fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+        Ok(SlackPlugin { config: Config::from(&ctx.config)? })
+    }
+
+    /// The `slack` channel (enabled when it has both tokens).
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        let shared = Shared {
+            config: self.config.clone(),
+            handler: message_handler,
+            api: Mutex::new(None),
+            bot_user: Mutex::new(String::new()),
+            socket: Mutex::new(None),
+            threads: Mutex::new(HashMap::new()),
+            bot_threads: Mutex::new(HashSet::new()),
+            seen: Mutex::new(VecDeque::new()),
+            live: Mutex::new(HashMap::new()),
+        };
+        Some(vec![Object::channel(SlackChannel(Arc::new(shared)))])
+    }
+}
+
+bub_abi::export_plugin!(SlackPlugin);
+
+struct Shared {
+    config: Config,
+    handler: Object,
+    api: Mutex<Option<Api>>,
+    bot_user: Mutex<String>,
+    socket: Mutex<Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>>,
+    // The thread a conversation's last message was in: replies go there.
+    threads: Mutex<HashMap<String, Option<String>>>,
+    // Threads the bot posted in: replies there are for it.
+    bot_threads: Mutex<HashSet<(String, String)>>,
+    // Recent message ids: a mention arrives as `message` and `app_mention`.
+    seen: Mutex<VecDeque<(String, String)>>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+#[derive(Default)]
+struct Live {
+    ts: Option<String>,
+    text: String,
+    shown: String,
+    last_edit: Option<Instant>,
+}
+
+impl Shared {
+    fn api(&self) -> Result<Api, BoxError> {
+        bub_abi::sync::lock(&self.api).clone().ok_or_else(|| "slack channel is not started".into())
+    }
+
+    fn thread_of(&self, channel: &str) -> Option<String> {
+        bub_abi::sync::lock(&self.threads).get(channel).cloned().flatten()
+    }
+
+    async fn post(&self, channel: &str, text: &str) -> Result<String, BoxError> {
+        let thread = self.thread_of(channel);
+        let ts = self
+            .api()?
+            .post(channel, text, thread.as_deref())
+            .await
+            .map_err(|e| format!("slack: posting to {channel}: {e}"))?;
+        let thread = thread.unwrap_or_else(|| ts.clone());
+        bub_abi::sync::lock(&self.bot_threads).insert((channel.to_owned(), thread));
+        Ok(ts)
+    }
+
+    fn split(&self, text: &str) -> Vec<String> {
+        split_message(text, self.config.max_message_chars, Count::Chars)
+    }
+}
+
+struct SlackChannel(Arc<Shared>);
+
+fn chat_of(message: &Envelope) -> Option<String> {
+    message.get("chat_id").and_then(Value::as_str).map(str::to_owned)
+}
+
+impl Channel for SlackChannel {
+    fn name(&self) -> String {
+        self.0.config.name.clone()
+    }
+
+    /// Checks the bot token (`auth.test`) and opens the Socket Mode connection.
+    fn start(&self) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let config = &shared.config;
+            let (Some(bot), Some(app)) = (&config.bot_token, &config.app_token) else {
+                return Err("slack channel: set BUB_SLACK_BOT_TOKEN (xoxb-…) and BUB_SLACK_APP_TOKEN (xapp-…, \
+                            Socket Mode) or the plugin's bot_token and app_token"
+                    .into());
+            };
+            let api = Api::new(&config.api_base, bot, app)?;
+            let (user, team) = api.auth_test().await.map_err(|e| {
+                format!("slack channel: auth.test at {}: {e}; check BUB_SLACK_BOT_TOKEN", config.api_base)
+            })?;
+            // The first connection now, so a wrong app token fails the start.
+            let url = api
+                .open_connection()
+                .await
+                .map_err(|e| format!("slack channel: apps.connections.open: {e}; check BUB_SLACK_APP_TOKEN"))?;
+            tracing::info!(
+                "slack.start bot={user} team={team} allow_users_count={} allow_channels_count={}",
+                config.allow_users.len(),
+                config.allow_channels.len()
+            );
+            if config.allow_users.is_empty() && config.allow_channels.is_empty() {
+                tracing::warn!(
+                    "slack channel: no BUB_SLACK_ALLOW_USERS or BUB_SLACK_ALLOW_CHANNELS: everyone in the workspace \
+                     can run turns (and the tools they reach) as you"
+                );
+            }
+            *bub_abi::sync::lock(&shared.bot_user) = user;
+            *bub_abi::sync::lock(&shared.api) = Some(api);
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(socket(shared.clone(), Some(url), stopped));
+            *bub_abi::sync::lock(&shared.socket) = Some((stop, task));
+            Ok(())
+        }
+    }
+
+    /// Closes the connection.
+    fn stop(&self) -> impl Fut<()> {
+        let socket = bub_abi::sync::lock(&self.0.socket).take();
+        async move {
+            if let Some((stop, task)) = socket {
+                let _ = stop.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+            }
+            tracing::info!("slack.stopped");
+            Ok(())
+        }
+    }
+
+    /// An outbound to its conversation (and thread).
+    fn send(&self, message: Envelope) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let chat = chat_of(&message).ok_or("slack: an outbound without chat_id")?;
+            let text = reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
+            let mut pieces = shared.split(&text).into_iter();
+            let live = bub_abi::sync::lock(&shared.live).remove(&chat);
+            if let Some((ts, shown)) = live.and_then(|l| l.ts.map(|ts| (ts, l.shown))) {
+                let first = pieces.next().unwrap_or_default();
+                if first != shown {
+                    shared.api()?.update(&chat, &ts, &first).await.map_err(|e| format!("slack: {e}"))?;
+                }
+            }
+            for piece in pieces {
+                shared.post(&chat, &piece).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Text deltas of a streamed turn grow one message.
+    fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
+        let shared = self.0.clone();
+        async move {
+            let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
+            let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
+            let (text, ts) = {
+                let mut live = bub_abi::sync::lock(&shared.live);
+                let entry = live.entry(chat.clone()).or_default();
+                entry.text.push_str(delta);
+                if entry.last_edit.is_some_and(|t| t.elapsed() < shared.config.edit_interval) {
+                    return Ok(());
+                }
+                entry.last_edit = Some(Instant::now());
+                (entry.text.clone(), entry.ts.clone())
+            };
+            let shown = shared.split(&text).into_iter().next().unwrap_or_default();
+            if shown.is_empty() {
+                return Ok(());
+            }
+            let sent = match ts {
+                Some(ts) => shared.api()?.update(&chat, &ts, &shown).await.map(|()| ts).map_err(|e| e.to_string()),
+                None => shared.post(&chat, &shown).await.map_err(|e| e.to_string()),
+            };
+            match sent {
+                Ok(ts) => {
+                    if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
+                        entry.ts = Some(ts);
+                        entry.shown = shown;
+                    }
+                }
+                Err(e) => tracing::debug!("slack: streaming to {chat}: {e}"),
+            }
+            Ok(())
+        }
+    }
+
+    /// Enabled with both tokens; debounced, as Bub's IM channels are.
+    fn info(&self) -> impl Fut<ChannelInfo> {
+        let enabled = self.0.config.bot_token.is_some() && self.0.config.app_token.is_some();
+        let info = ChannelInfo { enabled, needs_debounce: true, ..Default::default() };
+        async move { Ok(info) }
+    }
+}
+
+/// The Socket Mode loop: a connection at a time, reopened when Slack asks
+/// (`disconnect`) or it breaks.
+async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let api = match shared.api() {
+            Ok(api) => api,
+            Err(_) => return,
+        };
+        let next = match url.take() {
+            Some(url) => Ok(url),
+            None => api.open_connection().await.map_err(|e| e.to_string()),
+        };
+        let connected = match next {
+            Ok(url) => connect(&url).await,
+            Err(e) => Err(e),
+        };
+        let mut ws = match connected {
+            Ok(ws) => ws,
+            Err(e) => {
+                tracing::warn!(
+                    "slack: cannot open the Socket Mode connection: {e}; retrying in {} s",
+                    backoff.as_secs()
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stopped.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        loop {
+            let frame = tokio::select! {
+                frame = ws.next() => frame,
+                _ = stopped.changed() => {
+                    let _ = ws.close(None).await;
+                    return;
+                }
+            };
+            match frame {
+                Some(Ok(Frame::Text(text))) => {
+                    let Ok(envelope) = serde_json::from_str::<Value>(&text) else { continue };
+                    if let Some(id) = envelope["envelope_id"].as_str() {
+                        if let Err(e) = ws.send(Frame::text(json!({"envelope_id": id}).to_string())).await {
+                            tracing::warn!("slack: acknowledging an envelope: {e}");
+                            break;
+                        }
+                    }
+                    match envelope["type"].as_str() {
+                        Some("hello") => {
+                            backoff = Duration::from_secs(1);
+                            tracing::info!("slack: connected (Socket Mode)");
+                        }
+                        Some("disconnect") => {
+                            tracing::info!("slack: Slack asks to reconnect ({})", envelope["reason"]);
+                            break;
+                        }
+                        Some("events_api") => on_event(&shared, &envelope["payload"]["event"]).await,
+                        _ => {}
+                    }
+                }
+                Some(Ok(Frame::Close(_))) | None => {
+                    tracing::info!("slack: the connection closed; reconnecting");
+                    break;
+                }
+                Some(Ok(_)) => {
+                    // Pings are answered by the library on the next write.
+                    let _ = ws.flush().await;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("slack: the connection broke ({e}); reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(url: &str) -> Result<Socket, String> {
+    // rustls with ring and the Mozilla roots, chosen here rather than by
+    // whichever crypto provider the process happens to have.
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_tungstenite::Connector::Rustls(Arc::new(tls));
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(url, None, false, Some(connector));
+    match tokio::time::timeout(Duration::from_secs(20), connecting).await {
+        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+async fn on_event(shared: &Arc<Shared>, event: &Value) {
+    let bot_user = bub_abi::sync::lock(&shared.bot_user).clone();
+    let Some(message) = inbound::parse(event, &bot_user) else { return };
+    {
+        let mut seen = bub_abi::sync::lock(&shared.seen);
+        let key = (message.channel.clone(), message.ts.clone());
+        if seen.contains(&key) {
+            return;
+        }
+        seen.push_back(key);
+        if seen.len() > 256 {
+            seen.pop_front();
+        }
+    }
+    let config = &shared.config;
+    if !config.allow_channels.is_empty() && !config.allow_channels.contains(&message.channel) {
+        return;
+    }
+    if !config.allow_users.is_empty() && !config.allow_users.contains(&message.user) {
+        // Told only when the message was for the bot, not for every line of a channel.
+        if message.is_active(&bot_user, false) {
+            if let Err(e) = shared.post(&message.channel, "Access denied.").await {
+                tracing::warn!("{e}");
+            }
+        }
+        return;
+    }
+    let in_thread = message
+        .thread_ts
+        .as_ref()
+        .is_some_and(|t| bub_abi::sync::lock(&shared.bot_threads).contains(&(message.channel.clone(), t.clone())));
+    let active = message.is_active(&bot_user, in_thread);
+    bub_abi::sync::lock(&shared.threads).insert(message.channel.clone(), message.thread_ts.clone());
+    let text = message.text_without_mention(&bot_user);
+    let mut envelope = json!({
+        "channel": config.name,
+        "chat_id": message.channel,
+        "session_id": format!("{}:{}", config.name, message.channel),
+    });
+    if text.starts_with(config.command_prefix.as_str()) {
+        envelope["content"] = json!(text.trim());
+        envelope["kind"] = json!("command");
+    } else {
+        envelope["content"] = json!(message.content());
+        envelope["kind"] = json!("normal");
+        envelope["is_active"] = json!(active);
+        let mut media = Vec::new();
+        if active {
+            for (url, mime, size) in &message.images {
+                if size.is_some_and(|s| s > config.max_file_bytes) {
+                    continue;
+                }
+                match shared.api() {
+                    Ok(api) => match api.download(url, config.max_file_bytes).await {
+                        Ok(bytes) => media.push(json!({"type": "image", "media_type": mime,
+                            "data": base64::engine::general_purpose::STANDARD.encode(bytes)})),
+                        Err(e) => tracing::warn!("slack: cannot fetch a file of {}: {e}", message.channel),
+                    },
+                    Err(_) => return,
+                }
+            }
+        }
+        if !media.is_empty() {
+            envelope["media"] = Value::Array(media);
+        }
+        if config.stream_output {
+            envelope["stream_output"] = json!(true);
+        }
+    }
+    // `submit` answers when the turn ends; polled once here, which queues
+    // the message, so a conversation's messages keep Slack's order.
+    let handler = shared.handler.clone();
+    let chat = message.channel.clone();
+    let mut submitted = Box::pin(async move { MessageHandlerClient(&handler).submit(&envelope).await });
+    let first = std::future::poll_fn(|cx| Poll::Ready(submitted.as_mut().poll(cx))).await;
+    let shared = shared.clone();
+    let finish = async move {
+        if let Err(e) = submitted.await {
+            tracing::warn!("slack: the gateway did not take a message of {chat}: {e}");
+        }
+        // A streamed reply the turn did not complete (it failed) ends here.
+        bub_abi::sync::lock(&shared.live).remove(&chat);
+    };
+    match first {
+        Poll::Ready(Err(e)) => tracing::warn!("slack: the gateway did not take a message of {}: {e}", message.channel),
+        Poll::Ready(Ok(_)) => {}
+        Poll::Pending => {
+            tokio::spawn(finish);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_read_lists_and_numbers() {
+        let config = json!({"bot_token": "xoxb-1", "allow_users": ["U1", "U2"], "max_message_chars": 100});
+        let config = Config::from(config.as_object().unwrap()).unwrap();
+        assert_eq!(config.allow_users.len(), 2);
+        assert_eq!(config.max_message_chars, 100);
+        assert!(config.app_token.is_none());
+        assert!(Config::from(json!({"max_file_bytes": "big"}).as_object().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,279 @@
+//! A fake Slack for the slack-channel tests: the Web API methods the
+//! channel calls (`auth.test`, `apps.connections.open`, `chat.postMessage`,
+//! `chat.update`, file downloads), checking the tokens, with scripted
+//! `429 Retry-After` answers; and a Socket Mode WebSocket server that says
+//! `hello`, sends the events the test pushes as `events_api` envelopes,
+//! records the acknowledgements, and can ask for a reconnect
+//! (`disconnect`) or drop the connection. Shapes from api.slack.com
+//! (Socket Mode, Events API).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io::Write,
+    net::TcpListener,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The bot token the fake accepts.
+pub const BOT_TOKEN: &str = "xoxb-test-bot";
+/// The app token the fake accepts.
+pub const APP_TOKEN: &str = "xapp-test-app";
+/// The bot's user id.
+pub const BOT_USER: &str = "B0BOT";
+
+enum Control {
+    Send(Value),
+    Drop,
+}
+
+/// A Web API call.
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// The method (`chat.postMessage`).
+    pub method: String,
+    /// Its JSON body.
+    pub params: Value,
+    /// When it came.
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    calls: Vec<Call>,
+    acks: Vec<String>,
+    connections: usize,
+    current: Option<mpsc::UnboundedSender<Control>>,
+    rate_limits: HashMap<String, VecDeque<u64>>,
+    files: HashMap<String, Vec<u8>>,
+    next_ts: u64,
+    next_envelope: u64,
+}
+
+/// The fake.
+pub struct FakeSlack {
+    /// `http://127.0.0.1:<port>/api`: the channel's `api_base`.
+    pub api_base: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl Default for FakeSlack {
+    fn default() -> Self {
+        FakeSlack::start()
+    }
+}
+
+impl FakeSlack {
+    /// Starts both servers.
+    pub fn start() -> FakeSlack {
+        let state = Arc::new(Mutex::new(State { next_ts: 1000, ..State::default() }));
+        let ws = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let ws_url = format!("ws://{}/link", ws.local_addr().unwrap());
+        let ws_state = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                ws.set_nonblocking(true).unwrap();
+                let listener = tokio::net::TcpListener::from_std(ws).unwrap();
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(serve_socket(stream, ws_state.clone()));
+                }
+            });
+        });
+        let http = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let api_base = format!("http://{}/api", http.local_addr().unwrap());
+        let http_state = state.clone();
+        let files_base = format!("http://{}/files", http.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in http.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (state, ws_url) = (http_state.clone(), ws_url.clone());
+                std::thread::spawn(move || serve_http(stream, &state, &ws_url));
+            }
+        });
+        let fake = FakeSlack { api_base, state };
+        fake.state.lock().unwrap().files.insert("base".into(), files_base.into_bytes());
+        fake
+    }
+
+    /// `http://…/files/<name>`, serving `bytes` to the bot token.
+    pub fn add_file(&self, name: &str, bytes: &[u8]) -> String {
+        let mut state = self.state.lock().unwrap();
+        state.files.insert(name.to_owned(), bytes.to_vec());
+        format!("{}/{name}", String::from_utf8_lossy(&state.files["base"]))
+    }
+
+    /// The next `n` calls of `method` answer `429` with `Retry-After: seconds`.
+    pub fn rate_limit(&self, method: &str, seconds: u64, n: usize) {
+        let mut state = self.state.lock().unwrap();
+        state.rate_limits.entry(method.to_owned()).or_default().extend(std::iter::repeat_n(seconds, n));
+    }
+
+    /// Sends `event` in an `events_api` envelope over the current
+    /// connection (waiting up to 30 s for one); returns its envelope id.
+    pub fn push_event(&self, event: Value) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            {
+                let mut state = self.state.lock().unwrap();
+                if let Some(current) = state.current.clone() {
+                    state.next_envelope += 1;
+                    let id = format!("env-{}", state.next_envelope);
+                    let envelope = json!({"envelope_id": id, "type": "events_api", "accepts_response_payload": false,
+                        "retry_attempt": 0, "payload": {"type": "event_callback", "team_id": "T1", "event": event}});
+                    if current.send(Control::Send(envelope)).is_ok() {
+                        return id;
+                    }
+                    state.current = None;
+                }
+            }
+            assert!(Instant::now() < deadline, "no Socket Mode connection to send an event over");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Asks the channel to reconnect, as Slack does before it rotates a connection.
+    pub fn request_reconnect(&self) {
+        if let Some(current) = self.state.lock().unwrap().current.take() {
+            let _ = current.send(Control::Send(json!({"type": "disconnect", "reason": "refresh_requested"})));
+        }
+    }
+
+    /// Drops the current connection without a close frame (a network drop).
+    pub fn drop_connection(&self) {
+        if let Some(current) = self.state.lock().unwrap().current.take() {
+            let _ = current.send(Control::Drop);
+        }
+    }
+
+    /// How many Socket Mode connections were made.
+    pub fn connections(&self) -> usize {
+        self.state.lock().unwrap().connections
+    }
+
+    /// The acknowledged envelope ids.
+    pub fn acks(&self) -> Vec<String> {
+        self.state.lock().unwrap().acks.clone()
+    }
+
+    /// Web API calls of `method`.
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        self.state.lock().unwrap().calls.iter().filter(|c| c.method == method).cloned().collect()
+    }
+
+    /// The texts posted to `channel`, with their `thread_ts`.
+    pub fn posted(&self, channel: &str) -> Vec<(String, Option<String>)> {
+        self.calls_of("chat.postMessage")
+            .into_iter()
+            .filter(|c| c.params["channel"] == channel)
+            .map(|c| {
+                (c.params["text"].as_str().unwrap_or("").to_owned(), c.params["thread_ts"].as_str().map(str::to_owned))
+            })
+            .collect()
+    }
+
+    /// Waits up to 60 s until `done()` holds; panics naming `what`.
+    pub fn wait_for(&self, what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            if Instant::now() > deadline {
+                let calls: Vec<String> =
+                    self.state.lock().unwrap().calls.iter().map(|c| format!("{} {}", c.method, c.params)).collect();
+                panic!("the fake Slack did not see {what} within 60 s; calls:\n{}", calls.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+async fn serve_socket(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
+    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    {
+        let mut s = state.lock().unwrap();
+        s.connections += 1;
+        s.current = Some(tx);
+    }
+    if ws.send(Message::text(json!({"type": "hello", "num_connections": 1}).to_string())).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            frame = ws.next() => match frame {
+                Some(Ok(Message::Text(text))) => {
+                    if let Ok(ack) = serde_json::from_str::<Value>(&text) {
+                        if let Some(id) = ack["envelope_id"].as_str() {
+                            state.lock().unwrap().acks.push(id.to_owned());
+                        }
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+            control = rx.recv() => match control {
+                Some(Control::Send(envelope)) => {
+                    if ws.send(Message::text(envelope.to_string())).await.is_err() {
+                        return;
+                    }
+                }
+                // Dropped without a close frame: the TCP connection just ends.
+                Some(Control::Drop) | None => return,
+            },
+        }
+    }
+}
+
+fn answer(out: &mut std::net::TcpStream, code: u16, headers: &str, body: &[u8]) {
+    let head = format!(
+        "HTTP/1.1 {code} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
+        body.len()
+    );
+    let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body)).and_then(|()| out.flush());
+}
+
+fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
+    let Some(request) = crate::provider::read_request(&stream) else { return };
+    let mut out = stream;
+    let path = request.line.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let token = request.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("").to_owned();
+    if let Some(name) = path.strip_prefix("/files/") {
+        let bytes = state.lock().unwrap().files.get(name).cloned();
+        match bytes.filter(|_| token == BOT_TOKEN) {
+            Some(bytes) => answer(&mut out, 200, "", &bytes),
+            None => answer(&mut out, 404, "", b"{}"),
+        }
+        return;
+    }
+    let method = path.trim_start_matches("/api/").to_owned();
+    let rate_limited = {
+        let mut s = state.lock().unwrap();
+        s.calls.push(Call { method: method.clone(), params: request.body.clone(), at: Instant::now() });
+        s.rate_limits.get_mut(&method).and_then(VecDeque::pop_front)
+    };
+    if let Some(seconds) = rate_limited {
+        answer(&mut out, 429, &format!("retry-after: {seconds}\r\n"), br#"{"ok":false,"error":"ratelimited"}"#);
+        return;
+    }
+    let want = if method == "apps.connections.open" { APP_TOKEN } else { BOT_TOKEN };
+    let body = if token != want {
+        json!({"ok": false, "error": "invalid_auth"})
+    } else {
+        match method.as_str() {
+            "auth.test" => json!({"ok": true, "user_id": BOT_USER, "team": "Test Team", "bot_id": "BX"}),
+            "apps.connections.open" => json!({"ok": true, "url": ws_url}),
+            "chat.postMessage" => {
+                let mut s = state.lock().unwrap();
+                s.next_ts += 1;
+                json!({"ok": true, "channel": request.body["channel"], "ts": format!("{}.000100", s.next_ts)})
+            }
+            "chat.update" => json!({"ok": true, "channel": request.body["channel"], "ts": request.body["ts"]}),
+            _ => json!({"ok": false, "error": "unknown_method"}),
+        }
+    };
+    answer(&mut out, 200, "", body.to_string().as_bytes());
+}
