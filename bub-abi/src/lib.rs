@@ -160,6 +160,7 @@ pub mod hooks;
 #[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod abi;
+pub mod channel;
 pub mod envelope;
 pub mod files;
 pub mod prompt;
@@ -167,7 +168,6 @@ pub mod prompt;
 #[allow(unsafe_code)]
 pub mod sdk;
 pub mod sync;
-pub mod text;
 pub mod time;
 pub mod types;
 #[allow(unsafe_code)]

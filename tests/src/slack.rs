@@ -32,16 +32,8 @@ enum Control {
     Drop,
 }
 
-/// A Web API call.
-#[derive(Clone, Debug)]
-pub struct Call {
-    /// The method (`chat.postMessage`).
-    pub method: String,
-    /// Its JSON body.
-    pub params: Value,
-    /// When it came.
-    pub at: Instant,
-}
+/// A Web API call (the shape the fake Bot API records too).
+pub use crate::telegram::Call;
 
 #[derive(Default)]
 struct State {

@@ -32,10 +32,10 @@ pub enum Trouble {
     Drop,
 }
 
-/// A call the server answered (or refused).
+/// A call a fake server answered (or refused).
 #[derive(Clone, Debug)]
 pub struct Call {
-    /// The Bot API method.
+    /// The API method.
     pub method: String,
     /// Its JSON parameters.
     pub params: Value,

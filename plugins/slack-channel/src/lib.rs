@@ -39,13 +39,13 @@ use std::{
     future::Future,
     sync::{Arc, Mutex},
     task::Poll,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use base64::Engine;
 use bub_abi::{
+    channel::{reply_text, split_message, Count, LiveReply, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
-    text::{reply_text, split_message, Count},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
@@ -76,51 +76,21 @@ struct Config {
     edit_interval: Duration,
 }
 
-/// `BUB_SLACK_<KEY>`, else the plugin config's `<key>`; blank is unset.
-fn setting(config: &Map<String, Value>, key: &str) -> Option<String> {
-    let env = std::env::var(format!("BUB_SLACK_{}", key.to_uppercase())).ok();
-    let value = env.or_else(|| match config.get(key)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        Value::Array(items) => {
-            Some(items.iter().map(|v| v.as_str().map_or(v.to_string(), str::to_owned)).collect::<Vec<_>>().join(","))
-        }
-        other => Some(other.to_string()),
-    })?;
-    let value = value.trim().to_owned();
-    (!value.is_empty()).then_some(value)
-}
-
-fn number(config: &Map<String, Value>, key: &str, default: u64) -> Result<u64, BoxError> {
-    match setting(config, key) {
-        None => Ok(default),
-        Some(v) => v.parse().map_err(|_| format!("slack-channel: {key}={v:?} is not a whole number").into()),
-    }
-}
-
 impl Config {
     fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
-        let list = |key: &str| -> HashSet<String> {
-            setting(config, key)
-                .unwrap_or_default()
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect()
-        };
+        let s = Settings { config, env_prefix: "BUB_SLACK_", plugin: "slack-channel" };
         Ok(Config {
-            name: setting(config, "name").unwrap_or_else(|| "slack".into()),
-            bot_token: setting(config, "bot_token"),
-            app_token: setting(config, "app_token"),
-            allow_users: list("allow_users"),
-            allow_channels: list("allow_channels"),
-            api_base: setting(config, "api_base").unwrap_or_else(|| "https://slack.com/api".into()),
-            command_prefix: setting(config, "command_prefix").unwrap_or_else(|| ",".into()),
-            max_file_bytes: number(config, "max_file_bytes", 2 * 1024 * 1024)?,
-            max_message_chars: number(config, "max_message_chars", 4000)?.max(1) as usize,
-            stream_output: setting(config, "stream_output").is_some_and(|v| v == "true" || v == "1"),
-            edit_interval: Duration::from_millis(number(config, "edit_interval_ms", 1000)?),
+            name: s.text("name").unwrap_or_else(|| "slack".into()),
+            bot_token: s.text("bot_token"),
+            app_token: s.text("app_token"),
+            allow_users: s.list("allow_users"),
+            allow_channels: s.list("allow_channels"),
+            api_base: s.text("api_base").unwrap_or_else(|| "https://slack.com/api".into()),
+            command_prefix: s.text("command_prefix").unwrap_or_else(|| ",".into()),
+            max_file_bytes: s.number("max_file_bytes", 2 * 1024 * 1024)?,
+            max_message_chars: s.number("max_message_chars", 4000)?.max(1) as usize,
+            stream_output: s.flag("stream_output"),
+            edit_interval: Duration::from_millis(s.number("edit_interval_ms", 1000)?),
         })
     }
 }
@@ -162,15 +132,7 @@ struct Shared {
     bot_threads: Mutex<HashSet<(String, String)>>,
     // Recent message ids: a mention arrives as `message` and `app_mention`.
     seen: Mutex<VecDeque<(String, String)>>,
-    live: Mutex<HashMap<String, Live>>,
-}
-
-#[derive(Default)]
-struct Live {
-    ts: Option<String>,
-    text: String,
-    shown: String,
-    last_edit: Option<Instant>,
+    live: Mutex<HashMap<String, LiveReply>>,
 }
 
 impl Shared {
@@ -270,7 +232,7 @@ impl Channel for SlackChannel {
             let text = reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
             let mut pieces = shared.split(&text).into_iter();
             let live = bub_abi::sync::lock(&shared.live).remove(&chat);
-            if let Some((ts, shown)) = live.and_then(|l| l.ts.map(|ts| (ts, l.shown))) {
+            if let Some((ts, shown)) = live.and_then(|l| l.id.map(|ts| (ts, l.shown))) {
                 let first = pieces.next().unwrap_or_default();
                 if first != shown {
                     shared.api()?.update(&chat, &ts, &first).await.map_err(|e| format!("slack: {e}"))?;
@@ -289,16 +251,11 @@ impl Channel for SlackChannel {
         async move {
             let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
             let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
-            let (text, ts) = {
-                let mut live = bub_abi::sync::lock(&shared.live);
-                let entry = live.entry(chat.clone()).or_default();
-                entry.text.push_str(delta);
-                if entry.last_edit.is_some_and(|t| t.elapsed() < shared.config.edit_interval) {
-                    return Ok(());
-                }
-                entry.last_edit = Some(Instant::now());
-                (entry.text.clone(), entry.ts.clone())
-            };
+            let due = bub_abi::sync::lock(&shared.live)
+                .entry(chat.clone())
+                .or_default()
+                .push(delta, shared.config.edit_interval);
+            let Some((text, ts)) = due else { return Ok(()) };
             let shown = shared.split(&text).into_iter().next().unwrap_or_default();
             if shown.is_empty() {
                 return Ok(());
@@ -310,8 +267,7 @@ impl Channel for SlackChannel {
             match sent {
                 Ok(ts) => {
                     if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
-                        entry.ts = Some(ts);
-                        entry.shown = shown;
+                        entry.shown(ts, shown);
                     }
                 }
                 Err(e) => tracing::debug!("slack: streaming to {chat}: {e}"),

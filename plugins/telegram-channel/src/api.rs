@@ -61,15 +61,7 @@ impl ApiError {
 /// little), without the URL.
 fn network(e: reqwest::Error) -> ApiError {
     let connect = e.is_connect();
-    let e = e.without_url();
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    ApiError::Network { connect, message }
+    ApiError::Network { connect, message: bub_abi::channel::error_chain(&e.without_url()) }
 }
 
 /// The longest wait a `retry_after` may impose on one call.

@@ -54,11 +54,12 @@ use std::{
     future::Future,
     sync::{Arc, Mutex},
     task::Poll,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use base64::Engine;
 use bub_abi::{
+    channel::{LiveReply, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
@@ -102,50 +103,22 @@ struct Config {
     edit_interval: Duration,
 }
 
-/// A setting: `BUB_TELEGRAM_<KEY>` (Bub's name), else the plugin config's
-/// `<key>`; blank is unset.
-fn setting(config: &Map<String, Value>, key: &str) -> Option<String> {
-    let env = std::env::var(format!("BUB_TELEGRAM_{}", key.to_uppercase())).ok();
-    let value = env.or_else(|| match config.get(key)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        Value::Array(items) => {
-            Some(items.iter().map(|v| v.as_str().map_or(v.to_string(), str::to_owned)).collect::<Vec<_>>().join(","))
-        }
-        other => Some(other.to_string()),
-    })?;
-    let value = value.trim().to_owned();
-    (!value.is_empty()).then_some(value)
-}
-
-fn list(value: Option<String>) -> HashSet<String> {
-    value.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
-}
-
-fn number(config: &Map<String, Value>, key: &str, default: u64) -> Result<u64, BoxError> {
-    match setting(config, key) {
-        None => Ok(default),
-        Some(v) => v.parse().map_err(|_| format!("telegram-channel: {key}={v:?} is not a whole number").into()),
-    }
-}
-
 impl Config {
     fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
-        let flag =
-            |key: &str| setting(config, key).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes"));
+        let s = Settings { config, env_prefix: "BUB_TELEGRAM_", plugin: "telegram-channel" };
         Ok(Config {
-            name: setting(config, "name").unwrap_or_else(|| "telegram".into()),
-            token: setting(config, "token"),
-            allow_users: list(setting(config, "allow_users")),
-            allow_chats: list(setting(config, "allow_chats")),
-            proxy: setting(config, "proxy"),
-            api_base: setting(config, "api_base").unwrap_or_else(|| "https://api.telegram.org".into()),
-            command_prefix: setting(config, "command_prefix").unwrap_or_else(|| ",".into()),
-            poll_timeout: number(config, "poll_timeout", 30)?.min(600) as u32,
-            drop_pending_updates: flag("drop_pending_updates"),
-            max_file_bytes: number(config, "max_file_bytes", 2 * 1024 * 1024)?,
-            stream_output: flag("stream_output"),
-            edit_interval: Duration::from_millis(number(config, "edit_interval_ms", 1000)?),
+            name: s.text("name").unwrap_or_else(|| "telegram".into()),
+            token: s.text("token"),
+            allow_users: s.list("allow_users"),
+            allow_chats: s.list("allow_chats"),
+            proxy: s.text("proxy"),
+            api_base: s.text("api_base").unwrap_or_else(|| "https://api.telegram.org".into()),
+            command_prefix: s.text("command_prefix").unwrap_or_else(|| ",".into()),
+            poll_timeout: s.number("poll_timeout", 30)?.min(600) as u32,
+            drop_pending_updates: s.flag("drop_pending_updates"),
+            max_file_bytes: s.number("max_file_bytes", 2 * 1024 * 1024)?,
+            stream_output: s.flag("stream_output"),
+            edit_interval: Duration::from_millis(s.number("edit_interval_ms", 1000)?),
         })
     }
 }
@@ -182,20 +155,12 @@ struct Shared {
     // Chats showing "typing…": how many of their turns run, and the loop.
     typing: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
     // A chat's reply being streamed into one message.
-    live: Mutex<HashMap<String, Live>>,
+    live: Mutex<HashMap<String, LiveReply>>,
 }
 
 struct Poller {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Default)]
-struct Live {
-    message_id: Option<i32>,
-    text: String,
-    shown: String,
-    last_edit: Option<Instant>,
 }
 
 impl Shared {
@@ -309,7 +274,7 @@ impl Channel for TelegramChannel {
                 return Ok(());
             }
             let live = bub_abi::sync::lock(&shared.live).remove(&chat);
-            match live.and_then(|l| l.message_id.map(|id| (id, l.shown))) {
+            match live.and_then(|l| l.id.and_then(|id| id.parse::<i32>().ok()).map(|id| (id, l.shown))) {
                 Some((id, shown)) => {
                     let mut pieces = outbound::split(&text).into_iter();
                     let first = pieces.next().unwrap_or_default();
@@ -335,19 +300,12 @@ impl Channel for TelegramChannel {
             }
             let Some(delta) = event.data.get("delta").and_then(Value::as_str) else { return Ok(()) };
             let Some(chat) = chat_of(&message) else { return Ok(()) };
-            let (text, id, due) = {
-                let mut live = bub_abi::sync::lock(&shared.live);
-                let entry = live.entry(chat.clone()).or_default();
-                entry.text.push_str(delta);
-                let due = entry.last_edit.is_none_or(|t| t.elapsed() >= shared.config.edit_interval);
-                if due {
-                    entry.last_edit = Some(Instant::now());
-                }
-                (entry.text.clone(), entry.message_id, due)
-            };
-            if !due || text.trim().is_empty() {
-                return Ok(());
-            }
+            let due = bub_abi::sync::lock(&shared.live)
+                .entry(chat.clone())
+                .or_default()
+                .push(delta, shared.config.edit_interval);
+            let Some((text, id)) = due else { return Ok(()) };
+            let id = id.and_then(|id| id.parse::<i32>().ok());
             let shown: String = outbound::split(&text).into_iter().next().unwrap_or_default();
             let bot = shared.bot()?;
             // Best effort: a failed edit is made good by the final one.
@@ -358,8 +316,7 @@ impl Channel for TelegramChannel {
             match sent {
                 Ok(id) => {
                     if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
-                        entry.message_id = Some(id);
-                        entry.shown = shown;
+                        entry.shown(id.to_string(), shown);
                     }
                 }
                 Err(e) => tracing::debug!("telegram: streaming to chat {chat}: {e}"),

@@ -1,0 +1,217 @@
+//! Helpers for channel plugins (IM bots): settings under Bub's variable
+//! names, replies split at a platform's length limit, the text of an
+//! outbound whose content is Bub's JSON, a reply streamed into one edited
+//! message, and error messages with their causes.
+//!
+//! Not part of the ABI: plain code compiled into each plugin that uses it.
+
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Map, Value};
+
+/// A channel's settings: `<PREFIX><KEY>` in the environment (Bub's names,
+/// such as `BUB_TELEGRAM_TOKEN`), else `<key>` of the plugin's config (the
+/// environment wins, as in Bub's pydantic settings). Blank is unset; a
+/// list in the config reads as its items joined by commas.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings<'a> {
+    /// The plugin's config.
+    pub config: &'a Map<String, Value>,
+    /// The variable prefix, `BUB_TELEGRAM_`.
+    pub env_prefix: &'a str,
+    /// The plugin's name, for error messages.
+    pub plugin: &'a str,
+}
+
+impl Settings<'_> {
+    /// A text setting.
+    pub fn text(&self, key: &str) -> Option<String> {
+        let env = std::env::var(format!("{}{}", self.env_prefix, key.to_uppercase())).ok();
+        let value = env.or_else(|| match self.config.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            Value::Array(items) => Some(
+                items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            other => Some(other.to_string()),
+        })?;
+        let value = value.trim().to_owned();
+        (!value.is_empty()).then_some(value)
+    }
+
+    /// A comma-separated set (`allow_users`).
+    pub fn list(&self, key: &str) -> HashSet<String> {
+        let text = self.text(key).unwrap_or_default();
+        text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    }
+
+    /// A whole number, `default` when unset.
+    pub fn number(&self, key: &str, default: u64) -> Result<u64, String> {
+        match self.text(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| format!("{}: {key}={v:?} is not a whole number", self.plugin)),
+        }
+    }
+
+    /// A flag: `true`, `1` or `yes`.
+    pub fn flag(&self, key: &str) -> bool {
+        self.text(key).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes"))
+    }
+}
+
+/// A reply streamed into one message: text deltas accumulate, the message
+/// is sent at the first and edited at most once per interval, and the
+/// turn's outbound completes it.
+#[derive(Debug, Default)]
+pub struct LiveReply {
+    /// The platform's id of the message, once sent.
+    pub id: Option<String>,
+    text: String,
+    /// What the message shows now.
+    pub shown: String,
+    last_edit: Option<Instant>,
+}
+
+impl LiveReply {
+    /// Adds `delta`; the whole text so far when the message is due for an
+    /// edit (or its first send), and the id to edit (none: send it).
+    pub fn push(&mut self, delta: &str, interval: Duration) -> Option<(String, Option<String>)> {
+        self.text.push_str(delta);
+        if self.last_edit.is_some_and(|t| t.elapsed() < interval) || self.text.trim().is_empty() {
+            return None;
+        }
+        self.last_edit = Some(Instant::now());
+        Some((self.text.clone(), self.id.clone()))
+    }
+
+    /// Records that the message `id` now shows `shown`.
+    pub fn shown(&mut self, id: String, shown: String) {
+        self.id = Some(id);
+        self.shown = shown;
+    }
+}
+
+/// `e` and its causes, `: `-joined ("error sending request" alone says
+/// little).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// How a platform counts a message's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// Characters (Unicode scalar values).
+    Chars,
+    /// UTF-16 code units (Telegram's Bot API).
+    Utf16,
+}
+
+impl Count {
+    fn of(self, c: char) -> usize {
+        match self {
+            Count::Chars => 1,
+            Count::Utf16 => c.len_utf16(),
+        }
+    }
+
+    /// The length of `s`.
+    pub fn len(self, s: &str) -> usize {
+        s.chars().map(|c| self.of(c)).sum()
+    }
+}
+
+/// `text` in pieces of at most `limit` (counted by `count`): cut at a
+/// paragraph break, else a line break, else a space, when one is in the
+/// last quarter of a piece; else at the limit. Nothing but the whitespace
+/// at a cut is lost; an all-blank text gives no piece.
+pub fn split_message(text: &str, limit: usize, count: Count) -> Vec<String> {
+    let limit = limit.max(1);
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while count.len(rest) > limit {
+        // The longest prefix within the limit, on a char boundary.
+        let (mut used, mut end) = (0, 0);
+        for (i, c) in rest.char_indices() {
+            if used + count.of(c) > limit {
+                break;
+            }
+            used += count.of(c);
+            end = i + c.len_utf8();
+        }
+        let window = &rest[..end];
+        let floor = end * 3 / 4;
+        let cut = ["\n\n", "\n", " "]
+            .iter()
+            .find_map(|sep| window.rfind(sep).filter(|&i| i >= floor && i > 0).map(|i| i + sep.len()))
+            .unwrap_or(end);
+        pieces.push(rest[..cut].trim_end().to_owned());
+        rest = rest[cut..].trim_start_matches('\n');
+    }
+    if !rest.trim().is_empty() {
+        pieces.push(rest.to_owned());
+    }
+    pieces
+}
+
+/// The text to send for an outbound's `content`: its `message` field when
+/// the content is a JSON object (Bub's channels put JSON there), else the
+/// content as it is (Bub's `TelegramChannel.send`).
+pub fn reply_text(content: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(content) {
+        Ok(serde_json::Value::Object(map)) => map.get("message").and_then(|m| m.as_str()).unwrap_or("").to_owned(),
+        _ => content.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_replies_send_once_then_edit_at_most_once_an_interval() {
+        let mut live = LiveReply::default();
+        assert_eq!(live.push("  ", Duration::ZERO), None, "nothing to show yet");
+        assert_eq!(live.push("Hel", Duration::from_secs(60)), Some(("  Hel".into(), None)));
+        live.shown("7".into(), "  Hel".into());
+        assert_eq!(live.push("lo", Duration::from_secs(60)), None, "within the interval");
+        assert_eq!(live.push("!", Duration::ZERO), Some(("  Hello!".into(), Some("7".into()))));
+    }
+
+    #[test]
+    fn short_texts_stay_whole_and_json_content_gives_its_message() {
+        assert_eq!(split_message("hello", 4096, Count::Chars), vec!["hello"]);
+        assert!(split_message("  ", 4096, Count::Chars).is_empty());
+        assert_eq!(reply_text(r#"{"message": "hi", "chat_id": "1"}"#), "hi");
+        assert_eq!(reply_text("plain [1]"), "plain [1]");
+    }
+
+    #[test]
+    fn long_texts_split_at_breaks_within_the_limit() {
+        let paragraph = "word ".repeat(700); // 3500 characters
+        let text = format!("{paragraph}\n\n{paragraph}\n\n{paragraph}");
+        let pieces = split_message(&text, 4096, Count::Utf16);
+        assert_eq!(pieces.len(), 3, "one paragraph each");
+        assert!(pieces.iter().all(|p| Count::Utf16.len(p) <= 4096));
+        // Emoji are two UTF-16 units: 3000 of them need two Telegram messages, one of 4096 characters.
+        let emoji = "😀".repeat(3000);
+        let pieces = split_message(&emoji, 4096, Count::Utf16);
+        assert_eq!(pieces.len(), 2);
+        assert!(pieces.iter().all(|p| Count::Utf16.len(p) <= 4096));
+        assert_eq!(pieces.concat(), emoji, "nothing lost when there is no break");
+        assert_eq!(split_message(&emoji, 4096, Count::Chars).len(), 1);
+    }
+}
