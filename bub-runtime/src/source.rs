@@ -113,12 +113,20 @@ impl Source {
     /// Reads what the user typed: an existing path, a git URL, or a crate.
     pub fn parse(spec: &str) -> Result<Source, InstallError> {
         let spec = spec.trim();
-        let url_like =
-            ["https://", "http://", "ssh://", "git://", "file://", "git+"].iter().any(|p| spec.starts_with(p))
-                || (spec.starts_with("git@") && spec.contains(':'));
+        // `git+https://…` as pip and cargo write it; only these transports
+        // (never git's `ext::`, which runs a command).
+        let url = spec.strip_prefix("git+").unwrap_or(spec);
+        let url_like = ["https://", "http://", "ssh://", "git://", "file://"].iter().any(|p| url.starts_with(p))
+            || (url.starts_with("git@") && url.contains(':'));
         if url_like {
-            let (url, reference) = split_ref(spec.trim_start_matches("git+"));
+            let (url, reference) = split_ref(url);
             return Ok(Source::Git { url, reference, commit: None });
+        }
+        if spec.starts_with("git+") || spec.contains("::") {
+            return Err(InstallError::Fetch {
+                spec: spec.to_owned(),
+                why: "a git source is an https://, http://, ssh://, git://, file:// or git@host:path URL".into(),
+            });
         }
         let path = Path::new(spec);
         if path.exists() {
@@ -320,6 +328,8 @@ mod tests {
         assert!(Source::parse("bub-echo@soon").unwrap_err().to_string().contains("not a version"));
         assert!(matches!(Source::parse("./missing/lib.so"), Err(InstallError::NotFound { .. })));
         assert!(matches!(Source::parse("/").unwrap(), Source::Path { .. }));
+        assert_eq!(Source::parse("git+https://h/r@v2").unwrap(), git("https://h/r", Some("v2")));
+        assert!(Source::parse("git+ext::sh -c touch% /tmp/x").unwrap_err().to_string().contains("a git source is"));
     }
 
     #[test]
