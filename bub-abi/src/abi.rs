@@ -701,6 +701,44 @@ pub struct PluginMod {
     #[cfg(not(feature = "__test-abi-prev-minor"))]
     #[sabi(missing_field(option))]
     pub replaces: RSlice<'static, RStr<'static>>,
+    /// The plugins this library contributes besides itself (ABI 2.3; a
+    /// plugin set: a bridge to Python plugins, a wasm runtime, another
+    /// process). Called once, right after `init`, with the instance it
+    /// returned; the host registers each member as a plugin of its own
+    /// right after the library's registration, in the order given.
+    /// Ordinary plugins answer no members; plugins built before 2.3 lack it.
+    #[cfg(not(feature = "__test-abi-prev-minor"))]
+    #[sabi(missing_field(option))]
+    pub members: extern "C" fn(Instance) -> RResult<RVec<MemberPlugin>, HookError>,
+}
+
+/// One plugin of a plugin set (ABI 2.3), as [`PluginMod::members`] gives it.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct MemberPlugin {
+    /// The name it is registered under (a plugin name: letters, digits,
+    /// `-`, `_`, `.`).
+    pub name: RString,
+    /// Its version.
+    pub version: RString,
+    /// One-line description.
+    pub description: RString,
+    /// Its instance, handed back in every [`HookCall`] of its hooks.
+    pub instance: Instance,
+    /// Its implementations. By hook name, so that a member built for a
+    /// newer minor with hooks this host lacks still registers the rest.
+    pub hooks: RVec<MemberHook>,
+}
+
+/// One hook implementation of a [`MemberPlugin`]: its own marker, so that
+/// members of one library rank like separate plugins.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct MemberHook {
+    /// The hook's name (`resolve_session`).
+    pub hook: RString,
+    /// The implementation.
+    pub slot: HookSlot,
 }
 
 impl PluginMod {
@@ -713,9 +751,10 @@ impl PluginMod {
         init: extern "C" fn(HostServicesRef, &InitArgs<'_>) -> RResult<Instance, HookError>,
         hooks: HookTableRef,
         replaces: RSlice<'static, RStr<'static>>,
+        members: extern "C" fn(Instance) -> RResult<RVec<MemberPlugin>, HookError>,
     ) -> PluginMod {
         #[cfg(feature = "__test-abi-prev-minor")]
-        let _ = replaces;
+        let _ = (replaces, members);
         PluginMod {
             abi_version: RStr::from_str(ABI_VERSION),
             name,
@@ -725,6 +764,8 @@ impl PluginMod {
             hooks,
             #[cfg(not(feature = "__test-abi-prev-minor"))]
             replaces,
+            #[cfg(not(feature = "__test-abi-prev-minor"))]
+            members,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::{
     integrity,
     loader::{self, Library},
     manifest::Manifest,
-    registry::{PluginRecord, PluginStatus, Registry},
+    registry::{Hooks, PluginRecord, PluginStatus, Registry},
     runtime::Runtime,
     settings::RuntimeSettings,
 };
@@ -211,18 +211,31 @@ impl HostBuilder {
             replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
         }
         for (fallback_name, source) in self.sources {
-            let record =
+            let records =
                 load_source(fallback_name, source, &taken, &replaced, &self.app_config, &self.settings, &places);
-            if let PluginStatus::Failed { detail } = &record.status {
-                tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
+            for record in records {
+                let record = match &record.member_of {
+                    // A member cannot take a name an earlier plugin holds.
+                    Some(_) => match record.path.as_ref().and_then(|p| shadowed(&record.name, p, &taken)) {
+                        Some(mut failed) => {
+                            failed.member_of = record.member_of.clone();
+                            failed
+                        }
+                        None => record,
+                    },
+                    None => record,
+                };
+                if let PluginStatus::Failed { detail } = &record.status {
+                    tracing::warn!(target: "bub::plugin", "plugin.load_failed plugin={} {detail}", record.name);
+                }
+                // The first plugin discovered under a name claims it, even if it
+                // failed: the order stays deterministic and the failure visible.
+                // A folder whose manifest names another plugin claims nothing.
+                if record.claims {
+                    taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
+                }
+                registry.register(record);
             }
-            // The first plugin discovered under a name claims it, even if it
-            // failed: the order stays deterministic and the failure visible.
-            // A folder whose manifest names another plugin claims nothing.
-            if record.claims {
-                taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
-            }
-            registry.register(record);
         }
         let registry = Arc::new(registry);
         crate::runtime::rest::register(&registry);
@@ -292,7 +305,7 @@ fn load_source(
     app_config: &Map<String, serde_json::Value>,
     settings: &RuntimeSettings,
     places: &Places,
-) -> PluginRecord {
+) -> Vec<PluginRecord> {
     match source {
         PluginSource::Static { module, config } => {
             let lib = Library { module };
@@ -302,7 +315,7 @@ fn load_source(
             register_library(fallback_name, None, Library { module }, &config(settings), places)
         }
         PluginSource::Library { name, path, config } => match shadowed(&name, &path, taken) {
-            Some(record) => record,
+            Some(record) => vec![record],
             None => open_and_register(name, path, &config, places),
         },
         PluginSource::Folder(dir) => {
@@ -319,10 +332,10 @@ fn load_folder(
     app_config: &Map<String, serde_json::Value>,
     plugin_env: &[(OsString, OsString)],
     places: &Places,
-) -> PluginRecord {
+) -> Vec<PluginRecord> {
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,
-        Err(e) => return PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string()),
+        Err(e) => return vec![PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string())],
     };
     // The name must be a safe one and the folder's own: a folder cannot
     // claim (and so shadow) another plugin's name.
@@ -337,15 +350,15 @@ fn load_folder(
         );
         let mut record = PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), detail);
         record.claims = false;
-        return record;
+        return vec![record];
     }
     let path = manifest.library_path(dir);
     if let Some(record) = shadowed(&manifest.name, &path, taken) {
-        return record;
+        return vec![record];
     }
     let by = match replaced.get(&manifest.name) {
         Some(NotLoaded::Skipped(reason)) if manifest.enabled => {
-            return PluginRecord::failed(manifest.name, Some(path), reason.clone())
+            return vec![PluginRecord::failed(manifest.name, Some(path), reason.clone())]
         }
         Some(NotLoaded::ReplacedBy(by)) => Some(by),
         _ => None,
@@ -358,18 +371,18 @@ fn load_folder(
             Some(by) if manifest.enabled => PluginStatus::Replaced { by: by.clone() },
             _ => PluginStatus::Disabled,
         };
-        return r;
+        return vec![r];
     }
     if !path.is_file() {
         let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
-        return PluginRecord::failed(manifest.name, Some(path), detail);
+        return vec![PluginRecord::failed(manifest.name, Some(path), detail)];
     }
     // Checked on the library opened once, and that open file is what loads.
     let file = match integrity::check_parents(dir)
         .and_then(|()| integrity::open_trusted(dir, &path, manifest.sha256.as_deref()))
     {
         Ok(file) => file,
-        Err(e) => return PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+        Err(e) => return vec![PluginRecord::failed(manifest.name, Some(path), e.to_string())],
     };
     let mut config = manifest.config;
     match app_config.get(&manifest.name) {
@@ -397,7 +410,7 @@ fn load_folder(
     };
     match opened {
         Ok(lib) => register_library(manifest.name, Some(path), lib, &config, places),
-        Err(e) => PluginRecord::failed(manifest.name, Some(path), e.to_string()),
+        Err(e) => vec![PluginRecord::failed(manifest.name, Some(path), e.to_string())],
     }
 }
 
@@ -431,10 +444,10 @@ fn open_and_register(
     path: PathBuf,
     config: &Map<String, serde_json::Value>,
     places: &Places,
-) -> PluginRecord {
+) -> Vec<PluginRecord> {
     match loader::open(&path) {
         Ok(lib) => register_library(name, Some(path), lib, config, places),
-        Err(e) => PluginRecord::failed(name, Some(path), e.to_string()),
+        Err(e) => vec![PluginRecord::failed(name, Some(path), e.to_string())],
     }
 }
 
@@ -444,7 +457,7 @@ fn register_library(
     lib: Library,
     config: &Map<String, serde_json::Value>,
     places: &Places,
-) -> PluginRecord {
+) -> Vec<PluginRecord> {
     let mut record = PluginRecord {
         name,
         version: lib.version().to_owned(),
@@ -454,6 +467,7 @@ fn register_library(
         status: PluginStatus::Loaded,
         hooks: None,
         instance: bub_abi::abi::Instance::NONE,
+        member_of: None,
         claims: true,
     };
     // The plugin's constructor is plugin code: a crash in it is named.
@@ -464,11 +478,74 @@ fn register_library(
     };
     match init {
         Ok(instance) => {
-            record.hooks = Some(lib.module.hooks());
+            record.hooks = Some(Hooks::Table(lib.module.hooks()));
             record.instance = instance;
         }
-        Err(e) => record.status = PluginStatus::Failed { detail: e.to_string() },
+        Err(e) => {
+            record.status = PluginStatus::Failed { detail: e.to_string() };
+            return vec![record];
+        }
     }
+    let members = {
+        let _mark = crate::runtime::watchdog::mark_label(label);
+        loader::members(&lib, record.instance)
+    };
+    let mut records = Vec::new();
+    match members {
+        Ok(members) => {
+            // A set's hooks are its members': the library's own table
+            // (every hook it can forward) is not registered for it.
+            if !members.is_empty() {
+                record.hooks = None;
+            }
+            for member in members {
+                records.push(member_record(&record, member));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(target: "bub::plugin", "plugin set {}: its members could not be listed: {e}", record.name)
+        }
+    }
+    records.insert(0, record);
+    records
+}
+
+/// The record of a plugin set's member: a plugin of its own, in the set's
+/// library; hooks by name (names this host does not know are logged).
+fn member_record(set: &PluginRecord, member: bub_abi::abi::MemberPlugin) -> PluginRecord {
+    let name = member.name.as_str().to_owned();
+    let mut record = PluginRecord::failed(name.clone(), set.path.clone(), String::new());
+    record.member_of = Some(set.name.clone());
+    record.version = member.version.as_str().to_owned();
+    record.abi_version = set.abi_version.clone();
+    record.description = member.description.as_str().to_owned();
+    if !crate::manifest::valid_name(&name) || name == "builtin" {
+        record.name = crate::manifest::printable(&name, 64);
+        record.status = PluginStatus::Failed {
+            detail: format!(
+                "plugin set {} names a member {:?}: a plugin name uses 1 to 64 letters, digits, '-', '_' or '.'",
+                set.name,
+                crate::manifest::printable(&name, 64)
+            ),
+        };
+        record.claims = false;
+        return record;
+    }
+    let mut slots = [bub_abi::abi::HookSlot::EMPTY; bub_abi::HOOK_COUNT];
+    for hook in member.hooks.iter() {
+        match bub_abi::HookId::from_name(hook.hook.as_str()) {
+            Some(id) => slots[id as usize] = hook.slot,
+            None => tracing::warn!(
+                target: "bub::plugin",
+                "plugin {name} (of {}): this bub has no hook {:?}; that implementation is left out (update bub)",
+                set.name,
+                crate::manifest::printable(hook.hook.as_str(), 64)
+            ),
+        }
+    }
+    record.hooks = Some(Hooks::Slots(Arc::new(slots)));
+    record.instance = member.instance;
+    record.status = PluginStatus::Loaded;
     record
 }
 

@@ -201,6 +201,16 @@ pub fn initialise(
     }
 }
 
+/// The members of a plugin set (ABI 2.3), after `initialise`: none for an
+/// ordinary plugin or one built before 2.3.
+pub fn members(lib: &Library, instance: Instance) -> Result<Vec<bub_abi::abi::MemberPlugin>, LoadError> {
+    let Some(members) = lib.module.members() else { return Ok(Vec::new()) };
+    match members(instance) {
+        RResult::ROk(list) => Ok(list.into_iter().collect()),
+        RResult::RErr(error) => Err(LoadError::Init { name: lib.name().to_owned(), error }),
+    }
+}
+
 fn check_version(path: &Path, plugin: &str) -> Result<(), LoadError> {
     let host = host_abi();
     let err = |why| LoadError::AbiVersion {

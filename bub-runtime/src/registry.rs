@@ -11,9 +11,26 @@ use crate::settings::RuntimeSettings;
 use std::{path::PathBuf, sync::Arc};
 
 use bub_abi::{
-    abi::{HookCall, HookMarker, HookReturn, HookTableRef, Instance},
+    abi::{HookCall, HookMarker, HookReturn, HookSlot, HookTableRef, Instance},
     HookId, HOOK_COUNT,
 };
+
+/// A plugin's hook implementations: its library's static table, or (a
+/// member of a plugin set, ABI 2.3) slots the set gave at registration.
+#[derive(Clone)]
+pub(crate) enum Hooks {
+    Table(HookTableRef),
+    Slots(Arc<[HookSlot; HOOK_COUNT]>),
+}
+
+impl Hooks {
+    pub(crate) fn slot(&self, hook: HookId) -> HookSlot {
+        match self {
+            Hooks::Table(table) => table.slot(hook),
+            Hooks::Slots(slots) => slots[hook as usize],
+        }
+    }
+}
 
 /// Where a plugin stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +78,10 @@ pub struct PluginRecord {
     pub path: Option<PathBuf>,
     /// Loaded, failed or disabled.
     pub status: PluginStatus,
-    pub(crate) hooks: Option<HookTableRef>,
+    pub(crate) hooks: Option<Hooks>,
     pub(crate) instance: Instance,
+    /// The plugin set (library plugin) this plugin is a member of (ABI 2.3).
+    pub member_of: Option<String>,
     // Whether it claims its name (a folder whose manifest names another
     // plugin does not).
     pub(crate) claims: bool,
@@ -91,13 +110,14 @@ impl PluginRecord {
             status: PluginStatus::Failed { detail },
             hooks: None,
             instance: Instance::NONE,
+            member_of: None,
             claims: true,
         }
     }
 
     /// The hooks this plugin implements, with marker and whether declared async.
     pub fn implementations(&self) -> Vec<(HookId, HookMarker, bool)> {
-        let Some(table) = self.hooks else { return Vec::new() };
+        let Some(table) = &self.hooks else { return Vec::new() };
         HookId::ALL
             .iter()
             .filter_map(|&h| {
@@ -109,7 +129,7 @@ impl PluginRecord {
 
     /// Whether the plugin implements `hook`.
     pub fn implements(&self, hook: HookId) -> bool {
-        self.hooks.is_some_and(|t| t.slot(hook).call.is_some())
+        self.hooks.as_ref().is_some_and(|t| t.slot(hook).call.is_some())
     }
 }
 
@@ -187,7 +207,7 @@ impl Registry {
     /// every plugin recorded before it.
     pub fn register(&mut self, record: PluginRecord) {
         let index = self.plugins.len();
-        if let (PluginStatus::Loaded, Some(table)) = (&record.status, record.hooks) {
+        if let (PluginStatus::Loaded, Some(table)) = (&record.status, &record.hooks) {
             let name: Arc<str> = Arc::from(record.name.as_str());
             for &hook in HookId::ALL {
                 let slot = table.slot(hook);

@@ -45,6 +45,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-agent-noop",
     "tp-allstages",
     "tp-store-wrapper",
+    "tp-plugin-set",
     "echo-model",
     "session-router",
     "tool-policy",

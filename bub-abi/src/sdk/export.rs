@@ -1,11 +1,14 @@
 //! Builds a plugin's root module: the hook table, the constructor and the
 //! exported symbol. Used through [`crate::export_plugin!`].
 
-use abi_stable::std_types::{ROption, RResult};
+use abi_stable::std_types::{ROption, RResult, RString, RVec};
 use serde_json::{Map, Value};
 
 use crate::{
-    abi::{ErrorKind, HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs, Instance},
+    abi::{
+        ErrorKind, HookCall, HookError, HookReturn, HookSlot, HookTable, HostServicesRef, InitArgs, Instance,
+        MemberHook, MemberPlugin,
+    },
     hooks::{HookId, HOOK_COUNT},
     sdk::{guard, logging, plugin::PluginContext},
     Plugin,
@@ -55,6 +58,49 @@ pub extern "C" fn init<P: Plugin, const CDYLIB: bool>(
         // `&'static self` and may hand it to spawned tasks.
         let plugin: &'static P = Box::leak(Box::new(plugin));
         Ok(Instance(plugin as *const P as *const std::ffi::c_void))
+    });
+    result.into()
+}
+
+/// The `members` of an ordinary plugin: none.
+pub extern "C" fn no_members(_instance: Instance) -> RResult<RVec<MemberPlugin>, HookError> {
+    RResult::ROk(RVec::new())
+}
+
+/// The `members` of a [`PluginSet`](crate::sdk::set::PluginSet): each
+/// member's value leaked like an instance (it lives as long as the
+/// library), its hooks the thunks of `P` with the member's markers.
+pub extern "C" fn members<P: crate::sdk::set::PluginSet>(set: Instance) -> RResult<RVec<MemberPlugin>, HookError> {
+    let result = guard::guard(ErrorKind::INIT, || {
+        let plugin =
+            instance::<P>(set).ok_or_else(|| HookError::new(ErrorKind::INIT, "the plugin set has no instance"))?;
+        let members = plugin.members().map_err(|e| HookError::new(ErrorKind::INIT, e.to_string()))?;
+        let mut out = RVec::new();
+        for member in members {
+            let mut hooks = RVec::new();
+            for (id, marker) in member.hooks {
+                match P::HOOKS.iter().find(|d| d.id == id) {
+                    Some(decl) => hooks.push(MemberHook {
+                        hook: RString::from(id.name()),
+                        slot: HookSlot { call: ROption::RSome(thunk_for::<P>(id)), marker, is_async: decl.is_async },
+                    }),
+                    None => tracing::warn!(
+                        "plugin set member {}: {} is not a hook this set implements; left out",
+                        member.name,
+                        id.name()
+                    ),
+                }
+            }
+            let value: &'static P = Box::leak(Box::new(member.plugin));
+            out.push(MemberPlugin {
+                name: RString::from(member.name),
+                version: RString::from(member.version),
+                description: RString::from(member.description),
+                instance: Instance(value as *const P as *const std::ffi::c_void),
+                hooks,
+            });
+        }
+        Ok(out)
     });
     result.into()
 }
@@ -123,6 +169,9 @@ pub const fn hook_table<P: Plugin>() -> HookTable {
 #[macro_export]
 macro_rules! __plugin_module {
     ($ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr $(, [$($replaces:expr),*])?) => {
+        $crate::__plugin_module!(@with $crate::sdk::export::no_members, $ty, $cdylib, $fn_name, $name, $version, $description $(, [$($replaces),*])?);
+    };
+    (@with $members:expr, $ty:ty, $cdylib:expr, $fn_name:ident, $name:expr, $version:expr, $description:expr $(, [$($replaces:expr),*])?) => {
         #[doc(hidden)]
         pub fn $fn_name() -> $crate::abi::PluginModRef {
             use $crate::__private::{RStr, WithMetadata};
@@ -135,6 +184,7 @@ macro_rules! __plugin_module {
                 $crate::sdk::export::init::<$ty, $cdylib>,
                 $crate::abi::HookTableRef(HOOKS.static_as_prefix()),
                 $crate::__private::RSlice::from_slice(&[$($(RStr::from_str($replaces)),*)?]),
+                $members,
             ));
             $crate::abi::PluginModRef(MODULE.static_as_prefix())
         }
@@ -153,6 +203,24 @@ macro_rules! __plugin_module {
 /// the replaced plugin as `replaced` instead of loading it.
 #[macro_export]
 macro_rules! export_plugin {
+    ($ty:ty, set $(,)?) => {
+        $crate::__plugin_module!(
+            @with $crate::sdk::export::members::<$ty>,
+            $ty,
+            true,
+            __bub_plugin_module,
+            env!("CARGO_PKG_NAME"),
+            env!("CARGO_PKG_VERSION"),
+            env!("CARGO_PKG_DESCRIPTION")
+        );
+        $crate::__root_symbol!($crate, __bub_plugin_module);
+
+        /// The ABI layout fingerprint this plugin was built with (see
+        /// `bub_abi::abi::LAYOUT_FINGERPRINT`).
+        #[doc(hidden)]
+        #[unsafe(no_mangle)]
+        pub static BUB_ABI_LAYOUT_FINGERPRINT: u64 = $crate::abi::LAYOUT_FINGERPRINT;
+    };
     ($ty:ty $(,)?) => {
         $crate::export_plugin!(
             $ty,

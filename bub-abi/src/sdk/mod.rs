@@ -15,6 +15,7 @@ pub mod logging;
 pub mod object;
 pub mod plugin;
 pub mod resources;
+pub mod set;
 pub mod state;
 pub mod stream;
 pub mod tape;

@@ -591,7 +591,7 @@ fn install_a_crate_from_the_registry() {
         }
     }
     let plugin = vendor.join("bub-fetched-plugin-0.3.0");
-    plugin_crate(&plugin, "0.3.0", "\"2.2\"");
+    plugin_crate(&plugin, "0.3.0", "\"2.3\"");
     std::fs::write(plugin.join(".cargo-checksum.json"), r#"{"files": {}, "package": null}"#).unwrap();
     // Cargo reads this for every build under the home (as ~/.cargo/config.toml would be).
     std::fs::create_dir_all(home.path().join(".cargo")).unwrap();

@@ -272,3 +272,59 @@ fn a_config_json_section_that_is_not_an_object_is_reported() {
         "{err}"
     );
 }
+
+/// Issue 22, item 1 (ABI 2.3 plugin sets): one library contributes several
+/// plugins, each registered under its own name right after the library,
+/// with its own hooks and markers. A member's `tryfirst` outranks a normal
+/// native plugin registered after it (pluggy's order across plugins); a
+/// member with an unusable name or a name already taken is refused, the
+/// others stay.
+#[test]
+fn a_plugin_set_registers_each_member_as_a_plugin_of_its_own() {
+    let home = bub_tests::Home::new();
+    home.install(
+        "tp-plugin-set",
+        &bub_tests::lib("tp-plugin-set"),
+        serde_json::json!({"members": [
+            {"name": "guest-first", "answer": "guest:first", "hooks": {"resolve_session": "tryfirst"}},
+            {"name": "guest-normal", "answer": "guest:normal", "hooks": {"resolve_session": "normal", "build_prompt": "normal"}},
+            {"name": "bad name!", "answer": "x", "hooks": {"resolve_session": "normal"}},
+            {"name": "builtin", "answer": "x", "hooks": {"resolve_session": "normal"}},
+        ]}),
+    );
+    // A native plugin discovered after the set: normally called first.
+    home.scripted("zz-native", "", serde_json::json!({"resolve_session": {"return": "native:normal"}}));
+    let (out, err, ok) = bub_tests::run_bub(&home, &["plugins", "list", "--json"]);
+    assert!(ok, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows: Vec<(String, String, serde_json::Value)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (p["name"].as_str().unwrap().to_owned(), p["status"].as_str().unwrap().to_owned(), p["member_of"].clone())
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(names[..4], ["builtin", "tp-plugin-set", "guest-first", "guest-normal"], "{out}");
+    assert_eq!(rows[2].1, "loaded");
+    assert_eq!(rows[2].2, "tp-plugin-set");
+    assert_eq!(names.last(), Some(&"zz-native"));
+    let refused: Vec<&(String, String, serde_json::Value)> = rows.iter().filter(|r| r.1 == "failed").collect();
+    assert_eq!(refused.len(), 2, "the bad name and the taken one: {out}");
+    assert!(list.to_string().contains("a plugin name uses"), "{out}");
+    assert!(list.to_string().contains("already"), "the builtin's name is taken: {out}");
+
+    let (order, _, ok) = bub_tests::run_bub(&home, &["hooks", "--call-order"]);
+    assert!(ok);
+    let line = order.lines().find(|l| l.starts_with("resolve_session:")).unwrap();
+    assert_eq!(
+        line,
+        "resolve_session: guest-first [tryfirst, sync] -> zz-native [normal, sync] -> guest-normal [normal, sync] -> builtin [normal, sync]",
+        "{order}"
+    );
+    let (out, err, ok) = bub_tests::run_bub(&home, &["run", "--json", "hi"]);
+    assert!(ok, "{err}");
+    let turn: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(turn["session_id"], "guest:first", "{out}");
+}

@@ -26,6 +26,7 @@ pub(super) fn to_json(p: &PluginRecord) -> Value {
         "path": p.path.as_ref().map(|p| p.display().to_string()),
         "status": p.status.as_str(),
         "detail": detail,
+        "member_of": p.member_of,
     })
 }
 
@@ -105,7 +106,12 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
                 cell(&or_dash(&p.version)),
                 cell(&or_dash(&p.abi_version)),
                 p.status.as_str().to_owned(),
-                p.path.as_ref().map_or_else(|| "(built in)".to_owned(), |p| printable(&p.display().to_string(), 4096)),
+                match (&p.member_of, &p.path) {
+                    // A plugin set's member lives in the set's library.
+                    (Some(set), _) => format!("(via {})", cell(set)),
+                    (None, Some(path)) => printable(&path.display().to_string(), 4096),
+                    (None, None) => "(built in)".to_owned(),
+                },
             ]
         })
         .collect();
