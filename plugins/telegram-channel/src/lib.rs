@@ -536,14 +536,17 @@ async fn build_message(shared: &Shared, bot: &Bot, message: &Message, me: &Me) -
         envelope["kind"] = json!("command");
         return envelope;
     }
+    // Files only of messages for the bot: a group's other photos are not
+    // downloaded (Bub fetches lazily, when a turn reads them).
+    let active = inbound::is_active(message, me);
     let mut media = Vec::new();
-    if let Some(file) = &parsed.file {
+    if let Some(file) = parsed.file.as_ref().filter(|_| active) {
         media.extend(fetch(bot, file, config.max_file_bytes).await);
     }
     let mut metadata = parsed.metadata;
     if let Some(reply) = message.reply_to_message.as_deref().filter(|r| r.from.is_some()) {
         let reply = inbound::parse(reply);
-        if let Some(file) = &reply.file {
+        if let Some(file) = reply.file.as_ref().filter(|_| active) {
             media.extend(fetch(bot, file, config.max_file_bytes).await);
         }
         let mut meta = Map::new();
@@ -556,7 +559,7 @@ async fn build_message(shared: &Shared, bot: &Bot, message: &Message, me: &Me) -
     content.extend(metadata);
     envelope["content"] = json!(Value::Object(content).to_string());
     envelope["kind"] = json!("normal");
-    envelope["is_active"] = json!(inbound::is_active(message, me));
+    envelope["is_active"] = json!(active);
     if !media.is_empty() {
         envelope["media"] = Value::Array(media);
     }

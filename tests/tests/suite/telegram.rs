@@ -97,7 +97,13 @@ fn telegram_allow_lists_and_group_mentions() {
     api.push_message(group_text(-100, 8, &mention, entities.clone()));
     assert_eq!(texts_to(&api, -100, 1), vec!["Access denied."]);
 
-    // A listed user (by username): idle chatter is no turn, a mention is.
+    // A listed user (by username): idle chatter is no turn, a mention is;
+    // a group photo not for the bot is not even downloaded.
+    api.add_file("group-photo", b"not for the bot");
+    let mut photo = group_text(-100, 9, "", json!([]));
+    photo.as_object_mut().unwrap().remove("text");
+    photo["photo"] = json!([{"file_id": "group-photo", "file_unique_id": "g", "width": 1, "height": 1}]);
+    api.push_message(photo);
     api.push_message(group_text(-100, 9, "idle chatter", json!([])));
     std::thread::sleep(Duration::from_millis(800));
     api.push_message(group_text(-100, 9, &format!("@{BOT_USERNAME} what now"), entities));
@@ -108,6 +114,7 @@ fn telegram_allow_lists_and_group_mentions() {
     assert!(texts_to(&api, 7, 1)[0].contains("just us"));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(api.sent_to(8).len(), 1, "the unlisted chat got nothing else");
+    assert!(api.calls_of("getFile").is_empty(), "an inactive message's file was fetched");
     drop(gateway);
 }
 
