@@ -238,7 +238,7 @@ impl Installer {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
         set_mode(stage, 0o700)?;
         if let Some(skills) = skills {
-            copy_tree(skills, &stage.join("skills"), 0)?;
+            copy_tree(skills, &stage.join("skills"), 0, 8)?;
         }
         // Installed under one fixed name, whatever the source is called: a
         // source named `plugin.json` or `.verified` cannot overwrite the
@@ -455,9 +455,9 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 
 /// Copies the folder `from` to `to`: folders and regular files only (a
 /// symbolic link could point anywhere on the machine), owner-only, at most
-/// 8 levels deep.
-fn copy_tree(from: &Path, to: &Path, depth: usize) -> Result<(), InstallError> {
-    if depth > 8 {
+/// `max` levels below `from` (`depth`: this call's level, 0 at the top).
+pub(crate) fn copy_tree(from: &Path, to: &Path, depth: usize, max: usize) -> Result<(), InstallError> {
+    if depth > max {
         return Ok(());
     }
     bub_abi::files::create_private_dir(to).map_err(io("create", to))?;
@@ -467,7 +467,7 @@ fn copy_tree(from: &Path, to: &Path, depth: usize) -> Result<(), InstallError> {
         let (path, kind) = (entry.path(), entry.file_type().map_err(io("read", from))?);
         let target = to.join(entry.file_name());
         if kind.is_dir() {
-            copy_tree(&path, &target, depth + 1)?;
+            copy_tree(&path, &target, depth + 1, max)?;
         } else if kind.is_file() {
             std::fs::copy(&path, &target).map_err(io("copy", &path))?;
             // Scripts stay runnable, by the owner only.

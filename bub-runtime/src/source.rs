@@ -193,6 +193,15 @@ fn run(source: &Source, cmd: &mut Command, what: &str) -> Result<String, Install
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// A fresh owner-only folder under `scratch`, removed when dropped.
+fn fetch_dir(source: &Source, scratch: &Path) -> Result<tempfile::TempDir, InstallError> {
+    bub_abi::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
+    tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(scratch)
+        .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))
+}
+
 /// Fetches `source` into a temporary folder under `scratch`.
 pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fetched, InstallError> {
     let target_dir = Some(crate::settings::cargo_target_dir().unwrap_or_else(|| cache.to_owned()));
@@ -201,11 +210,7 @@ pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fet
             Ok(Fetched { path: path.clone(), source: source.clone(), target_dir: None, _temp: None })
         }
         Source::Git { url, reference, .. } => {
-            bub_abi::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
-            let temp = tempfile::Builder::new()
-                .prefix(".fetch-")
-                .tempdir_in(scratch)
-                .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))?;
+            let temp = fetch_dir(source, scratch)?;
             let dir = temp.path().join("repo");
             // `--` ends the options: a URL starting with `-` is no flag.
             run(source, Command::new("git").args(["clone", "--quiet", "--", url]).arg(&dir), "git clone")?;
@@ -226,11 +231,7 @@ pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fet
             Ok(Fetched { path: dir, source: resolved, target_dir, _temp: Some(temp) })
         }
         Source::Crate { name, version, .. } => {
-            bub_abi::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
-            let temp = tempfile::Builder::new()
-                .prefix(".fetch-")
-                .tempdir_in(scratch)
-                .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))?;
+            let temp = fetch_dir(source, scratch)?;
             // A throw-away package depending on the crate: cargo resolves
             // and downloads it, and says where its source is.
             let stub = temp.path().join("fetch");
@@ -273,7 +274,8 @@ pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fet
             let resolved_version = package["version"].as_str().unwrap_or_default().to_owned();
             // Built from a copy: cargo's cache of sources stays untouched.
             let dir = temp.path().join(format!("{name}-{resolved_version}"));
-            copy_dir(manifest_path.parent().unwrap_or(Path::new(".")), &dir).map_err(|e| fetch_error(source, e))?;
+            // Deep enough for any crate's sources (skills stop at 8 levels).
+            crate::install::copy_tree(manifest_path.parent().unwrap_or(Path::new(".")), &dir, 0, 64)?;
             // Its own workspace, wherever the home is (a published crate's
             // manifest has none, and a Cargo.toml above would claim it).
             let copied = dir.join("Cargo.toml");
@@ -287,21 +289,6 @@ pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fet
             Ok(Fetched { path: dir, source: resolved, target_dir, _temp: Some(temp) })
         }
     }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| format!("cannot create {}: {e}", to.display()))?;
-    for entry in std::fs::read_dir(from).map_err(|e| format!("cannot read {}: {e}", from.display()))? {
-        let entry = entry.map_err(|e| e.to_string())?;
-        let kind = entry.file_type().map_err(|e| e.to_string())?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target).map_err(|e| format!("cannot copy {}: {e}", entry.path().display()))?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -264,11 +264,7 @@ impl Channel for TelegramChannel {
     fn send(&self, message: Envelope) -> impl Fut<()> {
         let shared = self.0.clone();
         async move {
-            let chat = match message.get("chat_id") {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Number(n)) => n.to_string(),
-                _ => return Err("telegram: an outbound without chat_id".into()),
-            };
+            let chat = chat_of(&message).ok_or("telegram: an outbound without chat_id")?;
             let text = outbound::reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
             if text.trim().is_empty() {
                 return Ok(());

@@ -17,27 +17,31 @@ pub fn run(ctx: &Context, source: &str, name: Option<&str>) -> Result<()> {
 /// Every plugin with a recorded source, or the one named.
 pub fn update(ctx: &Context, name: Option<&str>) -> Result<()> {
     let installer = ctx.installer();
-    let names: Vec<String> = match name {
-        Some(name) => vec![name.to_owned()],
+    // Each plugin's recorded source, read once.
+    let sourced: Vec<(String, Option<Source>)> = match name {
+        Some(name) => vec![(name.to_owned(), installer.manifest(name).ok().and_then(|m| m.source))],
         None => {
-            let mut names: Vec<String> = std::fs::read_dir(installer.root())
+            let mut sourced: Vec<(String, Option<Source>)> = std::fs::read_dir(installer.root())
                 .into_iter()
                 .flatten()
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| !n.starts_with('.'))
-                .filter(|n| installer.manifest(n).is_ok_and(|m| m.source.is_some()))
+                .filter_map(|n| {
+                    let source = installer.manifest(&n).ok()?.source?;
+                    Some((n, Some(source)))
+                })
                 .collect();
-            names.sort();
-            if names.is_empty() {
+            sourced.sort_by(|a, b| a.0.cmp(&b.0));
+            if sourced.is_empty() {
                 println!("no installed plugin has a recorded source; nothing to update");
             }
-            names
+            sourced
         }
     };
     let mut failed = Vec::new();
-    for name in &names {
-        if let Ok(Some(source)) = installer.manifest(name).map(|m| m.source) {
+    for (name, source) in &sourced {
+        if let Some(source) = source {
             eprintln!("updating {name} from {}…", source.unresolved());
         }
         match installer.update(name) {
