@@ -216,7 +216,7 @@ impl HostBuilder {
             for record in records {
                 let record = match &record.member_of {
                     // A member cannot take a name an earlier plugin holds.
-                    Some(_) => match record.path.as_ref().and_then(|p| shadowed(&record.name, p, &taken)) {
+                    Some(_) => match shadowed(&record.name, &record.path.clone().unwrap_or_default(), &taken) {
                         Some(mut failed) => {
                             failed.member_of = record.member_of.clone();
                             failed
