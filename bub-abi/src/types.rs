@@ -568,6 +568,12 @@ pub struct CommandArg {
     /// Value when not given.
     #[serde(default)]
     pub default: Option<String>,
+    /// Takes every remaining word of the command line, options and `--help`
+    /// included, as a list (ABI 2.3): for commands that parse their own
+    /// arguments, such as a Python plugin's Typer app. Older hosts ignore
+    /// it and pass one word.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trailing: bool,
 }
 
 /// Which tape entries an agent's context starts from (`TapeContext`).

@@ -1,5 +1,6 @@
 //! `process_inbound`: one turn (spec §1.1).
 
+use bub_abi::abi_stable::std_types::RStr;
 use bub_abi::{
     types::{Envelope, ErrorInfo, StateMap, StreamEvent},
     HookId, TurnState,
@@ -148,6 +149,14 @@ impl Framework {
         for answer in self.runtime.load_state(message, &session_id.to_owned()).await?.iter().rev() {
             if let Ok(fragment) = answer.get() {
                 bub_abi::sync::lock(&state_map).extend(fragment);
+                // A fragment may hold live objects (a Python plugin's
+                // scheduler through the python bridge): the map above got
+                // their markers, the handle keeps the objects themselves.
+                if let Some(raw) = answer.reply().value() {
+                    for (key, value) in raw.entries().filter(|(_, v)| v.live_object().is_some()) {
+                        let _ = state.handle().set(RStr::from_str(key), value.to_owned());
+                    }
+                }
             }
         }
         Ok((state, state_map))

@@ -78,6 +78,10 @@ fn leak(s: &str) -> &'static str {
 
 fn to_clap(spec: &CommandSpec) -> clap::Command {
     let mut cmd = clap::Command::new(leak(&spec.name)).about(leak(&spec.about));
+    if spec.args.iter().any(|a| a.trailing) {
+        // The command parses its own words, `--help` included.
+        cmd = cmd.disable_help_flag(true);
+    }
     for a in &spec.args {
         cmd = cmd.arg(to_arg(a));
     }
@@ -86,6 +90,9 @@ fn to_clap(spec: &CommandSpec) -> clap::Command {
 
 fn to_arg(a: &CommandArg) -> clap::Arg {
     let mut arg = clap::Arg::new(leak(&a.name)).help(leak(&a.help));
+    if a.trailing {
+        return arg.num_args(0..).trailing_var_arg(true).allow_hyphen_values(true).action(ArgAction::Append);
+    }
     if a.flag {
         return arg.long(leak(&a.name)).action(ArgAction::SetTrue);
     }
@@ -103,7 +110,11 @@ fn values(spec: &CommandSpec, m: &clap::ArgMatches) -> Map<String, Value> {
     spec.args
         .iter()
         .map(|a| {
-            let v = if a.flag {
+            let v = if a.trailing {
+                Value::Array(
+                    m.get_many::<String>(&a.name).into_iter().flatten().map(|s| Value::String(s.clone())).collect(),
+                )
+            } else if a.flag {
                 Value::Bool(m.get_flag(&a.name))
             } else {
                 m.get_one::<String>(&a.name).map_or(Value::Null, |s| Value::String(s.clone()))

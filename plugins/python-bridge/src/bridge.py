@@ -1,0 +1,505 @@
+"""The Python half of bub-rs's python bridge.
+
+Runs inside the interpreter the bridge embeds, with the plugin venv's
+site-packages on ``sys.path``. It finds Bub's plugins the way Bub 0.6 does
+(``importlib.metadata.entry_points(group="bub")``, in that order, callable
+entry points called with the framework), reads their pluggy hookimpls and
+runs every call on one asyncio loop thread, as Bub runs everything on its
+loop. The Rust half (``lib.rs``) turns each plugin into a plugin of the
+host and converts arguments and results.
+"""
+
+
+import asyncio
+import dataclasses
+import importlib.metadata
+import inspect
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+PROJECT = "bub"
+
+_loop: asyncio.AbstractEventLoop | None = None
+_ready = threading.Event()
+
+
+def run_loop() -> None:
+    """The loop thread's body: one event loop for every Python call."""
+    global _loop
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    _loop = loop
+    _ready.set()
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def wait_ready(timeout: float) -> bool:
+    return _ready.wait(timeout)
+
+
+def stop_loop() -> None:
+    if _loop is not None:
+        _loop.call_soon_threadsafe(_loop.stop)
+
+
+def format_exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+class Call:
+    """One submitted call: cancellable from the Rust side."""
+
+    __slots__ = ("task", "cancelled")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Future | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        assert _loop is not None
+        _loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+def submit(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call:
+    """Runs ``fn(*args, **kwargs)`` on the loop thread; awaits an awaitable
+    result (unless ``sync_only``: then, as Bub's ``call_*_sync``, it is
+    skipped); calls ``done(ok, value)`` once, on the loop thread."""
+    call = Call()
+    assert _loop is not None
+    _loop.call_soon_threadsafe(_start, call, fn, args, kwargs, done, sync_only)
+    return call
+
+
+def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> None:
+    if call.cancelled:
+        done(False, "cancelled")
+        return
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
+        done(False, format_exception(exc))
+        return
+    if inspect.isawaitable(result):
+        if sync_only:
+            if inspect.iscoroutine(result):
+                result.close()
+            # Bub's call_*_sync skips it; the host sees no answer.
+            done(True, None)
+            return
+        task = asyncio.ensure_future(result)
+        call.task = task
+        task.add_done_callback(lambda t: _finish(t, done))
+    else:
+        done(True, result)
+
+
+def _finish(task: asyncio.Future, done: Any) -> None:
+    if task.cancelled():
+        done(False, "cancelled")
+        return
+    exc = task.exception()
+    if exc is not None:
+        done(False, format_exception(exc))
+    else:
+        done(True, task.result())
+
+
+# --- discovery -----------------------------------------------------------
+
+
+def _varnames(function: Any) -> tuple[str, ...]:
+    """pluggy's argument names of a hookimpl (without ``self``)."""
+    try:
+        from pluggy._hooks import varnames  # the exact rule pluggy applies
+    except ImportError:  # pragma: no cover - pluggy is Bub's dependency
+        sig = inspect.signature(function)
+        return tuple(
+            n
+            for n, p in sig.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY) and p.default is p.empty
+        )
+    return varnames(function)[0]
+
+
+def hookimpls(plugin: Any, hook_names: list[str]) -> list[tuple[str, str, bool, tuple[str, ...], Any]]:
+    """The hookimpls of ``plugin`` among ``hook_names``: (hook, marker,
+    is_async, argnames, function), in ``hook_names`` order. Markers are
+    pluggy's ``bub_impl`` options; wrappers are reported as such."""
+    found = []
+    for name in dir(plugin):
+        try:
+            attr = getattr(plugin, name)
+        except Exception:  # noqa: BLE001 - a property that fails is not a hook
+            continue
+        opts = getattr(attr, PROJECT + "_impl", None)
+        if not isinstance(opts, dict):
+            continue
+        hook = opts.get("specname") or name
+        if opts.get("hookwrapper") or opts.get("wrapper"):
+            marker = "wrapper"
+        elif opts.get("tryfirst"):
+            marker = "tryfirst"
+        elif opts.get("trylast"):
+            marker = "trylast"
+        else:
+            marker = "normal"
+        func = attr
+        is_async = inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+        found.append((hook, marker, is_async, _varnames(func), func))
+    order = {h: i for i, h in enumerate(hook_names)}
+    found.sort(key=lambda f: order.get(f[0], len(order)))
+    return found
+
+
+class EntryPointPlugin:
+    __slots__ = ("name", "value", "dist", "version", "plugin", "error", "tools")
+
+    def __init__(self, name: str, value: str, dist: str, version: str) -> None:
+        self.name = name
+        self.value = value
+        self.dist = dist
+        self.version = version
+        self.plugin: Any = None
+        self.error: str | None = None
+        self.tools: list[Any] = []
+
+
+def discover(framework: Any) -> list[EntryPointPlugin]:
+    """Bub's ``load_hooks``: load every entry point of group ``bub`` (in
+    importlib's order), then call the callable ones with the framework. A
+    plugin that fails keeps its error; the others load."""
+    global FRAMEWORK
+    FRAMEWORK = framework
+    pending: list[tuple[EntryPointPlugin, Any]] = []
+    out: list[EntryPointPlugin] = []
+    registry = _registry()
+    for ep in importlib.metadata.entry_points(group=PROJECT):
+        dist = getattr(ep, "dist", None)
+        rec = EntryPointPlugin(
+            ep.name,
+            ep.value,
+            dist.metadata["Name"] if dist is not None else "",
+            dist.version if dist is not None else "",
+        )
+        out.append(rec)
+        before = set(registry)
+        try:
+            pending.append((rec, ep.load()))
+        except BaseException as exc:  # noqa: BLE001
+            rec.error = f"cannot import {ep.value}: {format_exception(exc)}"
+        rec.tools.extend(registry[n] for n in registry if n not in before)
+    for rec, plugin in pending:
+        before = set(registry)
+        try:
+            if callable(plugin):
+                plugin = plugin(framework)
+            rec.plugin = plugin
+        except BaseException as exc:  # noqa: BLE001
+            rec.error = f"cannot create {rec.value}: {format_exception(exc)}"
+        rec.tools.extend(registry[n] for n in registry if n not in before)
+    return out
+
+
+def _registry() -> dict:
+    """Bub's tool registry (``bub.tool`` adds to it when a plugin module is
+    imported): the tools each plugin brings are the ones that appear while
+    it loads."""
+    try:
+        from bub.tools import REGISTRY
+    except ImportError:
+        return {}
+    return REGISTRY
+
+
+# --- values ----------------------------------------------------------------
+
+
+def jsonable(value: Any) -> tuple[bool, Any]:
+    """(True, a JSON-able form) for values Bub would serialize (pydantic
+    models, dataclasses, paths, dates, sets), else (False, None): the value
+    stays a live object."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return True, dump(mode="json")
+        except Exception:  # noqa: BLE001
+            return False, None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        try:
+            return True, dataclasses.asdict(value)
+        except Exception:  # noqa: BLE001
+            return False, None
+    if isinstance(value, Path):
+        return True, str(value)
+    iso = getattr(value, "isoformat", None)
+    if callable(iso) and type(value).__module__ == "datetime":
+        return True, iso()
+    if isinstance(value, (set, frozenset)):
+        return True, list(value)
+    return False, None
+
+
+def awaitable_result(fut: asyncio.Future, ok: bool, value: Any) -> None:
+    """Completes a Python future with a host call's answer (loop thread)."""
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(HostError(value))
+
+
+class HostError(RuntimeError):
+    """A call into bub-rs failed."""
+
+
+def new_future() -> asyncio.Future:
+    assert _loop is not None
+    return _loop.create_future()
+
+
+def call_soon(fn: Any, *args: Any) -> None:
+    assert _loop is not None
+    _loop.call_soon_threadsafe(fn, *args)
+
+
+# --- host facades --------------------------------------------------------
+
+
+class PluginManagerFacade:
+    """The part of pluggy's PluginManager Bub plugins read."""
+
+    def __init__(self, plugins: dict[str, Any]) -> None:
+        self._plugins = plugins
+
+    def get_plugin(self, name: str) -> Any:
+        return self._plugins.get(name)
+
+    def list_name_plugin(self) -> list[tuple[str, Any]]:
+        return list(self._plugins.items())
+
+    def has_plugin(self, name: str) -> bool:
+        return name in self._plugins
+
+
+class Framework:
+    """What a Python plugin's constructor receives instead of Bub's
+    ``BubFramework``: the workspace, the plugin list, and
+    ``process_inbound`` (through the message handler the host gave the
+    bridge's channels). Attributes it lacks raise an AttributeError naming
+    this facade."""
+
+    def __init__(self, workspace: str, home: str, submit_inbound: Any) -> None:
+        self.workspace = Path(workspace)
+        self.home = Path(home)
+        self._plugins: dict[str, Any] = {}
+        self._submit_inbound = submit_inbound
+        self.plugin_manager = PluginManagerFacade(self._plugins)
+
+    async def process_inbound(self, inbound: Any, stream_output: bool = False) -> Any:
+        del stream_output
+        message = inbound
+        if dataclasses.is_dataclass(inbound) and not isinstance(inbound, type):
+            message = {f.name: getattr(inbound, f.name) for f in dataclasses.fields(inbound)}
+            message = {k: v for k, v in message.items() if not k.startswith("_")}
+        return await self._submit_inbound(message)
+
+    def __repr__(self) -> str:
+        return f"<bub-rs framework (python bridge) workspace={str(self.workspace)!r}>"
+
+
+def python_version() -> str:
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+class AttrDict(dict):
+    """A dict whose keys also read as attributes: what the bridge hands
+    Python for host maps (messages, requests), so ``msg["content"]``,
+    ``msg.get("content")`` and ``msg.content`` all work."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class TapeFacade:
+    """``ToolContext.tape`` of a tool call made by bub-rs: the tape's name
+    (the tape itself lives in the host)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<bub-rs tape {self._name!r}>"
+
+
+def tool_context(tape: str, run_id: str, state: dict, code_mode: bool, command: bool) -> Any:
+    try:
+        from bub.tools import ToolContext
+    except ImportError:
+        return AttrDict(tape=TapeFacade(tape), run_id=run_id, state=state, code_mode=code_mode, command=command)
+    return ToolContext(tape=TapeFacade(tape), run_id=run_id, state=state, code_mode=code_mode, command=command)
+
+
+def tool_spec(tool: Any) -> dict:
+    return {
+        "name": str(tool.name),
+        "description": str(getattr(tool, "description", "") or ""),
+        "parameters": dict(getattr(tool, "parameters", None) or {"type": "object", "properties": {}}),
+        "context": bool(getattr(tool, "context", False)),
+        "exposure": str(getattr(tool, "exposure", "auto") or "auto"),
+    }
+
+
+def run_tool(tool: Any, arguments: dict, context: Any, render: bool) -> Any:
+    """Bub's ``ToolExecutor._invoke_normalized`` for one call: run, await,
+    render with the tool's own renderer outside code mode."""
+
+    async def go() -> Any:
+        if getattr(tool, "context", False):
+            value = tool.run(context=context, **arguments)
+        else:
+            value = tool.run(**arguments)
+        if inspect.isawaitable(value):
+            value = await value
+        if render and getattr(tool, "renderer", None) is not None:
+            value = tool.render(value)
+        return value
+
+    return go()
+
+
+def error_object(kind: str, message: str, details: Any) -> BaseException:
+    """The exception ``on_error`` receives: Bub's ``BubError`` when bub is
+    installed, else a RuntimeError carrying ``kind``."""
+    try:
+        from bub.errors import BubError, ErrorKind
+
+        try:
+            error_kind = ErrorKind(kind)
+        except ValueError:
+            error_kind = ErrorKind.UNKNOWN if hasattr(ErrorKind, "UNKNOWN") else list(ErrorKind)[0]
+        return BubError(error_kind, message, details=details)
+    except Exception:  # noqa: BLE001
+        exc = RuntimeError(message)
+        exc.kind = kind  # type: ignore[attr-defined]
+        exc.details = details  # type: ignore[attr-defined]
+        return exc
+
+
+async def channel_start(channel: Any, stop_event: asyncio.Event) -> None:
+    await channel.start(stop_event)
+
+
+async def channel_stop(channel: Any, stop_event: asyncio.Event) -> None:
+    stop_event.set()
+    stop = getattr(channel, "stop", None)
+    if stop is not None:
+        result = stop()
+        if inspect.isawaitable(result):
+            await result
+
+
+async def channel_send(channel: Any, message: Any) -> None:
+    send = getattr(channel, "send", None)
+    if send is None:
+        return
+    try:
+        from bub.channels.message import ChannelMessage
+
+        fields = {f.name for f in dataclasses.fields(ChannelMessage)}
+        if isinstance(message, dict) and {"content", "channel", "chat_id"} <= set(message):
+            message = ChannelMessage(**{k: v for k, v in message.items() if k in fields})
+    except Exception:  # noqa: BLE001 - a dict is what Bub's send accepts too
+        pass
+    result = send(message)
+    if inspect.isawaitable(result):
+        await result
+
+
+def channel_info(channel: Any) -> dict:
+    return {
+        "enabled": bool(getattr(channel, "enabled", True)),
+        "needs_debounce": bool(getattr(channel, "needs_debounce", False)),
+    }
+
+
+def new_event() -> asyncio.Event:
+    return asyncio.Event()
+
+
+# --- Typer commands --------------------------------------------------------
+
+FRAMEWORK: Any = None
+
+
+def typer_app() -> Any:
+    """The app a Python plugin's ``register_cli_commands`` receives: a
+    Typer app like Bub's, whose context object is the framework."""
+    import typer
+
+    app = typer.Typer(name="bub", add_completion=False)
+
+    @app.callback()
+    def _main(ctx: typer.Context) -> None:
+        ctx.obj = FRAMEWORK
+
+    return app
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def typer_commands(app: Any) -> list[tuple[str, str]]:
+    """(name, help) of every command and group the plugin added."""
+    out = []
+    for group in getattr(app, "registered_groups", []):
+        info = getattr(group.typer_instance, "info", None)
+        name = _text(group.name) or _text(getattr(info, "name", None))
+        about = _text(group.help) or _text(getattr(info, "help", None))
+        if name:
+            out.append((name, about.strip().splitlines()[0] if about.strip() else ""))
+    for command in getattr(app, "registered_commands", []):
+        callback = command.callback
+        name = _text(command.name) or (callback.__name__.replace("_", "-") if callback else "")
+        about = _text(command.help) or (inspect.getdoc(callback) or "" if callback else "")
+        if name:
+            out.append((name, about.strip().splitlines()[0] if about.strip() else ""))
+    return out
+
+
+def run_typer(app: Any, argv: list[str]) -> int:
+    """Runs the app's click command with ``argv`` (the subcommand first),
+    on the calling thread (not the loop: Typer commands call
+    ``asyncio.run``); returns the exit status."""
+    import typer
+
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="bub", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+    return 0

@@ -1,0 +1,145 @@
+//! Host values ↔ Python objects, without a JSON text round trip.
+//!
+//! Host → Python: maps become dicts whose keys also read as attributes
+//! (`AttrDict`, so `message.content` and `message["content"]` both work,
+//! as Bub's `field_of` and plugins that use attribute access expect), lists
+//! become lists, a live object a Python plugin put into the state becomes
+//! that very Python object again.
+//!
+//! Python → host: None, bools, ints, floats, strings, lists, tuples and
+//! dicts map directly; pydantic models, dataclasses, paths and dates through
+//! the JSON form Bub would write (`bridge.jsonable`); anything else stays a
+//! live object (a scheduler, a client) the host carries in the state and
+//! hands back to Python unchanged.
+
+use bub_abi::{value::ValueKind, Value, ValueRef};
+use pyo3::{
+    prelude::*,
+    types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple},
+};
+
+use crate::{interp::Interp, objects};
+
+/// How deep a value may nest before it is refused (a cycle in Python data).
+const MAX_DEPTH: usize = 128;
+
+/// A host value as a Python object.
+pub fn to_py<'py>(py: Python<'py>, interp: &'static Interp, value: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
+    to_py_at(py, interp, value, 0)
+}
+
+fn to_py_at<'py>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    value: ValueRef<'_>,
+    depth: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    if depth > MAX_DEPTH {
+        return Err(pyo3::exceptions::PyValueError::new_err("value nests too deeply"));
+    }
+    Ok(match value.kind() {
+        ValueKind::Null => py.None().into_bound(py),
+        ValueKind::Bool => PyBool::new(py, value.as_bool().unwrap_or(false)).to_owned().into_any(),
+        ValueKind::Int => value.as_i64().unwrap_or_default().into_pyobject(py)?.into_any(),
+        ValueKind::UInt => value.as_u64().unwrap_or_default().into_pyobject(py)?.into_any(),
+        ValueKind::Float => PyFloat::new(py, value.as_f64().unwrap_or(f64::NAN)).into_any(),
+        ValueKind::Str => PyString::new(py, value.as_str().unwrap_or_default()).into_any(),
+        ValueKind::Array => {
+            let list = PyList::empty(py);
+            for item in value.items() {
+                list.append(to_py_at(py, interp, item, depth + 1)?)?;
+            }
+            list.into_any()
+        }
+        ValueKind::Object => {
+            if let Some(object) = value.live_object() {
+                return objects::object_to_py(py, interp, &object);
+            }
+            if let Some(live) = objects::marker_to_py(py, value) {
+                return Ok(live);
+            }
+            let dict = interp.attr_dict(py)?;
+            for (k, v) in value.entries() {
+                dict.set_item(k, to_py_at(py, interp, v, depth + 1)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// A JSON value as a Python object (for values the bridge builds itself).
+pub fn json_to_py<'py>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    value: &serde_json::Value,
+) -> PyResult<Bound<'py, PyAny>> {
+    to_py(py, interp, Value::from(value).as_ref())
+}
+
+/// A Python object as a host value.
+pub fn from_py(obj: &Bound<'_, PyAny>, interp: &'static Interp) -> PyResult<Value> {
+    from_py_at(obj, interp, 0)
+}
+
+fn from_py_at(obj: &Bound<'_, PyAny>, interp: &'static Interp, depth: usize) -> PyResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(pyo3::exceptions::PyValueError::new_err("value nests too deeply (a cycle?) to cross into bub-rs"));
+    }
+    if obj.is_none() {
+        return Ok(Value::null());
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::from(b.is_true()));
+    }
+    if let Ok(i) = obj.cast::<PyInt>() {
+        if let Ok(v) = i.extract::<i64>() {
+            return Ok(Value::from(v));
+        }
+        if let Ok(v) = i.extract::<u64>() {
+            return Ok(Value::from(v));
+        }
+        // Beyond 64 bits: a float, as json.dumps would lose nothing Bub reads.
+        return Ok(Value::from(i.extract::<f64>()?));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(Value::from(f.value()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::from(s.to_str()?));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut out = Value::object();
+        for (k, v) in d.iter() {
+            let key = match k.cast::<PyString>() {
+                Ok(s) => s.to_str()?.to_owned(),
+                Err(_) => k.str()?.to_str()?.to_owned(),
+            };
+            out.insert(&key, from_py_at(&v, interp, depth + 1)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        let mut out = Value::array();
+        for item in l.iter() {
+            out.push(from_py_at(&item, interp, depth + 1)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        let mut out = Value::array();
+        for item in t.iter() {
+            out.push(from_py_at(&item, interp, depth + 1)?);
+        }
+        return Ok(out);
+    }
+    if let Some(raw) = objects::py_to_host_object(obj) {
+        return Value::from_live_object(&raw)
+            .map_err(|e| pyo3::exceptions::PyTypeError::new_err(e.message.to_string()));
+    }
+    let (ok, form): (bool, Bound<'_, PyAny>) = interp.jsonable(obj)?;
+    if ok {
+        return from_py_at(&form, interp, depth + 1);
+    }
+    let object = objects::live(obj.clone().unbind(), interp);
+    Value::from_live_object(&object).map_err(|e| pyo3::exceptions::PyTypeError::new_err(e.message.to_string()))
+}

@@ -1,0 +1,253 @@
+//! The embedded interpreter: started once per process, pointed at the
+//! plugin venv, with one asyncio loop thread that runs every Python call.
+//!
+//! Why one loop thread: Bub runs every hook, channel and tool on its one
+//! event loop, and Python plugins rely on it (an `AsyncIOScheduler` made in
+//! a constructor, `asyncio.get_running_loop()` in a sync hook, tasks that
+//! outlive the call that made them). The host calls from its own threads;
+//! the bridge hands each call to the loop (`bridge.submit`) and wakes the
+//! host's future when it is done, so the host never blocks on Python and
+//! Python never blocks on the host.
+
+use std::{
+    ffi::CString,
+    path::{Path, PathBuf},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use pyo3::{ffi, prelude::*, types::PyModule};
+
+/// The interpreter and the bridge module's entry points.
+pub struct Interp {
+    /// The venv the plugins come from.
+    pub venv: PathBuf,
+    /// `bridge.py`, imported as `bub_rs_bridge`.
+    pub module: Py<PyModule>,
+    attr_dict: Py<PyAny>,
+    jsonable: Py<PyAny>,
+    submit: Py<PyAny>,
+}
+
+static INTERP: OnceLock<Result<Interp, String>> = OnceLock::new();
+
+thread_local! {
+    static ON_LOOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The Python version the bridge was built for (`major.minor`).
+pub const PYTHON_VERSION: &str = env!("BUB_BRIDGE_PYTHON_VERSION");
+/// The interpreter the bridge was built with.
+pub const PYTHON: &str = env!("BUB_BRIDGE_PYTHON");
+const LIBPYTHON: &str = env!("BUB_BRIDGE_LIBPYTHON");
+
+/// Whether the current thread is the loop thread.
+pub fn on_loop_thread() -> bool {
+    ON_LOOP.with(|c| c.get())
+}
+
+/// The interpreter, started on first use for `venv`. A second call for
+/// another venv fails: one process has one interpreter.
+pub fn get(venv: &Path) -> Result<&'static Interp, String> {
+    let interp = INTERP.get_or_init(|| start(venv)).as_ref().map_err(Clone::clone)?;
+    if interp.venv != venv {
+        return Err(format!(
+            "the python bridge already runs the venv {}; one process runs one venv (asked for {})",
+            interp.venv.display(),
+            venv.display()
+        ));
+    }
+    Ok(interp)
+}
+
+/// The running interpreter, if started.
+pub fn running() -> Option<&'static Interp> {
+    INTERP.get().and_then(|r| r.as_ref().ok())
+}
+
+/// The `major.minor` of the venv's Python (from its `pyvenv.cfg`).
+pub fn venv_version(venv: &Path) -> Result<String, String> {
+    let cfg = venv.join("pyvenv.cfg");
+    let text = std::fs::read_to_string(&cfg).map_err(|e| {
+        format!(
+            "{} is not a Python venv ({}: {e}); make one with `{} -m venv {}`",
+            venv.display(),
+            cfg.display(),
+            PYTHON,
+            venv.display()
+        )
+    })?;
+    for line in text.lines() {
+        let (key, value) = line.split_once('=').unwrap_or((line, ""));
+        let key = key.trim();
+        if key == "version" || key == "version_info" {
+            let mut parts = value.trim().split('.');
+            if let (Some(a), Some(b)) = (parts.next(), parts.next()) {
+                return Ok(format!("{a}.{b}"));
+            }
+        }
+    }
+    Err(format!("{} names no Python version", cfg.display()))
+}
+
+fn start(venv: &Path) -> Result<Interp, String> {
+    let version = venv_version(venv)?;
+    if version != PYTHON_VERSION {
+        return Err(format!(
+            "the venv {} is Python {version}, but this python bridge was built for Python {PYTHON_VERSION} \
+             ({PYTHON}): make the venv with that Python, or rebuild the bridge with PYO3_PYTHON pointing at \
+             a Python {version}",
+            venv.display()
+        ));
+    }
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        return Err(format!("{} is missing: the venv {} is incomplete", python.display(), venv.display()));
+    }
+    promote_libpython()?;
+    initialize(&python)?;
+    let interp = Python::attach(|py| import_bridge(py, venv)).map_err(|e| format!("python bridge: {e}"))?;
+    spawn_loop(&interp)?;
+    Ok(interp)
+}
+
+/// Makes libpython's symbols global: the bridge (loaded `RTLD_LOCAL` by the
+/// host) pulled it in as a dependency, so compiled extension modules, which
+/// leave libpython's symbols undefined, would not find them.
+fn promote_libpython() -> Result<(), String> {
+    if LIBPYTHON.is_empty() {
+        return Ok(());
+    }
+    let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
+    // SAFETY: libpython is already loaded (the bridge links it); opening it
+    // again runs no initialisers, it only adds a reference with global
+    // symbol visibility. The handle is leaked: the library stays for the
+    // life of the process, as the interpreter does.
+    match unsafe { libloading::os::unix::Library::open(Some(LIBPYTHON), flags) } {
+        Ok(lib) => {
+            std::mem::forget(lib);
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot load {LIBPYTHON} with global symbols: {e}")),
+    }
+}
+
+/// Starts CPython as the venv's own `python` would: with `executable` set
+/// to the venv's interpreter, CPython reads `pyvenv.cfg` and puts the
+/// venv's site-packages on `sys.path`. No signal handlers: Ctrl-C belongs
+/// to the host.
+fn initialize(python: &Path) -> Result<(), String> {
+    let path = CString::new(python.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} has a NUL byte in its path", python.display()))?;
+    // SAFETY: the PyConfig calls follow CPython's documented init sequence
+    // (InitPythonConfig, SetBytesString, InitializeFromConfig, Clear) on a config
+    // owned by this frame; `path` outlives the SetBytesString call, which
+    // decodes and copies it. Initialising happens once per process (the OnceLock above). The
+    // final SaveThread releases the GIL this thread holds after init, so
+    // any thread may take it with `Python::attach`.
+    unsafe {
+        if ffi::Py_IsInitialized() != 0 {
+            return Err("a Python interpreter is already running in this process".into());
+        }
+        let mut config = std::mem::MaybeUninit::<ffi::PyConfig>::zeroed();
+        ffi::PyConfig_InitPythonConfig(config.as_mut_ptr());
+        let mut config = config.assume_init();
+        config.install_signal_handlers = 0;
+        config.parse_argv = 0;
+        let status = ffi::PyConfig_SetBytesString(&mut config, &mut config.executable, path.as_ptr());
+        if ffi::PyStatus_Exception(status) != 0 {
+            ffi::PyConfig_Clear(&mut config);
+            return Err(format!("cannot configure Python: {}", status_text(&status)));
+        }
+        let status = ffi::Py_InitializeFromConfig(&config);
+        ffi::PyConfig_Clear(&mut config);
+        if ffi::PyStatus_Exception(status) != 0 {
+            return Err(format!("cannot start Python: {}", status_text(&status)));
+        }
+        ffi::PyEval_SaveThread();
+    }
+    Ok(())
+}
+
+fn status_text(status: &ffi::PyStatus) -> String {
+    if status.err_msg.is_null() {
+        return format!("exit code {}", status.exitcode);
+    }
+    // SAFETY: CPython sets `err_msg` to a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(status.err_msg) }.to_string_lossy().into_owned()
+}
+
+fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
+    let code = CString::new(include_str!("bridge.py")).expect("bridge.py has no NUL byte");
+    let module = PyModule::from_code(py, &code, c"bub_rs_bridge.py", c"bub_rs_bridge")?;
+    py.import("sys")?.getattr("modules")?.set_item("bub_rs_bridge", &module)?;
+    Ok(Interp {
+        venv: venv.to_owned(),
+        attr_dict: module.getattr("AttrDict")?.unbind(),
+        jsonable: module.getattr("jsonable")?.unbind(),
+        submit: module.getattr("submit")?.unbind(),
+        module: module.unbind(),
+    })
+}
+
+fn spawn_loop(interp: &Interp) -> Result<(), String> {
+    let module = Python::attach(|py| interp.module.clone_ref(py));
+    std::thread::Builder::new()
+        .name("bub-python-loop".into())
+        .spawn(move || {
+            ON_LOOP.with(|c| c.set(true));
+            Python::attach(|py| {
+                if let Err(e) = module.bind(py).call_method0("run_loop") {
+                    tracing::error!("python bridge: the asyncio loop stopped: {}", traceback(py, &e));
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the Python loop thread: {e}"))?;
+    let ready = Python::attach(|py| {
+        let module = interp.module.bind(py);
+        // Wait with the GIL released: the loop thread needs it to start.
+        let wait = module.getattr("wait_ready")?;
+        wait.call1((10.0,))?.extract::<bool>()
+    })
+    .map_err(|e| format!("python bridge: {e}"))?;
+    if !ready {
+        return Err("the Python loop thread did not start within 10 s".into());
+    }
+    Ok(())
+}
+
+impl Interp {
+    /// A new empty `AttrDict`.
+    pub fn attr_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        Ok(self.attr_dict.bind(py).call0()?.cast_into::<pyo3::types::PyDict>()?)
+    }
+
+    /// `bridge.jsonable(obj)`: (whether it has a JSON form, that form).
+    pub fn jsonable<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<(bool, Bound<'py, PyAny>)> {
+        self.jsonable.bind(obj.py()).call1((obj,))?.extract()
+    }
+
+    /// `bridge.submit`.
+    pub fn submit<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.submit.bind(py)
+    }
+
+    /// The bridge module.
+    pub fn module<'py>(&self, py: Python<'py>) -> &Bound<'py, PyModule> {
+        self.module.bind(py)
+    }
+}
+
+/// A Python exception with its traceback, as text for the log.
+pub fn traceback(py: Python<'_>, err: &PyErr) -> String {
+    let formatted = (|| -> PyResult<String> {
+        let module = py.import("traceback")?;
+        let lines = module.call_method1("format_exception", (err.value(py),))?;
+        let text: Vec<String> = lines.extract()?;
+        Ok(text.concat())
+    })();
+    formatted.unwrap_or_else(|_| err.to_string()).trim_end().to_owned()
+}
+
+/// How long start-up waits for the loop; also the bound of a sync call.
+pub const SYNC_CALL_LIMIT: Duration = Duration::from_secs(300);

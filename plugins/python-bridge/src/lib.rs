@@ -1,0 +1,518 @@
+//! `python-bridge`: Bub's Python plugins, unchanged, as plugins of bub-rs.
+//!
+//! The bridge is a [plugin set](bub_abi::sdk::set): pointed at a venv (its
+//! `venv` setting, else `VIRTUAL_ENV`, else `$BUB_HOME/python/venv`), it
+//! embeds CPython, loads the venv's `bub` entry points as Bub 0.6 does, and
+//! contributes each Python plugin as a plugin of its own, under its entry
+//! point's name, with the pluggy markers of its hookimpls: `bub plugins
+//! list`, `bub hooks` and the call order show them by name, and a Python
+//! `tryfirst` outranks a normal Rust implementation exactly as in Bub.
+//!
+//! Every hook is forwarded generically (one table entry, [`for_each_hook!`]
+//! with the hook's argument kinds): host values become Python objects
+//! ([`convert`]), only the arguments the Python function declares are
+//! passed (pluggy's rule), the call runs on the one asyncio loop thread
+//! ([`interp`], [`call`]), and the result comes back as a host value, a
+//! live object, or a channel / tool ([`objects`]).
+
+mod call;
+mod convert;
+mod interp;
+mod objects;
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use bub_abi::abi_stable::std_types::{ROption, RResult, RStr};
+use bub_abi::{
+    abi::{DispatchMode, HookCall, HookReturn},
+    args::*,
+    hooks::HookId,
+    sdk::set::{Member, PluginSet},
+    BoxError, Hook, HookDecl, HookError, HookMarker, Object, Plugin, PluginContext, TurnState, Value,
+};
+use pyo3::{prelude::*, types::PyDict};
+
+use interp::Interp;
+
+/// How the bridge reads a hook's argument.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArgKind {
+    Value,
+    State,
+    Object,
+}
+
+/// Argument names and kinds of every hook, from the hook table.
+fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
+    macro_rules! gen_args {
+        ($( ($name:ident $Pascal:ident {
+            kind: $kind:ident,
+            args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+            returns: $ret:ty,
+            doc: $doc:literal $(,)?
+        }) )*) => {
+            match id {
+                $(HookId::$Pascal => &[$((stringify!($arg), gen_args!(@kind $ak), $idx)),*],)*
+            }
+        };
+        (@kind value) => { ArgKind::Value };
+        (@kind state) => { ArgKind::State };
+        (@kind object) => { ArgKind::Object };
+    }
+    bub_abi::for_each_hook!(gen_args)
+}
+
+/// One Python hookimpl.
+struct PyHook {
+    func: Py<PyAny>,
+    argnames: Vec<String>,
+}
+
+/// One Python plugin (an entry point of group `bub`).
+struct PyMember {
+    name: String,
+    hooks: HashMap<HookId, PyHook>,
+    tools: Mutex<Vec<Object>>,
+}
+
+/// The bridge: the set's own instance (no member), or one Python plugin.
+pub struct PythonBridge {
+    member: Option<Arc<PyMember>>,
+    setup: Arc<Setup>,
+}
+
+struct Setup {
+    venv: Option<PathBuf>,
+    home: PathBuf,
+    workspace: PathBuf,
+}
+
+/// The message handler the host gave the bridge's channels: what the
+/// framework facade's `process_inbound` submits to.
+static HANDLER: Mutex<Option<Object>> = Mutex::new(None);
+
+impl PythonBridge {
+    fn interp(&self) -> Result<&'static Interp, HookError> {
+        interp::running().ok_or_else(|| HookError::plugin("the python bridge has no interpreter"))
+    }
+
+    /// Forwards one hook call to the member's Python implementation.
+    fn dispatch(&'static self, id: HookId, call: &HookCall<'_>) -> HookReturn {
+        let Some(member) = &self.member else { return HookReturn::NONE };
+        if id == HookId::ProvideTools {
+            let tools = bub_abi::sync::lock(&member.tools).clone();
+            return if tools.is_empty() { HookReturn::NONE } else { hook_objects(tools) };
+        }
+        let Some(hook) = member.hooks.get(&id) else { return HookReturn::NONE };
+        let interp = match self.interp() {
+            Ok(i) => i,
+            Err(e) => return HookReturn::error(e),
+        };
+        if id == HookId::ProvideChannels {
+            if let ROption::RSome(h) = call.object {
+                *bub_abi::sync::lock(&HANDLER) = Some(Object::from_handle(h.clone()));
+            }
+        }
+        let state = match call.state {
+            ROption::RSome(h) => Some(TurnState::from_handle(h.clone())),
+            ROption::RNone => None,
+        };
+        let owner = member.name.clone();
+        let sync = id.kind().is_sync_only() || call.mode == DispatchMode::Sync;
+        let made = Python::attach(|py| -> PyResult<(Py<PyAny>, Py<PyDict>, Option<StateDict>, Option<Py<PyAny>>)> {
+            let kwargs = PyDict::new(py);
+            let mut state_dict = None;
+            let mut typer = None;
+            for name in &hook.argnames {
+                let Some(&(_, kind, idx)) = hook_args(id).iter().find(|(n, _, _)| n == name) else { continue };
+                let value = match kind {
+                    ArgKind::Value => match call.args.get(idx) {
+                        Some(v) => convert::to_py(py, interp, *v)?,
+                        None => py.None().into_bound(py),
+                    },
+                    ArgKind::State => match &state {
+                        Some(s) => {
+                            let d = StateDict::build(py, interp, s)?;
+                            let dict = d.dict.bind(py).clone().into_any();
+                            state_dict = Some(d);
+                            dict
+                        }
+                        None => PyDict::new(py).into_any(),
+                    },
+                    ArgKind::Object => match call.object {
+                        ROption::RSome(h) => objects::object_to_py(py, interp, &Object::from_handle(h.clone()))?,
+                        ROption::RNone => py.None().into_bound(py),
+                    },
+                };
+                let value = if id == HookId::OnError && name == "error" {
+                    error_to_py(py, interp, &value)?
+                } else if id == HookId::RegisterCliCommands && name == "app" {
+                    // A Typer app of its own, as Bub hands plugins; what the
+                    // plugin adds to it becomes `bub` subcommands.
+                    let app = interp.module(py).call_method0("typer_app")?;
+                    typer = Some(app.clone().unbind());
+                    app
+                } else {
+                    value
+                };
+                kwargs.set_item(name, value)?;
+            }
+            Ok((hook.func.clone_ref(py), kwargs.unbind(), state_dict, typer))
+        });
+        let (func, kwargs, state_dict, typer) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                return HookReturn::error(Python::attach(|py| {
+                    HookError::plugin(format!("{owner}.{}: arguments: {}", id.name(), interp::traceback(py, &e)))
+                }))
+            }
+        };
+        let state_for_finish = state.clone();
+        let finish = move |py: Python<'_>, value: &Bound<'_, PyAny>| -> Result<Answer, HookError> {
+            if let (Some(d), Some(s)) = (&state_dict, &state_for_finish) {
+                d.write_back(py, interp, s);
+            }
+            if let Some(app) = &typer {
+                return typer_commands(py, interp, app);
+            }
+            answer(py, interp, id, value)
+        };
+        let label = format!("{owner}.{}", id.name());
+        if sync {
+            let r = call::block_python(interp, move |py| Ok((func.into_bound(py), kwargs.into_bound(py))), finish);
+            return into_return(r, &label);
+        }
+        let pending =
+            Python::attach(|py| call::await_python(py, interp, func.bind(py), (), Some(kwargs.into_bound(py)), finish));
+        HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, &label) }))
+    }
+}
+
+/// A hook's converted result.
+enum Answer {
+    None,
+    Value(Value),
+    Objects(Vec<Object>),
+}
+
+fn hook_objects(objects: Vec<Object>) -> HookReturn {
+    HookReturn::objects(objects.into_iter().map(Object::into_handle).collect())
+}
+
+fn into_return(r: Result<Answer, HookError>, label: &str) -> HookReturn {
+    match r {
+        Ok(Answer::None) => HookReturn::NONE,
+        Ok(Answer::Value(v)) => HookReturn::value(v),
+        Ok(Answer::Objects(o)) => hook_objects(o),
+        Err(e) => {
+            tracing::error!("python plugin {label} failed:\n{}", e.message);
+            HookReturn::error(HookError::plugin(format!("{label}: {}", last_line(&e.message))))
+        }
+    }
+}
+
+/// The last line of a traceback (the exception itself), for error messages;
+/// the whole traceback goes to the log.
+fn last_line(text: &str) -> &str {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(text).trim()
+}
+
+/// Converts a Python hook result for hook `id`.
+fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_, PyAny>) -> Result<Answer, HookError> {
+    if value.is_none() {
+        return Ok(Answer::None);
+    }
+    let err = |e: PyErr| objects::py_error(py, &e);
+    match id {
+        HookId::ProvideChannels => {
+            let mut out = Vec::new();
+            for channel in value.try_iter().map_err(err)? {
+                let channel = channel.map_err(err)?;
+                out.push(Object::channel(objects::PyChannel::new(py, &channel, interp).map_err(err)?));
+            }
+            Ok(Answer::Objects(out))
+        }
+        HookId::RegisterCliCommands => Ok(Answer::None),
+        HookId::ProvideTapeStore
+        | HookId::ProvideLifespan
+        | HookId::ProvideTapeSidecar
+        | HookId::BuildTapeContext
+        | HookId::ProvideSteeringInbox
+        | HookId::ProvideEnvironment
+        | HookId::RunModelStream => {
+            let type_name = value.get_type().qualname().map(|n| n.to_string()).unwrap_or_default();
+            tracing::warn!(
+                "python bridge: {} returned a {type_name}; this hook's Python objects are not bridged yet (see \
+                 docs/python-plugins.md), so it is ignored",
+                id.name()
+            );
+            Ok(Answer::None)
+        }
+        _ => convert::from_py(value, interp).map(Answer::Value).map_err(err),
+    }
+}
+
+/// The subcommands a plugin added to its Typer app.
+fn typer_commands(py: Python<'_>, interp: &'static Interp, app: &Py<PyAny>) -> Result<Answer, HookError> {
+    let found: Vec<(String, String)> = interp
+        .module(py)
+        .call_method1("typer_commands", (app.bind(py),))
+        .and_then(|l| l.extract())
+        .map_err(|e| objects::py_error(py, &e))?;
+    if found.is_empty() {
+        return Ok(Answer::None);
+    }
+    Ok(Answer::Objects(
+        found
+            .into_iter()
+            .map(|(name, about)| {
+                Object::cli_command(objects::PyCommand { name, about, app: app.clone_ref(py), interp })
+            })
+            .collect(),
+    ))
+}
+
+/// `on_error`'s `error`: the host's error info as the exception Bub passes.
+fn error_to_py<'py>(py: Python<'py>, interp: &'static Interp, info: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let get = |k: &str| -> PyResult<Bound<'py, PyAny>> {
+        match info.cast::<PyDict>() {
+            Ok(d) => Ok(d.get_item(k)?.unwrap_or_else(|| py.None().into_bound(py))),
+            Err(_) => Ok(py.None().into_bound(py)),
+        }
+    };
+    interp.module(py).call_method1("error_object", (get("kind")?, get("message")?, get("details")?))
+}
+
+/// The state handed to a Python hook: a plain dict (Bub's `TurnState`),
+/// with the live objects the state holds, and what was put in, so that
+/// what the hook changed is written back to the host's state.
+struct StateDict {
+    dict: Py<PyDict>,
+    originals: Vec<(String, Py<PyAny>)>,
+}
+
+impl StateDict {
+    fn build(py: Python<'_>, interp: &'static Interp, state: &TurnState) -> PyResult<StateDict> {
+        let dict = PyDict::new(py);
+        let mut originals = Vec::new();
+        for key in state.keys() {
+            let value = match state.get_object(&key) {
+                Some(object) => objects::object_to_py(py, interp, &object)?,
+                None => match state.get_raw(&key) {
+                    Some(v) => convert::to_py(py, interp, v.as_ref())?,
+                    None => continue,
+                },
+            };
+            dict.set_item(&key, &value)?;
+            originals.push((key, value.unbind()));
+        }
+        Ok(StateDict { dict: dict.unbind(), originals })
+    }
+
+    /// Writes back the keys the hook set, replaced or removed (changes
+    /// inside a value it kept are not seen: documented).
+    fn write_back(&self, py: Python<'_>, interp: &'static Interp, state: &TurnState) {
+        let dict = self.dict.bind(py);
+        for (k, v) in dict.iter() {
+            let Ok(key) = k.extract::<String>() else { continue };
+            let unchanged = self.originals.iter().any(|(ok, ov)| *ok == key && ov.bind(py).is(&v));
+            if unchanged {
+                continue;
+            }
+            match convert::from_py(&v, interp) {
+                Ok(value) => {
+                    if let RResult::RErr(e) = state.handle().set(RStr::from_str(&key), value) {
+                        tracing::warn!("python bridge: state[{key:?}] could not be stored: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("python bridge: state[{key:?}] could not be stored: {e}"),
+            }
+        }
+        for (key, _) in &self.originals {
+            if !dict.contains(key).unwrap_or(true) {
+                state.remove(key);
+            }
+        }
+    }
+}
+
+macro_rules! gen_bridge_plugin {
+    ($( ($name:ident $Pascal:ident {
+        kind: $kind:ident,
+        args: [$($idx:literal $ak:ident $arg:ident : $aty:ty),* $(,)?],
+        returns: $ret:ty,
+        doc: $doc:literal $(,)?
+    }) )*) => {
+        impl Plugin for PythonBridge {
+            const HOOKS: &'static [HookDecl] = &[$(
+                HookDecl::new(HookId::$Pascal, HookMarker::Normal, !bub_abi::__hook_kind!($kind).is_sync_only()),
+            )*];
+
+            fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
+                let venv = ctx
+                    .config
+                    .get("venv")
+                    .and_then(|v| v.as_str())
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("VIRTUAL_ENV").map(PathBuf::from))
+                    .unwrap_or_else(|| ctx.home.join("python").join("venv"));
+                let venv = if venv.is_relative() { ctx.workspace.join(venv) } else { venv };
+                let venv = venv.exists().then_some(venv);
+                Ok(PythonBridge {
+                    member: None,
+                    setup: Arc::new(Setup { venv, home: ctx.home.clone(), workspace: ctx.workspace.clone() }),
+                })
+            }
+
+            $(
+                fn $name(&'static self, args: $name::Args<'_>) -> Hook<$name::Return> {
+                    Hook::from_return(self.dispatch(HookId::$Pascal, args.raw()))
+                }
+            )*
+        }
+    };
+}
+bub_abi::for_each_hook!(gen_bridge_plugin);
+
+impl PluginSet for PythonBridge {
+    fn members(&self) -> Result<Vec<Member<Self>>, BoxError> {
+        let Some(venv) = &self.setup.venv else {
+            tracing::info!(
+                "python bridge: no venv (set `venv` in its config, or VIRTUAL_ENV); no Python plugins loaded"
+            );
+            return Ok(Vec::new());
+        };
+        let interp = interp::get(venv)?;
+        let found = Python::attach(|py| discover(py, interp, &self.setup)).map_err(|e| -> BoxError {
+            Python::attach(|py| format!("python bridge: discovery failed: {}", interp::traceback(py, &e))).into()
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|(member, version, description, hooks)| Member {
+                name: member.name.clone(),
+                version,
+                description,
+                plugin: PythonBridge { member: Some(Arc::new(member)), setup: self.setup.clone() },
+                hooks,
+            })
+            .collect())
+    }
+}
+
+type Found = (PyMember, String, String, Vec<(HookId, HookMarker)>);
+
+/// Bub's `load_hooks` over the venv, then each plugin's hookimpls checked
+/// as pluggy's `register` checks them (an unknown hook or argument fails
+/// that plugin, with a warning; the others load).
+fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<Vec<Found>> {
+    let module = interp.module(py);
+    let os = py.import("os")?;
+    let environ = os.getattr("environ")?;
+    if !environ.contains("BUB_HOME")? {
+        environ.set_item("BUB_HOME", setup.home.to_string_lossy().as_ref())?;
+    }
+    let submitter = Bound::new(py, Inbound { interp })?;
+    let framework = module.getattr("Framework")?.call1((
+        setup.workspace.to_string_lossy().as_ref(),
+        setup.home.to_string_lossy().as_ref(),
+        submitter,
+    ))?;
+    let hook_names: Vec<&str> = HookId::ALL.iter().map(|h| h.name()).collect();
+    let records = module.call_method1("discover", (&framework,))?;
+    let mut out: Vec<Found> = Vec::new();
+    for rec in records.try_iter()? {
+        let rec = rec?;
+        let name: String = rec.getattr("name")?.extract()?;
+        let value: String = rec.getattr("value")?.extract()?;
+        let dist: String = rec.getattr("dist")?.extract()?;
+        let version: String = rec.getattr("version")?.extract()?;
+        if let Some(error) = rec.getattr("error")?.extract::<Option<String>>()? {
+            tracing::warn!("python bridge: failed to load plugin '{name}': {error}");
+            continue;
+        }
+        let plugin = rec.getattr("plugin")?;
+        let impls = module.call_method1("hookimpls", (&plugin, hook_names.clone()))?;
+        let mut hooks = HashMap::new();
+        let mut markers = Vec::new();
+        let mut problem = None;
+        for item in impls.try_iter()? {
+            let (hook, marker, _is_async, argnames, func): (String, String, bool, Vec<String>, Bound<'_, PyAny>) =
+                item?.extract()?;
+            let Some(id) = HookId::from_name(&hook) else {
+                problem = Some(format!("unknown hook '{hook}'"));
+                break;
+            };
+            if let Some(bad) = argnames.iter().find(|a| !hook_args(id).iter().any(|(n, _, _)| n == *a)) {
+                problem = Some(format!("{hook} declares argument '{bad}', which the hook does not have"));
+                break;
+            }
+            let marker = match marker.as_str() {
+                "tryfirst" => HookMarker::TryFirst,
+                "trylast" => HookMarker::TryLast,
+                "wrapper" => {
+                    tracing::warn!(
+                        "python bridge: {name}.{hook} is a hook wrapper; wrappers are not supported, it is left out"
+                    );
+                    continue;
+                }
+                _ => HookMarker::Normal,
+            };
+            if id == HookId::ProvideTools {
+                continue;
+            }
+            hooks.insert(id, PyHook { func: func.unbind(), argnames });
+            markers.push((id, marker));
+        }
+        if let Some(problem) = problem {
+            tracing::warn!("python bridge: failed to initialize plugin '{name}': {problem}");
+            continue;
+        }
+        framework.getattr("_plugins")?.set_item(&name, &plugin)?;
+        // Tools registered with `bub.tool` while the plugin loaded are its own.
+        let mut tools = Vec::new();
+        for tool in rec.getattr("tools")?.try_iter()? {
+            let tool = tool?;
+            match objects::PyTool::new(&tool, interp) {
+                Ok(t) => tools.push(Object::tool(t)),
+                Err(e) => tracing::warn!("python bridge: a tool of plugin '{name}' cannot be bridged: {e}"),
+            }
+        }
+        if !tools.is_empty() {
+            markers.push((HookId::ProvideTools, HookMarker::Normal));
+        }
+        let description =
+            if dist.is_empty() { format!("python: {value}") } else { format!("python: {dist} ({value})") };
+        out.push((PyMember { name, hooks, tools: Mutex::new(tools) }, version, description, markers));
+    }
+    Ok(out)
+}
+
+/// `framework.process_inbound` of the facade: submits to the message
+/// handler the host gave the channels.
+#[pyclass(frozen, module = "bub_rs_bridge")]
+struct Inbound {
+    interp: &'static Interp,
+}
+
+#[pymethods]
+impl Inbound {
+    fn __call__<'py>(&self, py: Python<'py>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let handler = bub_abi::sync::lock(&HANDLER).clone().ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "process_inbound needs a running channel host (`bub gateway` or `bub chat`): no message handler yet",
+            )
+        })?;
+        let message = convert::from_py(message, self.interp)?;
+        call::host_call(py, self.interp, async move {
+            let mut args = Value::object();
+            args.insert("message", message);
+            handler.invoke_value("submit", args).await
+        })
+    }
+}
+
+bub_abi::export_plugin!(PythonBridge, set);

@@ -1,0 +1,1 @@
+"""bub-rs test plugin (see plugin.py)."""

@@ -1,0 +1,17 @@
+"""A module entry point (not callable): module-level hookimpls, as
+bub-web-search writes them."""
+
+from bub import hookimpl
+
+
+@hookimpl
+def provide_model_options(session_id, workspace):
+    return None
+
+
+@hookimpl
+def dispatch_outbound(message):
+    from bub_rs_probe.plugin import trace
+
+    trace(f"dispatch_outbound {message.get('content', '')!r}")
+    return True

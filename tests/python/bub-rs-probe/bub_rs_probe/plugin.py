@@ -1,0 +1,106 @@
+"""A Bub plugin exercising the hook kinds the python bridge forwards.
+
+Every hook appends a line to ``$BUB_PROBE_TRACE`` (when set) so tests can
+see the call order; behaviour is deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from bub import hookimpl, tool
+from bub.tools import ToolContext
+
+
+def trace(line: str) -> None:
+    path = os.environ.get("BUB_PROBE_TRACE")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class Counter:
+    """A live object kept in the turn state (not data: it has a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def bump(self) -> int:
+        with self.lock:
+            self.count += 1
+            return self.count
+
+
+class Probe:
+    def __init__(self, framework) -> None:
+        self.framework = framework
+        self.counter = Counter()
+        self.loop_thread = None
+        trace(f"init framework={type(framework).__name__}")
+
+    @hookimpl(tryfirst=True)
+    def resolve_session(self, message):
+        trace("resolve_session")
+        self.loop_thread = threading.current_thread().name
+        chat = message.get("chat_id") if isinstance(message, dict) else getattr(message, "chat_id", "")
+        if str(message.get("content", "")).startswith("py:"):
+            return f"probe:{chat}"
+        return None
+
+    @hookimpl
+    async def load_state(self, message, session_id):
+        await asyncio.sleep(0)
+        trace(f"load_state {session_id}")
+        return {"probe_counter": self.counter, "probe_loaded": True}
+
+    @hookimpl
+    async def build_prompt(self, message, session_id, state):
+        trace(f"build_prompt live={type(state.get('probe_counter')).__name__}")
+        content = message.get("content", "")
+        if not str(content).startswith("py:"):
+            return None
+        state["probe_prompt_seen"] = True
+        return f"[probe] {content[3:]}"
+
+    @hookimpl(trylast=True)
+    def system_prompt(self, prompt, state):
+        return "You are probed."
+
+    async def _run_model(self, prompt, session_id, state):
+        counter = state.get("probe_counter")
+        n = counter.bump() if isinstance(counter, Counter) else -1
+        trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
+        if "boom" in str(prompt):
+            raise ValueError("probe exploded on purpose")
+        if "hang" in str(prompt):
+            await asyncio.sleep(3600)
+        running = asyncio.get_running_loop() is not None
+        return f"python says: {prompt} (count {n}, loop {running})"
+
+    if os.environ.get("BUB_PROBE_MODEL"):
+        # The model only when asked for: without it, the host's own model
+        # (and command mode) answers.
+        run_model = hookimpl(_run_model)
+
+    @hookimpl
+    def save_state(self, session_id, state, message, model_output):
+        trace(f"save_state {session_id} output={model_output!r}")
+
+    @hookimpl
+    def on_error(self, stage, error, message):
+        trace(f"on_error {stage} {type(error).__name__}: {error}")
+
+    @hookimpl
+    def onboard_config(self, current_config):
+        return {"probe": {"enabled": True}}
+
+
+@tool(name="probe.echo", context=True)
+def probe_echo(text: str, *, context: ToolContext) -> str:
+    """Echo text with the session's live counter."""
+    counter = context.state.get("probe_counter")
+    n = counter.bump() if isinstance(counter, Counter) else -1
+    return f"echo {text} (counter {n}, tape {context.tape.name})"
