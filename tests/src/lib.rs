@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 pub mod gateway;
 pub mod postgres;
 pub mod provider;
+pub mod python;
 pub mod recordings;
 pub mod slack;
 pub mod telegram;
@@ -59,6 +60,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "schedule",
     "mcp",
     "bub-mcp-test-server",
+    "python-bridge",
 ];
 
 /// ABI fixtures (each built alone).

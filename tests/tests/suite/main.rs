@@ -24,6 +24,7 @@ mod install;
 mod loading;
 mod mcp;
 mod openai;
+mod python;
 mod recorded;
 mod scope;
 mod sdk;

@@ -34,6 +34,18 @@ class Counter:
             return self.count
 
 
+async def _run_model(self, prompt, session_id, state):
+    counter = state.get("probe_counter")
+    n = counter.bump() if isinstance(counter, Counter) else -1
+    trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
+    if "boom" in str(prompt):
+        raise ValueError("probe exploded on purpose")
+    if "hang" in str(prompt):
+        await asyncio.sleep(3600)
+    running = asyncio.get_running_loop() is not None
+    return f"python says: {prompt} (count {n}, loop {running})"
+
+
 class Probe:
     def __init__(self, framework) -> None:
         self.framework = framework
@@ -68,17 +80,6 @@ class Probe:
     @hookimpl(trylast=True)
     def system_prompt(self, prompt, state):
         return "You are probed."
-
-    async def _run_model(self, prompt, session_id, state):
-        counter = state.get("probe_counter")
-        n = counter.bump() if isinstance(counter, Counter) else -1
-        trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
-        if "boom" in str(prompt):
-            raise ValueError("probe exploded on purpose")
-        if "hang" in str(prompt):
-            await asyncio.sleep(3600)
-        running = asyncio.get_running_loop() is not None
-        return f"python says: {prompt} (count {n}, loop {running})"
 
     if os.environ.get("BUB_PROBE_MODEL"):
         # The model only when asked for: without it, the host's own model

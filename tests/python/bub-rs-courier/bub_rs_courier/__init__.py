@@ -1,0 +1,78 @@
+"""A Bub channel plugin of bub-rs's tests.
+
+The ``courier`` channel hands one message (``$BUB_COURIER_MESSAGE``) to the
+host's message handler when it starts, from a task on the loop, and traces
+what the host sends back; the plugin also traces the interception hooks.
+Traces go to ``$BUB_PROBE_TRACE``.
+"""
+
+import asyncio
+import os
+
+from bub import hookimpl
+
+
+def trace(line: str) -> None:
+    path = os.environ.get("BUB_PROBE_TRACE")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class Courier:
+    name = "courier"
+
+    def __init__(self, handler) -> None:
+        self.handler = handler
+        self.task = None
+
+    @property
+    def needs_debounce(self) -> bool:
+        return False
+
+    async def start(self, stop_event: asyncio.Event) -> None:
+        trace("courier.start")
+        text = os.environ.get("BUB_COURIER_MESSAGE")
+        if text:
+            self.task = asyncio.get_running_loop().create_task(self._deliver(text))
+
+    async def _deliver(self, text: str) -> None:
+        await self.handler(
+            {"session_id": "courier:1", "channel": "courier", "chat_id": "1", "content": text}
+        )
+        trace("courier.delivered")
+
+    async def stop(self) -> None:
+        trace("courier.stop")
+
+    async def send(self, message) -> None:
+        content = message.get("content") if isinstance(message, dict) else getattr(message, "content", "")
+        trace(f"courier.send {content}")
+
+
+class CourierPlugin:
+    def __init__(self, framework) -> None:
+        self.framework = framework
+
+    @hookimpl
+    def provide_channels(self, message_handler):
+        return [Courier(message_handler)]
+
+    @hookimpl
+    def before_tool_call(self, call, state):
+        trace(f"before_tool_call {call.tool} {dict(call.arguments)}")
+        return None
+
+    @hookimpl
+    async def after_tool_call(self, call, result, state):
+        trace(f"after_tool_call {call.tool}")
+        return None
+
+    @hookimpl
+    def before_llm_call(self, request, state):
+        trace(f"before_llm_call {request.model}")
+        return None
+
+    @hookimpl
+    def after_llm_call(self, request, result, state):
+        trace(f"after_llm_call {result.text}")

@@ -1,0 +1,129 @@
+//! The tests' Python plugin venv: Bub 0.6.0a3 and real Bub plugins from
+//! PyPI (bub-schedule, bub-mcp, bub-web-search, pinned in
+//! `tests/python/requirements.txt`), plus the tests' own plugins under
+//! `tests/python/`, installed with pip into `<target>/python-venv` once per
+//! target folder (a stamp of the pins and sources says when to redo it).
+//!
+//! The venv is made with the Python the python bridge is built with
+//! (`PYO3_PYTHON`, else `python3`, as PyO3 picks it); Bub needs 3.12 or
+//! newer. Without such a Python, or without pip, the tests that need the
+//! venv say why and skip.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use crate::{target_dir, workspace};
+
+/// The tests' own Python plugins (folders under `tests/python/`).
+pub const OWN_PLUGINS: &[&str] = &["bub-rs-probe", "bub-rs-courier"];
+
+/// The interpreter the bridge is built with.
+pub fn python() -> String {
+    std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// The venv, made on first use; `Err` is the reason to skip (no Python
+/// 3.12+, no pip); a failing pip install panics.
+pub fn venv() -> Result<&'static Path, String> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    VENV.get_or_init(make).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+}
+
+/// Skips the calling test (returns `None`) with a message when the venv
+/// cannot be made.
+pub fn venv_or_skip(test: &str) -> Option<&'static Path> {
+    match venv() {
+        Ok(v) => Some(v),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+fn stamp() -> String {
+    let mut text = std::fs::read_to_string(workspace().join("tests/python/requirements.txt")).unwrap_or_default();
+    for plugin in OWN_PLUGINS {
+        let dir = workspace().join("tests/python").join(plugin);
+        let mut files: Vec<PathBuf> = walk(&dir);
+        files.sort();
+        for f in files {
+            text.push_str(&f.display().to_string());
+            text.push_str(&std::fs::read_to_string(&f).unwrap_or_default());
+        }
+    }
+    text.push_str(&python());
+    format!("{:016x}", fxhash(&text))
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "__pycache__" || n.to_string_lossy().ends_with(".egg-info")) {
+                continue;
+            }
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+fn fxhash(text: &str) -> u64 {
+    // FNV-1a: stable across runs and platforms (the stamp is a file).
+    text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn make() -> Result<PathBuf, String> {
+    let python = python();
+    let version = Command::new(&python)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .map_err(|e| format!("no Python to make the plugin venv with (`{python}`: {e}); set PYO3_PYTHON"))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
+    if (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)) < (3, 12) {
+        return Err(format!(
+            "`{python}` is Python {version}; Bub needs 3.12 or newer: set PYO3_PYTHON to one (the python bridge \
+             is built with it too)"
+        ));
+    }
+    let has_pip = Command::new(&python).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !has_pip {
+        return Err(format!("`{python} -m pip` is not available to install Bub plugins from PyPI"));
+    }
+    let venv = target_dir().join("python-venv");
+    let stamp_file = venv.join("bub-rs-stamp");
+    let stamp = stamp();
+    if std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
+        return Ok(venv);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let status = Command::new(&python).args(["-m", "venv"]).arg(&venv).status().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("`{python} -m venv {}` failed ({status})", venv.display()));
+    }
+    let mut pip = Command::new(venv.join("bin/python"));
+    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"])
+        .arg(workspace().join("tests/python/requirements.txt"));
+    for plugin in OWN_PLUGINS {
+        pip.arg(workspace().join("tests/python").join(plugin));
+    }
+    let out = pip.output().map_err(|e| format!("cannot run pip: {e}"))?;
+    // pip is there: a failed install is a failure, not a reason to skip.
+    assert!(
+        out.status.success(),
+        "pip could not install the plugin venv {} ({}): {}",
+        venv.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&stamp_file, stamp).map_err(|e| e.to_string())?;
+    Ok(venv)
+}

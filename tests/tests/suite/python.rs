@@ -1,0 +1,180 @@
+//! Issue 22: Bub's Python plugins, unchanged, through the python bridge.
+//! The venv holds Bub 0.6.0a3, the real PyPI plugins bub-schedule, bub-mcp
+//! and bub-web-search, and the tests' own `bub-rs-probe` (every turn hook,
+//! a tool, live state) and `bub-rs-courier` (a channel, the interception
+//! hooks). Behaviour numbers are those of the specs.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use bub_tests::{bub_bin, gateway::GatewayProcess, lib, python, Home};
+use serde_json::{json, Value};
+
+/// A home with the bridge pointed at the venv, and echo-model when asked.
+fn home_with(venv: &Path, echo: bool) -> Home {
+    let home = Home::new();
+    home.install("python-bridge", &lib("python-bridge"), json!({"venv": venv}));
+    if echo {
+        home.install("echo-model", &lib("echo-model"), json!({}));
+    }
+    home
+}
+
+fn bub(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (String, String, bool) {
+    let mut cmd = Command::new(bub_bin());
+    cmd.arg("--home").arg(home.path()).args(args);
+    cmd.env_remove("BUB_PLUGIN_PATH").env_remove("RUST_LOG").env_remove("VIRTUAL_ENV");
+    cmd.env("BUB_HOME", home.path()).env("BUB_PROBE_TRACE", home.trace_file());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run bub");
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+}
+
+/// Deliver 1: each entry point is a plugin of its own, in importlib's
+/// order after the bridge, shown by name with its version; a Python
+/// `tryfirst` outranks the builtin (behaviour 3, pluggy's order).
+#[test]
+fn python_plugins_register_as_plugins_of_their_own_with_their_markers() {
+    let Some(venv) = python::venv_or_skip("python_plugins_register_as_plugins_of_their_own") else { return };
+    let home = home_with(venv, false);
+    let (out, err, ok) = bub(&home, &["plugins", "list", "--json"], &[]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).expect("json list");
+    let rows = list.as_array().expect("array");
+    let name = |r: &Value| r["name"].as_str().unwrap_or_default().to_owned();
+    let members: Vec<String> = rows.iter().filter(|r| r["member_of"] == "python-bridge").map(name).collect();
+    for expected in ["probe", "probe-module", "courier", "schedule", "mcp", "web-search"] {
+        assert!(members.contains(&expected.to_owned()), "{expected} missing from {members:?}\n{err}");
+    }
+    let bridge_at = rows.iter().position(|r| name(r) == "python-bridge").unwrap();
+    let first_member = rows.iter().position(|r| r["member_of"] == "python-bridge").unwrap();
+    assert!(first_member > bridge_at, "members come right after their bridge");
+    let schedule = rows.iter().find(|r| name(r) == "schedule").unwrap();
+    assert_eq!(schedule["version"], "0.1.1");
+
+    let (hooks, err, ok) = bub(&home, &["hooks", "--call-order"], &[]);
+    assert!(ok, "{err}");
+    let line = |hook: &str| hooks.lines().find(|l| l.starts_with(&format!("{hook}:"))).unwrap_or_default().to_owned();
+    // probe's resolve_session is tryfirst: called before the builtin.
+    let resolve = line("resolve_session");
+    let at = |n: &str| resolve.find(n).unwrap_or_else(|| panic!("{n} not in {resolve}"));
+    assert!(at("probe") < at("builtin"), "{resolve}");
+    assert!(line("provide_tools").contains("schedule") && line("provide_tools").contains("mcp"), "{hooks}");
+    assert!(line("register_cli_commands").contains("mcp"), "{hooks}");
+    assert!(line("dispatch_outbound").contains("probe-module"), "module entry point: {hooks}");
+}
+
+/// Deliver 2: a turn through Python hooks, sync and async, on the loop
+/// thread; a live object from `load_state` reaches later hooks as itself;
+/// a key a hook sets in the state is seen by the next hook (behaviours 5,
+/// 9: load_state merge, state shared by the turn's hooks).
+#[test]
+fn a_turn_runs_through_python_hooks_with_live_state() {
+    let Some(venv) = python::venv_or_skip("a_turn_runs_through_python_hooks_with_live_state") else { return };
+    let home = home_with(venv, false);
+    let (out, err, ok) = bub(&home, &["run", "py:hello"], &[("BUB_PROBE_MODEL", "1")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("python says: [probe] hello (count 1, loop True)"), "{out}\n{err}");
+    let trace = home.trace();
+    let pos = |needle: &str| {
+        trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))
+    };
+    assert!(pos("resolve_session") < pos("load_state probe:local"));
+    assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself");
+    assert!(pos("build_prompt") < pos("run_model seen=True n=1"), "a key set by build_prompt is seen");
+    assert!(pos("run_model") < pos("save_state probe:local"));
+    assert!(pos("save_state") < pos("dispatch_outbound"));
+}
+
+/// Deliver 2: a Python exception is the plugin's error, its traceback in
+/// the log; the host stays up, runs `save_state` (behaviour 7, finally)
+/// and tells `on_error` observers (behaviour 13) with a `BubError`.
+#[test]
+fn a_python_exception_is_the_plugins_error_with_its_traceback_in_the_log() {
+    let Some(venv) = python::venv_or_skip("a_python_exception_is_the_plugins_error") else { return };
+    let home = home_with(venv, false);
+    let (_, err, ok) = bub(&home, &["run", "py:boom"], &[("BUB_PROBE_MODEL", "1")]);
+    assert!(!ok);
+    assert!(err.contains("plugin 'probe' failed in hook 'run_model'"), "{err}");
+    assert!(err.contains("ValueError: probe exploded on purpose"), "{err}");
+    assert!(err.contains("Traceback (most recent call last)") && err.contains("bub_rs_probe/plugin.py"), "{err}");
+    let trace = home.trace();
+    assert!(trace.iter().any(|l| l.starts_with("save_state probe:local output=''")), "{trace:#?}");
+    assert!(
+        trace.iter().any(|l| l.starts_with("on_error turn BubError") && l.contains("probe exploded")),
+        "{trace:#?}"
+    );
+}
+
+/// Deliver 2/3: tools registered with `bub.tool` run with their
+/// `ToolContext` (the live state object, the tape's name), the real
+/// bub-schedule and bub-mcp tools included; the courier's
+/// `before_tool_call`/`after_tool_call` see the call (behaviours of the
+/// interception wiring, agent spec §tools).
+#[test]
+fn python_tools_run_with_their_context_and_live_state() {
+    let Some(venv) = python::venv_or_skip("python_tools_run_with_their_context_and_live_state") else { return };
+    let home = home_with(venv, false);
+    let (out, err, ok) = bub(&home, &["run", ",probe.echo text=hi"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("echo hi (counter 1, tape "), "{out}\n{err}");
+    let trace = home.trace();
+    assert!(trace.iter().any(|l| l == "before_tool_call probe.echo {'text': 'hi'}"), "{trace:#?}");
+    assert!(trace.iter().any(|l| l == "after_tool_call probe.echo"), "{trace:#?}");
+    let (out, err, ok) = bub(&home, &["run", ",schedule.list"], &[]);
+    assert!(ok && out.contains("(no scheduled jobs)"), "{out}\n{err}");
+    let (out, err, ok) = bub(&home, &["run", ",mcp"], &[]);
+    assert!(ok && out.contains("No MCP servers configured."), "{out}\n{err}");
+}
+
+/// Deliver 2: `register_cli_commands` hands Python a Typer app; what it
+/// adds (bub-mcp's `mcp` group) becomes a `bub` subcommand that parses its
+/// own arguments.
+#[test]
+fn a_python_typer_app_becomes_a_bub_subcommand() {
+    let Some(venv) = python::venv_or_skip("a_python_typer_app_becomes_a_bub_subcommand") else { return };
+    let home = home_with(venv, false);
+    let (help, err, ok) = bub(&home, &["--help"], &[]);
+    assert!(ok, "{err}");
+    assert!(help.lines().any(|l| l.trim_start().starts_with("mcp") && l.contains("Manage MCP servers")), "{help}");
+    let (out, err, ok) = bub(&home, &["mcp", "--help"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("list") && out.contains("add") && out.contains("remove"), "{out}");
+    let (out, err, ok) = bub(&home, &["mcp", "list"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("No MCP tools registered."), "{out}");
+    let (_, err, ok) = bub(&home, &["mcp", "no-such-command"], &[]);
+    assert!(!ok, "a Typer usage error exits non-zero: {err}");
+}
+
+/// Deliver 2/3: under `bub gateway`, a Python channel starts, hands a
+/// message to the host's message handler from a task on the loop (a
+/// foreign thread for the host), gets the turn's outbound in `send`, and
+/// stops when the gateway stops (behaviours of the channel contract).
+#[test]
+fn a_python_channel_carries_a_turn_through_the_gateway() {
+    let Some(venv) = python::venv_or_skip("a_python_channel_carries_a_turn_through_the_gateway") else { return };
+    let home = home_with(venv, true);
+    let trace = home.trace_file();
+    let trace = trace.to_str().unwrap();
+    let mut gateway = GatewayProcess::start(
+        home.path(),
+        &[],
+        &[("BUB_COURIER_MESSAGE", "hello courier"), ("BUB_PROBE_TRACE", trace), ("VIRTUAL_ENV", "")],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !home.trace().iter().any(|l| l.starts_with("courier.send")) {
+        assert!(std::time::Instant::now() < deadline, "no reply reached the courier:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", gateway.log());
+    let lines = home.trace();
+    assert!(lines.iter().any(|l| l == "courier.start"), "{lines:#?}");
+    // echo-model answers with the prompt: the channel context, then the text.
+    let text = lines.join("\n");
+    let sent = text.find("courier.send echo: channel=$courier|chat_id=1").expect("the reply was sent to the courier");
+    assert!(text[sent..].contains("hello courier"), "{text}");
+    assert!(lines.iter().any(|l| l == "courier.stop"), "{lines:#?}\n{}", gateway.log());
+}
