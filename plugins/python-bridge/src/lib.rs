@@ -123,7 +123,7 @@ impl PythonBridge {
         };
         let owner = member.name.clone();
         let sync = id.kind().is_sync_only() || call.mode == DispatchMode::Sync;
-        let made = Python::attach(|py| -> PyResult<(Py<PyAny>, Py<PyDict>, Option<StateDict>, Option<Py<PyAny>>)> {
+        let made = Python::attach(|py| -> PyResult<Prepared> {
             let kwargs = PyDict::new(py);
             let mut state_dict = None;
             let mut typer = None;
@@ -191,6 +191,10 @@ impl PythonBridge {
         HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, &label) }))
     }
 }
+
+/// A call made ready under the GIL: the function, its keyword arguments,
+/// the state dict to write back, the Typer app of `register_cli_commands`.
+type Prepared = (Py<PyAny>, Py<PyDict>, Option<StateDict>, Option<Py<PyAny>>);
 
 /// A hook's converted result.
 enum Answer {
@@ -358,7 +362,7 @@ macro_rules! gen_bridge_plugin {
                     .get("venv")
                     .and_then(|v| v.as_str())
                     .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("VIRTUAL_ENV").map(PathBuf::from))
+                    .or_else(|| std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()).map(PathBuf::from))
                     .unwrap_or_else(|| ctx.home.join("python").join("venv"));
                 let venv = if venv.is_relative() { ctx.workspace.join(venv) } else { venv };
                 let venv = venv.exists().then_some(venv);

@@ -178,3 +178,46 @@ fn a_python_channel_carries_a_turn_through_the_gateway() {
     assert!(text[sent..].contains("hello courier"), "{text}");
     assert!(lines.iter().any(|l| l == "courier.stop"), "{lines:#?}\n{}", gateway.log());
 }
+
+/// Deliver 4: `bub plugins install --python <requirement>` makes the
+/// bridge's venv when it is missing (owner-only, inside `$BUB_HOME`),
+/// installs the requirement with pip (or uv) and shows its plugins, which
+/// `bub plugins list` marks as Python plugins. The plugin here has no
+/// dependencies and marks its hookimpl by hand (pluggy's `bub_impl`
+/// attribute), so only its build backend comes from PyPI.
+#[test]
+fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() {
+    let Some(_) = python::venv_or_skip("plugins_install_python_installs_into_the_bridges_venv") else { return };
+    let home = Home::new();
+    let venv = home.path().join("python").join("venv");
+    home.install("python-bridge", &lib("python-bridge"), json!({"python": python::python()}));
+    let package = home.path().join("tiny-src");
+    std::fs::create_dir_all(package.join("tiny_plugin")).unwrap();
+    std::fs::write(
+        package.join("pyproject.toml"),
+        "[build-system]\nrequires = [\"flit_core>=3.9,<4\"]\nbuild-backend = \"flit_core.buildapi\"\n\n[project]\n\
+         name = \"tiny-plugin\"\nversion = \"0.2.0\"\ndescription = \"tiny\"\n\n[project.entry-points.bub]\n\
+         tiny = \"tiny_plugin\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        package.join("tiny_plugin/__init__.py"),
+        "\"\"\"tiny\"\"\"\n\ndef resolve_session(message):\n    return 'tiny:' + message.get('chat_id', '')\n\n\
+         resolve_session.bub_impl = {'tryfirst': True}\n",
+    )
+    .unwrap();
+    let (out, err, ok) = bub(&home, &["plugins", "install", "--python", package.to_str().unwrap()], &[]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("python plugin tiny 0.2.0 (loaded)"), "{out}\n{err}");
+    assert!(venv.join("pyvenv.cfg").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(venv.join("pyvenv.cfg")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "the venv is owner-only: {mode:o}");
+    let (list, _, _) = bub(&home, &["plugins", "list"], &[]);
+    let row = list.lines().find(|l| l.starts_with("tiny ")).unwrap_or_else(|| panic!("{list}"));
+    assert!(row.contains("(python, via python-bridge)"), "{row}");
+    // A hand-marked tryfirst implementation is called before the builtin.
+    let (order, err, ok) = bub(&home, &["hooks", "--call-order"], &[]);
+    assert!(ok, "{err}");
+    assert!(order.contains("resolve_session: tiny [tryfirst, async] -> builtin"), "{order}");
+}

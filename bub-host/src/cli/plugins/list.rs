@@ -27,6 +27,7 @@ pub(super) fn to_json(p: &PluginRecord) -> Value {
         "status": p.status.as_str(),
         "detail": detail,
         "member_of": p.member_of,
+        "python": p.member_of.is_some() && p.description.starts_with("python: "),
     })
 }
 
@@ -108,6 +109,7 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
                 p.status.as_str().to_owned(),
                 match (&p.member_of, &p.path) {
                     // A plugin set's member lives in the set's library.
+                    (Some(set), _) if p.description.starts_with("python: ") => format!("(python, via {})", cell(set)),
                     (Some(set), _) => format!("(via {})", cell(set)),
                     (None, Some(path)) => printable(&path.display().to_string(), 4096),
                     (None, None) => "(built in)".to_owned(),

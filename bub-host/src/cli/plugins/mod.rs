@@ -25,12 +25,20 @@ pub enum PluginsCommand {
     /// commit>`) are cloned, crates (`name` or `name@version`) fetched with cargo; both are built in
     /// release (running their build scripts as you, as any cargo build does) and checked like a
     /// local library. The source is recorded, for `bub plugins update`.
+    ///
+    /// With `--python`, SOURCE is a pip requirement (`bub-schedule`, `bub-mcp==0.3.1`, a path): it is
+    /// installed into the python bridge's venv (with uv when on PATH, else pip; the venv is made when
+    /// missing), and the Python plugins are shown.
     Install {
-        /// A shared library (.so), a crate folder, a git URL[@ref] or a crate[@version].
+        /// A shared library (.so), a crate folder, a git URL[@ref] or a crate[@version]; with
+        /// `--python`, a pip requirement.
         source: String,
         /// Install under this name (default: the plugin's own name).
         #[arg(long)]
         name: Option<String>,
+        /// Install a Python Bub plugin into the python bridge's venv.
+        #[arg(long, conflicts_with = "name")]
+        python: bool,
     },
     /// Fetch, build and install plugins again from their recorded sources (all, or the one named).
     Update {
@@ -76,7 +84,8 @@ pub enum PluginsCommand {
 pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
     match cmd {
         PluginsCommand::List { json } => super::probe::guarded(ctx, || list::run(ctx, *json)),
-        PluginsCommand::Install { source, name } => install::run(ctx, source, name.as_deref()),
+        PluginsCommand::Install { source, python: true, .. } => install::python(ctx, source),
+        PluginsCommand::Install { source, name, .. } => install::run(ctx, source, name.as_deref()),
         PluginsCommand::Update { name } => install::update(ctx, name.as_deref()),
         PluginsCommand::Remove { name } => remove::run(ctx, name),
         PluginsCommand::Enable { name } => toggle::run(ctx, name, true),
