@@ -503,3 +503,89 @@ def run_typer(app: Any, argv: list[str]) -> int:
             return 0
         return code if isinstance(code, int) else 1
     return 0
+
+
+# --- interception hooks ----------------------------------------------------
+
+
+def _events() -> Any:
+    try:
+        from bub.core import events
+    except ImportError:
+        return None
+    return events
+
+
+def _error(info: Any) -> Any:
+    if not info:
+        return None
+    return error_object(info.get("kind", "unknown"), info.get("message", ""), info.get("details"))
+
+
+def interception_arg(hook: str, name: str, value: Any) -> Any:
+    """The host's request / call / result as Bub's own dataclasses
+    (``bub.core.events``), so ``dataclasses.replace`` and ``isinstance``
+    work as under Bub. Messages stay dicts (Bub's are ``republic.Message``)."""
+    ev = _events()
+    if ev is None or not isinstance(value, dict):
+        return value
+    if name == "request":
+        return ev.LLMCallRequest(
+            run_id=value.get("run_id", ""),
+            model=value.get("model", ""),
+            messages=list(value.get("messages") or []),
+            tool_names=tuple(value.get("tool_names") or ()),
+            max_tokens=value.get("max_tokens"),
+        )
+    if name == "call":
+        return ev.ToolCall(run_id=value.get("run_id", ""), tool=value.get("tool", ""), arguments=dict(value.get("arguments") or {}))
+    if name == "result" and hook == "after_llm_call":
+        return ev.LLMCallResult(
+            run_id=value.get("run_id", ""),
+            text=value.get("text"),
+            tool_calls=list(value.get("tool_calls") or []),
+            usage=value.get("usage"),
+            error=_error(value.get("error")),
+            duration_ms=int(value.get("duration_ms") or 0),
+        )
+    if name == "result" and hook == "after_tool_call":
+        return ev.ToolCallResult(
+            run_id=value.get("run_id", ""),
+            tool=value.get("tool", ""),
+            arguments=dict(value.get("arguments") or {}),
+            result=value.get("result"),
+            error=_error(value.get("error")),
+            duration_ms=int(value.get("duration_ms") or 0),
+        )
+    return value
+
+
+def interception_result(hook: str, value: Any) -> Any:
+    """A ``before_*`` hook's Bub answer in the host's form; anything else is
+    passed on for the host to reject as it rejects any plugin's."""
+    ev = _events()
+    if ev is None:
+        return value
+    if hook == "before_llm_call":
+        if isinstance(value, ev.LLMCallRequest):
+            return {
+                "request": {
+                    "run_id": value.run_id,
+                    "model": value.model,
+                    "messages": [m if isinstance(m, dict) else jsonable(m)[1] for m in value.messages],
+                    "tool_names": list(value.tool_names),
+                    "max_tokens": value.max_tokens,
+                }
+            }
+        if isinstance(value, ev.LLMCallDecision):
+            return {"decision": {"action": value.action, "text": value.text}}
+    if hook == "before_tool_call" and isinstance(value, ev.ToolCallDecision):
+        out = {"action": value.action}
+        if value.arguments is not None:
+            out["arguments"] = dict(value.arguments)
+        if value.result is not None:
+            out["result"] = value.result
+        if value.message is not None:
+            out["message"] = value.message
+        return out
+    return value

@@ -148,7 +148,9 @@ impl PythonBridge {
                         ROption::RNone => py.None().into_bound(py),
                     },
                 };
-                let value = if id == HookId::OnError && name == "error" {
+                let value = if is_interception(id) && kind == ArgKind::Value {
+                    interp.module(py).call_method1("interception_arg", (id.name(), name, value))?
+                } else if id == HookId::OnError && name == "error" {
                     error_to_py(py, interp, &value)?
                 } else if id == HookId::RegisterCliCommands && name == "app" {
                     // A Typer app of its own, as Bub hands plugins; what the
@@ -241,6 +243,14 @@ fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_,
             Ok(Answer::Objects(out))
         }
         HookId::RegisterCliCommands => Ok(Answer::None),
+        HookId::BeforeLlmCall | HookId::BeforeToolCall => {
+            let host_form =
+                interp.module(py).call_method1("interception_result", (id.name(), value)).map_err(err)?;
+            if host_form.is_none() {
+                return Ok(Answer::None);
+            }
+            convert::from_py(&host_form, interp).map(Answer::Value).map_err(err)
+        }
         HookId::ProvideTapeStore
         | HookId::ProvideLifespan
         | HookId::ProvideTapeSidecar
@@ -278,6 +288,11 @@ fn typer_commands(py: Python<'_>, interp: &'static Interp, app: &Py<PyAny>) -> R
             })
             .collect(),
     ))
+}
+
+/// The agent interception hooks: their values cross as Bub's dataclasses.
+fn is_interception(id: HookId) -> bool {
+    matches!(id, HookId::BeforeLlmCall | HookId::AfterLlmCall | HookId::BeforeToolCall | HookId::AfterToolCall)
 }
 
 /// `on_error`'s `error`: the host's error info as the exception Bub passes.

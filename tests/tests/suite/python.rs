@@ -221,3 +221,27 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
     assert!(ok, "{err}");
     assert!(order.contains("resolve_session: tiny [tryfirst, async] -> builtin"), "{order}");
 }
+
+/// Deliver 2: the interception hooks see Bub's own dataclasses and their
+/// decisions act as under Bub: `ToolCallDecision.proceed(arguments)`
+/// rewrites the call, `replace` answers for the tool, `deny` fails it with
+/// the message; `LLMCallDecision.finish` answers without calling the
+/// provider (agent spec, interception wiring).
+#[test]
+fn python_interception_decisions_act_as_under_bub() {
+    let Some(venv) = python::venv_or_skip("python_interception_decisions_act_as_under_bub") else { return };
+    let home = home_with(venv, false);
+    let (out, err, ok) = bub(&home, &["run", ",probe.echo text=rewrite"], &[]);
+    assert!(ok && out.contains("echo rewritten (counter"), "{out}\n{err}");
+    let (out, err, ok) = bub(&home, &["run", ",probe.echo text=replace"], &[]);
+    assert!(ok && out.contains("replaced by the courier"), "{out}\n{err}");
+    let (out, err, _) = bub(&home, &["run", ",probe.echo text=forbidden"], &[]);
+    assert!(format!("{out}{err}").contains("courier says no"), "{out}\n{err}");
+    // The model call itself: finished by the courier, the provider (an
+    // address nothing listens on) never asked.
+    home.use_model("openai:gpt-test", "http://127.0.0.1:9", json!({}));
+    let (out, err, ok) = bub(&home, &["run", "hello"], &[("BUB_COURIER_FINISH", "finished by python")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("finished by python"), "{out}\n{err}");
+    assert!(home.trace().iter().any(|l| l == "before_llm_call openai:gpt-test"), "{:#?}", home.trace());
+}

@@ -9,7 +9,10 @@ Traces go to ``$BUB_PROBE_TRACE``.
 import asyncio
 import os
 
+import dataclasses
+
 from bub import hookimpl
+from bub.core.events import LLMCallDecision, LLMCallRequest, ToolCall, ToolCallDecision
 
 
 def trace(line: str) -> None:
@@ -60,7 +63,15 @@ class CourierPlugin:
 
     @hookimpl
     def before_tool_call(self, call, state):
+        assert isinstance(call, ToolCall), type(call)
         trace(f"before_tool_call {call.tool} {dict(call.arguments)}")
+        text = call.arguments.get("text")
+        if text == "forbidden":
+            return ToolCallDecision.deny("courier says no")
+        if text == "rewrite":
+            return ToolCallDecision.proceed({"text": "rewritten"})
+        if text == "replace":
+            return ToolCallDecision.replace("replaced by the courier")
         return None
 
     @hookimpl
@@ -70,7 +81,14 @@ class CourierPlugin:
 
     @hookimpl
     def before_llm_call(self, request, state):
+        assert isinstance(request, LLMCallRequest), type(request)
         trace(f"before_llm_call {request.model}")
+        finish = os.environ.get("BUB_COURIER_FINISH")
+        if finish:
+            return LLMCallDecision.finish(finish)
+        model = os.environ.get("BUB_COURIER_MODEL")
+        if model:
+            return dataclasses.replace(request, model=model)
         return None
 
     @hookimpl
