@@ -31,6 +31,7 @@ use bub_abi::{
     abi::{DispatchMode, HookCall, HookReturn},
     args::*,
     hooks::HookId,
+    resources::kinds,
     sdk::set::{Member, PluginSet},
     BoxError, Hook, HookDecl, HookError, HookMarker, Object, Plugin, PluginContext, TurnState, Value,
 };
@@ -202,6 +203,7 @@ type Prepared = (Py<PyAny>, Py<PyDict>, Option<StateDict>, Option<Py<PyAny>>);
 enum Answer {
     None,
     Value(Value),
+    Object(Object),
     Objects(Vec<Object>),
 }
 
@@ -213,6 +215,7 @@ fn into_return(r: Result<Answer, HookError>, label: &str) -> HookReturn {
     match r {
         Ok(Answer::None) => HookReturn::NONE,
         Ok(Answer::Value(v)) => HookReturn::value(v),
+        Ok(Answer::Object(o)) => HookReturn::object(o.into_handle()),
         Ok(Answer::Objects(o)) => hook_objects(o),
         Err(e) => {
             tracing::error!("python plugin {label} failed:\n{}", e.message);
@@ -244,27 +247,35 @@ fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_,
         }
         HookId::RegisterCliCommands => Ok(Answer::None),
         HookId::BeforeLlmCall | HookId::BeforeToolCall => {
-            let host_form =
-                interp.module(py).call_method1("interception_result", (id.name(), value)).map_err(err)?;
+            let host_form = interp.module(py).call_method1("interception_result", (id.name(), value)).map_err(err)?;
             if host_form.is_none() {
                 return Ok(Answer::None);
             }
             convert::from_py(&host_form, interp).map(Answer::Value).map_err(err)
         }
-        HookId::ProvideTapeStore
-        | HookId::ProvideLifespan
-        | HookId::ProvideTapeSidecar
-        | HookId::BuildTapeContext
-        | HookId::ProvideSteeringInbox
-        | HookId::ProvideEnvironment
-        | HookId::RunModelStream => {
-            let type_name = value.get_type().qualname().map(|n| n.to_string()).unwrap_or_default();
-            tracing::warn!(
-                "python bridge: {} returned a {type_name}; this hook's Python objects are not bridged yet (see \
-                 docs/python-plugins.md), so it is ignored",
-                id.name()
-            );
-            Ok(Answer::None)
+        HookId::ProvideTapeStore => Ok(resource(kinds::TAPE_STORE, value, interp)),
+        HookId::ProvideLifespan => Ok(resource(kinds::LIFESPAN, value, interp)),
+        HookId::ProvideSteeringInbox => Ok(resource(kinds::STEERING_INBOX, value, interp)),
+        HookId::ProvideEnvironment => Ok(resource(kinds::ENVIRONMENT, value, interp)),
+        HookId::RunModelStream => {
+            let stream = interp.module(py).call_method1("stream_of", (value,)).map_err(err)?;
+            Ok(resource(kinds::STREAM, &stream, interp))
+        }
+        HookId::ProvideTapeSidecar => {
+            let name: String = value.getattr("name").and_then(|n| n.str()?.extract()).map_err(err)?;
+            Ok(Answer::Object(Object::tape_sidecar(name)))
+        }
+        HookId::BuildTapeContext => {
+            let spec = interp.module(py).call_method1("tape_context", (value,)).map_err(err)?;
+            if spec.is_none() {
+                tracing::warn!(
+                    "python bridge: build_tape_context returned a TapeContext with a `select` function, which \
+                     bub-rs cannot run; it is ignored (see docs/python-plugins.md)"
+                );
+                return Ok(Answer::None);
+            }
+            let anchor: Option<String> = spec.get_item("anchor").and_then(|a| a.extract()).map_err(err)?;
+            Ok(Answer::Object(Object::tape_context(bub_abi::types::TapeContextSpec { anchor })))
         }
         _ => convert::from_py(value, interp).map(Answer::Value).map_err(err),
     }
@@ -288,6 +299,11 @@ fn typer_commands(py: Python<'_>, interp: &'static Interp, app: &Py<PyAny>) -> R
             })
             .collect(),
     ))
+}
+
+/// A Python resource as the host object of `kind`.
+fn resource(kind: &'static str, value: &Bound<'_, PyAny>, interp: &'static Interp) -> Answer {
+    Answer::Object(objects::PyResource::object(kind, value, interp))
 }
 
 /// The agent interception hooks: their values cross as Bub's dataclasses.

@@ -396,3 +396,58 @@ impl bub_abi::resources::Command for PyCommand {
         }
     }
 }
+
+/// A Python resource of one of the host's object kinds (tape store,
+/// lifespan, steering inbox, environment, model stream): each method call
+/// goes to `bridge.resource_call`, which calls the Python object as Bub
+/// does and answers in the host's shapes.
+pub struct PyResource {
+    kind: &'static str,
+    obj: Py<PyAny>,
+    holder: Py<PyDict>,
+    interp: &'static Interp,
+}
+
+impl PyResource {
+    /// Wraps `obj` as a resource of `kind`.
+    pub fn object(kind: &'static str, obj: &Bound<'_, PyAny>, interp: &'static Interp) -> Object {
+        Object::new(PyResource { kind, obj: obj.clone().unbind(), holder: PyDict::new(obj.py()).unbind(), interp })
+    }
+}
+
+impl ObjectImpl for PyResource {
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn invoke(&self, method: &str, args: serde_json::Value) -> ObjectFuture {
+        let interp = self.interp;
+        let kind = self.kind;
+        let pending = Python::attach(|py| -> PyResult<_> {
+            let helper = interp.module(py).getattr("resource_call")?;
+            let args = convert::json_to_py(py, interp, &args)?;
+            Ok(await_python(
+                py,
+                interp,
+                &helper,
+                (kind, self.obj.clone_ref(py), method, args, self.holder.clone_ref(py)),
+                None,
+                move |py, v| convert::from_py(v, interp).map_err(|e| py_error(py, &e)),
+            ))
+        });
+        let method = method.to_owned();
+        Box::pin(async move {
+            let pending = pending.map_err(|e| HookError::plugin(format!("python {kind}.{method}: {e}")))?;
+            match pending.await {
+                Ok(value) => value.deserialize::<serde_json::Value>().map_err(|e| HookError::plugin(e.to_string())),
+                Err(e) if e.message.contains("Unsupported:") => {
+                    Err(HookError::new(bub_abi::resources::UNSUPPORTED, format!("python {kind} has no `{method}`")))
+                }
+                Err(e) => {
+                    tracing::error!("python {kind}.{method} failed:\n{}", e.message);
+                    Err(HookError::plugin(format!("python {kind}.{method}: {}", crate::last_line(&e.message))))
+                }
+            }
+        })
+    }
+}

@@ -245,3 +245,32 @@ fn python_interception_decisions_act_as_under_bub() {
     assert!(out.contains("finished by python"), "{out}\n{err}");
     assert!(home.trace().iter().any(|l| l == "before_llm_call openai:gpt-test"), "{:#?}", home.trace());
 }
+
+/// Deliver 2: app hooks with their objects. A Python tape store (Bub's sync
+/// `TapeStore` protocol) takes the turn's entries and answers queries
+/// (behaviour of `provide_tape_store`: the last registered wins); a Python
+/// lifespan (an async generator) is entered and exited around the scope;
+/// a Python `run_model_stream` (an async generator of `StreamEvent`s)
+/// answers the turn.
+#[test]
+fn python_resources_serve_the_host() {
+    let Some(venv) = python::venv_or_skip("python_resources_serve_the_host") else { return };
+    let home = home_with(venv, false);
+    let env = [("BUB_COURIER_LIFESPAN", "1"), ("BUB_COURIER_STREAM", "1")];
+    let (out, err, ok) = bub(&home, &["run", "--session-id", "s1", "needle in a haystack"], &env);
+    assert!(ok, "{err}");
+    assert!(out.contains("streamed:") && out.contains("a haystack"), "{out}\n{err}");
+    let trace = home.trace();
+    let pos = |needle: &str| trace.iter().position(|l| l.starts_with(needle));
+    assert!(pos("lifespan.enter").is_some() && pos("lifespan.exit") > pos("lifespan.enter"), "{trace:#?}");
+    // The agent's entries (command mode) go to the Python store, and a
+    // later process reads them back through it.
+    let env = [("BUB_COURIER_STORE", "1")];
+    let (out, err, ok) = bub(&home, &["run", "--session-id", "s1", ",probe.echo text=needle"], &env);
+    assert!(ok && out.contains("echo needle"), "{out}\n{err}");
+    assert!(home.trace().iter().any(|l| l.starts_with("store.append")), "{:#?}", home.trace());
+    assert!(std::fs::read_to_string(home.path().join("courier-tapes.json")).unwrap().contains("needle"));
+    let (out, err, ok) = bub(&home, &["run", "--session-id", "s1", ",tape.search query=needle"], &env);
+    assert!(ok, "{err}");
+    assert!(out.contains("needle"), "{out}\n{err}");
+}

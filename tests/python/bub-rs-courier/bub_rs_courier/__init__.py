@@ -94,3 +94,92 @@ class CourierPlugin:
     @hookimpl
     def after_llm_call(self, request, result, state):
         trace(f"after_llm_call {result.text}")
+
+
+# --- resources, each only when its variable is set (read at import) ---------
+
+
+class JsonTapeStore:
+    """Bub's sync ``TapeStore`` protocol over a JSON file in the home."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _load(self) -> dict:
+        import json
+
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+
+    def _save(self, tapes: dict) -> None:
+        import json
+
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump(tapes, f)
+
+    def list_tapes(self):
+        return sorted(self._load())
+
+    def reset(self, tape):
+        tapes = self._load()
+        tapes.pop(tape, None)
+        self._save(tapes)
+
+    def fetch_all(self, query):
+        from bub.core.tape import TapeEntry
+
+        trace(f"store.fetch_all {query.tape}")
+        rows = self._load().get(query.tape, [])
+        entries = [TapeEntry(**row) for row in rows]
+        if query._query:
+            entries = [e for e in entries if query._query in str(e.payload)]
+        return entries
+
+    def append(self, tape, entry):
+        tapes = self._load()
+        rows = tapes.setdefault(tape, [])
+        rows.append({"id": len(rows) + 1, "kind": entry.kind, "payload": entry.payload, "meta": entry.meta, "date": entry.date})
+        self._save(tapes)
+        trace(f"store.append {entry.kind}")
+
+
+async def _lifespan():
+    trace("lifespan.enter")
+    try:
+        yield
+    finally:
+        trace("lifespan.exit")
+
+
+async def _stream(prompt):
+    from bub.streaming import StreamEvent
+
+    text = prompt if isinstance(prompt, str) else str(prompt)
+    for word in ["streamed:", text[-12:]]:
+        await asyncio.sleep(0)
+        yield StreamEvent("text", {"delta": word + " "})
+
+
+if os.environ.get("BUB_COURIER_STORE"):
+
+    def _provide_tape_store(self):
+        return JsonTapeStore(os.path.join(os.environ["BUB_HOME"], "courier-tapes.json"))
+
+    CourierPlugin.provide_tape_store = hookimpl(_provide_tape_store)
+
+if os.environ.get("BUB_COURIER_LIFESPAN"):
+
+    def _provide_lifespan(self):
+        return _lifespan()
+
+    CourierPlugin.provide_lifespan = hookimpl(_provide_lifespan)
+
+if os.environ.get("BUB_COURIER_STREAM"):
+
+    def _run_model_stream(self, prompt, session_id, state):
+        return _stream(prompt)
+
+    CourierPlugin.run_model_stream = hookimpl(_run_model_stream)
