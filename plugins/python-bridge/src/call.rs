@@ -194,7 +194,7 @@ where
     let target = fut.clone().unbind();
     let runtime = bub_abi::sdk::bridge::runtime()
         .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.message.to_string()))?;
-    runtime.spawn(async move {
+    let task = runtime.spawn(async move {
         let result = future.await;
         Python::attach(|py| {
             let module = interp.module(py);
@@ -226,5 +226,24 @@ where
             }
         });
     });
+    // Python cancelling its await (`wait_for`, a cancelled task) cancels
+    // the host call too.
+    let abort = Bound::new(py, AbortOnCancel { handle: task.abort_handle() })?;
+    fut.call_method1("add_done_callback", (abort,))?;
     Ok(fut)
+}
+
+/// Aborts a host call when the asyncio future awaiting it is cancelled.
+#[pyclass(frozen, module = "bub_rs_bridge")]
+struct AbortOnCancel {
+    handle: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl AbortOnCancel {
+    fn __call__(&self, fut: &Bound<'_, PyAny>) {
+        if fut.call_method0("cancelled").and_then(|c| c.extract::<bool>()).unwrap_or(false) {
+            self.handle.abort();
+        }
+    }
 }

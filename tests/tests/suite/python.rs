@@ -274,3 +274,27 @@ fn python_resources_serve_the_host() {
     assert!(ok, "{err}");
     assert!(out.contains("needle"), "{out}\n{err}");
 }
+
+/// Deliver 2: cancellation crosses the bridge. A Python hook that hangs is
+/// cancelled by the host's hook deadline (`BUB_HOOK_TIMEOUT_SECONDS`): the
+/// turn fails with the deadline's message, the Python task sees
+/// `CancelledError`, and the hooks after it still run on the same loop
+/// (no deadlock).
+#[test]
+fn a_hanging_python_hook_is_cancelled_by_the_hosts_deadline() {
+    let Some(venv) = python::venv_or_skip("a_hanging_python_hook_is_cancelled_by_the_hosts_deadline") else { return };
+    let home = home_with(venv, false);
+    let started = std::time::Instant::now();
+    let (_, err, ok) = bub(&home, &["run", "py:hang"], &[("BUB_HOOK_TIMEOUT_SECONDS", "1")]);
+    assert!(!ok);
+    assert!(started.elapsed() < Duration::from_secs(30), "the deadline stopped the hang");
+    assert!(
+        err.contains("plugin 'probe' failed in hook 'load_state': did not finish within 1s and was cancelled"),
+        "{err}"
+    );
+    let trace = home.trace();
+    let cancelled = trace.iter().position(|l| l == "load_state cancelled").unwrap_or_else(|| panic!("{trace:#?}"));
+    // on_error runs after it, on the same loop: nothing is stuck.
+    let told = trace.iter().position(|l| l.starts_with("on_error")).unwrap_or_else(|| panic!("{trace:#?}"));
+    assert!(cancelled < told, "{trace:#?}");
+}

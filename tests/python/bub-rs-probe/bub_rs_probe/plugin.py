@@ -40,8 +40,6 @@ async def _run_model(self, prompt, session_id, state):
     trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
     if "boom" in str(prompt):
         raise ValueError("probe exploded on purpose")
-    if "hang" in str(prompt):
-        await asyncio.sleep(3600)
     running = asyncio.get_running_loop() is not None
     return f"python says: {prompt} (count {n}, loop {running})"
 
@@ -64,6 +62,12 @@ class Probe:
 
     @hookimpl
     async def load_state(self, message, session_id):
+        if "hang" in str(message.get("content", "")):
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                trace("load_state cancelled")
+                raise
         await asyncio.sleep(0)
         trace(f"load_state {session_id}")
         return {"probe_counter": self.counter, "probe_loaded": True}
