@@ -149,16 +149,28 @@ def run_impl(impl, binary, scenario, server, workdir):
     env.update({"BUB_HOME": str(home), "BUB_MODEL": "openai:m", "BUB_API_KEY": "k", "BUB_API_BASE": server.base,
                 "BUB_CLIENT_ARGS": json.dumps(client_args), "NO_COLOR": "1"})
     plugin = scenario.get("plugin")
-    if impl == "python" and plugin:
+    # `bridge`: bub-rs runs the very same Python plugin through the python
+    # bridge (pointed at Python Bub's venv, with the same PYTHONPATH)
+    # instead of its Rust twin. `pypi`: both load the PyPI plugins fetched
+    # into PYPI_SITE (bub-schedule) as well.
+    bridge = scenario.get("bridge") or scenario.get("pypi")
+    paths = []
+    if plugin and (impl == "python" or bridge):
         site = workdir / "pysite"
         dist = site / "bubdiff-0.0.0.dist-info"
         dist.mkdir(parents=True, exist_ok=True)
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bubdiff\nVersion: 0.0.0\n")
         (dist / "entry_points.txt").write_text("[bub]\nbubdiff = bubdiff_plugin:Plugin\n")
         shutil.copy(HERE / "bubdiff_plugin.py", site / "bubdiff_plugin.py")
-        env["PYTHONPATH"] = str(site)
+        paths.append(str(site))
         env["BUBDIFF_MODE"] = plugin
-    if impl == "rust" and plugin:
+    if scenario.get("pypi"):
+        paths.append(os.environ["BUB_RS_PYPI_SITE"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    if impl == "rust" and bridge:
+        install_bridge(binary, home, env)
+    elif impl == "rust" and plugin:
         install_rust_plugin(binary, home, plugin, env)
     outputs, requests_before = [], len(server.requests)
     for turn in scenario["turns"]:
@@ -242,6 +254,14 @@ def apply_known(name, aspect, view, known):
             return {k: strip(x) for k, x in v.items()}
         return v
     return strip(view)
+
+
+def install_bridge(binary, home, env):
+    """The python bridge, pointed at Python Bub's own venv."""
+    target = Path(os.environ["BUB_RS_TARGET"]).resolve()
+    venv = Path(os.environ["BUB_RS_PYTHON_VENV"]).resolve()
+    subprocess.run([binary, "plugins", "install", str(target / "libpython_bridge.so")], env=env, check=True, capture_output=True)
+    subprocess.run([binary, "plugins", "config", "python-bridge", f"venv={venv}"], env=env, check=True, capture_output=True)
 
 
 def install_rust_plugin(binary, home, plugin, env):

@@ -14,7 +14,21 @@ venv="${BUB_BENCH_VENV:-/tmp/bub06}"
 [ -x "$venv/bin/bub" ] || bash ../shared/bench/setup.sh "$venv" >&2
 # Two builds: with `--example`, cargo builds only example targets of every
 # package named, so the plugins' libraries would be left out.
-cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted
+# The python bridge is built for the venv's Python (scenarios with
+# "bridge"/"pypi" run Python plugins under both hosts).
+PYO3_PYTHON="$(cd "$venv" && pwd)/bin/python"
+export PYO3_PYTHON
+cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted -p python-bridge
+# The PyPI plugins the "pypi" scenarios load, with what they need beyond
+# Bub itself, pinned as in tests/python/requirements.txt (once).
+site="$target/diff-pypi-site"
+if [ ! -d "$site/bub_schedule" ]; then
+    pins() { grep -iE "^($(IFS='|'; echo "$*"))==" tests/python/requirements.txt; }
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$site" \
+        $(pins bub-schedule APScheduler tzlocal) >&2
+fi
+export BUB_RS_PYPI_SITE="$(cd "$site" && pwd)"
+export BUB_RS_PYTHON_VENV="$venv"
 cargo build --quiet --release -p bub-tests --example steer_run
 export BUB_RS_STEER_RUN="$(cd "$target/release/examples" && pwd)/steer_run"
 BUB_RS_TARGET="$target/release" exec python3 scripts/differential.py "$target/release/bub" "$venv/bin/bub" "$@"

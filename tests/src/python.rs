@@ -20,6 +20,16 @@ use crate::{target_dir, workspace};
 /// The tests' own Python plugins (folders under `tests/python/`).
 pub const OWN_PLUGINS: &[&str] = &["bub-rs-probe", "bub-rs-courier"];
 
+/// One venv: its folder under the target folder, its pins, its own plugins.
+struct Spec {
+    dir: &'static str,
+    requirements: &'static str,
+    own: &'static [&'static str],
+}
+
+const TESTS: Spec = Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS };
+const BENCH: Spec = Spec { dir: "python-bench-venv", requirements: "bench-requirements.txt", own: &["bub-rs-bench"] };
+
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
     std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -29,7 +39,14 @@ pub fn python() -> String {
 /// 3.12+, no pip); a failing pip install panics.
 pub fn venv() -> Result<&'static Path, String> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    VENV.get_or_init(make).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+    VENV.get_or_init(|| make(&TESTS)).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+}
+
+/// The benchmark's venv: Bub 0.6.0a3 and `bub-rs-bench` only (every plugin
+/// in a venv is registered, so the tests' plugins would be called too).
+pub fn bench_venv() -> Result<&'static Path, String> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    VENV.get_or_init(|| make(&BENCH)).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
 }
 
 /// Skips the calling test (returns `None`) with a message when the venv
@@ -44,9 +61,9 @@ pub fn venv_or_skip(test: &str) -> Option<&'static Path> {
     }
 }
 
-fn stamp() -> String {
-    let mut text = std::fs::read_to_string(workspace().join("tests/python/requirements.txt")).unwrap_or_default();
-    for plugin in OWN_PLUGINS {
+fn stamp(spec: &Spec) -> String {
+    let mut text = std::fs::read_to_string(workspace().join("tests/python").join(spec.requirements)).unwrap_or_default();
+    for plugin in spec.own {
         let dir = workspace().join("tests/python").join(plugin);
         let mut files: Vec<PathBuf> = walk(&dir);
         files.sort();
@@ -80,7 +97,7 @@ fn fxhash(text: &str) -> u64 {
     text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn make() -> Result<PathBuf, String> {
+fn make(spec: &Spec) -> Result<PathBuf, String> {
     let python = python();
     let version = Command::new(&python)
         .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
@@ -98,9 +115,9 @@ fn make() -> Result<PathBuf, String> {
     if !has_pip {
         return Err(format!("`{python} -m pip` is not available to install Bub plugins from PyPI"));
     }
-    let venv = target_dir().join("python-venv");
+    let venv = target_dir().join(spec.dir);
     let stamp_file = venv.join("bub-rs-stamp");
-    let stamp = stamp();
+    let stamp = stamp(spec);
     if std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
         return Ok(venv);
     }
@@ -111,8 +128,8 @@ fn make() -> Result<PathBuf, String> {
     }
     let mut pip = Command::new(venv.join("bin/python"));
     pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"])
-        .arg(workspace().join("tests/python/requirements.txt"));
-    for plugin in OWN_PLUGINS {
+        .arg(workspace().join("tests/python").join(spec.requirements));
+    for plugin in spec.own {
         pip.arg(workspace().join("tests/python").join(plugin));
     }
     let out = pip.output().map_err(|e| format!("cannot run pip: {e}"))?;
