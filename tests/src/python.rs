@@ -62,7 +62,8 @@ pub fn venv_or_skip(test: &str) -> Option<&'static Path> {
 }
 
 fn stamp(spec: &Spec) -> String {
-    let mut text = std::fs::read_to_string(workspace().join("tests/python").join(spec.requirements)).unwrap_or_default();
+    let mut text =
+        std::fs::read_to_string(workspace().join("tests/python").join(spec.requirements)).unwrap_or_default();
     for plugin in spec.own {
         let dir = workspace().join("tests/python").join(plugin);
         let mut files: Vec<PathBuf> = walk(&dir);

@@ -804,3 +804,40 @@ def stream_of(value: Any) -> Any:
     if hasattr(value, "__aiter__"):
         return value.__aiter__()
     raise TypeError(f"run_model_stream must return an async iterator, got {type(value).__name__}")
+
+
+# --- direct calls ------------------------------------------------------------
+
+
+def _noop() -> None:
+    pass
+
+
+def call_direct(fn: Any, kwargs: dict) -> tuple:
+    """Calls a plain (non-async) hookimpl on the calling thread, with the
+    bridge's loop as its running loop (``asyncio.get_running_loop()`` works
+    as under Bub): (True, result), (False, traceback text), or (None,
+    awaitable) when it returned one (the caller hands that to the loop).
+    A thread hop costs more than most sync hooks; when the call scheduled
+    work on the loop, the loop is woken for it."""
+    loop = _loop
+    assert loop is not None
+    ready = getattr(loop, "_ready", None)
+    before = len(ready) if ready is not None else 0
+    previous = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(loop)
+    try:
+        result = fn(**kwargs)
+    except BaseException as exc:  # noqa: BLE001
+        return (False, format_exception(exc))
+    finally:
+        asyncio.events._set_running_loop(previous)
+        if ready is not None and len(ready) != before and previous is not loop:
+            loop.call_soon_threadsafe(_noop)
+    if inspect.isawaitable(result):
+        return (None, result)
+    return (True, result)
+
+
+async def await_it(awaitable: Any) -> Any:
+    return await awaitable

@@ -138,6 +138,13 @@ where
     }
 }
 
+/// A pending call that has already failed.
+pub fn failed<T>(error: HookError) -> Pending<T> {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(Err(error));
+    Pending { rx, call: None }
+}
+
 /// A call waited for on this thread (a sync dispatch): an awaitable result
 /// is skipped (answered as None), as Bub's sync dispatch does. On the loop
 /// thread itself (a host call made from Python that dispatches a sync hook)

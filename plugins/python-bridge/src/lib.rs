@@ -71,6 +71,9 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 struct PyHook {
     func: Py<PyAny>,
     argnames: Vec<String>,
+    /// `async def` (or an async generator function): runs on the loop.
+    /// A plain function runs on the calling thread (`call_direct`).
+    is_async: bool,
 }
 
 /// One Python plugin (an entry point of group `bub`).
@@ -185,6 +188,48 @@ impl PythonBridge {
             answer(py, interp, id, value)
         };
         let label = format!("{owner}.{}", id.name());
+        if !hook.is_async {
+            // A plain function: called here, under the GIL, without a hop
+            // to the loop thread (which costs more than most hooks).
+            enum Direct {
+                Done(Result<Answer, HookError>),
+                Awaitable(Py<PyAny>),
+            }
+            let direct = Python::attach(|py| {
+                let out = interp.module(py).call_method1("call_direct", (func.bind(py), kwargs.bind(py)));
+                let (ok, value): (Option<bool>, Bound<'_, PyAny>) = match out.and_then(|o| o.extract()) {
+                    Ok(pair) => pair,
+                    Err(e) => return Direct::Done(Err(objects::py_error(py, &e))),
+                };
+                match ok {
+                    Some(true) => Direct::Done(finish(py, &value)),
+                    Some(false) => Direct::Done(Err(HookError::plugin(value.to_string()))),
+                    None => Direct::Awaitable(value.unbind()),
+                }
+            });
+            let awaitable = match direct {
+                Direct::Done(r) => return into_return(r, &label),
+                Direct::Awaitable(a) => a,
+            };
+            // A plain function that returned an awaitable: Bub awaits it
+            // (async dispatch) or skips it (sync dispatch).
+            if sync {
+                Python::attach(|py| {
+                    let _ = awaitable.bind(py).call_method0("close");
+                });
+                return HookReturn::NONE;
+            }
+            let pending = Python::attach(|py| {
+                let helper = interp.module(py).getattr("await_it");
+                match helper {
+                    Ok(helper) => call::await_python(py, interp, &helper, (awaitable.bind(py),), None, finish),
+                    Err(e) => call::failed(objects::py_error(py, &e)),
+                }
+            });
+            return HookReturn::pending(bub_abi::sdk::bridge::to_ffi(
+                async move { into_return(pending.await, &label) },
+            ));
+        }
         if sync {
             let r = call::block_python(interp, move |py| Ok((func.into_bound(py), kwargs.into_bound(py))), finish);
             return into_return(r, &label);
@@ -475,7 +520,7 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
         let mut markers = Vec::new();
         let mut problem = None;
         for item in impls.try_iter()? {
-            let (hook, marker, _is_async, argnames, func): (String, String, bool, Vec<String>, Bound<'_, PyAny>) =
+            let (hook, marker, is_async, argnames, func): (String, String, bool, Vec<String>, Bound<'_, PyAny>) =
                 item?.extract()?;
             let Some(id) = HookId::from_name(&hook) else {
                 // pluggy registers a hookimpl of an unknown hook and never
@@ -501,7 +546,7 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             if id == HookId::ProvideTools {
                 continue;
             }
-            hooks.insert(id, PyHook { func: func.unbind(), argnames });
+            hooks.insert(id, PyHook { func: func.unbind(), argnames, is_async });
             markers.push((id, marker));
         }
         if let Some(problem) = problem {
@@ -528,8 +573,11 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
     Ok(out)
 }
 
-/// `framework.process_inbound` of the facade: submits to the message
-/// handler the host gave the channels.
+/// `framework.process_inbound` of the facade: hands the message to the
+/// message handler the host gave the channels and returns once it is
+/// queued (`handle`, not `submit`): a Python tool that triggers a turn of
+/// its own session from inside a turn (bub-schedule's `schedule.trigger`)
+/// would otherwise wait for a turn queued behind its own.
 #[pyclass(frozen, module = "bub_rs_bridge")]
 struct Inbound {
     interp: &'static Interp,
@@ -547,7 +595,10 @@ impl Inbound {
         call::host_call(py, self.interp, async move {
             let mut args = Value::object();
             args.insert("message", message);
-            handler.invoke_value("submit", args).await
+            handler.invoke_value("handle", args).await?;
+            let mut queued = Value::object();
+            queued.insert("status", "queued");
+            Ok(queued)
         })
     }
 }

@@ -14,14 +14,14 @@ use bub_tests::{bub_bin, lib, Home};
 use serde_json::{json, Value};
 
 /// A `bub chat` on a pseudo-terminal.
-struct Terminal {
+pub(crate) struct Terminal {
     child: Child,
     master: std::fs::File,
     screen: Arc<Mutex<String>>,
 }
 
 impl Terminal {
-    fn open(home: &Home) -> Terminal {
+    pub(crate) fn open(home: &Home) -> Terminal {
         use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
         grantpt(&master).unwrap();
@@ -71,13 +71,13 @@ impl Terminal {
         Terminal { child, master, screen }
     }
 
-    fn send(&mut self, bytes: &str) {
+    pub(crate) fn send(&mut self, bytes: &str) {
         self.master.write_all(bytes.as_bytes()).unwrap();
     }
 
     /// Waits until the screen, after `from`, contains `text`; returns the
     /// screen length after it.
-    fn expect(&self, from: usize, text: &str) -> usize {
+    pub(crate) fn expect(&self, from: usize, text: &str) -> usize {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let screen = self.screen.lock().unwrap().clone();
@@ -89,7 +89,7 @@ impl Terminal {
         }
     }
 
-    fn wait(mut self) -> std::process::ExitStatus {
+    pub(crate) fn wait(mut self) -> std::process::ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

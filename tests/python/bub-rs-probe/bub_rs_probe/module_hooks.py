@@ -11,7 +11,9 @@ def provide_model_options(session_id, workspace):
 
 @hookimpl
 def dispatch_outbound(message):
+    from bub.envelope import field_of
+
     from bub_rs_probe.plugin import trace
 
-    trace(f"dispatch_outbound {message.get('content', '')!r}")
+    trace(f"dispatch_outbound {field_of(message, 'content', '')!r}")
     return True

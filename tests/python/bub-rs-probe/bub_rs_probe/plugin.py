@@ -11,6 +11,7 @@ import os
 import threading
 
 from bub import hookimpl, tool
+from bub.envelope import field_of
 from bub.tools import ToolContext
 
 
@@ -55,14 +56,14 @@ class Probe:
     def resolve_session(self, message):
         trace("resolve_session")
         self.loop_thread = threading.current_thread().name
-        chat = message.get("chat_id") if isinstance(message, dict) else getattr(message, "chat_id", "")
-        if str(message.get("content", "")).startswith("py:"):
+        chat = field_of(message, "chat_id", "")
+        if str(field_of(message, "content", "")).startswith("py:"):
             return f"probe:{chat}"
         return None
 
     @hookimpl
     async def load_state(self, message, session_id):
-        if "hang" in str(message.get("content", "")):
+        if "hang" in str(field_of(message, "content", "")):
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
@@ -75,7 +76,7 @@ class Probe:
     @hookimpl
     async def build_prompt(self, message, session_id, state):
         trace(f"build_prompt live={type(state.get('probe_counter')).__name__}")
-        content = message.get("content", "")
+        content = field_of(message, "content", "")
         if not str(content).startswith("py:"):
             return None
         state["probe_prompt_seen"] = True
