@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import inspect
+import selectors
 import sys
 import threading
 import traceback
@@ -23,20 +24,39 @@ from typing import Any
 PROJECT = "bub"
 
 _loop: asyncio.AbstractEventLoop | None = None
+_loop_thread: int | None = None
 _ready = threading.Event()
+
+# The loop's turn: held by the loop thread except while it waits in its
+# selector. A host thread that takes it (without waiting) runs a call right
+# there, as exclusively as one of the loop's own callbacks, and without the
+# cost of a thread hop; when the loop is busy the call goes to the loop.
+_turn = threading.Lock()
+
+
+class _Selector(selectors.DefaultSelector):
+    def select(self, timeout=None):  # type: ignore[override]
+        _turn.release()
+        try:
+            return super().select(timeout)
+        finally:
+            _turn.acquire()
 
 
 def run_loop() -> None:
     """The loop thread's body: one event loop for every Python call."""
-    global _loop
-    loop = asyncio.new_event_loop()
+    global _loop, _loop_thread
+    _turn.acquire()
+    loop = asyncio.SelectorEventLoop(_Selector())
     asyncio.set_event_loop(loop)
     _loop = loop
+    _loop_thread = threading.get_ident()
     _ready.set()
     try:
         loop.run_forever()
     finally:
         loop.close()
+        _turn.release()
 
 
 def wait_ready(timeout: float) -> bool:
@@ -102,6 +122,71 @@ def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only:
         task.add_done_callback(lambda t: _finish(t, done))
     else:
         done(True, result)
+
+
+def _noop() -> None:
+    pass
+
+
+def dispatch(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call | None:
+    """Runs ``fn(*args, **kwargs)`` here when the loop is idle (or this is
+    the loop thread), else on the loop; calls ``done(ok, value)`` once.
+    Returns None when it finished here, else the call (cancellable)."""
+    if threading.get_ident() == _loop_thread:
+        return _direct(fn, args, kwargs, done, sync_only)
+    if _turn.acquire(blocking=False):
+        try:
+            return _direct(fn, args, kwargs, done, sync_only)
+        finally:
+            _turn.release()
+    return submit(fn, args, kwargs, done, sync_only)
+
+
+def _direct(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call | None:
+    loop = _loop
+    assert loop is not None
+    ready, scheduled = getattr(loop, "_ready", ()), getattr(loop, "_scheduled", ())
+    queued = (len(ready), len(scheduled))
+    previous = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(loop)
+    wake = False
+    try:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001
+            done(False, format_exception(exc))
+            return None
+        if not inspect.isawaitable(result):
+            done(True, result)
+            return None
+        if sync_only:
+            if inspect.iscoroutine(result):
+                result.close()
+            done(True, None)
+            return None
+        task = None
+        if inspect.iscoroutine(result):
+            try:
+                # Its first step runs now, as the task it is (current_task
+                # works); one that never waits is done here.
+                task = asyncio.Task(result, loop=loop, eager_start=True)
+            except (TypeError, RuntimeError):
+                task = None
+        if task is None:
+            task = asyncio.ensure_future(result, loop=loop)
+        if task.done():
+            _finish(task, done)
+            return None
+        wake = True
+        call = Call()
+        call.task = task
+        task.add_done_callback(lambda t: _finish(t, done))
+        return call
+    finally:
+        asyncio.events._set_running_loop(previous)
+        if previous is not loop and (wake or (len(ready), len(scheduled)) != queued):
+            # Work scheduled from this thread: the loop wakes for it.
+            loop.call_soon_threadsafe(_noop)
 
 
 def _finish(task: asyncio.Future, done: Any) -> None:
@@ -804,40 +889,3 @@ def stream_of(value: Any) -> Any:
     if hasattr(value, "__aiter__"):
         return value.__aiter__()
     raise TypeError(f"run_model_stream must return an async iterator, got {type(value).__name__}")
-
-
-# --- direct calls ------------------------------------------------------------
-
-
-def _noop() -> None:
-    pass
-
-
-def call_direct(fn: Any, kwargs: dict) -> tuple:
-    """Calls a plain (non-async) hookimpl on the calling thread, with the
-    bridge's loop as its running loop (``asyncio.get_running_loop()`` works
-    as under Bub): (True, result), (False, traceback text), or (None,
-    awaitable) when it returned one (the caller hands that to the loop).
-    A thread hop costs more than most sync hooks; when the call scheduled
-    work on the loop, the loop is woken for it."""
-    loop = _loop
-    assert loop is not None
-    ready = getattr(loop, "_ready", None)
-    before = len(ready) if ready is not None else 0
-    previous = asyncio.events._get_running_loop()
-    asyncio.events._set_running_loop(loop)
-    try:
-        result = fn(**kwargs)
-    except BaseException as exc:  # noqa: BLE001
-        return (False, format_exception(exc))
-    finally:
-        asyncio.events._set_running_loop(previous)
-        if ready is not None and len(ready) != before and previous is not loop:
-            loop.call_soon_threadsafe(_noop)
-    if inspect.isawaitable(result):
-        return (None, result)
-    return (True, result)
-
-
-async def await_it(awaitable: Any) -> Any:
-    return await awaitable

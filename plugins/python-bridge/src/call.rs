@@ -1,10 +1,12 @@
 //! Calls across the loop thread, both ways.
 //!
-//! Host → Python ([`await_python`], [`block_python`]): the call is handed
-//! to the loop (`bridge.submit`); when it finishes, the loop thread turns
-//! the result into a host value (it holds the GIL then anyway) and sends it
-//! over a oneshot channel. Dropping the pending call (the host cancelled
-//! its future) cancels the Python task.
+//! Host → Python ([`dispatch`], [`block_python`]): when the loop is idle
+//! the call runs on the caller's thread, holding the loop's turn (so it is
+//! as exclusive as a callback of the loop, and costs no thread hop); when
+//! the loop is busy it is handed to the loop thread. Whoever finishes it
+//! turns the result into a host value (holding the GIL anyway) and puts it
+//! in the call's slot. Dropping the pending call (the host cancelled its
+//! future) cancels the Python task.
 //!
 //! Python → host ([`host_call`]): a host future runs on the plugin's tokio
 //! runtime; its answer completes an asyncio future on the loop.
@@ -14,8 +16,9 @@
 use std::{
     future::Future,
     pin::Pin,
-    sync::Mutex,
-    task::{Context, Poll},
+    sync::{Arc, Condvar, Mutex},
+    task::{Context, Poll, Waker},
+    time::Duration,
 };
 
 use bub_abi::{HookError, Value};
@@ -23,13 +26,13 @@ use pyo3::{
     prelude::*,
     types::{PyDict, PyTuple},
 };
-use tokio::sync::oneshot;
 
 use crate::{convert, interp::Interp};
 
 type Finish = Box<dyn FnOnce(Python<'_>, bool, &Bound<'_, PyAny>) + Send>;
 
-/// The completion callback `bridge.submit` calls on the loop thread.
+/// The completion callback Python calls once, on whichever thread ran the
+/// call (the loop thread, or the caller's for a call that finished at once).
 #[pyclass(frozen, name = "Done", module = "bub_rs_bridge")]
 struct Done {
     finish: Mutex<Option<Finish>>,
@@ -44,22 +47,83 @@ impl Done {
     }
 }
 
-/// A Python call in flight; resolves to its converted result.
+/// Where a call's converted result lands: read at once, awaited, or
+/// waited for on a thread.
+struct Slot<T> {
+    value: Mutex<(Option<Result<T, HookError>>, Option<Waker>)>,
+    ready: Condvar,
+}
+
+impl<T> Slot<T> {
+    fn put(&self, result: Result<T, HookError>) {
+        let waker = {
+            let mut v = bub_abi::sync::lock(&self.value);
+            v.0 = Some(result);
+            v.1.take()
+        };
+        self.ready.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A Python call; resolves to its converted result.
 pub struct Pending<T> {
-    rx: oneshot::Receiver<Result<T, HookError>>,
+    slot: Arc<Slot<T>>,
     call: Option<Py<PyAny>>,
+}
+
+impl<T> Pending<T> {
+    /// The result, if the call already finished (it often does: a plain
+    /// function, or a coroutine that never waited, runs on the caller's
+    /// thread).
+    pub fn try_take(&mut self) -> Option<Result<T, HookError>> {
+        let taken = bub_abi::sync::lock(&self.slot.value).0.take();
+        if taken.is_some() {
+            self.call = None;
+        }
+        taken
+    }
+
+    /// Waits for the result on this thread, at most `limit`.
+    pub fn wait(mut self, limit: Duration) -> Result<T, HookError> {
+        let guard = bub_abi::sync::lock(&self.slot.value);
+        let (mut guard, timeout) = self
+            .slot
+            .ready
+            .wait_timeout_while(guard, limit, |v| v.0.is_none())
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match guard.0.take() {
+            Some(r) => {
+                drop(guard);
+                self.call = None;
+                r
+            }
+            None => {
+                drop(guard);
+                let _ = timeout;
+                Err(HookError::plugin(format!("the Python call did not answer within {} s", limit.as_secs())))
+            }
+        }
+    }
 }
 
 impl<T> Future for Pending<T> {
     type Output = Result<T, HookError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.rx).poll(cx) {
-            Poll::Ready(r) => {
+        let mut v = bub_abi::sync::lock(&self.slot.value);
+        match v.0.take() {
+            Some(r) => {
+                drop(v);
                 self.call = None;
-                Poll::Ready(r.unwrap_or_else(|_| Err(HookError::plugin("the Python call was dropped unanswered"))))
+                Poll::Ready(r)
             }
-            Poll::Pending => Poll::Pending,
+            None => {
+                v.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
         }
     }
 }
@@ -75,39 +139,55 @@ impl<T> Drop for Pending<T> {
     }
 }
 
-/// Hands `callable(*args, **kwargs)` to the loop; `finish` runs on the
-/// loop thread with its outcome.
-fn submit(
-    py: Python<'_>,
-    interp: &'static Interp,
-    callable: &Bound<'_, PyAny>,
-    args: Bound<'_, PyTuple>,
-    kwargs: Option<Bound<'_, PyDict>>,
-    sync_only: bool,
-    finish: Finish,
-) -> PyResult<Py<PyAny>> {
-    let done = Bound::new(py, Done { finish: Mutex::new(Some(finish)) })?;
-    let kwargs = kwargs.unwrap_or_else(|| PyDict::new(py));
-    Ok(interp.submit(py).call1((callable, args, kwargs, done, sync_only))?.unbind())
+/// A pending call that has already failed.
+pub fn failed<T>(error: HookError) -> Pending<T> {
+    let slot = Arc::new(Slot { value: Mutex::new((Some(Err(error)), None)), ready: Condvar::new() });
+    Pending { slot, call: None }
 }
 
-fn finisher<T, F>(convert: F, send: impl FnOnce(Result<T, HookError>) + Send + 'static) -> Finish
+/// Calls `callable(*args, **kwargs)` through `bridge.dispatch`: on this
+/// thread when the loop is idle (exclusive, as one loop callback; a
+/// coroutine runs as an eager task, so one that never waits finishes here),
+/// else handed to the loop thread. `convert` turns the result into `T`, on
+/// whichever thread finished it. With `sync_only`, an awaitable result is
+/// skipped (answered as None), as Bub's sync dispatch does.
+pub fn dispatch<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    callable: &Bound<'py, PyAny>,
+    args: impl IntoPyObject<'py, Target = PyTuple, Output = Bound<'py, PyTuple>>,
+    kwargs: Option<Bound<'py, PyDict>>,
+    sync_only: bool,
+    convert: F,
+) -> Pending<T>
 where
     T: Send + 'static,
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
-    Box::new(move |py, ok, value| {
+    let slot = Arc::new(Slot { value: Mutex::new((None, None)), ready: Condvar::new() });
+    let target = slot.clone();
+    let finish: Finish = Box::new(move |py, ok, value| {
         let result = if ok {
             convert(py, value)
         } else {
             Err(HookError::plugin(value.str().map(|s| s.to_string()).unwrap_or_else(|_| "Python error".into())))
         };
-        send(result);
-    })
+        target.put(result);
+    });
+    let submitted = (|| -> PyResult<Option<Py<PyAny>>> {
+        let args = args.into_pyobject(py).map_err(Into::into)?;
+        let done = Bound::new(py, Done { finish: Mutex::new(Some(finish)) })?;
+        let kwargs = kwargs.unwrap_or_else(|| PyDict::new(py));
+        let call = interp.dispatch(py).call1((callable, args, kwargs, done, sync_only))?;
+        Ok((!call.is_none()).then(|| call.unbind()))
+    })();
+    match submitted {
+        Ok(call) => Pending { slot, call },
+        Err(e) => failed(HookError::plugin(crate::interp::traceback(py, &e))),
+    }
 }
 
-/// Submits `callable(*args, **kwargs)` to the loop; `convert` turns its
-/// result into `T` on the loop thread.
+/// [`dispatch`] without the sync-only rule.
 pub fn await_python<'py, T, F>(
     py: Python<'py>,
     interp: &'static Interp,
@@ -120,35 +200,12 @@ where
     T: Send + 'static,
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
-    let (tx, rx) = oneshot::channel();
-    let finish = finisher(convert, move |r| {
-        let _ = tx.send(r);
-    });
-    let submitted = match args.into_pyobject(py) {
-        Ok(args) => submit(py, interp, callable, args, kwargs, false, finish),
-        Err(e) => Err(e.into()),
-    };
-    match submitted {
-        Ok(call) => Pending { rx, call: Some(call) },
-        Err(e) => {
-            let (tx, rx) = oneshot::channel();
-            let _ = tx.send(Err(HookError::plugin(crate::interp::traceback(py, &e))));
-            Pending { rx, call: None }
-        }
-    }
+    dispatch(py, interp, callable, args, kwargs, false, convert)
 }
 
-/// A pending call that has already failed.
-pub fn failed<T>(error: HookError) -> Pending<T> {
-    let (tx, rx) = oneshot::channel();
-    let _ = tx.send(Err(error));
-    Pending { rx, call: None }
-}
-
-/// A call waited for on this thread (a sync dispatch): an awaitable result
-/// is skipped (answered as None), as Bub's sync dispatch does. On the loop
-/// thread itself (a host call made from Python that dispatches a sync hook)
-/// the callable runs inline: waiting for the loop would deadlock.
+/// A sync dispatch: the call finishes on this thread when the loop is idle;
+/// when the loop is busy it is waited for here (the GIL released, so the
+/// loop thread can run it).
 pub fn block_python<T, F>(
     interp: &'static Interp,
     make: impl FnOnce(Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyDict>)>,
@@ -158,36 +215,14 @@ where
     T: Send + 'static,
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
-    if crate::interp::on_loop_thread() {
-        return Python::attach(|py| {
-            let (callable, kwargs) = make(py).map_err(|e| crate::objects::py_error(py, &e))?;
-            let value = callable.call((), Some(&kwargs)).map_err(|e| crate::objects::py_error(py, &e))?;
-            let inspect = py.import("inspect").map_err(|e| crate::objects::py_error(py, &e))?;
-            if inspect.call_method1("isawaitable", (&value,)).and_then(|b| b.extract::<bool>()).unwrap_or(false) {
-                let _ = value.call_method0("close");
-                return convert(py, &py.None().into_bound(py));
-            }
-            convert(py, &value)
-        });
-    }
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    Python::attach(|py| -> Result<(), HookError> {
+    let mut pending = Python::attach(|py| -> Result<Pending<T>, HookError> {
         let (callable, kwargs) = make(py).map_err(|e| crate::objects::py_error(py, &e))?;
-        let finish = finisher(convert, move |r| {
-            let _ = tx.send(r);
-        });
-        submit(py, interp, &callable, PyTuple::empty(py), Some(kwargs), true, finish)
-            .map(drop)
-            .map_err(|e| crate::objects::py_error(py, &e))
+        Ok(dispatch(py, interp, &callable, PyTuple::empty(py), Some(kwargs), true, convert))
     })?;
-    // The GIL is released here: the loop thread takes it to run the call.
-    match rx.recv_timeout(crate::interp::SYNC_CALL_LIMIT) {
-        Ok(r) => r,
-        Err(_) => Err(HookError::plugin(format!(
-            "the Python call did not answer within {} s",
-            crate::interp::SYNC_CALL_LIMIT.as_secs()
-        ))),
+    if let Some(r) = pending.try_take() {
+        return r;
     }
+    pending.wait(crate::interp::SYNC_CALL_LIMIT)
 }
 
 /// Runs `future` (a host call made by Python) on the plugin runtime and

@@ -26,25 +26,16 @@ pub struct Interp {
     pub module: Py<PyModule>,
     attr_dict: Py<PyAny>,
     jsonable: Py<PyAny>,
-    submit: Py<PyAny>,
+    dispatch: Py<PyAny>,
 }
 
 static INTERP: OnceLock<Result<Interp, String>> = OnceLock::new();
-
-thread_local! {
-    static ON_LOOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
 
 /// The Python version the bridge was built for (`major.minor`).
 pub const PYTHON_VERSION: &str = env!("BUB_BRIDGE_PYTHON_VERSION");
 /// The interpreter the bridge was built with.
 pub const PYTHON: &str = env!("BUB_BRIDGE_PYTHON");
 const LIBPYTHON: &str = env!("BUB_BRIDGE_LIBPYTHON");
-
-/// Whether the current thread is the loop thread.
-pub fn on_loop_thread() -> bool {
-    ON_LOOP.with(|c| c.get())
-}
 
 /// The interpreter, started on first use for `venv`. A second call for
 /// another venv fails: one process has one interpreter.
@@ -185,7 +176,7 @@ fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
         venv: venv.to_owned(),
         attr_dict: module.getattr("AttrDict")?.unbind(),
         jsonable: module.getattr("jsonable")?.unbind(),
-        submit: module.getattr("submit")?.unbind(),
+        dispatch: module.getattr("dispatch")?.unbind(),
         module: module.unbind(),
     })
 }
@@ -195,7 +186,6 @@ fn spawn_loop(interp: &Interp) -> Result<(), String> {
     std::thread::Builder::new()
         .name("bub-python-loop".into())
         .spawn(move || {
-            ON_LOOP.with(|c| c.set(true));
             Python::attach(|py| {
                 if let Err(e) = module.bind(py).call_method0("run_loop") {
                     tracing::error!("python bridge: the asyncio loop stopped: {}", traceback(py, &e));
@@ -227,9 +217,9 @@ impl Interp {
         self.jsonable.bind(obj.py()).call1((obj,))?.extract()
     }
 
-    /// `bridge.submit`.
-    pub fn submit<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
-        self.submit.bind(py)
+    /// `bridge.dispatch`.
+    pub fn dispatch<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.dispatch.bind(py)
     }
 
     /// The bridge module.

@@ -71,8 +71,9 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 struct PyHook {
     func: Py<PyAny>,
     argnames: Vec<String>,
-    /// `async def` (or an async generator function): runs on the loop.
-    /// A plain function runs on the calling thread (`call_direct`).
+    /// `async def` (or an async generator function); shown in logs only:
+    /// every call goes through `bridge.dispatch`.
+    #[allow(dead_code)]
     is_async: bool,
 }
 
@@ -188,48 +189,6 @@ impl PythonBridge {
             answer(py, interp, id, value)
         };
         let label = format!("{owner}.{}", id.name());
-        if !hook.is_async {
-            // A plain function: called here, under the GIL, without a hop
-            // to the loop thread (which costs more than most hooks).
-            enum Direct {
-                Done(Result<Answer, HookError>),
-                Awaitable(Py<PyAny>),
-            }
-            let direct = Python::attach(|py| {
-                let out = interp.module(py).call_method1("call_direct", (func.bind(py), kwargs.bind(py)));
-                let (ok, value): (Option<bool>, Bound<'_, PyAny>) = match out.and_then(|o| o.extract()) {
-                    Ok(pair) => pair,
-                    Err(e) => return Direct::Done(Err(objects::py_error(py, &e))),
-                };
-                match ok {
-                    Some(true) => Direct::Done(finish(py, &value)),
-                    Some(false) => Direct::Done(Err(HookError::plugin(value.to_string()))),
-                    None => Direct::Awaitable(value.unbind()),
-                }
-            });
-            let awaitable = match direct {
-                Direct::Done(r) => return into_return(r, &label),
-                Direct::Awaitable(a) => a,
-            };
-            // A plain function that returned an awaitable: Bub awaits it
-            // (async dispatch) or skips it (sync dispatch).
-            if sync {
-                Python::attach(|py| {
-                    let _ = awaitable.bind(py).call_method0("close");
-                });
-                return HookReturn::NONE;
-            }
-            let pending = Python::attach(|py| {
-                let helper = interp.module(py).getattr("await_it");
-                match helper {
-                    Ok(helper) => call::await_python(py, interp, &helper, (awaitable.bind(py),), None, finish),
-                    Err(e) => call::failed(objects::py_error(py, &e)),
-                }
-            });
-            return HookReturn::pending(bub_abi::sdk::bridge::to_ffi(
-                async move { into_return(pending.await, &label) },
-            ));
-        }
         if sync {
             let r = call::block_python(interp, move |py| Ok((func.into_bound(py), kwargs.into_bound(py))), finish);
             return into_return(r, &label);
