@@ -4,7 +4,7 @@ to Python Bub 0.6.0a3 and to bub-rs; compares what each sent the provider,
 printed, and recorded on the session tape, after normalising what must
 differ (dates, run ids, durations, system prompts, tool lists).
 
-    python3 scripts/differential.py BUB_RS PYTHON_BUB [--only NAME]   (scripts/differential.sh sets these up)
+    python3 scripts/differential.py BUB_RS PYTHON_BUB [--only SUBSTRING]   (scripts/differential.sh sets these up)
 
 Aspects compared per scenario: `output` (what `bub run` printed, and
 whether it succeeded), `requests` (every request body the provider got:
@@ -311,7 +311,7 @@ def main():
     known = json.loads((HERE / "known-differences.json").read_text())
     failed, report = False, {}
     for sc in scenarios:
-        if args.only and args.only != sc["name"]:
+        if args.only and args.only not in sc["name"]:
             continue
         server = Server()
         with tempfile.TemporaryDirectory(prefix="bub-diff-") as tmp:
