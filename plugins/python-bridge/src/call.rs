@@ -47,10 +47,13 @@ impl Done {
     }
 }
 
+/// The result, once there, and the waker of a future awaiting it.
+type SlotState<T> = (Option<Result<T, HookError>>, Option<Waker>);
+
 /// Where a call's converted result lands: read at once, awaited, or
 /// waited for on a thread.
 struct Slot<T> {
-    value: Mutex<(Option<Result<T, HookError>>, Option<Waker>)>,
+    value: Mutex<SlotState<T>>,
     ready: Condvar,
 }
 
