@@ -1,6 +1,6 @@
 //! Calls across the loop thread, both ways.
 //!
-//! Host → Python ([`dispatch`], [`block_python`]): when the loop is idle
+//! Host → Python ([`dispatch`]): when the loop is idle
 //! the call runs on the caller's thread, holding the loop's turn (so it is
 //! as exclusive as a callback of the loop, and costs no thread hop); when
 //! the loop is busy it is handed to the loop thread. Whoever finishes it
@@ -204,28 +204,6 @@ where
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
     dispatch(py, interp, callable, args, kwargs, false, convert)
-}
-
-/// A sync dispatch: the call finishes on this thread when the loop is idle;
-/// when the loop is busy it is waited for here (the GIL released, so the
-/// loop thread can run it).
-pub fn block_python<T, F>(
-    interp: &'static Interp,
-    make: impl FnOnce(Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyDict>)>,
-    convert: F,
-) -> Result<T, HookError>
-where
-    T: Send + 'static,
-    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
-{
-    let mut pending = Python::attach(|py| -> Result<Pending<T>, HookError> {
-        let (callable, kwargs) = make(py).map_err(|e| crate::objects::py_error(py, &e))?;
-        Ok(dispatch(py, interp, &callable, PyTuple::empty(py), Some(kwargs), true, convert))
-    })?;
-    if let Some(r) = pending.try_take() {
-        return r;
-    }
-    pending.wait(crate::interp::SYNC_CALL_LIMIT)
 }
 
 /// Runs `future` (a host call made by Python) on the plugin runtime and

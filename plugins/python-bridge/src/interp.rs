@@ -239,5 +239,33 @@ pub fn traceback(py: Python<'_>, err: &PyErr) -> String {
     formatted.unwrap_or_else(|_| err.to_string()).trim_end().to_owned()
 }
 
-/// How long start-up waits for the loop; also the bound of a sync call.
+/// Keeps a Python thread state for the calling thread from now on: PyO3
+/// takes the GIL with `PyGILState_Ensure`, which on a thread without one
+/// makes a thread state and frees it again on release — per call, a large
+/// part of a cheap hook's cost. The thread state stays until the thread
+/// ends (host threads are a fixed pool). Not on a thread that holds the
+/// GIL (a host call made from Python that dispatches a hook).
+pub fn keep_thread_state() {
+    thread_local! {
+        static KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if KEPT.with(|k| k.get()) || running().is_none() {
+        return;
+    }
+    // SAFETY: the interpreter is running (checked above). GILState_Check
+    // says whether this thread holds the GIL; only when it does not, Ensure
+    // takes it (making this thread's state, counter 1) and SaveThread
+    // releases it again, leaving the state in place: later Ensure/Release
+    // pairs (PyO3's) then only take and give back the GIL.
+    unsafe {
+        if ffi::PyGILState_Check() != 0 {
+            return;
+        }
+        let _ = ffi::PyGILState_Ensure();
+        ffi::PyEval_SaveThread();
+    }
+    KEPT.with(|k| k.set(true));
+}
+
+/// The bound of a call waited for on a thread (a sync dispatch).
 pub const SYNC_CALL_LIMIT: Duration = Duration::from_secs(300);

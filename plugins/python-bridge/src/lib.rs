@@ -105,6 +105,60 @@ impl PythonBridge {
         interp::running().ok_or_else(|| HookError::plugin("the python bridge has no interpreter"))
     }
 
+    /// The keyword arguments of one call (only those the function
+    /// declares, as pluggy passes them), the state dict to write back, and
+    /// the Typer app of `register_cli_commands`.
+    fn arguments<'py>(
+        &self,
+        py: Python<'py>,
+        interp: &'static Interp,
+        id: HookId,
+        hook: &PyHook,
+        call: &HookCall<'_>,
+        state: Option<&TurnState>,
+    ) -> PyResult<Arguments<'py>> {
+        let kwargs = PyDict::new(py);
+        let mut state_dict = None;
+        let mut typer = None;
+        for name in &hook.argnames {
+            let Some(&(_, kind, idx)) = hook_args(id).iter().find(|(n, _, _)| n == name) else { continue };
+            let value = match kind {
+                ArgKind::Value => match call.args.get(idx) {
+                    Some(v) => convert::to_py(py, interp, *v)?,
+                    None => py.None().into_bound(py),
+                },
+                ArgKind::State => match state {
+                    Some(s) => {
+                        let d = StateDict::build(py, interp, s)?;
+                        let dict = d.dict.bind(py).clone().into_any();
+                        state_dict = Some(d);
+                        dict
+                    }
+                    None => PyDict::new(py).into_any(),
+                },
+                ArgKind::Object => match call.object {
+                    ROption::RSome(h) => objects::object_to_py(py, interp, &Object::from_handle(h.clone()))?,
+                    ROption::RNone => py.None().into_bound(py),
+                },
+            };
+            let value = if is_interception(id) && kind == ArgKind::Value {
+                interp.module(py).call_method1("interception_arg", (id.name(), name, value))?
+            } else if id == HookId::OnError && name == "error" {
+                error_to_py(py, interp, &value)?
+            } else if id == HookId::RegisterCliCommands && name == "app" {
+                // A Typer app of its own, as Bub hands plugins; what the
+                // plugin adds to it becomes `bub` subcommands.
+                let app = interp.module(py).call_method0("typer_app")?;
+                typer = Some(app.clone().unbind());
+                app
+            } else {
+                value
+            };
+            kwargs.set_item(name, value)?;
+        }
+        Ok((kwargs, state_dict, typer))
+    }
+
     /// Forwards one hook call to the member's Python implementation.
     fn dispatch(&'static self, id: HookId, call: &HookCall<'_>) -> HookReturn {
         let Some(member) = &self.member else { return HookReturn::NONE };
@@ -128,80 +182,45 @@ impl PythonBridge {
         };
         let owner = member.name.clone();
         let sync = id.kind().is_sync_only() || call.mode == DispatchMode::Sync;
-        let made = Python::attach(|py| -> PyResult<Prepared> {
-            let kwargs = PyDict::new(py);
-            let mut state_dict = None;
-            let mut typer = None;
-            for name in &hook.argnames {
-                let Some(&(_, kind, idx)) = hook_args(id).iter().find(|(n, _, _)| n == name) else { continue };
-                let value = match kind {
-                    ArgKind::Value => match call.args.get(idx) {
-                        Some(v) => convert::to_py(py, interp, *v)?,
-                        None => py.None().into_bound(py),
-                    },
-                    ArgKind::State => match &state {
-                        Some(s) => {
-                            let d = StateDict::build(py, interp, s)?;
-                            let dict = d.dict.bind(py).clone().into_any();
-                            state_dict = Some(d);
-                            dict
-                        }
-                        None => PyDict::new(py).into_any(),
-                    },
-                    ArgKind::Object => match call.object {
-                        ROption::RSome(h) => objects::object_to_py(py, interp, &Object::from_handle(h.clone()))?,
-                        ROption::RNone => py.None().into_bound(py),
-                    },
-                };
-                let value = if is_interception(id) && kind == ArgKind::Value {
-                    interp.module(py).call_method1("interception_arg", (id.name(), name, value))?
-                } else if id == HookId::OnError && name == "error" {
-                    error_to_py(py, interp, &value)?
-                } else if id == HookId::RegisterCliCommands && name == "app" {
-                    // A Typer app of its own, as Bub hands plugins; what the
-                    // plugin adds to it becomes `bub` subcommands.
-                    let app = interp.module(py).call_method0("typer_app")?;
-                    typer = Some(app.clone().unbind());
-                    app
-                } else {
-                    value
-                };
-                kwargs.set_item(name, value)?;
-            }
-            Ok((hook.func.clone_ref(py), kwargs.unbind(), state_dict, typer))
-        });
-        let (func, kwargs, state_dict, typer) = match made {
-            Ok(m) => m,
-            Err(e) => {
-                return HookReturn::error(Python::attach(|py| {
-                    HookError::plugin(format!("{owner}.{}: arguments: {}", id.name(), interp::traceback(py, &e)))
-                }))
-            }
-        };
-        let state_for_finish = state.clone();
-        let finish = move |py: Python<'_>, value: &Bound<'_, PyAny>| -> Result<Answer, HookError> {
-            if let (Some(d), Some(s)) = (&state_dict, &state_for_finish) {
-                d.write_back(py, interp, s);
-            }
-            if let Some(app) = &typer {
-                return typer_commands(py, interp, app);
-            }
-            answer(py, interp, id, value)
-        };
         let label = format!("{owner}.{}", id.name());
-        if sync {
-            let r = call::block_python(interp, move |py| Ok((func.into_bound(py), kwargs.into_bound(py))), finish);
+        // One GIL acquisition for the whole call (a thread keeps its Python
+        // thread state between calls: `interp::keep_thread_state`).
+        interp::keep_thread_state();
+        let pending = Python::attach(|py| -> Result<call::Pending<Answer>, HookError> {
+            let (kwargs, state_dict, typer) =
+                self.arguments(py, interp, id, hook, call, state.as_ref()).map_err(|e| {
+                    HookError::plugin(format!("{owner}.{}: arguments: {}", id.name(), interp::traceback(py, &e)))
+                })?;
+            let state_for_finish = state.clone();
+            let finish = move |py: Python<'_>, value: &Bound<'_, PyAny>| -> Result<Answer, HookError> {
+                if let (Some(d), Some(s)) = (&state_dict, &state_for_finish) {
+                    d.write_back(py, interp, s);
+                }
+                if let Some(app) = &typer {
+                    return typer_commands(py, interp, app);
+                }
+                answer(py, interp, id, value)
+            };
+            Ok(call::dispatch(py, interp, hook.func.bind(py), (), Some(kwargs), sync, finish))
+        });
+        let mut pending = match pending {
+            Ok(p) => p,
+            Err(e) => return into_return(Err(e), &label),
+        };
+        // Finished on this thread (the common case): answered at once.
+        if let Some(r) = pending.try_take() {
             return into_return(r, &label);
         }
-        let pending =
-            Python::attach(|py| call::await_python(py, interp, func.bind(py), (), Some(kwargs.into_bound(py)), finish));
+        if sync {
+            return into_return(pending.wait(interp::SYNC_CALL_LIMIT), &label);
+        }
         HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, &label) }))
     }
 }
 
-/// A call made ready under the GIL: the function, its keyword arguments,
-/// the state dict to write back, the Typer app of `register_cli_commands`.
-type Prepared = (Py<PyAny>, Py<PyDict>, Option<StateDict>, Option<Py<PyAny>>);
+/// A call's keyword arguments, the state dict to write back, the Typer app
+/// of `register_cli_commands`.
+type Arguments<'py> = (Bound<'py, PyDict>, Option<StateDict>, Option<Py<PyAny>>);
 
 /// A hook's converted result.
 enum Answer {
