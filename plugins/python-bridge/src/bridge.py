@@ -764,8 +764,6 @@ async def _lifespan_exit(holder: dict, error: Any) -> None:
 
 
 async def _run_process(env: Any, request: dict) -> dict:
-    import shlex
-
     command: Any = request.get("command") or list(request.get("argv") or [])
     env_vars = {k: str(v) for k, v in (request.get("env") or {}).items()}
     process = await env.spawn(command, cwd=request.get("cwd"), env=env_vars or None)
@@ -784,7 +782,6 @@ async def _run_process(env: Any, request: dict) -> dict:
             await _maybe(kill())
         return {"returncode": None, "stdout": "", "stderr": "", "timed_out": True}
     code = await process.wait()
-    del shlex
     return {
         "returncode": code,
         "stdout": out.decode("utf-8", errors="replace") if isinstance(out, bytes) else str(out),
