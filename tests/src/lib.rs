@@ -278,12 +278,18 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// Runs `bub --home <home> <args>` (without BUB_PLUGIN_PATH): stdout, stderr, success.
 pub fn run_bub(home: &Home, args: &[&str]) -> (String, String, bool) {
+    run_bub_env(home, args, &[])
+}
+
+/// [`run_bub`] with `env` set as well.
+pub fn run_bub_env(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (String, String, bool) {
     let out = Command::new(bub_bin())
         .arg("--home")
         .arg(home.path())
         .args(args)
         .env_remove("BUB_PLUGIN_PATH")
         .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .output()
         .expect("run bub");
     (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())

@@ -74,7 +74,7 @@ fn stamp(spec: &Spec) -> String {
         }
     }
     text.push_str(&python());
-    format!("{:016x}", fxhash(&text))
+    format!("{:016x}", fnv1a(&text))
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -93,7 +93,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn fxhash(text: &str) -> u64 {
+fn fnv1a(text: &str) -> u64 {
     // FNV-1a: stable across runs and platforms (the stamp is a file).
     text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }

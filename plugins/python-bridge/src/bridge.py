@@ -15,7 +15,6 @@ import dataclasses
 import importlib.metadata
 import inspect
 import selectors
-import sys
 import threading
 import traceback
 from pathlib import Path
@@ -63,11 +62,6 @@ def wait_ready(timeout: float) -> bool:
     return _ready.wait(timeout)
 
 
-def stop_loop() -> None:
-    if _loop is not None:
-        _loop.call_soon_threadsafe(_loop.stop)
-
-
 def format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
 
@@ -105,23 +99,11 @@ def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only:
     if call.cancelled:
         done(False, "cancelled")
         return
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
-        done(False, format_exception(exc))
-        return
-    if inspect.isawaitable(result):
-        if sync_only:
-            if inspect.iscoroutine(result):
-                result.close()
-            # Bub's call_*_sync skips it; the host sees no answer.
-            done(True, None)
-            return
-        task = asyncio.ensure_future(result)
-        call.task = task
-        task.add_done_callback(lambda t: _finish(t, done))
-    else:
-        done(True, result)
+    # On the loop thread, as one of its callbacks: the same call as a
+    # caller's thread makes when the loop is idle.
+    running = _direct(fn, args, kwargs, done, sync_only)
+    if running is not None:
+        call.task = running.task
 
 
 def _noop() -> None:
@@ -153,13 +135,14 @@ def _direct(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> C
     try:
         try:
             result = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
             done(False, format_exception(exc))
             return None
         if not inspect.isawaitable(result):
             done(True, result)
             return None
         if sync_only:
+            # Bub's call_*_sync skips it; the host sees no answer.
             if inspect.iscoroutine(result):
                 result.close()
             done(True, None)
@@ -217,10 +200,10 @@ def _varnames(function: Any) -> tuple[str, ...]:
     return varnames(function)[0]
 
 
-def hookimpls(plugin: Any, hook_names: list[str]) -> list[tuple[str, str, bool, tuple[str, ...], Any]]:
-    """The hookimpls of ``plugin`` among ``hook_names``: (hook, marker,
-    is_async, argnames, function), in ``hook_names`` order. Markers are
-    pluggy's ``bub_impl`` options; wrappers are reported as such."""
+def hookimpls(plugin: Any) -> list[tuple[str, str, tuple[str, ...], Any]]:
+    """The hookimpls of ``plugin``: (hook, marker, argnames, function).
+    Markers are pluggy's ``bub_impl`` options; wrappers are reported as
+    such."""
     found = []
     for name in dir(plugin):
         try:
@@ -239,11 +222,7 @@ def hookimpls(plugin: Any, hook_names: list[str]) -> list[tuple[str, str, bool, 
             marker = "trylast"
         else:
             marker = "normal"
-        func = attr
-        is_async = inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
-        found.append((hook, marker, is_async, _varnames(func), func))
-    order = {h: i for i, h in enumerate(hook_names)}
-    found.sort(key=lambda f: order.get(f[0], len(order)))
+        found.append((hook, marker, _varnames(attr), attr))
     return found
 
 
@@ -404,10 +383,6 @@ class Framework:
         return f"<bub-rs framework (python bridge) workspace={str(self.workspace)!r}>"
 
 
-def python_version() -> str:
-    return "%d.%d.%d" % sys.version_info[:3]
-
-
 class AttrDict(dict):
     """A dict whose keys also read as attributes: what the bridge hands
     Python for host maps (messages, requests), so ``msg["content"]``,
@@ -461,11 +436,9 @@ def run_tool(tool: Any, arguments: dict, context: Any, render: bool) -> Any:
 
     async def go() -> Any:
         if getattr(tool, "context", False):
-            value = tool.run(context=context, **arguments)
+            value = await _maybe(tool.run(context=context, **arguments))
         else:
-            value = tool.run(**arguments)
-        if inspect.isawaitable(value):
-            value = await value
+            value = await _maybe(tool.run(**arguments))
         if render and getattr(tool, "renderer", None) is not None:
             value = tool.render(value)
         return value
@@ -499,9 +472,7 @@ async def channel_stop(channel: Any, stop_event: asyncio.Event) -> None:
     stop_event.set()
     stop = getattr(channel, "stop", None)
     if stop is not None:
-        result = stop()
-        if inspect.isawaitable(result):
-            await result
+        await _maybe(stop())
 
 
 async def channel_send(channel: Any, message: Any) -> None:
@@ -516,9 +487,7 @@ async def channel_send(channel: Any, message: Any) -> None:
             message = ChannelMessage(**{k: v for k, v in message.items() if k in fields})
     except Exception:  # noqa: BLE001 - a dict is what Bub's send accepts too
         pass
-    result = send(message)
-    if inspect.isawaitable(result):
-        await result
+    await _maybe(send(message))
 
 
 def channel_info(channel: Any) -> dict:
@@ -862,10 +831,6 @@ async def resource_call(kind: str, obj: Any, method: str, args: dict, holder: di
                 await aclose()
             return None
     raise Unsupported(f"a Python {kind} has no method `{method}`")
-
-
-def is_unsupported(text: str) -> bool:
-    return "bub_rs_bridge.Unsupported" in text or text.startswith("Unsupported")
 
 
 def tape_context(value: Any) -> Any:

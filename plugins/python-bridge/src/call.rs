@@ -24,7 +24,7 @@ use std::{
 use bub_abi::{HookError, Value};
 use pyo3::{
     prelude::*,
-    types::{PyDict, PyTuple},
+    types::{PyDict, PyString, PyTuple},
 };
 
 use crate::{convert, interp::Interp};
@@ -92,22 +92,19 @@ impl<T> Pending<T> {
     /// Waits for the result on this thread, at most `limit`.
     pub fn wait(mut self, limit: Duration) -> Result<T, HookError> {
         let guard = bub_abi::sync::lock(&self.slot.value);
-        let (mut guard, timeout) = self
+        let (mut guard, _) = self
             .slot
             .ready
             .wait_timeout_while(guard, limit, |v| v.0.is_none())
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match guard.0.take() {
+        let taken = guard.0.take();
+        drop(guard);
+        match taken {
             Some(r) => {
-                drop(guard);
                 self.call = None;
                 r
             }
-            None => {
-                drop(guard);
-                let _ = timeout;
-                Err(HookError::plugin(format!("the Python call did not answer within {} s", limit.as_secs())))
-            }
+            None => Err(HookError::plugin(format!("the Python call did not answer within {} s", limit.as_secs()))),
         }
     }
 }
@@ -190,22 +187,6 @@ where
     }
 }
 
-/// [`dispatch`] without the sync-only rule.
-pub fn await_python<'py, T, F>(
-    py: Python<'py>,
-    interp: &'static Interp,
-    callable: &Bound<'py, PyAny>,
-    args: impl IntoPyObject<'py, Target = PyTuple, Output = Bound<'py, PyTuple>>,
-    kwargs: Option<Bound<'py, PyDict>>,
-    convert: F,
-) -> Pending<T>
-where
-    T: Send + 'static,
-    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
-{
-    dispatch(py, interp, callable, args, kwargs, false, convert)
-}
-
 /// Runs `future` (a host call made by Python) on the plugin runtime and
 /// returns an asyncio future of its answer (a host value as Python).
 pub fn host_call<'py, F>(py: Python<'py>, interp: &'static Interp, future: F) -> PyResult<Bound<'py, PyAny>>
@@ -221,25 +202,12 @@ where
         let result = future.await;
         Python::attach(|py| {
             let module = interp.module(py);
-            let (ok, value) = match result {
-                Ok(v) => match convert::to_py(py, interp, v.as_ref()) {
-                    Ok(p) => (true, p),
-                    Err(e) => (
-                        false,
-                        e.to_string()
-                            .into_pyobject(py)
-                            .map(|s| s.into_any())
-                            .unwrap_or_else(|_| py.None().into_bound(py)),
-                    ),
-                },
-                Err(e) => (
-                    false,
-                    e.message
-                        .to_string()
-                        .into_pyobject(py)
-                        .map(|s| s.into_any())
-                        .unwrap_or_else(|_| py.None().into_bound(py)),
-                ),
+            let answer = result
+                .map_err(|e| e.message.to_string())
+                .and_then(|v| convert::to_py(py, interp, v.as_ref()).map_err(|e| e.to_string()));
+            let (ok, value) = match answer {
+                Ok(p) => (true, p),
+                Err(text) => (false, PyString::new(py, &text).into_any()),
             };
             let resolve = module.getattr("awaitable_result");
             if let Ok(resolve) = resolve {

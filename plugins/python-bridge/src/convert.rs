@@ -118,17 +118,10 @@ fn from_py_at(obj: &Bound<'_, PyAny>, interp: &'static Interp, depth: usize) -> 
         }
         return Ok(out);
     }
-    if let Ok(l) = obj.cast::<PyList>() {
+    if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
         let mut out = Value::array();
-        for item in l.iter() {
-            out.push(from_py_at(&item, interp, depth + 1)?);
-        }
-        return Ok(out);
-    }
-    if let Ok(t) = obj.cast::<PyTuple>() {
-        let mut out = Value::array();
-        for item in t.iter() {
-            out.push(from_py_at(&item, interp, depth + 1)?);
+        for item in obj.try_iter()? {
+            out.push(from_py_at(&item?, interp, depth + 1)?);
         }
         return Ok(out);
     }
@@ -140,6 +133,6 @@ fn from_py_at(obj: &Bound<'_, PyAny>, interp: &'static Interp, depth: usize) -> 
     if ok {
         return from_py_at(&form, interp, depth + 1);
     }
-    let object = objects::live(obj.clone().unbind(), interp);
+    let object = objects::live(obj, interp);
     Value::from_live_object(&object).map_err(|e| pyo3::exceptions::PyTypeError::new_err(e.message.to_string()))
 }

@@ -71,17 +71,14 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 struct PyHook {
     func: Py<PyAny>,
     argnames: Vec<String>,
-    /// `async def` (or an async generator function); shown in logs only:
-    /// every call goes through `bridge.dispatch`.
-    #[allow(dead_code)]
-    is_async: bool,
 }
 
 /// One Python plugin (an entry point of group `bub`).
 struct PyMember {
     name: String,
     hooks: HashMap<HookId, PyHook>,
-    tools: Mutex<Vec<Object>>,
+    /// The `bub.tool` tools it registered while it loaded.
+    tools: Vec<Object>,
 }
 
 /// The bridge: the set's own instance (no member), or one Python plugin.
@@ -163,8 +160,7 @@ impl PythonBridge {
     fn dispatch(&'static self, id: HookId, call: &HookCall<'_>) -> HookReturn {
         let Some(member) = &self.member else { return HookReturn::NONE };
         if id == HookId::ProvideTools {
-            let tools = bub_abi::sync::lock(&member.tools).clone();
-            return if tools.is_empty() { HookReturn::NONE } else { hook_objects(tools) };
+            return if member.tools.is_empty() { HookReturn::NONE } else { hook_objects(member.tools.clone()) };
         }
         let Some(hook) = member.hooks.get(&id) else { return HookReturn::NONE };
         let interp = match self.interp() {
@@ -264,7 +260,7 @@ fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_,
             let mut out = Vec::new();
             for channel in value.try_iter().map_err(err)? {
                 let channel = channel.map_err(err)?;
-                out.push(Object::channel(objects::PyChannel::new(py, &channel, interp).map_err(err)?));
+                out.push(Object::channel(objects::PyChannel::new(&channel, interp).map_err(err)?));
             }
             Ok(Answer::Objects(out))
         }
@@ -464,8 +460,9 @@ impl PluginSet for PythonBridge {
 type Found = (PyMember, String, String, Vec<(HookId, HookMarker)>);
 
 /// Bub's `load_hooks` over the venv, then each plugin's hookimpls checked
-/// as pluggy's `register` checks them (an unknown hook or argument fails
-/// that plugin, with a warning; the others load).
+/// as pluggy's `register` checks them (an argument its hook does not have
+/// fails that plugin, with a warning, and the others load; a hook this bub
+/// does not know is never called).
 fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<Vec<Found>> {
     let module = interp.module(py);
     let os = py.import("os")?;
@@ -479,7 +476,6 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
         setup.home.to_string_lossy().as_ref(),
         submitter,
     ))?;
-    let hook_names: Vec<&str> = HookId::ALL.iter().map(|h| h.name()).collect();
     let records = module.call_method1("discover", (&framework,))?;
     let mut out: Vec<Found> = Vec::new();
     for rec in records.try_iter()? {
@@ -493,13 +489,12 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             continue;
         }
         let plugin = rec.getattr("plugin")?;
-        let impls = module.call_method1("hookimpls", (&plugin, hook_names.clone()))?;
+        let impls = module.call_method1("hookimpls", (&plugin,))?;
         let mut hooks = HashMap::new();
         let mut markers = Vec::new();
         let mut problem = None;
         for item in impls.try_iter()? {
-            let (hook, marker, is_async, argnames, func): (String, String, bool, Vec<String>, Bound<'_, PyAny>) =
-                item?.extract()?;
+            let (hook, marker, argnames, func): (String, String, Vec<String>, Bound<'_, PyAny>) = item?.extract()?;
             let Some(id) = HookId::from_name(&hook) else {
                 // pluggy registers a hookimpl of an unknown hook and never
                 // calls it (only `check_pending` would complain).
@@ -524,7 +519,7 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             if id == HookId::ProvideTools {
                 continue;
             }
-            hooks.insert(id, PyHook { func: func.unbind(), argnames, is_async });
+            hooks.insert(id, PyHook { func: func.unbind(), argnames });
             markers.push((id, marker));
         }
         if let Some(problem) = problem {
@@ -546,7 +541,7 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
         }
         let description =
             if dist.is_empty() { format!("python: {value}") } else { format!("python: {dist} ({value})") };
-        out.push((PyMember { name, hooks, tools: Mutex::new(tools) }, version, description, markers));
+        out.push((PyMember { name, hooks, tools }, version, description, markers));
     }
     Ok(out)
 }
@@ -569,11 +564,9 @@ impl Inbound {
                 "process_inbound needs a running channel host (`bub gateway` or `bub chat`): no message handler yet",
             )
         })?;
-        let message = convert::from_py(message, self.interp)?;
+        let handled = objects::handle_message(handler, message, self.interp)?;
         call::host_call(py, self.interp, async move {
-            let mut args = Value::object();
-            args.insert("message", message);
-            handler.invoke_value("handle", args).await?;
+            handled.await?;
             let mut queued = Value::object();
             queued.insert("status", "queued");
             Ok(queued)

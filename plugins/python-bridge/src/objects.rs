@@ -28,7 +28,7 @@ use pyo3::{prelude::*, types::PyDict};
 use serde_json::Map;
 
 use crate::{
-    call::{await_python, host_call},
+    call::{dispatch, host_call},
     convert,
     interp::Interp,
 };
@@ -40,13 +40,35 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static LIVE: Mutex<Option<HashMap<u64, Py<PyAny>>>> = Mutex::new(None);
 
 /// A live Python object as a host object.
-pub fn live(obj: Py<PyAny>, interp: &'static Interp) -> Object {
+pub fn live(obj: &Bound<'_, PyAny>, interp: &'static Interp) -> Object {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let type_name = Python::attach(|py| {
-        obj.bind(py).get_type().qualname().map(|n| n.to_string()).unwrap_or_else(|_| "object".into())
-    });
-    bub_abi::sync::lock(&LIVE).get_or_insert_with(HashMap::new).insert(id, Python::attach(|py| obj.clone_ref(py)));
-    Object::new(LivePython { id, name: format!("{type_name}#{id}"), obj, interp })
+    let type_name = obj.get_type().qualname().map(|n| n.to_string()).unwrap_or_else(|_| "object".into());
+    bub_abi::sync::lock(&LIVE).get_or_insert_with(HashMap::new).insert(id, obj.clone().unbind());
+    Object::new(LivePython { id, name: format!("{type_name}#{id}"), obj: obj.clone().unbind(), interp })
+}
+
+/// A Python result as JSON, for the objects whose methods answer JSON
+/// (live objects, tools, resources): converted where the call finished.
+fn json_result(
+    interp: &'static Interp,
+) -> impl FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<serde_json::Value, HookError> {
+    move |py, v| {
+        let value = convert::from_py(v, interp).map_err(|e| py_error(py, &e))?;
+        value.deserialize::<serde_json::Value>().map_err(|e| HookError::plugin(e.to_string()))
+    }
+}
+
+/// Hands `message` (a dict, a `ChannelMessage`) to a host message handler
+/// (`handle`): what a Python channel's `await handler(message)` and the
+/// framework facade's `process_inbound` do.
+pub fn handle_message(
+    handler: Object,
+    message: &Bound<'_, PyAny>,
+    interp: &'static Interp,
+) -> PyResult<impl std::future::Future<Output = Result<Value, HookError>> + Send + 'static> {
+    let mut args = Value::object();
+    args.insert("message", convert::from_py(message, interp)?);
+    Ok(async move { handler.invoke_value("handle", args).await })
 }
 
 /// The Python object behind a live host object this bridge made, if it is
@@ -116,17 +138,11 @@ impl ObjectImpl for LivePython {
                     kwargs.set_item(k, convert::json_to_py(py, interp, v)?)?;
                 }
             }
-            Ok(await_python(py, interp, &target, (), Some(kwargs), |py, v| {
-                convert::from_py(v, interp).map_err(|e| py_error(py, &e))
-            }))
+            Ok(dispatch(py, interp, &target, (), Some(kwargs), false, json_result(interp)))
         });
         let method = method.to_owned();
         let name = self.name.clone();
-        Box::pin(async move {
-            let pending = call.map_err(|e| HookError::plugin(format!("{name}.{method}: {e}")))?;
-            let value: Value = pending.await?;
-            value.deserialize::<serde_json::Value>().map_err(|e| HookError::plugin(e.to_string()))
-        })
+        Box::pin(async move { call.map_err(|e| HookError::plugin(format!("{name}.{method}: {e}")))?.await })
     }
 }
 
@@ -165,26 +181,12 @@ impl HostObject {
     /// A message handler is called with the message (Bub's
     /// `MessageHandler`): `await handler(message)`.
     fn __call__<'py>(&self, py: Python<'py>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let message = message_value(message, self.interp)?;
-        let object = self.object.clone();
-        host_call(py, self.interp, async move {
-            let args = {
-                let mut a = Value::object();
-                a.insert("message", message);
-                a
-            };
-            object.invoke_value("handle", args).await
-        })
+        host_call(py, self.interp, handle_message(self.object.clone(), message, self.interp)?)
     }
 
     fn __repr__(&self) -> String {
         format!("<bub-rs {} {:?}>", self.object.kind(), self.object.name())
     }
-}
-
-/// A message from Python (a dict, a `ChannelMessage`) as a host envelope.
-pub fn message_value(message: &Bound<'_, PyAny>, interp: &'static Interp) -> PyResult<Value> {
-    convert::from_py(message, interp)
 }
 
 /// A PyErr as text with its traceback.
@@ -203,9 +205,8 @@ pub struct PyChannel {
 
 impl PyChannel {
     /// Wraps `channel`; its name is read now.
-    pub fn new(py: Python<'_>, channel: &Bound<'_, PyAny>, interp: &'static Interp) -> PyResult<PyChannel> {
+    pub fn new(channel: &Bound<'_, PyAny>, interp: &'static Interp) -> PyResult<PyChannel> {
         let name: String = channel.getattr("name")?.str()?.extract()?;
-        let _ = py;
         Ok(PyChannel { name, channel: channel.clone().unbind(), stop_event: Mutex::new(None), interp })
     }
 
@@ -214,7 +215,7 @@ impl PyChannel {
         let pending = Python::attach(|py| -> PyResult<_> {
             let helper = interp.module(py).getattr(helper)?;
             let arg = extra(py)?;
-            Ok(await_python(py, interp, &helper, (self.channel.clone_ref(py), arg), None, |_, _| Ok(())))
+            Ok(dispatch(py, interp, &helper, (self.channel.clone_ref(py), arg), None, false, |_, _| Ok(())))
         });
         let name = self.name.clone();
         async move {
@@ -309,15 +310,13 @@ impl PyTool {
                 None => py.None(),
             };
             let runner = interp.module(py).getattr("run_tool")?;
-            Ok(await_python(py, interp, &runner, (self.tool.clone_ref(py), args, ctx, render), None, |py, v| {
-                convert::from_py(v, interp).map_err(|e| py_error(py, &e))
-            }))
+            let args = (self.tool.clone_ref(py), args, ctx, render);
+            Ok(dispatch(py, interp, &runner, args, None, false, json_result(interp)))
         });
         let name = self.spec.name.clone();
         async move {
             let pending = pending.map_err(|e| format!("python tool {name}: {e}"))?;
-            let value = pending.await.map_err(|e| -> BoxError { e.message.to_string().into() })?;
-            value.deserialize::<serde_json::Value>().map_err(|e| -> BoxError { e.to_string().into() })
+            pending.await.map_err(|e| -> BoxError { e.message.to_string().into() })
         }
     }
 }
@@ -426,20 +425,14 @@ impl ObjectImpl for PyResource {
         let pending = Python::attach(|py| -> PyResult<_> {
             let helper = interp.module(py).getattr("resource_call")?;
             let args = convert::json_to_py(py, interp, &args)?;
-            Ok(await_python(
-                py,
-                interp,
-                &helper,
-                (kind, self.obj.clone_ref(py), method, args, self.holder.clone_ref(py)),
-                None,
-                move |py, v| convert::from_py(v, interp).map_err(|e| py_error(py, &e)),
-            ))
+            let args = (kind, self.obj.clone_ref(py), method, args, self.holder.clone_ref(py));
+            Ok(dispatch(py, interp, &helper, args, None, false, json_result(interp)))
         });
         let method = method.to_owned();
         Box::pin(async move {
             let pending = pending.map_err(|e| HookError::plugin(format!("python {kind}.{method}: {e}")))?;
             match pending.await {
-                Ok(value) => value.deserialize::<serde_json::Value>().map_err(|e| HookError::plugin(e.to_string())),
+                Ok(value) => Ok(value),
                 Err(e) if e.message.contains("Unsupported:") => {
                     Err(HookError::new(bub_abi::resources::UNSUPPORTED, format!("python {kind} has no `{method}`")))
                 }

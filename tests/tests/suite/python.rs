@@ -4,9 +4,9 @@
 //! a tool, live state) and `bub-rs-courier` (a channel, the interception
 //! hooks). Behaviour numbers are those of the specs.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
-use bub_tests::{bub_bin, gateway::GatewayProcess, lib, python, Home};
+use bub_tests::{gateway::GatewayProcess, lib, python, run_bub_env, Home};
 use serde_json::{json, Value};
 
 /// A home with the bridge pointed at the venv, and echo-model when asked.
@@ -19,16 +19,13 @@ fn home_with(venv: &Path, echo: bool) -> Home {
     home
 }
 
+/// `bub` in `home`, tracing the tests' plugins into the home's trace file,
+/// with no outer venv (the bridge's own `venv` setting applies).
 fn bub(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (String, String, bool) {
-    let mut cmd = Command::new(bub_bin());
-    cmd.arg("--home").arg(home.path()).args(args);
-    cmd.env_remove("BUB_PLUGIN_PATH").env_remove("RUST_LOG").env_remove("VIRTUAL_ENV");
-    cmd.env("BUB_HOME", home.path()).env("BUB_PROBE_TRACE", home.trace_file());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run bub");
-    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
+    let (home_dir, trace) = (home.path().to_str().unwrap(), home.trace_file());
+    let mut all = vec![("BUB_HOME", home_dir), ("BUB_PROBE_TRACE", trace.to_str().unwrap()), ("VIRTUAL_ENV", "")];
+    all.extend_from_slice(env);
+    run_bub_env(home, args, &all)
 }
 
 /// Deliver 1: each entry point is a plugin of its own, in importlib's
