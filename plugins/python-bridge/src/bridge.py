@@ -12,10 +12,13 @@ host and converts arguments and results.
 
 import asyncio
 import dataclasses
+import dis
+import functools
 import importlib.metadata
 import inspect
 import selectors
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -42,14 +45,40 @@ class _Selector(selectors.DefaultSelector):
             _turn.acquire()
 
 
+_host_task: asyncio.Task | None = None
+
+
+async def _host() -> None:
+    """The task a coroutine that never waits runs in (``current_task()``
+    inside it), as a Bub hook runs inside its caller's task: it waits for
+    ever, and a plugin cancelling it does not end it."""
+    while True:
+        try:
+            assert _loop is not None
+            await _loop.create_future()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+
+
+def never_suspends(code: Any) -> bool:
+    """Whether a coroutine of ``code`` can never suspend: its frame has no
+    ``YIELD_VALUE`` (every ``await``, ``async for`` and ``async with``
+    compiles to one), so one step runs it to its end and it needs no task
+    of its own."""
+    return not any(i.opname == "YIELD_VALUE" for i in dis.get_instructions(code))
+
+
 def run_loop() -> None:
     """The loop thread's body: one event loop for every Python call."""
-    global _loop, _loop_thread
+    global _loop, _loop_thread, _host_task
     _turn.acquire()
     loop = asyncio.SelectorEventLoop(_Selector())
     asyncio.set_event_loop(loop)
     _loop = loop
     _loop_thread = threading.get_ident()
+    _host_task = loop.create_task(_host(), name="bub-rs host")
     _ready.set()
     try:
         loop.run_forever()
@@ -66,14 +95,24 @@ def format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
 
 
+# How long a call waits behind cancellations that have not reached their
+# task (one that suppresses its CancelledError must not hold up the rest).
+CANCEL_WAIT = 1.0
+
+
+def cancelling() -> bool:  # replaced by the Rust side at import
+    return False
+
+
 class Call:
     """One submitted call: cancellable from the Rust side."""
 
-    __slots__ = ("task", "cancelled")
+    __slots__ = ("task", "cancelled", "queued")
 
     def __init__(self) -> None:
         self.task: asyncio.Future | None = None
         self.cancelled = False
+        self.queued: float | None = None
 
     def cancel(self) -> None:
         assert _loop is not None
@@ -96,80 +135,64 @@ def submit(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Ca
 
 
 def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> None:
+    """A submitted call, on the loop thread as one of its callbacks (the
+    Rust side, ``event_loop.rs``, runs the same steps on a host thread
+    holding the loop's turn)."""
     if call.cancelled:
         done(False, "cancelled")
         return
-    # On the loop thread, as one of its callbacks: the same call as a
-    # caller's thread makes when the loop is idle.
-    running = _direct(fn, args, kwargs, done, sync_only)
-    if running is not None:
-        call.task = running.task
+    if cancelling():
+        # A task the host cancelled has not seen its CancelledError yet:
+        # this call runs after it, as after an asyncio ``wait_for``.
+        now = time.monotonic()
+        if call.queued is None:
+            call.queued = now
+        if now - call.queued < CANCEL_WAIT:
+            assert _loop is not None
+            _loop.call_soon(_start, call, fn, args, kwargs, done, sync_only)
+            return
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
+        done(False, format_exception(exc))
+        return
+    if not inspect.isawaitable(result):
+        done(True, result)
+        return
+    if sync_only:
+        # Bub's call_*_sync skips it; the host sees no answer.
+        if inspect.iscoroutine(result):
+            result.close()
+        done(True, None)
+        return
+    if inspect.iscoroutine(result):
+        task = asyncio.Task(result, loop=_loop, eager_start=True)
+    else:
+        task = asyncio.ensure_future(result, loop=_loop)
+    if task.done():
+        _finish(task, done)
+        return
+    call.task = task
+    task.add_done_callback(lambda t: _finish(t, done))
+
+
+def watch(task: asyncio.Future, done: Any) -> Call:
+    """A task a call left running (its caller holds the loop's turn):
+    ``done`` gets its end, on the loop thread."""
+    call = Call()
+    call.task = task
+    task.add_done_callback(lambda t: _finish(t, done))
+    return call
 
 
 def _noop() -> None:
     pass
 
 
-def dispatch(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call | None:
-    """Runs ``fn(*args, **kwargs)`` here when the loop is idle (or this is
-    the loop thread), else on the loop; calls ``done(ok, value)`` once.
-    Returns None when it finished here, else the call (cancellable)."""
-    if threading.get_ident() == _loop_thread:
-        return _direct(fn, args, kwargs, done, sync_only)
-    if _turn.acquire(blocking=False):
-        try:
-            return _direct(fn, args, kwargs, done, sync_only)
-        finally:
-            _turn.release()
-    return submit(fn, args, kwargs, done, sync_only)
-
-
-def _direct(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call | None:
-    loop = _loop
-    assert loop is not None
-    ready, scheduled = getattr(loop, "_ready", ()), getattr(loop, "_scheduled", ())
-    queued = (len(ready), len(scheduled))
-    previous = asyncio.events._get_running_loop()
-    asyncio.events._set_running_loop(loop)
-    wake = False
-    try:
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
-            done(False, format_exception(exc))
-            return None
-        if not inspect.isawaitable(result):
-            done(True, result)
-            return None
-        if sync_only:
-            # Bub's call_*_sync skips it; the host sees no answer.
-            if inspect.iscoroutine(result):
-                result.close()
-            done(True, None)
-            return None
-        task = None
-        if inspect.iscoroutine(result):
-            try:
-                # Its first step runs now, as the task it is (current_task
-                # works); one that never waits is done here.
-                task = asyncio.Task(result, loop=loop, eager_start=True)
-            except (TypeError, RuntimeError):
-                task = None
-        if task is None:
-            task = asyncio.ensure_future(result, loop=loop)
-        if task.done():
-            _finish(task, done)
-            return None
-        wake = True
-        call = Call()
-        call.task = task
-        task.add_done_callback(lambda t: _finish(t, done))
-        return call
-    finally:
-        asyncio.events._set_running_loop(previous)
-        if previous is not loop and (wake or (len(ready), len(scheduled)) != queued):
-            # Work scheduled from this thread: the loop wakes for it.
-            loop.call_soon_threadsafe(_noop)
+def wake() -> None:
+    """Wakes the loop for work queued from a host thread."""
+    assert _loop is not None
+    _loop.call_soon_threadsafe(_noop)
 
 
 def _finish(task: asyncio.Future, done: Any) -> None:
@@ -562,12 +585,52 @@ def run_typer(app: Any, argv: list[str]) -> int:
 # --- interception hooks ----------------------------------------------------
 
 
+_EVENTS: Any = ...
+
+
 def _events() -> Any:
-    try:
-        from bub.core import events
-    except ImportError:
-        return None
-    return events
+    """``bub.core.events`` (None without Bub), imported once: every
+    interception call needs it."""
+    global _EVENTS
+    if _EVENTS is ...:
+        try:
+            from bub.core import events
+        except ImportError:
+            events = None
+        _EVENTS = events
+    return _EVENTS
+
+
+@functools.cache
+def _builder(cls: type) -> Any:
+    """A maker of ``cls`` instances from keyword arguments. For a plain
+    frozen dataclass (no ``__post_init__``, no slots) it fills the
+    instance's ``__dict__`` as the generated ``__init__`` would, without
+    its per-field ``object.__setattr__`` (a third of the cost of building
+    a ``ToolCall`` on every interception); anything else is ``cls`` itself."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__:
+        return cls
+    fields = dataclasses.fields(cls)
+    if any(not f.init for f in fields):
+        return cls
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+    factories = [(f.name, f.default_factory) for f in fields if f.default_factory is not dataclasses.MISSING]
+    names = {f.name for f in fields}
+    new = object.__new__
+
+    def build(**values: Any) -> Any:
+        if not names.issuperset(values):
+            return cls(**values)  # the dataclass's own error
+        obj = new(cls)
+        state = obj.__dict__
+        state.update(defaults)
+        for name, factory in factories:
+            if name not in values:
+                state[name] = factory()
+        state.update(values)
+        return obj
+
+    return build
 
 
 def _error(info: Any) -> Any:
@@ -584,7 +647,7 @@ def interception_arg(hook: str, name: str, value: Any) -> Any:
     if ev is None or not isinstance(value, dict):
         return value
     if name == "request":
-        return ev.LLMCallRequest(
+        return _builder(ev.LLMCallRequest)(
             run_id=value.get("run_id", ""),
             model=value.get("model", ""),
             messages=list(value.get("messages") or []),
@@ -592,9 +655,9 @@ def interception_arg(hook: str, name: str, value: Any) -> Any:
             max_tokens=value.get("max_tokens"),
         )
     if name == "call":
-        return ev.ToolCall(run_id=value.get("run_id", ""), tool=value.get("tool", ""), arguments=dict(value.get("arguments") or {}))
+        return _builder(ev.ToolCall)(run_id=value.get("run_id", ""), tool=value.get("tool", ""), arguments=dict(value.get("arguments") or {}))
     if name == "result" and hook == "after_llm_call":
-        return ev.LLMCallResult(
+        return _builder(ev.LLMCallResult)(
             run_id=value.get("run_id", ""),
             text=value.get("text"),
             tool_calls=list(value.get("tool_calls") or []),
@@ -603,7 +666,7 @@ def interception_arg(hook: str, name: str, value: Any) -> Any:
             duration_ms=int(value.get("duration_ms") or 0),
         )
     if name == "result" and hook == "after_tool_call":
-        return ev.ToolCallResult(
+        return _builder(ev.ToolCallResult)(
             run_id=value.get("run_id", ""),
             tool=value.get("tool", ""),
             arguments=dict(value.get("arguments") or {}),

@@ -16,7 +16,10 @@
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, Condvar, Mutex},
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Condvar, Mutex,
+    },
     task::{Context, Poll, Waker},
     time::Duration,
 };
@@ -27,7 +30,7 @@ use pyo3::{
     types::{PyDict, PyString, PyTuple},
 };
 
-use crate::{convert, interp::Interp};
+use crate::{convert, event_loop::Outcome, interp::Interp};
 
 type Finish = Box<dyn FnOnce(Python<'_>, bool, &Bound<'_, PyAny>) + Send>;
 
@@ -47,14 +50,41 @@ impl Done {
     }
 }
 
+impl Drop for Done {
+    fn drop(&mut self) {
+        // Freed unanswered (the callback that held it failed or was
+        // dropped): the host must not wait for ever.
+        if let Some(finish) = bub_abi::sync::lock(&self.finish).take() {
+            Python::attach(|py| {
+                let why = PyString::new(py, "the Python call ended without an answer (see the log)");
+                finish(py, false, why.as_any());
+            });
+        }
+    }
+}
+
 /// The result, once there, and the waker of a future awaiting it.
 type SlotState<T> = (Option<Result<T, HookError>>, Option<Waker>);
 
-/// Where a call's converted result lands: read at once, awaited, or
+/// Where a still-running call's converted result lands: awaited, or
 /// waited for on a thread.
 struct Slot<T> {
     value: Mutex<SlotState<T>>,
     ready: Condvar,
+    /// The host gave up on the call and asked Python to cancel it
+    /// (counted in [`CANCELLING`] until Python answers).
+    abandoned: AtomicBool,
+}
+
+/// Cancellations asked of Python and not yet answered. While there are
+/// any, calls go to the loop thread and wait there behind them: a hook
+/// called after a hook the host cancelled runs after that hook saw its
+/// `CancelledError`, as under asyncio's `wait_for`.
+static CANCELLING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a cancellation is still on its way to Python.
+pub fn cancelling() -> bool {
+    CANCELLING.load(Ordering::Acquire) > 0
 }
 
 impl<T> Slot<T> {
@@ -73,56 +103,86 @@ impl<T> Slot<T> {
 
 /// A Python call; resolves to its converted result.
 pub struct Pending<T> {
-    slot: Arc<Slot<T>>,
-    call: Option<Py<PyAny>>,
+    state: State<T>,
+}
+
+enum State<T> {
+    /// Finished where it was called (a plain function, or a coroutine that
+    /// never waited): no slot, no callback, no future.
+    Ready(Option<Result<T, HookError>>),
+    /// Running on the loop: `call` cancels it while the host still waits.
+    Running { slot: Arc<Slot<T>>, call: Option<Py<PyAny>> },
 }
 
 impl<T> Pending<T> {
+    fn ready(result: Result<T, HookError>) -> Self {
+        Pending { state: State::Ready(Some(result)) }
+    }
+
     /// The result, if the call already finished (it often does: a plain
     /// function, or a coroutine that never waited, runs on the caller's
     /// thread).
     pub fn try_take(&mut self) -> Option<Result<T, HookError>> {
-        let taken = bub_abi::sync::lock(&self.slot.value).0.take();
-        if taken.is_some() {
-            self.call = None;
+        match &mut self.state {
+            State::Ready(r) => r.take(),
+            State::Running { slot, call } => {
+                let taken = bub_abi::sync::lock(&slot.value).0.take();
+                if taken.is_some() {
+                    *call = None;
+                }
+                taken
+            }
         }
-        taken
     }
 
     /// Waits for the result on this thread, at most `limit`.
     pub fn wait(mut self, limit: Duration) -> Result<T, HookError> {
-        let guard = bub_abi::sync::lock(&self.slot.value);
-        let (mut guard, _) = self
-            .slot
-            .ready
-            .wait_timeout_while(guard, limit, |v| v.0.is_none())
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let taken = guard.0.take();
-        drop(guard);
-        match taken {
-            Some(r) => {
-                self.call = None;
-                r
+        let taken = match &mut self.state {
+            State::Ready(r) => r.take(),
+            State::Running { slot, call } => {
+                let guard = bub_abi::sync::lock(&slot.value);
+                let (mut guard, _) = slot
+                    .ready
+                    .wait_timeout_while(guard, limit, |v| v.0.is_none())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let taken = guard.0.take();
+                drop(guard);
+                if taken.is_some() {
+                    *call = None;
+                }
+                taken
             }
-            None => Err(HookError::plugin(format!("the Python call did not answer within {} s", limit.as_secs()))),
-        }
+        };
+        taken.unwrap_or_else(|| {
+            Err(HookError::plugin(format!("the Python call did not answer within {} s", limit.as_secs())))
+        })
     }
 }
+
+// Nothing in a pending call is pinned: its result is moved out by value.
+impl<T> Unpin for Pending<T> {}
 
 impl<T> Future for Pending<T> {
     type Output = Result<T, HookError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut v = bub_abi::sync::lock(&self.slot.value);
-        match v.0.take() {
-            Some(r) => {
-                drop(v);
-                self.call = None;
-                Poll::Ready(r)
+        match &mut self.state {
+            State::Ready(r) => {
+                Poll::Ready(r.take().unwrap_or_else(|| Err(HookError::plugin("polled after its answer"))))
             }
-            None => {
-                v.1 = Some(cx.waker().clone());
-                Poll::Pending
+            State::Running { slot, call } => {
+                let mut v = bub_abi::sync::lock(&slot.value);
+                match v.0.take() {
+                    Some(r) => {
+                        drop(v);
+                        *call = None;
+                        Poll::Ready(r)
+                    }
+                    None => {
+                        v.1 = Some(cx.waker().clone());
+                        Poll::Pending
+                    }
+                }
             }
         }
     }
@@ -130,27 +190,40 @@ impl<T> Future for Pending<T> {
 
 impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            // The host gave up on it: cancel the Python task too.
-            Python::attach(|py| {
-                let _ = call.bind(py).call_method0("cancel");
-            });
+        if let State::Running { call, slot } = &mut self.state {
+            if let Some(call) = call.take() {
+                // The host gave up on it: cancel the Python task too. Both
+                // this and the completion callback run holding the GIL, so
+                // a call that has not answered yet will answer, once.
+                Python::attach(|py| {
+                    if bub_abi::sync::lock(&slot.value).0.is_some() {
+                        return;
+                    }
+                    slot.abandoned.store(true, Ordering::Release);
+                    CANCELLING.fetch_add(1, Ordering::AcqRel);
+                    if let Err(e) = call.bind(py).call_method0("cancel") {
+                        tracing::warn!("python bridge: cannot cancel a Python call: {e}");
+                        CANCELLING.fetch_sub(1, Ordering::AcqRel);
+                    }
+                });
+            }
         }
     }
 }
 
 /// A pending call that has already failed.
 pub fn failed<T>(error: HookError) -> Pending<T> {
-    let slot = Arc::new(Slot { value: Mutex::new((Some(Err(error)), None)), ready: Condvar::new() });
-    Pending { slot, call: None }
+    Pending::ready(Err(error))
 }
 
-/// Calls `callable(*args, **kwargs)` through `bridge.dispatch`: on this
-/// thread when the loop is idle (exclusive, as one loop callback; a
-/// coroutine runs as an eager task, so one that never waits finishes here),
-/// else handed to the loop thread. `convert` turns the result into `T`, on
-/// whichever thread finished it. With `sync_only`, an awaitable result is
-/// skipped (answered as None), as Bub's sync dispatch does.
+/// Calls `callable(*args, **kwargs)` as one callback of the Python loop:
+/// on this thread when the loop is idle (holding the loop's turn, so it is
+/// as exclusive as a callback; a coroutine runs as an eager task, so one
+/// that never waits finishes here), else handed to the loop thread. The
+/// common case — a plain function, or a coroutine that never waits — is
+/// answered at once, converted by `convert` on this thread. With
+/// `sync_only`, an awaitable result is skipped (answered as None), as Bub's
+/// sync dispatch does.
 pub fn dispatch<'py, T, F>(
     py: Python<'py>,
     interp: &'static Interp,
@@ -164,9 +237,43 @@ where
     T: Send + 'static,
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
-    let slot = Arc::new(Slot { value: Mutex::new((None, None)), ready: Condvar::new() });
+    let args = match args.into_pyobject(py).map_err(Into::into) {
+        Ok(a) => a,
+        Err(e) => return failed(HookError::plugin(crate::interp::traceback(py, &e))),
+    };
+    let loop_ = interp.event_loop();
+    let Some(turn) = loop_.take_turn(py) else {
+        return submit(py, interp, callable, args, kwargs, sync_only, convert);
+    };
+    let outcome = loop_.run_here(py, &turn, callable, &args, kwargs.as_ref(), sync_only);
+    let pending = match outcome {
+        Ok(Outcome::Done(value)) => Pending::ready(convert(py, &value)),
+        Ok(Outcome::Running(task)) => match watch(py, interp, &task, convert) {
+            Ok(p) => p,
+            Err(e) => failed(HookError::plugin(crate::interp::traceback(py, &e))),
+        },
+        Ok(Outcome::Cancelled) => failed(HookError::plugin("cancelled")),
+        Err(text) => failed(HookError::plugin(text)),
+    };
+    drop(turn);
+    pending
+}
+
+/// A completion callback (`Done`) filling a new slot with `convert`'s result.
+fn completion<T, F>(py: Python<'_>, convert: F) -> PyResult<(Arc<Slot<T>>, Bound<'_, Done>)>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
+    let slot =
+        Arc::new(Slot { value: Mutex::new((None, None)), ready: Condvar::new(), abandoned: AtomicBool::new(false) });
     let target = slot.clone();
     let finish: Finish = Box::new(move |py, ok, value| {
+        if target.abandoned.load(Ordering::Acquire) {
+            // Nobody waits for it any more: only the cancellation ended.
+            CANCELLING.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         let result = if ok {
             convert(py, value)
         } else {
@@ -174,17 +281,46 @@ where
         };
         target.put(result);
     });
-    let submitted = (|| -> PyResult<Option<Py<PyAny>>> {
-        let args = args.into_pyobject(py).map_err(Into::into)?;
-        let done = Bound::new(py, Done { finish: Mutex::new(Some(finish)) })?;
+    Ok((slot, Bound::new(py, Done { finish: Mutex::new(Some(finish)) })?))
+}
+
+/// A task left running (the turn is still held): its end fills the slot.
+fn watch<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    task: &Bound<'py, PyAny>,
+    convert: F,
+) -> PyResult<Pending<T>>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
+    let (slot, done) = completion(py, convert)?;
+    let call = interp.module(py).call_method1("watch", (task, done))?;
+    Ok(Pending { state: State::Running { slot, call: Some(call.unbind()) } })
+}
+
+/// Hands the call to the loop thread (the loop is busy).
+fn submit<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    callable: &Bound<'py, PyAny>,
+    args: Bound<'py, PyTuple>,
+    kwargs: Option<Bound<'py, PyDict>>,
+    sync_only: bool,
+    convert: F,
+) -> Pending<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
+    let submitted = (|| -> PyResult<Pending<T>> {
+        let (slot, done) = completion(py, convert)?;
         let kwargs = kwargs.unwrap_or_else(|| PyDict::new(py));
-        let call = interp.dispatch(py).call1((callable, args, kwargs, done, sync_only))?;
-        Ok((!call.is_none()).then(|| call.unbind()))
+        let call = interp.module(py).call_method1("submit", (callable, args, kwargs, done, sync_only))?;
+        Ok(Pending { state: State::Running { slot, call: Some(call.unbind()) } })
     })();
-    match submitted {
-        Ok(call) => Pending { slot, call },
-        Err(e) => failed(HookError::plugin(crate::interp::traceback(py, &e))),
-    }
+    submitted.unwrap_or_else(|e| failed(HookError::plugin(crate::interp::traceback(py, &e))))
 }
 
 /// Runs `future` (a host call made by Python) on the plugin runtime and

@@ -12,6 +12,11 @@
 //! live object (a scheduler, a client) the host carries in the state and
 //! hands back to Python unchanged.
 
+use std::{
+    collections::HashMap,
+    sync::{Mutex, OnceLock},
+};
+
 use bub_abi::{value::ValueKind, Value, ValueRef};
 use pyo3::{
     prelude::*,
@@ -22,6 +27,35 @@ use crate::{interp::Interp, objects};
 
 /// How deep a value may nest before it is refused (a cycle in Python data).
 const MAX_DEPTH: usize = 128;
+
+/// Map keys made into Python strings once: the same few keys (`content`,
+/// `session_id`, …) cross on every call, and a cached, interned string
+/// costs neither a UTF-8 decode nor an allocation, and makes Python's dict
+/// lookups pointer comparisons. Bounded: keys past the bound, or long
+/// ones, are made per call.
+struct KeyCache(Mutex<HashMap<Box<str>, Py<PyString>>>);
+
+const KEY_CACHE_ENTRIES: usize = 4096;
+const KEY_CACHE_LEN: usize = 64;
+
+static KEYS: OnceLock<KeyCache> = OnceLock::new();
+
+/// `key` as a Python string, from the cache when it is there.
+pub fn key<'py>(py: Python<'py>, key: &str) -> Bound<'py, PyString> {
+    if key.len() > KEY_CACHE_LEN {
+        return PyString::new(py, key);
+    }
+    let cache = KEYS.get_or_init(|| KeyCache(Mutex::new(HashMap::new())));
+    let mut map = bub_abi::sync::lock(&cache.0);
+    if let Some(s) = map.get(key) {
+        return s.bind(py).clone();
+    }
+    let s = PyString::intern(py, key);
+    if map.len() < KEY_CACHE_ENTRIES {
+        map.insert(key.into(), s.clone().unbind());
+    }
+    s
+}
 
 /// A host value as a Python object.
 pub fn to_py<'py>(py: Python<'py>, interp: &'static Interp, value: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -60,7 +94,7 @@ fn to_py_at<'py>(
             }
             let dict = interp.attr_dict(py)?;
             for (k, v) in value.entries() {
-                dict.set_item(k, to_py_at(py, interp, v, depth + 1)?)?;
+                dict.set_item(key(py, k), to_py_at(py, interp, v, depth + 1)?)?;
             }
             dict.into_any()
         }

@@ -4,10 +4,11 @@
 //! Why one loop thread: Bub runs every hook, channel and tool on its one
 //! event loop, and Python plugins rely on it (an `AsyncIOScheduler` made in
 //! a constructor, `asyncio.get_running_loop()` in a sync hook, tasks that
-//! outlive the call that made them). The host calls from its own threads;
-//! the bridge hands each call to the loop (`bridge.submit`) and wakes the
-//! host's future when it is done, so the host never blocks on Python and
-//! Python never blocks on the host.
+//! outlive the call that made them). The host calls from its own threads:
+//! a call runs right there as one callback of the loop while the loop is
+//! idle (`event_loop`), else it is handed to the loop (`bridge.submit`),
+//! which wakes the host's future when it is done, so the host never blocks
+//! on Python and Python never blocks on the host.
 
 use std::{
     ffi::CString,
@@ -18,6 +19,8 @@ use std::{
 
 use pyo3::{ffi, prelude::*, types::PyModule};
 
+use crate::event_loop::{self, EventLoop};
+
 /// The interpreter and the bridge module's entry points.
 pub struct Interp {
     /// The venv the plugins come from.
@@ -26,7 +29,7 @@ pub struct Interp {
     pub module: Py<PyModule>,
     attr_dict: Py<PyAny>,
     jsonable: Py<PyAny>,
-    dispatch: Py<PyAny>,
+    event_loop: OnceLock<EventLoop>,
 }
 
 static INTERP: OnceLock<Result<Interp, String>> = OnceLock::new();
@@ -172,13 +175,21 @@ fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
     let code = CString::new(include_str!("bridge.py")).expect("bridge.py has no NUL byte");
     let module = PyModule::from_code(py, &code, c"bub_rs_bridge.py", c"bub_rs_bridge")?;
     py.import("sys")?.getattr("modules")?.set_item("bub_rs_bridge", &module)?;
+    module.add_function(pyo3::wrap_pyfunction!(cancelling, &module)?)?;
     Ok(Interp {
         venv: venv.to_owned(),
         attr_dict: module.getattr("AttrDict")?.unbind(),
         jsonable: module.getattr("jsonable")?.unbind(),
-        dispatch: module.getattr("dispatch")?.unbind(),
+        event_loop: OnceLock::new(),
         module: module.unbind(),
     })
+}
+
+/// `bridge.cancelling()`: whether a cancellation the host asked for has
+/// not reached its Python task yet (calls queued behind it wait).
+#[pyfunction]
+fn cancelling() -> bool {
+    crate::call::cancelling()
 }
 
 fn spawn_loop(interp: &Interp) -> Result<(), String> {
@@ -186,6 +197,7 @@ fn spawn_loop(interp: &Interp) -> Result<(), String> {
     std::thread::Builder::new()
         .name("bub-python-loop".into())
         .spawn(move || {
+            event_loop::mark_loop_thread();
             Python::attach(|py| {
                 if let Err(e) = module.bind(py).call_method0("run_loop") {
                     tracing::error!("python bridge: the asyncio loop stopped: {}", traceback(py, &e));
@@ -203,6 +215,9 @@ fn spawn_loop(interp: &Interp) -> Result<(), String> {
     if !ready {
         return Err("the Python loop thread did not start within 10 s".into());
     }
+    let event_loop = Python::attach(|py| EventLoop::new(py, interp.module.bind(py)))
+        .map_err(|e| format!("python bridge: the asyncio loop: {e}"))?;
+    let _ = interp.event_loop.set(event_loop);
     Ok(())
 }
 
@@ -217,9 +232,10 @@ impl Interp {
         self.jsonable.bind(obj.py()).call1((obj,))?.extract()
     }
 
-    /// `bridge.dispatch`.
-    pub fn dispatch<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
-        self.dispatch.bind(py)
+    /// The loop every call runs on (set before the interpreter is handed
+    /// out: `start` fails without it).
+    pub fn event_loop(&self) -> &EventLoop {
+        self.event_loop.get().expect("the python bridge's loop is set up in start()")
     }
 
     /// The bridge module.

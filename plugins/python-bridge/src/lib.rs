@@ -17,6 +17,7 @@
 
 mod call;
 mod convert;
+mod event_loop;
 mod interp;
 mod objects;
 
@@ -151,7 +152,7 @@ impl PythonBridge {
             } else {
                 value
             };
-            kwargs.set_item(name, value)?;
+            kwargs.set_item(convert::key(py, name), value)?;
         }
         Ok((kwargs, state_dict, typer))
     }
@@ -176,9 +177,8 @@ impl PythonBridge {
             ROption::RSome(h) => Some(TurnState::from_handle(h.clone())),
             ROption::RNone => None,
         };
-        let owner = member.name.clone();
+        let owner = &member.name;
         let sync = id.kind().is_sync_only() || call.mode == DispatchMode::Sync;
-        let label = format!("{owner}.{}", id.name());
         // One GIL acquisition for the whole call (a thread keeps its Python
         // thread state between calls: `interp::keep_thread_state`).
         interp::keep_thread_state();
@@ -201,16 +201,16 @@ impl PythonBridge {
         });
         let mut pending = match pending {
             Ok(p) => p,
-            Err(e) => return into_return(Err(e), &label),
+            Err(e) => return into_return(Err(e), owner, id),
         };
         // Finished on this thread (the common case): answered at once.
         if let Some(r) = pending.try_take() {
-            return into_return(r, &label);
+            return into_return(r, owner, id);
         }
         if sync {
-            return into_return(pending.wait(interp::SYNC_CALL_LIMIT), &label);
+            return into_return(pending.wait(interp::SYNC_CALL_LIMIT), owner, id);
         }
-        HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, &label) }))
+        HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, owner, id) }))
     }
 }
 
@@ -230,15 +230,16 @@ fn hook_objects(objects: Vec<Object>) -> HookReturn {
     HookReturn::objects(objects.into_iter().map(Object::into_handle).collect())
 }
 
-fn into_return(r: Result<Answer, HookError>, label: &str) -> HookReturn {
+fn into_return(r: Result<Answer, HookError>, owner: &str, id: HookId) -> HookReturn {
     match r {
         Ok(Answer::None) => HookReturn::NONE,
         Ok(Answer::Value(v)) => HookReturn::value(v),
         Ok(Answer::Object(o)) => HookReturn::object(o.into_handle()),
         Ok(Answer::Objects(o)) => hook_objects(o),
         Err(e) => {
-            tracing::error!("python plugin {label} failed:\n{}", e.message);
-            HookReturn::error(HookError::plugin(format!("{label}: {}", last_line(&e.message))))
+            let hook = id.name();
+            tracing::error!("python plugin {owner}.{hook} failed:\n{}", e.message);
+            HookReturn::error(HookError::plugin(format!("{owner}.{hook}: {}", last_line(&e.message))))
         }
     }
 }
@@ -354,14 +355,15 @@ impl StateDict {
         let dict = PyDict::new(py);
         let mut originals = Vec::new();
         for key in state.keys() {
-            let value = match state.get_object(&key) {
+            let Some(raw) = state.get_raw(&key) else { continue };
+            // A live object shows as its `{"$object": …}` marker: only then
+            // is the object itself asked for.
+            let object = if raw.as_ref().get("$object").is_some() { state.get_object(&key) } else { None };
+            let value = match object {
                 Some(object) => objects::object_to_py(py, interp, &object)?,
-                None => match state.get_raw(&key) {
-                    Some(v) => convert::to_py(py, interp, v.as_ref())?,
-                    None => continue,
-                },
+                None => convert::to_py(py, interp, raw.as_ref())?,
             };
-            dict.set_item(&key, &value)?;
+            dict.set_item(convert::key(py, &key), &value)?;
             originals.push((key, value.unbind()));
         }
         Ok(StateDict { dict: dict.unbind(), originals })

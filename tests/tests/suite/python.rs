@@ -63,7 +63,9 @@ fn python_plugins_register_as_plugins_of_their_own_with_their_markers() {
 }
 
 /// Deliver 2: a turn through Python hooks, sync and async, on the loop
-/// thread; a live object from `load_state` reaches later hooks as itself;
+/// thread (an async hook that never waits — the probe's `run_model` — runs
+/// in one step without a task of its own, yet `current_task()` answers, as
+/// inside Bub's caller task); a live object from `load_state` reaches later hooks as itself;
 /// a key a hook sets in the state is seen by the next hook (behaviours 5,
 /// 9: load_state merge, state shared by the turn's hooks).
 #[test]
@@ -72,7 +74,7 @@ fn a_turn_runs_through_python_hooks_with_live_state() {
     let home = home_with(venv, false);
     let (out, err, ok) = bub(&home, &["run", "py:hello"], &[("BUB_PROBE_MODEL", "1")]);
     assert!(ok, "{err}");
-    assert!(out.contains("python says: [probe] hello (count 1, loop True)"), "{out}\n{err}");
+    assert!(out.contains("python says: [probe] hello (count 1, loop True, task True)"), "{out}\n{err}");
     let trace = home.trace();
     let pos = |needle: &str| {
         trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))

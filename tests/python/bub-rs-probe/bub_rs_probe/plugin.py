@@ -42,7 +42,10 @@ async def _run_model(self, prompt, session_id, state):
     if "boom" in str(prompt):
         raise ValueError("probe exploded on purpose")
     running = asyncio.get_running_loop() is not None
-    return f"python says: {prompt} (count {n}, loop {running})"
+    # This coroutine never waits: the bridge runs it in one step, yet
+    # inside a task, as Bub awaits it inside its caller's.
+    in_task = asyncio.current_task() is not None
+    return f"python says: {prompt} (count {n}, loop {running}, task {in_task})"
 
 
 class Probe:
