@@ -8,7 +8,7 @@ use bub_abi::{
 use serde_json::{json, Value};
 
 /// The host's map behind a [`TurnState`].
-pub type SharedState = std::sync::Arc<std::sync::Mutex<StateMap>>;
+pub type SharedState = bub_abi::sdk::state::SharedMap;
 
 use bub_abi::{
     envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
@@ -52,7 +52,6 @@ impl Framework {
 
         // 2. state: runtime defaults, then every load_state, low priority first.
         let (state, state_map) = self.state_for(message(), &session_id).await?;
-        let lock = || bub_abi::sync::lock(&state_map);
         // The builtin agent finds this framework through the state
         // (`Framework::of`; Bub keeps its agent in `state._runtime_agent`),
         // for this turn only.
@@ -92,7 +91,7 @@ impl Framework {
             rt.deliver_outbound(outbound).await?;
         }
 
-        let mut state = lock().clone();
+        let mut state = state_map.to_map();
         // A marker for this turn only (see `Framework::attach`).
         state.remove("_runtime_agent");
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })
@@ -148,7 +147,7 @@ impl Framework {
         // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
         for answer in self.runtime.load_state(message, &session_id.to_owned()).await?.iter().rev() {
             if let Ok(fragment) = answer.get() {
-                bub_abi::sync::lock(&state_map).extend(fragment);
+                state_map.extend(fragment);
                 // A fragment may hold live objects (a Python plugin's
                 // scheduler through the python bridge): the map above got
                 // their markers, the handle keeps the objects themselves.

@@ -2,6 +2,7 @@
 
 use std::{
     any::Any,
+    collections::HashMap,
     sync::{Arc, Mutex, Weak},
 };
 
@@ -48,8 +49,8 @@ impl TurnState {
     /// A state whose map the caller also holds: the host reads and merges
     /// its own turn state directly, without the JSON round trip plugins
     /// (other copies of this crate) need.
-    pub fn shared(map: Map<String, Value>) -> (Self, Arc<Mutex<Map<String, Value>>>) {
-        let map = Arc::new(Mutex::new(map));
+    pub fn shared(map: Map<String, Value>) -> (Self, SharedMap) {
+        let map = SharedMap(Arc::new(Mutex::new(Entries { json: map, host: HashMap::new() })));
         let store = MemoryState { map: map.clone(), objects: Default::default(), owner: Default::default() };
         // Downcastable, so code of the binary that made the state finds its
         // owner (`attach`/`owner`); elsewhere the downcast fails, safely.
@@ -194,12 +195,50 @@ impl Default for TurnState {
     }
 }
 
+/// The map behind a state made with [`TurnState::shared`], held by its
+/// maker (the host's framework) to merge `load_state` fragments and read
+/// the final state directly. Writes go through its methods, so the host
+/// values the store hands out stay in step with the map.
+#[derive(Clone)]
+pub struct SharedMap(Arc<Mutex<Entries>>);
+
+/// A state's entries: the JSON map, and the host value handed out for each
+/// key read since it was last written. A hook reading a key gets the same
+/// value — the same node, without converting it again — until the key is
+/// written, as Bub's hooks share one dict of the same objects for a turn.
+struct Entries {
+    json: Map<String, Value>,
+    host: HashMap<String, crate::Value>,
+}
+
+impl SharedMap {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // A panic while holding the lock cannot leave the map half-written
+        // (every operation is a single map call), so poisoning is ignored.
+        crate::sync::lock(&self.0)
+    }
+
+    /// Merges `map` in; existing keys are overwritten.
+    pub fn extend(&self, map: Map<String, Value>) {
+        let mut entries = self.lock();
+        for (key, value) in map {
+            entries.host.remove(&key);
+            entries.json.insert(key, value);
+        }
+    }
+
+    /// The whole map, as JSON.
+    pub fn to_map(&self) -> Map<String, Value> {
+        self.lock().json.clone()
+    }
+}
+
 /// The standard state store: a JSON map behind a mutex, and the live
 /// objects stored in it (each with the marker its key showed when it was
 /// stored: a key overwritten since, by any path, no longer yields it).
 #[derive(Clone)]
 struct MemoryState {
-    map: Arc<Mutex<Map<String, Value>>>,
+    map: SharedMap,
     objects: Arc<Mutex<std::collections::HashMap<String, (Value, crate::abi::ObjectHandle)>>>,
     // Shared by every clone of the state; weak, so a state a plugin keeps
     // past its turn neither keeps the owner alive nor sees it.
@@ -207,10 +246,8 @@ struct MemoryState {
 }
 
 impl MemoryState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Map<String, Value>> {
-        // A panic while holding the lock cannot leave the map half-written
-        // (every operation is a single map call), so poisoning is ignored.
-        crate::sync::lock(&self.map)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.map.lock()
     }
 }
 
@@ -225,11 +262,13 @@ impl MemoryState {
 
 impl StateStore for MemoryState {
     fn get(&self, key: RStr<'_>) -> ROption<crate::Value> {
-        let map = self.lock();
-        match map.get(key.as_str()) {
-            Some(v) => ROption::RSome(crate::Value::from(v)),
-            None => ROption::RNone,
+        let mut entries = self.lock();
+        if let Some(v) = entries.host.get(key.as_str()) {
+            return ROption::RSome(v.clone());
         }
+        let Some(v) = entries.json.get(key.as_str()).map(crate::Value::from) else { return ROption::RNone };
+        entries.host.insert(key.as_str().to_owned(), v.clone());
+        ROption::RSome(v)
     }
 
     fn set(&self, key: RStr<'_>, value: crate::Value) -> RResult<(), RString> {
@@ -239,7 +278,11 @@ impl StateStore for MemoryState {
         }
         match value.deserialize::<Value>() {
             Ok(v) => {
-                self.lock().insert(key.as_str().to_owned(), v);
+                let mut entries = self.lock();
+                entries.json.insert(key.as_str().to_owned(), v);
+                // Read back as the very value stored.
+                entries.host.insert(key.as_str().to_owned(), value);
+                drop(entries);
                 self.forget_object(key.as_str());
                 RResult::ROk(())
             }
@@ -251,27 +294,33 @@ impl StateStore for MemoryState {
 
     fn remove(&self, key: RStr<'_>) -> bool {
         self.forget_object(key.as_str());
-        self.lock().remove(key.as_str()).is_some()
+        let mut entries = self.lock();
+        entries.host.remove(key.as_str());
+        entries.json.remove(key.as_str()).is_some()
     }
 
     fn keys(&self) -> RVec<RString> {
-        self.lock().keys().map(|k| RString::from(k.as_str())).collect()
+        self.lock().json.keys().map(|k| RString::from(k.as_str())).collect()
     }
 
     fn snapshot(&self) -> crate::Value {
-        crate::Value::from_serialize(&*self.lock()).unwrap_or_default()
+        crate::Value::from_serialize(&self.lock().json).unwrap_or_default()
     }
 
     fn set_object(&self, key: RStr<'_>, object: crate::abi::ObjectHandle) -> RResult<(), RString> {
         let marker = serde_json::json!({"$object": object.kind().into_string(), "name": object.name().into_string()});
         // Map first, then the table: a reader sees the marker before the object.
-        self.lock().insert(key.as_str().to_owned(), marker.clone());
+        {
+            let mut entries = self.lock();
+            entries.host.remove(key.as_str());
+            entries.json.insert(key.as_str().to_owned(), marker.clone());
+        }
         crate::sync::lock(&self.objects).insert(key.as_str().to_owned(), (marker, object));
         RResult::ROk(())
     }
 
     fn get_object(&self, key: RStr<'_>) -> ROption<crate::abi::ObjectHandle> {
-        let current = self.lock().get(key.as_str()).cloned();
+        let current = self.lock().json.get(key.as_str()).cloned();
         let mut objects = crate::sync::lock(&self.objects);
         match objects.get(key.as_str()) {
             Some((marker, object)) if current.as_ref() == Some(marker) => ROption::RSome(object.clone()),
@@ -290,6 +339,24 @@ mod tests {
     use std::sync::Arc;
 
     use super::TurnState;
+
+    #[test]
+    fn values_read_back_follow_every_write_to_the_shared_map() {
+        let (state, shared) = TurnState::shared(serde_json::Map::new());
+        shared.extend(serde_json::json!({"k": 1}).as_object().unwrap().clone());
+        assert_eq!(state.get::<i64>("k").unwrap(), Some(1));
+        // Read again: served from the host values, still right.
+        assert_eq!(state.get::<i64>("k").unwrap(), Some(1));
+        // The maker's merge overwrites what was read before.
+        shared.extend(serde_json::json!({"k": 2}).as_object().unwrap().clone());
+        assert_eq!(state.get::<i64>("k").unwrap(), Some(2));
+        state.set("k", &3).unwrap();
+        assert_eq!(state.get::<i64>("k").unwrap(), Some(3));
+        assert_eq!(shared.to_map()["k"], 3);
+        assert!(state.remove("k"));
+        assert_eq!(state.get::<i64>("k").unwrap(), None);
+        assert!(shared.to_map().is_empty());
+    }
 
     #[test]
     fn an_attached_owner_is_found_while_it_lives_and_only_as_its_type() {
