@@ -15,10 +15,17 @@
 //! Within a process each tape has its own lock, and the write and its sync
 //! run on tokio's blocking pool: a gateway's sessions sync their tapes in
 //! parallel instead of one after another on the runtime's workers.
+//!
+//! Reads are incremental: the agent reads its tape on every step, and
+//! parsing the whole file each time made a session's cost grow with the
+//! square of its length. A store remembers what it parsed of each tape (by
+//! the file's identity, the offset parsed to and the bytes just before it)
+//! and parses only the lines appended since; a file that was replaced,
+//! truncated or rewritten under that offset is read again in full.
 
 use std::{
     collections::HashMap,
-    io::{BufRead, Write},
+    io::Write,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -39,12 +46,34 @@ pub struct FileTapeStore {
     // file under it). Waiting here is asynchronous; on the flock it would
     // hold a thread.
     writing: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
+    // What was parsed of each tape read (see the module docs).
+    parsed: Arc<std::sync::Mutex<HashMap<PathBuf, Parsed>>>,
 }
+
+/// The entries parsed from a tape file, and how to tell that the file is
+/// still the one they came from, with lines only added after `offset`.
+struct Parsed {
+    dev: u64,
+    ino: u64,
+    /// Bytes parsed: up to and including the last newline read.
+    offset: u64,
+    /// The bytes just before `offset` (at most [`GUARD`]).
+    guard: Vec<u8>,
+    /// Lines read so far (for the line numbers of warnings).
+    lines: usize,
+    entries: Vec<TapeEntry>,
+}
+
+/// How many bytes before the parsed offset are compared on the next read.
+const GUARD: u64 = 64;
+/// How many tapes' parsed entries a store keeps (a gateway serves many
+/// sessions; past this the cache starts afresh).
+const PARSED_TAPES: usize = 128;
 
 impl FileTapeStore {
     /// A store in `dir` (created on first append).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileTapeStore { dir: dir.into(), writing: Default::default() }
+        FileTapeStore { dir: dir.into(), writing: Default::default(), parsed: Default::default() }
     }
 
     /// The folder.
@@ -93,31 +122,68 @@ impl FileTapeStore {
     }
 
     /// Every readable entry of `tape`, in order; a torn or corrupt line is
-    /// skipped with a warning.
+    /// skipped with a warning. Parses only what was appended since the last
+    /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
+        use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
+        let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("cannot read tape {}: {e}", path.display()).into()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bub_abi::sync::lock(&self.parsed).remove(&path);
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(failed(&e).into()),
         };
-        let mut out = Vec::new();
-        for (n, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
-            let line = line.map_err(|e| format!("cannot read tape {}: {e}", path.display()))?;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
+        let meta = file.metadata().map_err(|e| failed(&e))?;
+        let (dev, ino, len) = (meta.dev(), meta.ino(), meta.len());
+        let cached = bub_abi::sync::lock(&self.parsed).remove(&path);
+        // Still the file parsed before, grown or not: its bytes before the
+        // parsed offset are the ones seen then.
+        let still = |p: &Parsed| {
+            if p.dev != dev || p.ino != ino || p.offset > len {
+                return false;
             }
-            match serde_json::from_slice::<TapeEntry>(&line) {
-                Ok(entry) => out.push(entry),
-                Err(e) => tracing::warn!(
-                    target: "bub::tape",
-                    "skipping unreadable line {} of {} (a torn write?): {e}",
-                    n + 1,
-                    path.display()
-                ),
+            let mut seen = vec![0; p.guard.len()];
+            file.read_exact_at(&mut seen, p.offset - p.guard.len() as u64).is_ok() && seen == p.guard
+        };
+        let mut parsed = match cached {
+            Some(p) if still(&p) => p,
+            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new() },
+        };
+        let mut torn = Vec::new();
+        if len > parsed.offset {
+            let mut tail = vec![0; (len - parsed.offset) as usize];
+            file.read_exact_at(&mut tail, parsed.offset).map_err(|e| failed(&e))?;
+            // Complete lines are consumed; a torn last line (no newline yet)
+            // is read, but again next time too, when an append may have
+            // completed it.
+            let complete = tail.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            if complete > 0 {
+                for line in tail[..complete - 1].split(|b| *b == b'\n') {
+                    parsed.lines += 1;
+                    parse_line(&mut parsed.entries, line, parsed.lines, &path);
+                }
+                let mut guard = std::mem::take(&mut parsed.guard);
+                guard.extend_from_slice(&tail[complete.saturating_sub(GUARD as usize)..complete]);
+                parsed.guard = guard.split_off(guard.len().saturating_sub(GUARD as usize));
+                parsed.offset += complete as u64;
             }
+            parse_line(&mut torn, &tail[complete..], parsed.lines + 1, &path);
         }
+        let mut out = parsed.entries.clone();
+        out.append(&mut torn);
+        self.keep(path, parsed);
         Ok(out)
+    }
+
+    fn keep(&self, path: PathBuf, parsed: Parsed) {
+        let mut all = bub_abi::sync::lock(&self.parsed);
+        if all.len() >= PARSED_TAPES {
+            all.clear();
+        }
+        all.insert(path, parsed);
     }
 
     /// Appends `entries` under the tape file's exclusive lock, in one write
@@ -159,6 +225,22 @@ impl FileTapeStore {
     }
 }
 
+/// Parses one tape line into `out`; a blank line is nothing, an
+/// unreadable one is skipped with a warning.
+fn parse_line(out: &mut Vec<TapeEntry>, line: &[u8], number: usize, path: &Path) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    match serde_json::from_slice::<TapeEntry>(line) {
+        Ok(entry) => out.push(entry),
+        Err(e) => tracing::warn!(
+            target: "bub::tape",
+            "skipping unreadable line {number} of {} (a torn write?): {e}",
+            path.display()
+        ),
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct IdOnly {
     id: u64,
@@ -196,6 +278,7 @@ impl TapeStore for FileTapeStore {
             let path = this.path(&tape)?;
             let lock = this.tape_lock(&path);
             let _writing = lock.lock().await;
+            bub_abi::sync::lock(&this.parsed).remove(&path);
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -232,5 +315,54 @@ impl TapeStore for FileTapeStore {
             }
             this.append_entries(path, entries).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::FileTapeStore;
+
+    fn line(id: u64, content: &str) -> String {
+        format!("{{\"id\":{id},\"kind\":\"message\",\"payload\":{{\"content\":\"{content}\"}},\"date\":\"d\"}}\n")
+    }
+
+    fn ids(store: &FileTapeStore) -> Vec<u64> {
+        store.read("t").unwrap().iter().map(|e| e.id).collect()
+    }
+
+    /// Issue 23: reads parse only what was appended since, and still see
+    /// every change another writer made: appends, a torn line completed
+    /// later, a file rewritten or replaced.
+    #[test]
+    fn incremental_reads_follow_appends_torn_lines_and_rewrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileTapeStore::new(dir.path());
+        let path = dir.path().join("t.jsonl");
+        assert!(store.read("t").unwrap().is_empty());
+        std::fs::write(&path, line(1, "a") + &line(2, "b")).unwrap();
+        assert_eq!(ids(&store), [1, 2]);
+        // Another process appends, the last line torn (no newline yet).
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(line(3, "c").as_bytes()).unwrap();
+        let four = line(4, "d");
+        f.write_all(&four.as_bytes()[..10]).unwrap();
+        assert_eq!(ids(&store), [1, 2, 3], "the torn line is skipped");
+        f.write_all(&four.as_bytes()[10..]).unwrap();
+        assert_eq!(ids(&store), [1, 2, 3, 4], "…and read once it is complete");
+        assert_eq!(ids(&store), [1, 2, 3, 4], "nothing read twice");
+        // Rewritten in place (same file, longer, other bytes before the
+        // parsed offset): read again in full.
+        std::fs::write(&path, line(7, "x") + &line(8, "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy") + &line(9, "z"))
+            .unwrap();
+        assert_eq!(ids(&store), [7, 8, 9]);
+        // Truncated, then replaced by another file.
+        std::fs::write(&path, line(1, "a")).unwrap();
+        assert_eq!(ids(&store), [1]);
+        std::fs::remove_file(&path).unwrap();
+        assert!(store.read("t").unwrap().is_empty());
+        std::fs::write(&path, line(5, "e")).unwrap();
+        assert_eq!(ids(&store), [5]);
     }
 }
