@@ -104,6 +104,13 @@ def cancelling() -> bool:  # replaced by the Rust side at import
     return False
 
 
+def run_call(fn: Any, args: tuple, kwargs: dict, sync_only: bool) -> tuple[str, Any]:  # replaced by the Rust side
+    """Runs one call as a loop callback (``event_loop.rs``): ("done",
+    result), ("running", task), ("cancelled", "cancelled") or ("error",
+    traceback)."""
+    raise NotImplementedError
+
+
 class Call:
     """One submitted call: cancellable from the Rust side."""
 
@@ -135,9 +142,8 @@ def submit(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Ca
 
 
 def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> None:
-    """A submitted call, on the loop thread as one of its callbacks (the
-    Rust side, ``event_loop.rs``, runs the same steps on a host thread
-    holding the loop's turn)."""
+    """A submitted call, on the loop thread as one of its callbacks: the
+    steps a host thread runs holding the loop's turn (``run_call``)."""
     if call.cancelled:
         done(False, "cancelled")
         return
@@ -151,29 +157,12 @@ def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only:
             assert _loop is not None
             _loop.call_soon(_start, call, fn, args, kwargs, done, sync_only)
             return
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure is the plugin's error
-        done(False, format_exception(exc))
-        return
-    if not inspect.isawaitable(result):
-        done(True, result)
-        return
-    if sync_only:
-        # Bub's call_*_sync skips it; the host sees no answer.
-        if inspect.iscoroutine(result):
-            result.close()
-        done(True, None)
-        return
-    if inspect.iscoroutine(result):
-        task = asyncio.Task(result, loop=_loop, eager_start=True)
+    kind, value = run_call(fn, args, kwargs, sync_only)
+    if kind == "running":
+        call.task = value
+        value.add_done_callback(lambda t: _finish(t, done))
     else:
-        task = asyncio.ensure_future(result, loop=_loop)
-    if task.done():
-        _finish(task, done)
-        return
-    call.task = task
-    task.add_done_callback(lambda t: _finish(t, done))
+        done(kind == "done", value)
 
 
 def watch(task: asyncio.Future, done: Any) -> Call:

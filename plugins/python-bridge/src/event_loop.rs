@@ -302,6 +302,34 @@ fn send_none<'py>(coroutine: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
     }
 }
 
+/// `bridge.run_call(fn, args, kwargs, sync_only)`: a call handed to the
+/// loop thread (`bridge._start`) runs the very steps a host thread runs
+/// holding the turn: ("done", result), ("running", task), ("cancelled",
+/// "cancelled") or ("error", its traceback).
+#[pyfunction]
+#[pyo3(signature = (callable, args, kwargs, sync_only))]
+pub fn run_call<'py>(
+    py: Python<'py>,
+    callable: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    sync_only: bool,
+) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+    let event_loop = crate::interp::running()
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("the python bridge has no interpreter"))?
+        .event_loop();
+    let turn = event_loop
+        .take_turn(py)
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("run_call is for the loop thread"))?;
+    let text = |t: &str| PyString::new(py, t).into_any();
+    Ok(match event_loop.run_here(py, &turn, callable, args, kwargs, sync_only) {
+        Ok(Outcome::Done(value)) => ("done", value),
+        Ok(Outcome::Running(task)) => ("running", task),
+        Ok(Outcome::Cancelled) => ("cancelled", text("cancelled")),
+        Err(traceback) => ("error", text(&traceback)),
+    })
+}
+
 /// Results that are certainly not awaitable, told apart without a call.
 fn is_plain(value: &Bound<'_, PyAny>) -> bool {
     value.is_none()

@@ -176,6 +176,7 @@ fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
     let module = PyModule::from_code(py, &code, c"bub_rs_bridge.py", c"bub_rs_bridge")?;
     py.import("sys")?.getattr("modules")?.set_item("bub_rs_bridge", &module)?;
     module.add_function(pyo3::wrap_pyfunction!(cancelling, &module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(event_loop::run_call, &module)?)?;
     Ok(Interp {
         venv: venv.to_owned(),
         attr_dict: module.getattr("AttrDict")?.unbind(),
