@@ -211,6 +211,18 @@ struct Entries {
     host: HashMap<String, crate::Value>,
 }
 
+impl Entries {
+    /// Writes `key`: its JSON, and the host value to hand out for it
+    /// (`None`: made from the JSON when first read).
+    fn write(&mut self, key: &str, json: Value, host: Option<crate::Value>) {
+        match host {
+            Some(v) => self.host.insert(key.to_owned(), v),
+            None => self.host.remove(key),
+        };
+        self.json.insert(key.to_owned(), json);
+    }
+}
+
 impl SharedMap {
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // A panic while holding the lock cannot leave the map half-written
@@ -222,8 +234,7 @@ impl SharedMap {
     pub fn extend(&self, map: Map<String, Value>) {
         let mut entries = self.lock();
         for (key, value) in map {
-            entries.host.remove(&key);
-            entries.json.insert(key, value);
+            entries.write(&key, value, None);
         }
     }
 
@@ -278,11 +289,8 @@ impl StateStore for MemoryState {
         }
         match value.deserialize::<Value>() {
             Ok(v) => {
-                let mut entries = self.lock();
-                entries.json.insert(key.as_str().to_owned(), v);
                 // Read back as the very value stored.
-                entries.host.insert(key.as_str().to_owned(), value);
-                drop(entries);
+                self.lock().write(key.as_str(), v, Some(value));
                 self.forget_object(key.as_str());
                 RResult::ROk(())
             }
@@ -310,11 +318,7 @@ impl StateStore for MemoryState {
     fn set_object(&self, key: RStr<'_>, object: crate::abi::ObjectHandle) -> RResult<(), RString> {
         let marker = serde_json::json!({"$object": object.kind().into_string(), "name": object.name().into_string()});
         // Map first, then the table: a reader sees the marker before the object.
-        {
-            let mut entries = self.lock();
-            entries.host.remove(key.as_str());
-            entries.json.insert(key.as_str().to_owned(), marker.clone());
-        }
+        self.lock().write(key.as_str(), marker.clone(), None);
         crate::sync::lock(&self.objects).insert(key.as_str().to_owned(), (marker, object));
         RResult::ROk(())
     }
