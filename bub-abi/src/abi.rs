@@ -543,6 +543,13 @@ pub trait StateStore: Send + Sync + Clone {
     fn set_object(&self, key: RStr<'_>, object: ObjectHandle) -> RResult<(), RString>;
     /// The live object stored under `key`, while `key` still holds it (ABI 2.2).
     fn get_object(&self, key: RStr<'_>) -> ROption<ObjectHandle>;
+    /// A number that changes whenever the state is written: `set`,
+    /// `remove`, `set_object`, or a merge by the host (ABI 2.4). Two equal
+    /// numbers read from the same store mean nothing was written in
+    /// between, so a plugin (a language bridge) can keep its own view of
+    /// the state for a whole turn instead of converting it on every call.
+    /// Call only on a host of 2.4 or later (the SDK checks).
+    fn revision(&self) -> u64;
 }
 
 /// FFI handle to a [`StateStore`], cheap to clone.

@@ -50,7 +50,7 @@ impl TurnState {
     /// its own turn state directly, without the JSON round trip plugins
     /// (other copies of this crate) need.
     pub fn shared(map: Map<String, Value>) -> (Self, SharedMap) {
-        let map = SharedMap(Arc::new(Mutex::new(Entries { json: map, host: HashMap::new() })));
+        let map = SharedMap(Arc::new(Mutex::new(Entries { json: map, host: HashMap::new(), revision: 0 })));
         let store = MemoryState { map: map.clone(), objects: Default::default(), owner: Default::default() };
         // Downcastable, so code of the binary that made the state finds its
         // owner (`attach`/`owner`); elsewhere the downcast fails, safely.
@@ -164,6 +164,21 @@ impl TurnState {
         self.handle.get_object(RStr::from_str(key)).into_option().map(crate::Object::from_handle)
     }
 
+    /// A number that changes whenever the state is written (by any plugin
+    /// or the host): equal numbers mean the state is as it was. `None` on a
+    /// host older than ABI 2.4, which does not count writes.
+    pub fn revision(&self) -> Option<u64> {
+        if self.memory().is_some() || matches!(crate::sdk::host::host_minor(), Some((2, minor)) if minor >= 4) {
+            return Some(self.handle.revision());
+        }
+        None
+    }
+
+    /// Whether two handles are the same state (clones of one handle are).
+    pub fn same_as(&self, other: &TurnState) -> bool {
+        std::ptr::eq(self.handle.obj.sabi_erased_ref().as_ptr(), other.handle.obj.sabi_erased_ref().as_ptr())
+    }
+
     /// Whether this state's store has the object methods: one this binary
     /// made does; one the host made does when the host is ABI 2.2 or later
     /// (an older host's vtable lacks them).
@@ -209,12 +224,15 @@ pub struct SharedMap(Arc<Mutex<Entries>>);
 struct Entries {
     json: Map<String, Value>,
     host: HashMap<String, crate::Value>,
+    /// Bumped by every write ([`StateStore::revision`]).
+    revision: u64,
 }
 
 impl Entries {
     /// Writes `key`: its JSON, and the host value to hand out for it
     /// (`None`: made from the JSON when first read).
     fn write(&mut self, key: &str, json: Value, host: Option<crate::Value>) {
+        self.revision = self.revision.wrapping_add(1);
         match host {
             Some(v) => self.host.insert(key.to_owned(), v),
             None => self.host.remove(key),
@@ -304,7 +322,11 @@ impl StateStore for MemoryState {
         self.forget_object(key.as_str());
         let mut entries = self.lock();
         entries.host.remove(key.as_str());
-        entries.json.remove(key.as_str()).is_some()
+        let removed = entries.json.remove(key.as_str()).is_some();
+        if removed {
+            entries.revision = entries.revision.wrapping_add(1);
+        }
+        removed
     }
 
     fn keys(&self) -> RVec<RString> {
@@ -336,6 +358,10 @@ impl StateStore for MemoryState {
             None => ROption::RNone,
         }
     }
+
+    fn revision(&self) -> u64 {
+        self.lock().revision
+    }
 }
 
 #[cfg(test)]
@@ -360,6 +386,28 @@ mod tests {
         assert!(state.remove("k"));
         assert_eq!(state.get::<i64>("k").unwrap(), None);
         assert!(shared.to_map().is_empty());
+    }
+
+    #[test]
+    fn the_revision_changes_with_every_write_and_only_then() {
+        let (state, shared) = TurnState::shared(serde_json::Map::new());
+        let r0 = state.revision().expect("a store of this binary counts writes");
+        assert_eq!(state.revision(), Some(r0), "reading changes nothing");
+        let _ = state.get_raw("k");
+        let _ = state.keys();
+        assert_eq!(state.revision(), Some(r0));
+        state.set("k", &1).unwrap();
+        let r1 = state.revision().unwrap();
+        assert_ne!(r1, r0);
+        shared.extend(serde_json::json!({"j": 2}).as_object().unwrap().clone());
+        let r2 = state.revision().unwrap();
+        assert_ne!(r2, r1, "the maker's merge is a write");
+        assert!(!state.remove("absent"));
+        assert_eq!(state.revision(), Some(r2), "removing nothing writes nothing");
+        assert!(state.remove("k"));
+        assert_ne!(state.revision(), Some(r2));
+        assert!(state.same_as(&state.clone()));
+        assert!(!state.same_as(&TurnState::new()));
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod convert;
 mod event_loop;
 mod interp;
 mod objects;
+mod state;
 
 use std::{
     collections::HashMap,
@@ -27,7 +28,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use bub_abi::abi_stable::std_types::{ROption, RResult, RStr};
+use bub_abi::abi_stable::std_types::ROption;
 use bub_abi::{
     abi::{DispatchMode, HookCall, HookReturn},
     args::*,
@@ -39,6 +40,7 @@ use bub_abi::{
 use pyo3::{prelude::*, types::PyDict};
 
 use interp::Interp;
+use state::StateDict;
 
 /// How the bridge reads a hook's argument.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -127,8 +129,8 @@ impl PythonBridge {
                 },
                 ArgKind::State => match state {
                     Some(s) => {
-                        let d = StateDict::build(py, interp, s)?;
-                        let dict = d.dict.bind(py).clone().into_any();
+                        let d = StateDict::for_state(py, interp, s)?;
+                        let dict = d.dict(py);
                         state_dict = Some(d);
                         dict
                     }
@@ -189,7 +191,7 @@ impl PythonBridge {
                 })?;
             let state_for_finish = state.clone();
             let finish = move |py: Python<'_>, value: &Bound<'_, PyAny>| -> Result<Answer, HookError> {
-                if let (Some(d), Some(s)) = (&state_dict, &state_for_finish) {
+                if let (Some(d), Some(s)) = (state_dict, &state_for_finish) {
                     d.write_back(py, interp, s);
                 }
                 if let Some(app) = &typer {
@@ -340,60 +342,6 @@ fn error_to_py<'py>(py: Python<'py>, interp: &'static Interp, info: &Bound<'py, 
         }
     };
     interp.module(py).call_method1("error_object", (get("kind")?, get("message")?, get("details")?))
-}
-
-/// The state handed to a Python hook: a plain dict (Bub's `TurnState`),
-/// with the live objects the state holds, and what was put in, so that
-/// what the hook changed is written back to the host's state.
-struct StateDict {
-    dict: Py<PyDict>,
-    originals: Vec<(String, Py<PyAny>)>,
-}
-
-impl StateDict {
-    fn build(py: Python<'_>, interp: &'static Interp, state: &TurnState) -> PyResult<StateDict> {
-        let dict = PyDict::new(py);
-        let mut originals = Vec::new();
-        for key in state.keys() {
-            let Some(raw) = state.get_raw(&key) else { continue };
-            // A live object shows as its `{"$object": …}` marker: only then
-            // is the object itself asked for.
-            let object = if raw.as_ref().get("$object").is_some() { state.get_object(&key) } else { None };
-            let value = match object {
-                Some(object) => objects::object_to_py(py, interp, &object)?,
-                None => convert::to_py(py, interp, raw.as_ref())?,
-            };
-            dict.set_item(convert::key(py, &key), &value)?;
-            originals.push((key, value.unbind()));
-        }
-        Ok(StateDict { dict: dict.unbind(), originals })
-    }
-
-    /// Writes back the keys the hook set, replaced or removed (changes
-    /// inside a value it kept are not seen: documented).
-    fn write_back(&self, py: Python<'_>, interp: &'static Interp, state: &TurnState) {
-        let dict = self.dict.bind(py);
-        for (k, v) in dict.iter() {
-            let Ok(key) = k.extract::<String>() else { continue };
-            let unchanged = self.originals.iter().any(|(ok, ov)| *ok == key && ov.bind(py).is(&v));
-            if unchanged {
-                continue;
-            }
-            match convert::from_py(&v, interp) {
-                Ok(value) => {
-                    if let RResult::RErr(e) = state.handle().set(RStr::from_str(&key), value) {
-                        tracing::warn!("python bridge: state[{key:?}] could not be stored: {e}");
-                    }
-                }
-                Err(e) => tracing::warn!("python bridge: state[{key:?}] could not be stored: {e}"),
-            }
-        }
-        for (key, _) in &self.originals {
-            if !dict.contains(key).unwrap_or(true) {
-                state.remove(key);
-            }
-        }
-    }
 }
 
 macro_rules! gen_bridge_plugin {

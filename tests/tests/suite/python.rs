@@ -66,8 +66,10 @@ fn python_plugins_register_as_plugins_of_their_own_with_their_markers() {
 /// thread (an async hook that never waits — the probe's `run_model` — runs
 /// in one step without a task of its own, yet `current_task()` answers, as
 /// inside Bub's caller task); a live object from `load_state` reaches later hooks as itself;
-/// a key a hook sets in the state is seen by the next hook (behaviours 5,
-/// 9: load_state merge, state shared by the turn's hooks).
+/// a key a hook sets in the state is seen by the next hook, and so is a
+/// value a hook changed in place, as the turn's Python hooks share one
+/// state dict while nothing else writes the state (behaviours 5, 9:
+/// load_state merge, state shared by the turn's hooks).
 #[test]
 fn a_turn_runs_through_python_hooks_with_live_state() {
     let Some(venv) = python::venv_or_skip("a_turn_runs_through_python_hooks_with_live_state") else { return };
@@ -83,6 +85,8 @@ fn a_turn_runs_through_python_hooks_with_live_state() {
     assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself");
     assert!(pos("build_prompt") < pos("run_model seen=True n=1"), "a key set by build_prompt is seen");
     assert!(pos("run_model") < pos("save_state probe:local"));
+    let save = &trace[pos("save_state probe:local")];
+    assert!(save.ends_with("notes=['build_prompt', 'run_model']"), "run_model's in-place append is seen: {save}");
     assert!(pos("save_state") < pos("dispatch_outbound"));
 }
 

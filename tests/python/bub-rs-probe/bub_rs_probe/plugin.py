@@ -39,6 +39,10 @@ async def _run_model(self, prompt, session_id, state):
     counter = state.get("probe_counter")
     n = counter.bump() if isinstance(counter, Counter) else -1
     trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
+    notes = state.get("probe_notes")
+    if isinstance(notes, list):
+        # In place, as plugins do: Bub's hooks of a turn share one dict.
+        notes.append("run_model")
     if "boom" in str(prompt):
         raise ValueError("probe exploded on purpose")
     running = asyncio.get_running_loop() is not None
@@ -83,6 +87,7 @@ class Probe:
         if not str(content).startswith("py:"):
             return None
         state["probe_prompt_seen"] = True
+        state["probe_notes"] = ["build_prompt"]
         return f"[probe] {content[3:]}"
 
     @hookimpl(trylast=True)
@@ -96,7 +101,7 @@ class Probe:
 
     @hookimpl
     def save_state(self, session_id, state, message, model_output):
-        trace(f"save_state {session_id} output={model_output!r}")
+        trace(f"save_state {session_id} output={model_output!r} notes={state.get('probe_notes')}")
 
     @hookimpl
     def on_error(self, stage, error, message):
