@@ -408,8 +408,13 @@ pub const MAX_SETTINGS_FILE: u64 = 4 << 20;
 /// like `/dev/zero` never end) of at most [`MAX_SETTINGS_FILE`] bytes, owned
 /// by the user (or root) and not writable by group or others (another
 /// user's `config.json` could point a model's `base_url` at her server),
-/// with an error that says which rule it broke.
+/// with an error that says which rule it broke. A file unchanged since it
+/// was last read is not read again ([`crate::file_cache`]).
 pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
+    crate::file_cache::read_kept(path, read_settings_file_now)
+}
+
+fn read_settings_file_now(path: &Path) -> std::io::Result<String> {
     let bytes = bub_abi::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
         // The caller names the file; the rule alone reads better after it.
         bub_abi::files::TrustError::Refused(why) => std::io::Error::new(

@@ -51,6 +51,7 @@
 pub mod crash;
 pub mod discovery;
 pub mod error;
+mod file_cache;
 pub mod host;
 mod host_services;
 pub mod install;

@@ -12,10 +12,7 @@
 //! live object (a scheduler, a client) the host carries in the state and
 //! hands back to Python unchanged.
 
-use std::{
-    collections::HashMap,
-    sync::{Mutex, OnceLock},
-};
+use std::sync::{Mutex, OnceLock};
 
 use bub_abi::{value::ValueKind, Value, ValueRef};
 use pyo3::{
@@ -23,7 +20,7 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple},
 };
 
-use crate::{interp::Interp, objects};
+use crate::{event_loop::FastMap, interp::Interp, objects};
 
 /// How deep a value may nest before it is refused (a cycle in Python data).
 const MAX_DEPTH: usize = 128;
@@ -33,7 +30,7 @@ const MAX_DEPTH: usize = 128;
 /// costs neither a UTF-8 decode nor an allocation, and makes Python's dict
 /// lookups pointer comparisons. Bounded: keys past the bound, or long
 /// ones, are made per call.
-struct KeyCache(Mutex<HashMap<Box<str>, Py<PyString>>>);
+struct KeyCache(Mutex<FastMap<Box<str>, Py<PyString>>>);
 
 const KEY_CACHE_ENTRIES: usize = 4096;
 const KEY_CACHE_LEN: usize = 64;
@@ -45,7 +42,7 @@ pub fn key<'py>(py: Python<'py>, key: &str) -> Bound<'py, PyString> {
     if key.len() > KEY_CACHE_LEN {
         return PyString::new(py, key);
     }
-    let cache = KEYS.get_or_init(|| KeyCache(Mutex::new(HashMap::new())));
+    let cache = KEYS.get_or_init(|| KeyCache(Mutex::new(FastMap::default())));
     let mut map = bub_abi::sync::lock(&cache.0);
     if let Some(s) = map.get(key) {
         return s.bind(py).clone();

@@ -21,6 +21,19 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType},
 };
 
+/// A map keyed by pointers or short strings, hashed without SipHash's
+/// per-lookup cost (nothing here is keyed by outside input).
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+// `PyGen_GetCode` (CPython 3.12+; pyo3-ffi does not declare it): a
+// generator's or a coroutine's code object, as a new reference. The two
+// share their layout, and CPython's own `cr_code` getter reads the code
+// through the same internal function. Unlike `getattr(coro, "cr_code")`
+// it raises no audit event and looks nothing up.
+extern "C" {
+    fn PyGen_GetCode(gen: *mut ffi::PyObject) -> *mut ffi::PyObject;
+}
+
 /// The loop and what a call made beside it needs, looked up once.
 pub struct EventLoop {
     loop_: Py<PyAny>,
@@ -48,7 +61,7 @@ pub struct EventLoop {
     never_suspends: Py<PyAny>,
     /// `never_suspends` per code object (kept alive here, so its address
     /// stays its own); bounded.
-    inline: Mutex<HashMap<usize, (Py<PyAny>, bool)>>,
+    inline: Mutex<FastMap<usize, (Py<PyAny>, bool)>>,
 }
 
 /// How many coroutine functions' "never waits" answers are remembered.
@@ -125,7 +138,7 @@ impl EventLoop {
             enter_task: py.import("asyncio.tasks")?.getattr("_enter_task")?.unbind(),
             leave_task: py.import("asyncio.tasks")?.getattr("_leave_task")?.unbind(),
             never_suspends: module.getattr("never_suspends")?.unbind(),
-            inline: Mutex::new(HashMap::new()),
+            inline: Mutex::new(FastMap::default()),
             loop_: loop_.unbind(),
         })
     }
@@ -228,7 +241,11 @@ impl EventLoop {
 impl EventLoop {
     /// Whether `coroutine` can never suspend (its code has no await).
     fn never_waits(&self, py: Python<'_>, coroutine: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let code = coroutine.getattr("cr_code")?;
+        // SAFETY: we hold the GIL; `coroutine` is a live object whose type
+        // was checked to be exactly `types.CoroutineType`, whose layout is
+        // a generator's, as PyGen_GetCode expects; it returns a new
+        // (owned) reference, never NULL for a live coroutine.
+        let code = unsafe { Bound::from_owned_ptr(py, PyGen_GetCode(coroutine.as_ptr())) };
         let id = code.as_ptr() as usize;
         if let Some((_, answer)) = bub_abi::sync::lock(&self.inline).get(&id) {
             return Ok(*answer);
