@@ -200,20 +200,23 @@ fn call_many(c: &mut Criterion) {
     }
 }
 
-/// The chain case of hook_bench.py, plus `large_args`: the same chain with
-/// a 100 KB string in the arguments that no plugin reads (no Python twin;
-/// it shows what an unread payload costs per implementation).
+/// The chain case of hook_bench.py, plus `large_args` and `large_list`: the
+/// same chain with a 100 KB string, or a list of 10,000 numbers, in the
+/// arguments that no plugin reads (no Python twin; they show what an unread
+/// payload costs per implementation).
 fn before_tool_call(c: &mut Criterion) {
     let large = "x".repeat(100 * 1024);
     for n in [1, 10, 100] {
         let small = json!({"path": "README.md", "limit": 100, "hops": 0});
         let big = json!({"path": "README.md", "limit": 100, "hops": 0, "content": large});
+        let list = json!({"path": "README.md", "limit": 100, "hops": 0, "lines": (0..10_000).collect::<Vec<u32>>()});
         let state = TurnState::new();
         state.set("session_id", "bench:42").unwrap();
         for (case, is_async, arguments) in [
             ("before_tool_call/proceed_args/async_impl", true, &small),
             ("before_tool_call/proceed_args/sync_impl", false, &small),
             ("before_tool_call/proceed_args/large_args", false, &big),
+            ("before_tool_call/proceed_args/large_list", false, &list),
         ] {
             // The agent holds tool arguments as a host value (parsed once
             // from the model's answer); building it is not part of a dispatch.

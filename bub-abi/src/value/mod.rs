@@ -152,6 +152,44 @@ impl<'a> ValueRef<'a> {
         }
     }
 
+    /// Roughly the JSON size of this value (string bytes plus quotes, 8
+    /// per scalar, separators), counted up to just past `cap`: what the
+    /// host's cap on a hook's answer measures. For a value of the host's
+    /// own table, large lists and maps remember their size, so a subtree
+    /// shared by many answers is walked once.
+    #[doc(hidden)]
+    pub fn approx_json_bytes(self, cap: usize) -> usize {
+        if same_table(self.vt, tree::own_vtable()) {
+            // SAFETY: a node of this copy's own table is a `tree::Node`,
+            // alive for 'a.
+            return tree::approx_bytes(unsafe { &*(self.node as *const tree::Node) }, cap);
+        }
+        match self.kind() {
+            ValueKind::Str => self.as_str().map_or(2, |s| s.len() + 2),
+            ValueKind::Array => {
+                let mut total = 2;
+                for item in self.items() {
+                    total += item.approx_json_bytes(cap) + 1;
+                    if total > cap {
+                        break;
+                    }
+                }
+                total
+            }
+            ValueKind::Object => {
+                let mut total = 2;
+                for (key, item) in self.entries() {
+                    total += key.len() + 4 + item.approx_json_bytes(cap);
+                    if total > cap {
+                        break;
+                    }
+                }
+                total
+            }
+            _ => 8,
+        }
+    }
+
     /// Whether this is `null`.
     pub fn is_null(self) -> bool {
         self.kind() == ValueKind::Null

@@ -16,7 +16,9 @@
 //!   `BUB_MAX_RESULT_BYTES` (64 MiB, counted as its JSON text would be,
 //!   roughly) fails as that plugin's error instead of flowing on into
 //!   tapes and outputs. The count stops at the cap, so it costs a walk of
-//!   small answers only.
+//!   small answers only, and large lists and maps remember their size
+//!   (`ValueRef::approx_json_bytes`): an argument every plugin of a chain
+//!   hands back unread is counted once, not once per plugin.
 
 use std::{
     future::Future,
@@ -199,7 +201,7 @@ fn start_watchdog() {
 /// The error for a value answer over `cap` bytes (`BUB_MAX_RESULT_BYTES`;
 /// 0 = no cap), if it is.
 pub(crate) fn oversized(value: bub_abi::ValueRef<'_>, cap: usize) -> Option<bub_abi::HookError> {
-    if cap == 0 || approx_bytes(value, cap) <= cap {
+    if cap == 0 || value.approx_json_bytes(cap) <= cap {
         return None;
     }
     Some(bub_abi::HookError::new(
@@ -209,33 +211,4 @@ pub(crate) fn oversized(value: bub_abi::ValueRef<'_>, cap: usize) -> Option<bub_
             cap
         ),
     ))
-}
-
-/// Roughly the JSON size of `value`, counting up to just past `cap`.
-fn approx_bytes(value: bub_abi::ValueRef<'_>, cap: usize) -> usize {
-    use bub_abi::ValueKind;
-    match value.kind() {
-        ValueKind::Str => value.as_str().map_or(2, |s| s.len() + 2),
-        ValueKind::Array => {
-            let mut total = 2;
-            for item in value.items() {
-                total += approx_bytes(item, cap) + 1;
-                if total > cap {
-                    break;
-                }
-            }
-            total
-        }
-        ValueKind::Object => {
-            let mut total = 2;
-            for (key, item) in value.entries() {
-                total += key.len() + 4 + approx_bytes(item, cap);
-                if total > cap {
-                    break;
-                }
-            }
-            total
-        }
-        _ => 8,
-    }
 }

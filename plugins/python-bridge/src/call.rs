@@ -241,11 +241,76 @@ where
         Ok(a) => a,
         Err(e) => return failed(HookError::plugin(crate::interp::traceback(py, &e))),
     };
+    dispatch_with(py, interp, callable, Invocation::Plain { args, kwargs }, sync_only, convert)
+}
+
+/// How a callable is called: a tuple and a dict, or values by name (a
+/// hook's arguments: one vectorcall with the names as a kept tuple, no
+/// dict made and unpacked per call).
+pub enum Invocation<'py> {
+    /// `callable(*args, **kwargs)`.
+    Plain { args: Bound<'py, PyTuple>, kwargs: Option<Bound<'py, PyDict>> },
+    /// `callable(name0=values[0], …)`; `names` holds one string per value.
+    Named { values: Vec<Bound<'py, PyAny>>, names: Bound<'py, PyTuple> },
+}
+
+impl<'py> Invocation<'py> {
+    /// Calls `callable` with these arguments.
+    pub fn call(&self, callable: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Invocation::Plain { args, kwargs } => callable.call(args, kwargs.as_ref()),
+            Invocation::Named { values, names } => {
+                let py = callable.py();
+                if names.len() != values.len() {
+                    return Err(pyo3::exceptions::PyValueError::new_err("one name per argument"));
+                }
+                let ptrs: Vec<*mut pyo3::ffi::PyObject> = values.iter().map(|v| v.as_ptr()).collect();
+                // SAFETY: we hold the GIL (`py`); `ptrs` are borrowed
+                // references to live objects (`values` outlives the call);
+                // `names` is a tuple of strings with one entry per value,
+                // so all are passed by keyword (nargsf = 0); the result is
+                // a new reference, or NULL with the Python error set.
+                unsafe {
+                    let result = pyo3::ffi::PyObject_Vectorcall(callable.as_ptr(), ptrs.as_ptr(), 0, names.as_ptr());
+                    Bound::from_owned_ptr_or_err(py, result)
+                }
+            }
+        }
+    }
+
+    /// As a tuple and a dict (for a call handed to the loop thread).
+    fn into_plain(self, py: Python<'py>) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        match self {
+            Invocation::Plain { args, kwargs } => Ok((args, kwargs.unwrap_or_else(|| PyDict::new(py)))),
+            Invocation::Named { values, names } => {
+                let kwargs = PyDict::new(py);
+                for (name, value) in names.iter().zip(values) {
+                    kwargs.set_item(name, value)?;
+                }
+                Ok((PyTuple::empty(py), kwargs))
+            }
+        }
+    }
+}
+
+/// [`dispatch`] with the arguments as an [`Invocation`].
+pub fn dispatch_with<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    callable: &Bound<'py, PyAny>,
+    invocation: Invocation<'py>,
+    sync_only: bool,
+    convert: F,
+) -> Pending<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
     let loop_ = interp.event_loop();
     let Some(turn) = loop_.take_turn(py) else {
-        return submit(py, interp, callable, args, kwargs, sync_only, convert);
+        return submit(py, interp, callable, invocation, sync_only, convert);
     };
-    let outcome = loop_.run_here(py, &turn, callable, &args, kwargs.as_ref(), sync_only);
+    let outcome = loop_.run_here(py, &turn, callable, &invocation, sync_only);
     let pending = match outcome {
         Ok(Outcome::Done(value)) => Pending::ready(convert(py, &value)),
         Ok(Outcome::Running(task)) => match watch(py, interp, &task, convert) {
@@ -305,8 +370,7 @@ fn submit<'py, T, F>(
     py: Python<'py>,
     interp: &'static Interp,
     callable: &Bound<'py, PyAny>,
-    args: Bound<'py, PyTuple>,
-    kwargs: Option<Bound<'py, PyDict>>,
+    invocation: Invocation<'py>,
     sync_only: bool,
     convert: F,
 ) -> Pending<T>
@@ -316,7 +380,7 @@ where
 {
     let submitted = (|| -> PyResult<Pending<T>> {
         let (slot, done) = completion(py, convert)?;
-        let kwargs = kwargs.unwrap_or_else(|| PyDict::new(py));
+        let (args, kwargs) = invocation.into_plain(py)?;
         let call = interp.module(py).call_method1("submit", (callable, args, kwargs, done, sync_only))?;
         Ok(Pending { state: State::Running { slot, call: Some(call.unbind()) } })
     })();

@@ -141,11 +141,12 @@ fn from_py_at(obj: &Bound<'_, PyAny>, interp: &'static Interp, depth: usize) -> 
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut out = Value::object();
         for (k, v) in d.iter() {
-            let key = match k.cast::<PyString>() {
-                Ok(s) => s.to_str()?.to_owned(),
-                Err(_) => k.str()?.to_str()?.to_owned(),
+            let item = from_py_at(&v, interp, depth + 1)?;
+            match k.cast::<PyString>() {
+                // Borrowed: the host copies the key into its node.
+                Ok(s) => out.insert(s.to_str()?, item),
+                Err(_) => out.insert(k.str()?.to_str()?, item),
             };
-            out.insert(&key, from_py_at(&v, interp, depth + 1)?);
         }
         return Ok(out);
     }

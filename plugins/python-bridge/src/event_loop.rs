@@ -21,6 +21,8 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType},
 };
 
+use crate::call::Invocation;
+
 /// A map keyed by pointers or short strings, hashed without SipHash's
 /// per-lookup cost (nothing here is keyed by outside input).
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -167,12 +169,11 @@ impl EventLoop {
         py: Python<'py>,
         turn: &Turn<'_, 'py>,
         callable: &Bound<'py, PyAny>,
-        args: &Bound<'py, PyTuple>,
-        kwargs: Option<&Bound<'py, PyDict>>,
+        invocation: &Invocation<'py>,
         sync_only: bool,
     ) -> Result<Outcome<'py>, String> {
         if !turn.owned {
-            return self.call(py, callable, args, kwargs, sync_only).map_err(|e| crate::interp::traceback(py, &e));
+            return self.call(py, callable, invocation, sync_only, false).map_err(|e| crate::interp::traceback(py, &e));
         }
         let queued = |py| (self.ready.bind(py).len().unwrap_or(0), self.scheduled.bind(py).len().unwrap_or(0));
         let swap = (|| -> PyResult<_> {
@@ -182,7 +183,10 @@ impl EventLoop {
         })();
         let previous = swap.map_err(|e| crate::interp::traceback(py, &e))?;
         let before = queued(py);
-        let outcome = self.call(py, callable, args, kwargs, sync_only).map_err(|e| crate::interp::traceback(py, &e));
+        // Holding the turn from a host thread: the loop sits in its
+        // selector, so no task of it is current.
+        let outcome =
+            self.call(py, callable, invocation, sync_only, true).map_err(|e| crate::interp::traceback(py, &e));
         if let Err(e) = self.set_running.bind(py).call1((previous,)) {
             tracing::error!("python bridge: cannot restore the running loop: {e}");
         }
@@ -199,11 +203,11 @@ impl EventLoop {
         &self,
         py: Python<'py>,
         callable: &Bound<'py, PyAny>,
-        args: &Bound<'py, PyTuple>,
-        kwargs: Option<&Bound<'py, PyDict>>,
+        invocation: &Invocation<'py>,
         sync_only: bool,
+        no_task: bool,
     ) -> PyResult<Outcome<'py>> {
-        let result = callable.call(args, kwargs)?;
+        let result = invocation.call(callable)?;
         let coroutine = result.get_type().is(self.coroutine.bind(py));
         if !coroutine && (is_plain(&result) || !self.isawaitable.bind(py).call1((&result,))?.is_truthy()?) {
             return Ok(Outcome::Done(result));
@@ -216,7 +220,7 @@ impl EventLoop {
             return Ok(Outcome::Done(py.None().into_bound(py)));
         }
         if coroutine && self.never_waits(py, &result)? {
-            return self.run_inline(py, &result);
+            return self.run_inline(py, &result, no_task);
         }
         let task = if coroutine {
             // Its first step runs now, as the task it is (current_task()
@@ -262,10 +266,12 @@ impl EventLoop {
     /// inline would: inside the current task, or the bridge's host task
     /// when none runs (a call from a host thread). A task of its own would
     /// cost more than the whole call.
-    fn run_inline<'py>(&self, py: Python<'py>, coroutine: &Bound<'py, PyAny>) -> PyResult<Outcome<'py>> {
+    /// `no_task`: the caller knows no task is current (it holds the turn
+    /// from a host thread), so the check is skipped.
+    fn run_inline<'py>(&self, py: Python<'py>, coroutine: &Bound<'py, PyAny>, no_task: bool) -> PyResult<Outcome<'py>> {
         let loop_ = self.loop_.bind(py);
         let host = self.host_task.bind(py);
-        let enter = self.current_task.bind(py).call1((loop_,))?.is_none();
+        let enter = no_task || self.current_task.bind(py).call1((loop_,))?.is_none();
         if enter {
             self.enter_task.bind(py).call1((loop_, host))?;
         }
@@ -339,7 +345,8 @@ pub fn run_call<'py>(
         .take_turn(py)
         .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("run_call is for the loop thread"))?;
     let text = |t: &str| PyString::new(py, t).into_any();
-    Ok(match event_loop.run_here(py, &turn, callable, args, kwargs, sync_only) {
+    let invocation = Invocation::Plain { args: args.clone(), kwargs: kwargs.cloned() };
+    Ok(match event_loop.run_here(py, &turn, callable, &invocation, sync_only) {
         Ok(Outcome::Done(value)) => ("done", value),
         Ok(Outcome::Running(task)) => ("running", task),
         Ok(Outcome::Cancelled) => ("cancelled", text("cancelled")),

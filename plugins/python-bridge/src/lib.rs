@@ -37,7 +37,10 @@ use bub_abi::{
     sdk::set::{Member, PluginSet},
     BoxError, Hook, HookDecl, HookError, HookMarker, Object, Plugin, PluginContext, TurnState, Value,
 };
-use pyo3::{prelude::*, types::PyDict};
+use pyo3::{
+    prelude::*,
+    types::{PyDict, PyTuple},
+};
 
 use interp::Interp;
 use state::StateDict;
@@ -74,6 +77,8 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 struct PyHook {
     func: Py<PyAny>,
     argnames: Vec<String>,
+    /// `argnames` as a tuple of interned strings: the call's keyword names.
+    names: Py<PyTuple>,
 }
 
 /// One Python plugin (an entry point of group `bub`).
@@ -105,9 +110,9 @@ impl PythonBridge {
         interp::running().ok_or_else(|| HookError::plugin("the python bridge has no interpreter"))
     }
 
-    /// The keyword arguments of one call (only those the function
-    /// declares, as pluggy passes them), the state dict to write back, and
-    /// the Typer app of `register_cli_commands`.
+    /// The arguments of one call, in the order of the hook's `names` (only
+    /// those the function declares, as pluggy passes them), the state dict
+    /// to write back, and the Typer app of `register_cli_commands`.
     fn arguments<'py>(
         &self,
         py: Python<'py>,
@@ -117,11 +122,16 @@ impl PythonBridge {
         call: &HookCall<'_>,
         state: Option<&TurnState>,
     ) -> PyResult<Arguments<'py>> {
-        let kwargs = PyDict::new(py);
+        let mut values = Vec::with_capacity(hook.argnames.len());
         let mut state_dict = None;
         let mut typer = None;
         for name in &hook.argnames {
-            let Some(&(_, kind, idx)) = hook_args(id).iter().find(|(n, _, _)| n == name) else { continue };
+            let Some(&(_, kind, idx)) = hook_args(id).iter().find(|(n, _, _)| n == name) else {
+                // Never: a plugin declaring an argument the hook lacks is
+                // refused when it loads. Keeps values and names in step.
+                values.push(py.None().into_bound(py));
+                continue;
+            };
             let value = match kind {
                 ArgKind::Value => match call.args.get(idx) {
                     Some(v) => convert::to_py(py, interp, *v)?,
@@ -142,7 +152,10 @@ impl PythonBridge {
                 },
             };
             let value = if is_interception(id) && kind == ArgKind::Value {
-                interp.module(py).call_method1("interception_arg", (id.name(), name, value))?
+                interp.module(py).call_method1(
+                    convert::key(py, "interception_arg"),
+                    (convert::key(py, id.name()), convert::key(py, name), value),
+                )?
             } else if id == HookId::OnError && name == "error" {
                 error_to_py(py, interp, &value)?
             } else if id == HookId::RegisterCliCommands && name == "app" {
@@ -154,9 +167,9 @@ impl PythonBridge {
             } else {
                 value
             };
-            kwargs.set_item(convert::key(py, name), value)?;
+            values.push(value);
         }
-        Ok((kwargs, state_dict, typer))
+        Ok((values, state_dict, typer))
     }
 
     /// Forwards one hook call to the member's Python implementation.
@@ -185,7 +198,7 @@ impl PythonBridge {
         // thread state between calls: `interp::keep_thread_state`).
         interp::keep_thread_state();
         let pending = Python::attach(|py| -> Result<call::Pending<Answer>, HookError> {
-            let (kwargs, state_dict, typer) =
+            let (values, state_dict, typer) =
                 self.arguments(py, interp, id, hook, call, state.as_ref()).map_err(|e| {
                     HookError::plugin(format!("{owner}.{}: arguments: {}", id.name(), interp::traceback(py, &e)))
                 })?;
@@ -199,7 +212,8 @@ impl PythonBridge {
                 }
                 answer(py, interp, id, value)
             };
-            Ok(call::dispatch(py, interp, hook.func.bind(py), (), Some(kwargs), sync, finish))
+            let invocation = call::Invocation::Named { values, names: hook.names.bind(py).clone() };
+            Ok(call::dispatch_with(py, interp, hook.func.bind(py), invocation, sync, finish))
         });
         let mut pending = match pending {
             Ok(p) => p,
@@ -216,9 +230,9 @@ impl PythonBridge {
     }
 }
 
-/// A call's keyword arguments, the state dict to write back, the Typer app
-/// of `register_cli_commands`.
-type Arguments<'py> = (Bound<'py, PyDict>, Option<StateDict>, Option<Py<PyAny>>);
+/// A call's arguments (by the hook's `names`), the state dict to write
+/// back, the Typer app of `register_cli_commands`.
+type Arguments<'py> = (Vec<Bound<'py, PyAny>>, Option<StateDict>, Option<Py<PyAny>>);
 
 /// A hook's converted result.
 enum Answer {
@@ -269,7 +283,10 @@ fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_,
         }
         HookId::RegisterCliCommands => Ok(Answer::None),
         HookId::BeforeLlmCall | HookId::BeforeToolCall => {
-            let host_form = interp.module(py).call_method1("interception_result", (id.name(), value)).map_err(err)?;
+            let host_form = interp
+                .module(py)
+                .call_method1(convert::key(py, "interception_result"), (convert::key(py, id.name()), value))
+                .map_err(err)?;
             if host_form.is_none() {
                 return Ok(Answer::None);
             }
@@ -469,7 +486,8 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             if id == HookId::ProvideTools {
                 continue;
             }
-            hooks.insert(id, PyHook { func: func.unbind(), argnames });
+            let names = PyTuple::new(py, argnames.iter().map(|n| convert::key(py, n)))?.unbind();
+            hooks.insert(id, PyHook { func: func.unbind(), argnames, names });
             markers.push((id, marker));
         }
         if let Some(problem) = problem {
