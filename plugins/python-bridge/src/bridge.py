@@ -628,6 +628,15 @@ def _error(info: Any) -> Any:
     return error_object(info.get("kind", "unknown"), info.get("message", ""), info.get("details"))
 
 
+def tool_call_types() -> Any:
+    """(a maker of ``ToolCall``, ``ToolCallDecision``) for the Rust side's
+    tool-call path (``src/interception.rs``); None without Bub."""
+    ev = _events()
+    if ev is None:
+        return None
+    return (_builder(ev.ToolCall), ev.ToolCallDecision)
+
+
 def interception_arg(hook: str, name: str, value: Any) -> Any:
     """The host's request / call / result as Bub's own dataclasses
     (``bub.core.events``), so ``dataclasses.replace`` and ``isinstance``

@@ -18,6 +18,7 @@
 mod call;
 mod convert;
 mod event_loop;
+mod interception;
 mod interp;
 mod objects;
 mod state;
@@ -132,6 +133,15 @@ impl PythonBridge {
                 values.push(py.None().into_bound(py));
                 continue;
             };
+            if name == "call" && is_interception(id) {
+                // The hot case, Bub's `ToolCall` built without a helper frame.
+                if let Some(v) = call.args.get(idx) {
+                    if let Some(tool_call) = interception::tool_call(py, interp, *v)? {
+                        values.push(tool_call);
+                        continue;
+                    }
+                }
+            }
             let value = match kind {
                 ArgKind::Value => match call.args.get(idx) {
                     Some(v) => convert::to_py(py, interp, *v)?,
@@ -272,6 +282,12 @@ fn answer(py: Python<'_>, interp: &'static Interp, id: HookId, value: &Bound<'_,
         return Ok(Answer::None);
     }
     let err = |e: PyErr| objects::py_error(py, &e);
+    if id == HookId::BeforeToolCall {
+        // The hot case, Bub's `ToolCallDecision` read without a helper frame.
+        if let Some(decision) = interception::tool_decision(py, interp, value).map_err(err)? {
+            return Ok(Answer::Value(decision));
+        }
+    }
     match id {
         HookId::ProvideChannels => {
             let mut out = Vec::new();
