@@ -50,7 +50,11 @@ impl TurnState {
     /// its own turn state directly, without the JSON round trip plugins
     /// (other copies of this crate) need.
     pub fn shared(map: Map<String, Value>) -> (Self, SharedMap) {
-        let map = SharedMap(Arc::new(Mutex::new(Entries { json: map, host: HashMap::new(), revision: 0 })));
+        let map = SharedMap(Arc::new(Mutex::new(Entries {
+            json: map,
+            host: HostValues::with_capacity_and_hasher(8, Default::default()),
+            revision: 0,
+        })));
         let store = MemoryState { map: map.clone(), objects: Default::default(), owner: Default::default() };
         // Downcastable, so code of the binary that made the state finds its
         // owner (`attach`/`owner`); elsewhere the downcast fails, safely.
@@ -223,10 +227,15 @@ pub struct SharedMap(Arc<Mutex<Entries>>);
 /// written, as Bub's hooks share one dict of the same objects for a turn.
 struct Entries {
     json: Map<String, Value>,
-    host: HashMap<String, crate::Value>,
+    host: HostValues,
     /// Bumped by every write ([`StateStore::revision`]).
     revision: u64,
 }
+
+/// The host values handed out, by key: a handful per turn, so hashed with
+/// foldhash (randomly seeded per map) rather than SipHash, and sized for a
+/// turn's usual keys up front.
+type HostValues = HashMap<String, crate::Value, foldhash::fast::RandomState>;
 
 impl Entries {
     /// Writes `key`: its JSON, and the host value to hand out for it
