@@ -30,13 +30,20 @@ struct Events {
 static EVENTS: OnceLock<Option<Events>> = OnceLock::new();
 
 fn events(py: Python<'_>, interp: &'static Interp) -> Option<&'static Events> {
-    EVENTS
-        .get_or_init(|| {
-            let found = interp.module(py).call_method0("tool_call_types").ok()?;
-            let (tool_call, decision): (Bound<'_, PyAny>, Bound<'_, PyAny>) = found.extract().ok()?;
-            Some(Events { tool_call: tool_call.unbind(), decision: decision.cast_into::<PyType>().ok()?.unbind() })
-        })
-        .as_ref()
+    if let Some(found) = EVENTS.get() {
+        return found.as_ref();
+    }
+    // Looked up without holding a lock: Python may hand the GIL to another
+    // thread meanwhile, and a thread blocked in `get_or_init` while holding
+    // the GIL would deadlock with us. Two first calls both look it up; the
+    // first to finish is kept.
+    let lookup = || -> Option<Events> {
+        let found = interp.module(py).call_method0("tool_call_types").ok()?;
+        let (tool_call, decision): (Bound<'_, PyAny>, Bound<'_, PyAny>) = found.extract().ok()?;
+        Some(Events { tool_call: tool_call.unbind(), decision: decision.cast_into::<PyType>().ok()?.unbind() })
+    };
+    let _ = EVENTS.set(lookup());
+    EVENTS.get().and_then(Option::as_ref)
 }
 
 /// The host's tool call as Bub's `ToolCall(run_id, tool, arguments)`; None

@@ -39,7 +39,8 @@ struct Kept {
 
 /// The dicts of the last few states (a gateway runs several turns at once).
 /// Each holds a clone of its state's handle, so the store cannot be freed
-/// and its address reused while it is kept.
+/// and its address reused while it is kept; a state thus outlives its turn
+/// until [`KEPT_STATES`] newer ones replace it.
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
 /// How many states' dicts are kept.
