@@ -56,16 +56,15 @@ static KEPT: Mutex<Vec<(PathBuf, Stamp, Arc<str>)>> = Mutex::new(Vec::new());
 /// `read(path)`'s, kept when the file did not change while it was read.
 pub(crate) fn read_kept(path: &Path, read: impl FnOnce(&Path) -> std::io::Result<String>) -> std::io::Result<String> {
     let before = std::fs::metadata(path).ok();
-    if let Some(meta) = &before {
-        let stamp = Stamp::of(meta);
+    let stamp = before.as_ref().map(Stamp::of);
+    if let Some(stamp) = stamp {
         let kept = bub_abi::sync::lock(&KEPT);
         if let Some((_, _, text)) = kept.iter().find(|(p, s, _)| *s == stamp && p == path) {
             return Ok(text.to_string());
         }
     }
     let text = read(path)?;
-    let (Some(before), Ok(after)) = (before, std::fs::metadata(path)) else { return Ok(text) };
-    let stamp = Stamp::of(&before);
+    let (Some(before), Some(stamp), Ok(after)) = (before, stamp, std::fs::metadata(path)) else { return Ok(text) };
     let settled =
         before.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).is_some_and(|age| age >= RACY);
     if stamp == Stamp::of(&after) && settled {

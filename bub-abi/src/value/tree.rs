@@ -707,41 +707,57 @@ impl<'de> serde::Deserialize<'de> for Node {
 pub(crate) fn approx_bytes(node: &Node, cap: usize) -> usize {
     match node {
         Node::Str(s) => s.len() + 2,
-        Node::Array(items) => {
-            let memo = items.len() >= SIZE_MEMO_MIN;
-            if memo {
-                if let Some(size) = size_memo::get(Arc::as_ptr(items) as usize) {
-                    return size;
-                }
-            }
-            let mut total = 2;
-            for item in items.iter() {
-                total += approx_bytes(item, cap) + 1;
-                if total > cap {
-                    return total;
-                }
-            }
-            if memo {
-                size_memo::put(size_memo::Tree::Array(Arc::downgrade(items)), total);
-            }
-            total
-        }
-        Node::Object(map) => {
-            let memo = map.len() >= SIZE_MEMO_MIN;
-            if memo {
-                if let Some(size) = size_memo::get(Arc::as_ptr(map) as usize) {
-                    return size;
-                }
-            }
-            let total = map_bytes(map, cap);
-            if memo && total <= cap {
-                size_memo::put(size_memo::Tree::Object(Arc::downgrade(map)), total);
-            }
-            total
-        }
+        Node::Array(items) => remembered(
+            Arc::as_ptr(items) as usize,
+            items.len(),
+            || size_memo::Tree::Array(Arc::downgrade(items)),
+            cap,
+            || list_bytes(items, cap),
+        ),
+        Node::Object(map) => remembered(
+            Arc::as_ptr(map) as usize,
+            map.len(),
+            || size_memo::Tree::Object(Arc::downgrade(map)),
+            cap,
+            || map_bytes(map, cap),
+        ),
         Node::Handle(h) => map_bytes(&h.marker, cap),
         _ => 8,
     }
+}
+
+/// `count()`, from the memo for a list or map at `addr` of `len` entries
+/// when it is large enough to be remembered; a full count (at most `cap`)
+/// is remembered as `tree()`.
+fn remembered(
+    addr: usize,
+    len: usize,
+    tree: impl FnOnce() -> size_memo::Tree,
+    cap: usize,
+    count: impl FnOnce() -> usize,
+) -> usize {
+    if len < SIZE_MEMO_MIN {
+        return count();
+    }
+    if let Some(size) = size_memo::get(addr) {
+        return size;
+    }
+    let total = count();
+    if total <= cap {
+        size_memo::put(tree(), total);
+    }
+    total
+}
+
+fn list_bytes(items: &[Node], cap: usize) -> usize {
+    let mut total = 2;
+    for item in items {
+        total += approx_bytes(item, cap) + 1;
+        if total > cap {
+            break;
+        }
+    }
+    total
 }
 
 fn map_bytes(map: &NodeMap, cap: usize) -> usize {

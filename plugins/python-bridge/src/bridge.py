@@ -638,9 +638,10 @@ def tool_call_types() -> Any:
 
 
 def interception_arg(hook: str, name: str, value: Any) -> Any:
-    """The host's request / call / result as Bub's own dataclasses
+    """The host's request / result as Bub's own dataclasses
     (``bub.core.events``), so ``dataclasses.replace`` and ``isinstance``
-    work as under Bub. Messages stay dicts (Bub's are ``republic.Message``)."""
+    work as under Bub. Messages stay dicts (Bub's are ``republic.Message``).
+    A tool call is built on the Rust side (``src/interception.rs``)."""
     ev = _events()
     if ev is None or not isinstance(value, dict):
         return value
@@ -652,8 +653,6 @@ def interception_arg(hook: str, name: str, value: Any) -> Any:
             tool_names=tuple(value.get("tool_names") or ()),
             max_tokens=value.get("max_tokens"),
         )
-    if name == "call":
-        return _builder(ev.ToolCall)(run_id=value.get("run_id", ""), tool=value.get("tool", ""), arguments=dict(value.get("arguments") or {}))
     if name == "result" and hook == "after_llm_call":
         return _builder(ev.LLMCallResult)(
             run_id=value.get("run_id", ""),
@@ -676,8 +675,10 @@ def interception_arg(hook: str, name: str, value: Any) -> Any:
 
 
 def interception_result(hook: str, value: Any) -> Any:
-    """A ``before_*`` hook's Bub answer in the host's form; anything else is
-    passed on for the host to reject as it rejects any plugin's."""
+    """A ``before_llm_call`` answer in the host's form (a
+    ``ToolCallDecision`` is read on the Rust side, ``src/interception.rs``);
+    anything else is passed on for the host to reject as it rejects any
+    plugin's."""
     ev = _events()
     if ev is None:
         return value
@@ -694,15 +695,6 @@ def interception_result(hook: str, value: Any) -> Any:
             }
         if isinstance(value, ev.LLMCallDecision):
             return {"decision": {"action": value.action, "text": value.text}}
-    if hook == "before_tool_call" and isinstance(value, ev.ToolCallDecision):
-        out = {"action": value.action}
-        if value.arguments is not None:
-            out["arguments"] = dict(value.arguments)
-        if value.result is not None:
-            out["result"] = value.result
-        if value.message is not None:
-            out["message"] = value.message
-        return out
     return value
 
 

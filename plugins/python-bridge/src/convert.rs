@@ -20,7 +20,7 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple},
 };
 
-use crate::{event_loop::FastMap, interp::Interp, objects};
+use crate::{interp::Interp, objects, FastMap};
 
 /// How deep a value may nest before it is refused (a cycle in Python data).
 const MAX_DEPTH: usize = 128;

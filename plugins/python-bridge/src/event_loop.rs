@@ -13,7 +13,7 @@
 //! (no Python frame of the bridge's own per call), because this path is
 //! the whole cost of a cheap hook.
 
-use std::{cell::Cell, collections::HashMap, sync::Mutex};
+use std::{cell::Cell, sync::Mutex};
 
 use pyo3::{
     ffi,
@@ -21,11 +21,7 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType},
 };
 
-use crate::call::Invocation;
-
-/// A map keyed by pointers or short strings, hashed without SipHash's
-/// per-lookup cost (nothing here is keyed by outside input).
-pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+use crate::{call::Invocation, FastMap};
 
 // `PyGen_GetCode` (CPython 3.12+; pyo3-ffi does not declare it): a
 // generator's or a coroutine's code object, as a new reference. The two

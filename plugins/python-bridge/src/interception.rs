@@ -1,15 +1,15 @@
 //! The tool call of `before_tool_call` / `after_tool_call`, both ways,
 //! without a Python helper frame.
 //!
-//! Interception hooks see Bub's own dataclasses (`bub.core.events`); the
-//! general conversion (`bridge.interception_arg` / `interception_result`)
-//! goes through a dict and a Python function. A tool call crosses on every
-//! tool a model calls, through every plugin of the chain, so it is built
-//! here: Bub's `ToolCall` straight from the host value (by the same maker
-//! `bridge._builder` gives, fields as Bub's agent sets them), and a
-//! `ToolCallDecision` read straight into the host's form. Without Bub in
-//! the venv (no `bub.core.events`), both answer `None` and the general path
-//! runs.
+//! Interception hooks see Bub's own dataclasses (`bub.core.events`); model
+//! requests and results go through a dict and a Python function
+//! (`bridge.interception_arg` / `interception_result`). A tool call crosses
+//! on every tool a model calls, through every plugin of the chain, so it is
+//! converted only here: Bub's `ToolCall` straight from the host value (by
+//! the maker `bridge._builder` gives, fields as Bub's agent sets them), and
+//! a `ToolCallDecision` read straight into the host's form. Without Bub in
+//! the venv (no `bub.core.events`), both answer `None` and the value
+//! crosses as it is, as for every interception argument then.
 
 use std::sync::OnceLock;
 

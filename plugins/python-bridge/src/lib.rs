@@ -44,6 +44,10 @@ use pyo3::{
 };
 
 use interp::Interp;
+
+/// A map keyed by pointers or short strings, hashed without SipHash's
+/// per-lookup cost (nothing in the bridge is keyed by outside input).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use state::StateDict;
 
 /// How the bridge reads a hook's argument.
