@@ -413,6 +413,13 @@ pub struct TapeQuery {
     /// newest of a text query).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Only entries whose id is above this one, applied before everything
+    /// else (the anchor fields then look among those entries only). The
+    /// agent reads what was appended since its last step with it. Since ABI
+    /// 2.5: a store built with an older SDK ignores it and answers as if it
+    /// were unset, and the host drops the older entries itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_id: Option<u64>,
 }
 
 /// A process to run in an [`Environment`](crate::resources::Environment).

@@ -125,6 +125,35 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
+        self.read_from(tape, |_| 0)
+    }
+
+    /// The entries `query` can select: those after its `after_id` and its
+    /// anchor (the anchor itself kept, so that `try_select` still finds
+    /// it). Only those are copied out of what was parsed: the agent reads
+    /// what was appended since its last step, or what follows the last
+    /// anchor, so a step costs the same on a long tape as on a short one.
+    fn candidates(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, BoxError> {
+        self.read_from(&query.tape, |parsed| {
+            let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
+            let rest = &parsed[after..];
+            let named = |e: &TapeEntry, name: &str| e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
+            let anchor = if query.between_anchors.is_some() {
+                None
+            } else if query.last_anchor {
+                rest.iter().rposition(|e| e.kind == "anchor")
+            } else if let Some(name) = &query.after_anchor {
+                rest.iter().rposition(|e| e.kind == "anchor" && named(e, name))
+            } else {
+                None
+            };
+            after + anchor.unwrap_or(0)
+        })
+    }
+
+    /// Every readable entry from the index `start` picks in what was
+    /// parsed (plus a torn last line that happens to parse).
+    fn read_from(&self, tape: &str, start: impl FnOnce(&[TapeEntry]) -> usize) -> Result<Vec<TapeEntry>, BoxError> {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
@@ -172,7 +201,8 @@ impl FileTapeStore {
             }
             parse_line(&mut torn, &tail[complete..], parsed.lines + 1, &path);
         }
-        let mut out = parsed.entries.clone();
+        let from = start(&parsed.entries).min(parsed.entries.len());
+        let mut out = parsed.entries[from..].to_vec();
         out.append(&mut torn);
         self.keep(path, parsed);
         Ok(out)
@@ -290,7 +320,7 @@ impl TapeStore for FileTapeStore {
 
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
-        async move { Ok(bub_abi::tape::try_select(this.read(&query.tape)?, &query)?) }
+        async move { Ok(bub_abi::tape::try_select(this.candidates(&query)?, &query)?) }
     }
 
     fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {

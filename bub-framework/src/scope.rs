@@ -19,13 +19,13 @@
 use std::{
     collections::HashMap,
     future::Future,
-    sync::{Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 use bub_abi::{types::ErrorInfo, HookId, Object};
 use serde_json::{json, Value};
 
-use super::{Framework, FrameworkError};
+use super::{agent::context::ContextCache, Framework, FrameworkError};
 use bub_runtime::resources::{Environment, Lifespan, Resource, SteeringInbox, TapeStore};
 
 /// The scope state a framework and its clones share.
@@ -40,6 +40,9 @@ struct Inner {
     store: Option<TapeStore>,
     inbox: Option<SteeringInbox>,
     environments: HashMap<String, Option<Environment>>,
+    // The store's tapes as the agent's context, kept between turns; made
+    // with the first run and gone with the store.
+    contexts: Option<Arc<ContextCache>>,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
         let mut inner = self.lock();
         inner.store = None;
         inner.inbox = None;
+        inner.contexts = None;
         std::mem::take(&mut inner.environments)
     }
 
@@ -129,6 +133,17 @@ impl Framework {
     /// The scope's tape store; `None` outside a scope.
     pub fn get_tape_store(&self) -> Option<TapeStore> {
         self.scope.lock().store.clone()
+    }
+
+    /// Where the agent keeps the scope's session tapes as context messages
+    /// between steps and turns (see [`crate::agent::context`]); outside a
+    /// scope, a new cache each time.
+    pub fn contexts(&self) -> Arc<ContextCache> {
+        let mut inner = self.scope.lock();
+        if inner.store.is_none() {
+            return ContextCache::new();
+        }
+        inner.contexts.get_or_insert_with(ContextCache::new).clone()
     }
 
     /// The scope's steering inbox; `None` outside a scope.

@@ -6,12 +6,21 @@
 //! except waiting for the provider. Also: the resident memory of a
 //! 1,000-entry tape read back as the model's context.
 //!
-//! `BASE=http://127.0.0.1:PORT/v1 cargo run --release -p bub-tests --example agent_bench [RUNS]`
+//! With `TAPE_ENTRIES=N`, every run's session tape already holds N entries
+//! (an anchor then user/assistant messages, the file `prefill_line` writes,
+//! the same bytes as `agent_bench.py` writes) before the run starts: the
+//! cost of a step as the context grows (issue 23).
+//!
+//! `BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] cargo run --release -p bub-tests --example agent_bench [RUNS]`
 
 use bub_host::WithBuiltin as _;
 use bub_host::{builtin::agent as bub, discovery::SearchPath, framework::Framework, HostBuilder};
 use bub_tests::{install_into, lib_release};
 use serde_json::json;
+
+// As the `bub` binary: the same allocator, so the same costs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const STEPS: usize = 5;
 
@@ -29,18 +38,56 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn one_run(fw: &Framework, session: &str) {
+async fn one_run(fw: &Framework, session: &str, context_at_least: usize) {
     let (state, _) = fw.build_state(&json!({"session_id": session}), session).await.expect("state");
     let stream = bub::run_stream(fw, session, vec![json!("read a.txt")], state).await.expect("a run");
     let (events, error) = stream.collect().await;
     assert!(error.is_none(), "{error:?}");
     let results = events.iter().filter(|e| e.kind == "tool_result").count();
     assert_eq!(results, STEPS - 1, "{events:?}");
+    // The provider names its first call after the number of messages it got.
+    let first = events.iter().find(|e| e.kind == "tool_call").expect("a tool call");
+    let id = first.data["tool_calls"][0]["id"].as_str().unwrap_or_default();
+    let n: usize = id.trim_start_matches("call_").parse().expect("call_<messages>");
+    assert!(n >= context_at_least, "the first request carried {n} messages, fewer than the tape's {context_at_least}");
+}
+
+/// Line `id` of a prefilled tape: the bootstrap anchor, then alternating
+/// user and assistant messages of about 120 bytes of text.
+fn prefill_line(id: usize) -> String {
+    let (kind, payload) = if id == 1 {
+        ("anchor", json!({"name": "session/start", "state": {"owner": "human"}}))
+    } else if id % 2 == 0 {
+        ("message", json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))}))
+    } else {
+        ("message", json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))}))
+    };
+    let line = json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
+    format!("{line}\n")
+}
+
+/// Writes the tapes of sessions `bench/0..runs` with `entries` entries each.
+fn prefill(home: &std::path::Path, ws: &std::path::Path, runs: usize, entries: usize) {
+    if entries == 0 {
+        return;
+    }
+    let body: String = (1..=entries).map(prefill_line).collect();
+    let dir = home.join("tapes");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..runs {
+        let tape = bub_host::agent::tape::session_tape_name(ws, &format!("bench/{i}"));
+        let path = dir.join(format!("{tape}.jsonl"));
+        std::fs::write(&path, &body).unwrap();
+        // On disk before the clock starts: the first append's sync would
+        // otherwise write the whole file out inside the measurement.
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    }
 }
 
 fn main() {
     let base = std::env::var("BASE").expect("BASE=http://127.0.0.1:PORT/v1 (scripts/scripted_provider.py)");
     let runs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let tape_entries: usize = std::env::var("TAPE_ENTRIES").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
     let home = tempfile::tempdir().unwrap();
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -57,20 +104,24 @@ fn main() {
     let fw = Framework::new(&host, &ws);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
+        // Running: the builtin file tape store, as `bub run` has it.
+        let scope = fw.running().await.unwrap();
         for i in 0..3 {
-            one_run(&fw, &format!("warm/{i}")).await;
+            one_run(&fw, &format!("warm/{i}"), 0).await;
         }
+        prefill(home.path(), &ws, runs, tape_entries);
         let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
         for i in 0..runs {
-            one_run(&fw, &format!("bench/{i}")).await;
+            one_run(&fw, &format!("bench/{i}"), tape_entries.saturating_sub(1)).await;
         }
         let (cpu, wall) = (cpu_seconds() - cpu0, wall0.elapsed().as_secs_f64());
         let steps = (runs * STEPS) as f64;
         println!(
             "{}",
-            json!({"impl": "rust", "runs": runs, "steps": runs * STEPS,
+            json!({"impl": "rust", "tape_entries": tape_entries, "runs": runs, "steps": runs * STEPS,
                    "cpu_us_per_step": (cpu / steps * 1e7).round() / 10.0, "wall_us_per_step": (wall / steps * 1e7).round() / 10.0})
         );
+        scope.exit(None).await.unwrap();
     });
 
     // Memory: a 1,000-entry tape (500 user/assistant exchanges) read back as context.

@@ -49,7 +49,10 @@ pub fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
 /// first, one entry per distinct text, 20 by default, matching entries whose
 /// text contains it (case-insensitive) or fuzzily matches it
 /// ([`crate::fuzzy`]); without one, the first `limit` entries.
-pub fn try_select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
+pub fn try_select(mut entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
+    if let Some(after) = query.after_id {
+        entries.retain(|e| e.id > after);
+    }
     let anchor = |e: &TapeEntry, name: Option<&str>| {
         e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
     };

@@ -1,6 +1,19 @@
 //! From tape entries to model messages (spec §4.5): Bub's default context
 //! selector, after the last anchor (the anchor itself left out) unless the
 //! tape context names another anchor or none.
+//!
+//! A step's context is the session tape's selected entries followed by the
+//! run's own (the fork's overlay). Re-reading and re-selecting the session
+//! tape on every step made a step's cost grow with the tape (issue 23), so
+//! its messages are kept in a [`ContextCache`] shared by the turns of a
+//! framework: a step asks the store only for the entries from the last one
+//! it saw (`TapeQuery::after_id`), checks that this entry is still the one
+//! it saw (same id, kind and date: a tape reset or rewritten by another
+//! process shows there, and the context is read again in full), and feeds
+//! the new entries to the kept selector, an anchor of the context's kind
+//! starting it afresh.
+
+use std::{collections::HashMap, sync::Arc};
 
 use bub_abi::types::{TapeContextSpec, TapeEntry, TapeQuery};
 use serde_json::{json, Value};
@@ -20,8 +33,123 @@ pub fn query(tape: &str, spec: &TapeContextSpec) -> TapeQuery {
 
 /// The context messages of the run's tape.
 pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Value>, AgentError> {
-    let entries = tape.fetch(&query(tape.name(), spec)).await?;
-    Ok(select(&entries))
+    let query = query(tape.name(), spec);
+    let (parent_hidden, own) = tape.own_entries(&query).await;
+    let mut selector = if parent_hidden { Selector::default() } else { session_part(tape, &query).await };
+    for e in &own {
+        selector.push(e);
+    }
+    Ok(selector.messages)
+}
+
+/// The selector over the session tape's part of the context: kept from the
+/// last step, brought up to date, or read in full. A read error counts as
+/// no entries, as [`RunTape::fetch`] counts it.
+async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
+    let cache = tape.contexts();
+    let key = (query.tape.clone(), query.last_anchor, query.after_anchor.clone());
+    if let Some(mut kept) = cache.take(&key) {
+        if let Some(last) = kept.last.clone() {
+            let since = TapeQuery { tape: query.tape.clone(), after_id: Some(last.id - 1), ..Default::default() };
+            if let Ok(mut entries) = tape.store().fetch_all(&since).await {
+                // A store built before ABI 2.5 answers the whole tape.
+                entries.retain(|e| e.id >= last.id);
+                if entries.first().map(Stamp::of).as_ref() == Some(&last) {
+                    for e in &entries[1..] {
+                        if starts_context(e, query) {
+                            kept.selector = Selector::default();
+                        } else {
+                            kept.selector.push(e);
+                        }
+                    }
+                    kept.last = entries.last().map(Stamp::of);
+                    let selector = kept.selector.clone();
+                    cache.put(key, kept);
+                    return selector;
+                }
+            }
+        }
+    }
+    let entries = match tape.store().fetch_all(query).await {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape);
+            return Selector::default();
+        }
+    };
+    let selector = select_into(Selector::default(), &entries);
+    // Empty (the tape ends with the anchor, or holds nothing): nothing to
+    // resume from, so the next step reads again.
+    if let Some(last) = entries.last() {
+        cache.put(key, Kept { last: Some(Stamp::of(last)), selector: selector.clone() });
+    }
+    selector
+}
+
+/// Whether `e` is an anchor the context starts after.
+fn starts_context(e: &TapeEntry, query: &TapeQuery) -> bool {
+    e.kind == "anchor"
+        && (query.last_anchor
+            || query.after_anchor.as_deref().is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
+}
+
+/// An entry as a later step recognizes it.
+#[derive(Debug, Clone, PartialEq)]
+struct Stamp {
+    id: u64,
+    kind: String,
+    date: String,
+}
+
+impl Stamp {
+    fn of(e: &TapeEntry) -> Stamp {
+        Stamp { id: e.id, kind: e.kind.clone(), date: e.date.clone() }
+    }
+}
+
+struct Kept {
+    last: Option<Stamp>,
+    selector: Selector,
+}
+
+type Key = (String, bool, Option<String>);
+
+/// The session tapes' context messages, kept between the steps and turns
+/// of one framework (see the module docs). Bounded: past
+/// [`ContextCache::TAPES`] tapes it starts afresh.
+#[derive(Default)]
+pub struct ContextCache {
+    tapes: std::sync::Mutex<HashMap<Key, Kept>>,
+}
+
+impl std::fmt::Debug for ContextCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContextCache")
+    }
+}
+
+impl ContextCache {
+    /// How many tapes' contexts are kept.
+    pub const TAPES: usize = 128;
+
+    /// A new, empty cache.
+    pub fn new() -> Arc<ContextCache> {
+        Arc::default()
+    }
+
+    // Taken out while a step brings it up to date: a concurrent step of the
+    // same tape (two runs of one session) reads in full instead of waiting.
+    fn take(&self, key: &Key) -> Option<Kept> {
+        bub_abi::sync::lock(&self.tapes).remove(key)
+    }
+
+    fn put(&self, key: Key, kept: Kept) {
+        let mut tapes = bub_abi::sync::lock(&self.tapes);
+        if tapes.len() >= Self::TAPES {
+            tapes.clear();
+        }
+        tapes.insert(key, kept);
+    }
 }
 
 fn upgrade_call(c: &Value) -> Value {
@@ -37,12 +165,31 @@ fn upgrade_call(c: &Value) -> Value {
 /// result), `anchor` → `[Anchor created: <name>]: <state>`; entries with
 /// `meta.context == false` and everything else are left out.
 pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut last_calls: Vec<Value> = Vec::new();
+    select_into(Selector::default(), entries).messages
+}
+
+fn select_into(mut selector: Selector, entries: &[TapeEntry]) -> Selector {
     for e in entries {
+        selector.push(e);
+    }
+    selector
+}
+
+/// [`select`], fed one entry at a time: the messages so far and the calls
+/// the next `tool_result` answers.
+#[derive(Debug, Clone, Default)]
+pub struct Selector {
+    messages: Vec<Value>,
+    last_calls: Vec<Value>,
+}
+
+impl Selector {
+    /// Adds what `e` selects.
+    pub fn push(&mut self, e: &TapeEntry) {
         if e.meta.get("context") == Some(&Value::Bool(false)) {
-            continue;
+            return;
         }
+        let out = &mut self.messages;
         match e.kind.as_str() {
             "message" => {
                 let mut m = Value::Object(e.payload.clone());
@@ -52,12 +199,12 @@ pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
                 out.push(m);
             }
             "tool_call" => {
-                last_calls = e.payload.get("calls").and_then(Value::as_array).cloned().unwrap_or_default();
-                last_calls = last_calls.iter().map(upgrade_call).collect();
+                let calls = e.payload.get("calls").and_then(Value::as_array);
+                self.last_calls = calls.into_iter().flatten().map(upgrade_call).collect();
                 let mut m = json!({
                     "role": "assistant",
                     "content": e.payload.get("content").cloned().unwrap_or(json!("")),
-                    "tool_calls": last_calls,
+                    "tool_calls": self.last_calls,
                 });
                 for k in ["reasoning", "provider_data"] {
                     if let Some(v) = e.payload.get(k) {
@@ -67,13 +214,13 @@ pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
                 out.push(m);
             }
             "tool_result" => {
-                let results = e.payload.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
-                for (call, result) in last_calls.iter().zip(results) {
+                let results = e.payload.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                for (call, result) in self.last_calls.iter().zip(results) {
                     out.push(json!({
                         "role": "tool",
                         "tool_call_id": call.get("id").cloned().unwrap_or_default(),
                         "name": call.get("name").cloned().unwrap_or_default(),
-                        "content": tool_message_content(&result),
+                        "content": tool_message_content(result),
                     }));
                 }
             }
@@ -85,7 +232,11 @@ pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
             _ => {}
         }
     }
-    out
+
+    /// The messages so far.
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
 }
 
 /// A tool result as tool-message content: text as is, a content result as

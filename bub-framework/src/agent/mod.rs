@@ -190,6 +190,10 @@ pub struct Agent {
     pub pending: Option<PendingCheck>,
     /// Chat options sent with every call (completion args).
     pub options: Map<String, Value>,
+    /// Where the session tapes' context messages are kept between steps:
+    /// the agent's own by default; share one (the framework's
+    /// [`crate::Framework::contexts`]) to keep them between turns too.
+    pub contexts: Arc<context::ContextCache>,
 }
 
 impl Agent {
@@ -214,6 +218,7 @@ impl Agent {
             tool_timeout,
             events,
             pending: None,
+            contexts: context::ContextCache::new(),
         }
     }
 

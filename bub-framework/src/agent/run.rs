@@ -155,7 +155,8 @@ impl Agent {
                 event("final", json!({"text": "error: empty prompt", "ok": false})),
             ]));
         }
-        let tape = Arc::new(RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back));
+        let tape = RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back);
+        let tape = Arc::new(tape.with_contexts(self.contexts.clone()));
         tape.ensure_bootstrap().await?;
         // A bare prefix (`,`) fails before its command is recorded, as in
         // Bub (which has bootstrapped the tape by then, as here).
@@ -577,8 +578,11 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let mut options = run.options.clone();
     options.remove("tools");
     options.remove("max_tokens");
-    let model_request =
-        ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };
+    // The messages move to the provider's request and back: a long context
+    // is not copied for it.
+    let mut request = request;
+    let messages = std::mem::take(&mut request.messages);
+    let model_request = ModelRequest { messages, tools: defs, max_tokens: request.max_tokens, options };
     let call_started = Instant::now();
     let mut text_so_far = String::new();
     let outcome = call_model(agent, &request.model, &model_request, tx, &mut text_so_far).await;
@@ -594,8 +598,11 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
         error: outcome.as_ref().err().map(|e| AgentError::Provider(e.clone()).info()),
         duration_ms: elapsed.as_millis() as u64,
     };
-    let mut finished = Event::LlmCallFinished { request: request.clone(), result };
+    request.messages = model_request.messages;
+    let model = request.model.clone();
+    let mut finished = Event::LlmCallFinished { request, result };
     agent.events.emit(&mut finished, cx).await?;
+    drop(finished);
     let response = outcome?;
     // 9. Usage.
     let usage = response.usage.unwrap_or_default().to_json();
@@ -609,11 +616,11 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     if !response.provider_data.is_empty() {
         assistant_fields.insert("provider_data".into(), json!(response.provider_data));
     }
-    let provider = request.model.split_once(':').map(|(p, _)| p.to_owned()).or(Some(request.model.clone()));
+    let provider = model.split_once(':').map(|(p, _)| p.to_owned()).or(Some(model.clone()));
     if response.tool_calls.is_empty() {
         let chat = ChatFinished {
             run_id,
-            model: request.model.clone(),
+            model: model.clone(),
             system_prompt: system,
             new_messages,
             response_text: Some(text.clone()),
@@ -651,7 +658,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     // 11–12.
     let chat = ChatFinished {
         run_id,
-        model: request.model.clone(),
+        model: model.clone(),
         system_prompt: system,
         new_messages,
         response_text: Some(text).filter(|t| !t.is_empty()),

@@ -144,6 +144,7 @@ pub struct RunTape {
     managed: Vec<String>,
     overlay: Mutex<HashMap<String, Overlay>>,
     merge_back: bool,
+    contexts: Arc<super::context::ContextCache>,
 }
 
 impl std::fmt::Debug for RunTape {
@@ -179,7 +180,20 @@ impl RunTape {
     pub fn fork(store: Store, name: &str, sidecars: &[String], merge_back: bool) -> RunTape {
         let mut managed = vec![name.to_owned()];
         managed.extend(sidecars.iter().map(|s| sidecar_tape_name(name, s)));
-        RunTape { name: name.to_owned(), store, managed, overlay: Default::default(), merge_back }
+        let contexts = super::context::ContextCache::new();
+        RunTape { name: name.to_owned(), store, managed, overlay: Default::default(), merge_back, contexts }
+    }
+
+    /// Keeps the session tape's context messages in `contexts` (shared by
+    /// the runs of a framework) instead of a cache of this run's own.
+    pub fn with_contexts(mut self, contexts: Arc<super::context::ContextCache>) -> RunTape {
+        self.contexts = contexts;
+        self
+    }
+
+    /// Where the session tape's context messages are kept.
+    pub fn contexts(&self) -> &super::context::ContextCache {
+        &self.contexts
     }
 
     /// The session tape's name.
@@ -223,10 +237,29 @@ impl RunTape {
         if !self.managed.contains(&query.tape) {
             return self.store.fetch_all(query).await;
         }
-        let (reset, overlay) = {
-            let o = self.overlay.lock().await;
-            o.get(&query.tape).map(|o| (o.reset, o.entries.clone())).unwrap_or_default()
-        };
+        let (parent_hidden, own) = self.own_entries(query).await;
+        let mut out = Vec::new();
+        if !parent_hidden {
+            // A parent read error counts as no entries (the overlay still answers).
+            match self.store.fetch_all(query).await {
+                Ok(entries) => out = entries,
+                Err(e) => tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape),
+            }
+        }
+        out.extend(own);
+        if let Some(limit) = query.limit {
+            out.truncate(limit);
+        }
+        Ok(out)
+    }
+
+    /// The run's own entries of managed tape `query.tape` that the query
+    /// sees (after an overlay anchor satisfying its anchor selection, of
+    /// its kinds), and whether the parent's entries are hidden (by such an
+    /// anchor, or a reset in the run).
+    pub(crate) async fn own_entries(&self, query: &TapeQuery) -> (bool, Vec<TapeEntry>) {
+        let overlay = self.overlay.lock().await;
+        let Some(o) = overlay.get(&query.tape) else { return (false, Vec::new()) };
         let anchored = |e: &TapeEntry| {
             e.kind == "anchor"
                 && (query.last_anchor
@@ -235,21 +268,10 @@ impl RunTape {
                         .as_ref()
                         .is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
         };
-        let cut = overlay.iter().rposition(anchored);
-        let mut out = Vec::new();
-        if cut.is_none() && !reset {
-            // A parent read error counts as no entries (the overlay still answers).
-            match self.store.fetch_all(query).await {
-                Ok(entries) => out = entries,
-                Err(e) => tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape),
-            }
-        }
+        let cut = o.entries.iter().rposition(anchored);
         let start = cut.map_or(0, |i| i + 1);
-        out.extend(overlay.into_iter().skip(start).filter(|e| query.kinds.is_empty() || query.kinds.contains(&e.kind)));
-        if let Some(limit) = query.limit {
-            out.truncate(limit);
-        }
-        Ok(out)
+        let kinds = |e: &&TapeEntry| query.kinds.is_empty() || query.kinds.contains(&e.kind);
+        (cut.is_some() || o.reset, o.entries[start..].iter().filter(kinds).cloned().collect())
     }
 
     /// Every entry of the main tape.

@@ -427,6 +427,8 @@ impl TapeStore for PgStore {
                         None
                     };
                     let start: i64 = anchor.and_then(|row| row.get::<_, Option<i64>>(0)).unwrap_or(0);
+                    // `after_id` applies first: an anchor at or before it counts as none.
+                    let start = start.max(q.after_id.map_or(0, |a| i64::try_from(a).unwrap_or(i64::MAX)));
                     db.query(
                         "SELECT id, kind, date, payload, meta FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
                          ORDER BY id",

@@ -179,6 +179,8 @@ impl TapeStore for SqliteStore {
         async move {
             this.with("read a tape", move |conn| {
                 // The anchor is found in SQL; only the entries after it are read.
+                // `after_id` applies first: an anchor at or before it counts as none.
+                let after = query.after_id.map_or(0, |a| i64::try_from(a).unwrap_or(i64::MAX));
                 let start: Option<i64> = if query.between_anchors.is_some() {
                     None // try_select finds both anchors
                 } else if query.last_anchor {
@@ -202,7 +204,7 @@ impl TapeStore for SqliteStore {
                     "SELECT id, kind, date, payload, meta FROM tape_entries WHERE tape = ?1 AND id > ?2 ORDER BY id",
                 )?;
                 let entries = stmt
-                    .query_map(params![query.tape, start.unwrap_or(0)], entry_of)?
+                    .query_map(params![query.tape, start.unwrap_or(0).max(after)], entry_of)?
                     .collect::<Result<Vec<_>, _>>()?;
                 let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
                 Ok(bub_abi::tape::try_select(entries, &rest)?)

@@ -357,3 +357,94 @@ fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
     }
     drop(pg);
 }
+
+/// Issue 23 item 1: `after_id` in every store (applied before the anchor
+/// fields), and the agent's context kept between steps in a shared
+/// `ContextCache` equal to a full read and selection after each change
+/// another writer makes: appends, a new anchor, a reset with ids starting
+/// over, a context-less entry. Spec §4.5 (behaviours 186–188: the context
+/// after the last anchor, the anchor left out).
+#[test]
+fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
+    use bub_host::agent::{context, RunTape, Store};
+    let (builtin, sqlite) = (Home::new(), Home::new());
+    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    let pg = postgres_store_without_session_lock("every_store_answers_after_id…");
+    let mut homes = vec![("builtin", &builtin), ("tape-sqlite", &sqlite)];
+    if let Some((_, home)) = &pg {
+        homes.push(("tape-postgres", home));
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for (name, home) in homes {
+        let fw = hosts(home, workspace.path(), 1).pop().unwrap();
+        let name = name.to_string();
+        rt.block_on(fw.scoped(move |fw| async move {
+            let store = fw.get_tape_store().expect("a store");
+            let message = |text: &str| TapeEntry {
+                kind: "message".into(),
+                payload: serde_json::from_value(json!({"role": "user", "content": text})).unwrap(),
+                ..Default::default()
+            };
+            let anchor = |n: &str| TapeEntry {
+                kind: "anchor".into(),
+                payload: serde_json::from_value(json!({"name": n})).unwrap(),
+                ..Default::default()
+            };
+            let entries = [message("one"), anchor("a"), message("two"), anchor("b"), message("three")];
+            store.append_many("c", &entries).await?;
+            let ids = |q: Value| {
+                let store = store.clone();
+                async move {
+                    let q = serde_json::from_value(q).unwrap();
+                    store.fetch_all(&q).await.map(|es| es.into_iter().map(|e| e.id).collect::<Vec<_>>())
+                }
+            };
+            assert_eq!(ids(json!({"tape": "c", "after_id": 2})).await?, [3, 4, 5], "{name}");
+            assert_eq!(ids(json!({"tape": "c", "after_id": 2, "last_anchor": true})).await?, [5], "{name}");
+            assert_eq!(ids(json!({"tape": "c", "after_id": 3, "after_anchor": "a"})).await?, [4, 5], "{name}");
+            assert_eq!(ids(json!({"tape": "c", "after_id": 9})).await?, Vec::<u64>::new(), "{name}");
+
+            let contexts = fw.contexts();
+            for spec in [None, Some(bub_abi::types::TapeContextSpec::LAST_ANCHOR), Some("a")] {
+                let spec = bub_abi::types::TapeContextSpec { anchor: spec.map(str::to_owned) };
+                let step = || {
+                    let run =
+                        RunTape::fork(Store::Host(store.clone()), "c", &[], false).with_contexts(contexts.clone());
+                    let spec = spec.clone();
+                    async move { context::messages(&run, &spec).await.unwrap() }
+                };
+                let full = || {
+                    let store = store.clone();
+                    let spec = spec.clone();
+                    async move { context::select(&store.fetch_all(&context::query("c", &spec)).await.unwrap()) }
+                };
+                assert_eq!(step().await, full().await, "{name} {spec:?}: first read");
+                assert_eq!(step().await, full().await, "{name} {spec:?}: kept");
+                store.append("c", &message("four")).await?;
+                assert_eq!(step().await, full().await, "{name} {spec:?}: an append");
+                store.append_many("c", &[anchor("a"), message("five")]).await?;
+                let now = step().await;
+                assert_eq!(now, full().await, "{name} {spec:?}: a new anchor");
+                if spec.anchor.is_some() {
+                    assert_eq!(now.len(), 1, "{name} {spec:?}: only `five` after the new anchor: {now:?}");
+                }
+                let mut hidden = message("hidden");
+                hidden.meta.insert("context".into(), json!(false));
+                store.append("c", &hidden).await?;
+                assert_eq!(step().await, full().await, "{name} {spec:?}: a context-less entry");
+                // Reset and written again: ids start over, below the kept one.
+                store.reset("c").await?;
+                store.append_many("c", &[message("fresh"), message("start")]).await?;
+                let now = step().await;
+                assert_eq!(now, full().await, "{name} {spec:?}: after a reset");
+                assert_eq!(now.len(), 2, "{name} {spec:?}: {now:?}");
+                store.reset("c").await?;
+                store.append_many("c", &entries).await?;
+            }
+            Ok::<_, bub_host::framework::FrameworkError>(())
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    drop(pg);
+}
