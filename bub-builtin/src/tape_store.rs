@@ -125,35 +125,47 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(tape, |_| 0)
+        self.read_from(tape, |_| 0, |_| true)
     }
 
     /// The entries `query` can select: those after its `after_id` and its
     /// anchor (the anchor itself kept, so that `try_select` still finds
-    /// it). Only those are copied out of what was parsed: the agent reads
+    /// it), of its kinds. Only those are copied out of what was parsed: the agent reads
     /// what was appended since its last step, or what follows the last
     /// anchor, so a step costs the same on a long tape as on a short one.
     fn candidates(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(&query.tape, |parsed| {
-            let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
-            let rest = &parsed[after..];
-            let named = |e: &TapeEntry, name: &str| e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
-            let anchor = if query.between_anchors.is_some() {
-                None
-            } else if query.last_anchor {
-                rest.iter().rposition(|e| e.kind == "anchor")
-            } else if let Some(name) = &query.after_anchor {
-                rest.iter().rposition(|e| e.kind == "anchor" && named(e, name))
-            } else {
-                None
-            };
-            after + anchor.unwrap_or(0)
-        })
+        self.read_from(
+            &query.tape,
+            |parsed| {
+                let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
+                let rest = &parsed[after..];
+                let named = |e: &TapeEntry, name: &str| e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
+                let anchor = if query.between_anchors.is_some() {
+                    None
+                } else if query.last_anchor {
+                    rest.iter().rposition(|e| e.kind == "anchor")
+                } else if let Some(name) = &query.after_anchor {
+                    rest.iter().rposition(|e| e.kind == "anchor" && named(e, name))
+                } else {
+                    None
+                };
+                after + anchor.unwrap_or(0)
+            },
+            |e| {
+                // Anchors stay: `try_select` looks for them.
+                query.kinds.is_empty() || e.kind == "anchor" || query.kinds.contains(&e.kind)
+            },
+        )
     }
 
-    /// Every readable entry from the index `start` picks in what was
-    /// parsed (plus a torn last line that happens to parse).
-    fn read_from(&self, tape: &str, start: impl FnOnce(&[TapeEntry]) -> usize) -> Result<Vec<TapeEntry>, BoxError> {
+    /// The readable entries `keep` keeps, from the index `start` picks in
+    /// what was parsed (plus a torn last line that happens to parse).
+    fn read_from(
+        &self,
+        tape: &str,
+        start: impl FnOnce(&[TapeEntry]) -> usize,
+        keep: impl Fn(&TapeEntry) -> bool,
+    ) -> Result<Vec<TapeEntry>, BoxError> {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
@@ -202,7 +214,9 @@ impl FileTapeStore {
             parse_line(&mut torn, &tail[complete..], parsed.lines + 1, &path);
         }
         let from = start(&parsed.entries).min(parsed.entries.len());
-        let mut out = parsed.entries[from..].to_vec();
+        // Filtered before they are copied: a query for events or anchors
+        // copies those alone.
+        let mut out: Vec<TapeEntry> = parsed.entries[from..].iter().filter(|e| keep(e)).cloned().collect();
         out.append(&mut torn);
         self.keep(path, parsed);
         Ok(out)
@@ -356,6 +370,44 @@ mod tests {
 
     fn line(id: u64, content: &str) -> String {
         format!("{{\"id\":{id},\"kind\":\"message\",\"payload\":{{\"content\":\"{content}\"}},\"date\":\"d\"}}\n")
+    }
+
+    /// Issue 23: a query copies only what it can select (after `after_id`,
+    /// after its anchor, of its kinds) and still answers as `try_select`
+    /// over the whole tape: anchors stay for the anchor fields.
+    #[test]
+    fn queries_copy_only_what_they_select_and_answer_alike() {
+        use bub_abi::types::TapeQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileTapeStore::new(dir.path());
+        let mut text = String::new();
+        for (id, kind, name) in [
+            (1, "message", ""),
+            (2, "anchor", "a"),
+            (3, "event", ""),
+            (4, "message", ""),
+            (5, "anchor", "b"),
+            (6, "event", ""),
+            (7, "message", ""),
+        ] {
+            text +=
+                &format!("{{\"id\":{id},\"kind\":\"{kind}\",\"payload\":{{\"name\":\"{name}\"}},\"date\":\"d\"}}\n");
+        }
+        std::fs::write(dir.path().join("t.jsonl"), text).unwrap();
+        let queries = [
+            serde_json::json!({"tape": "t", "kinds": ["event"], "last_anchor": true}),
+            serde_json::json!({"tape": "t", "kinds": ["message"], "between_anchors": ["a", "b"]}),
+            serde_json::json!({"tape": "t", "kinds": ["message"], "after_anchor": "a", "after_id": 4}),
+            serde_json::json!({"tape": "t", "after_id": 1, "last_anchor": true}),
+            serde_json::json!({"tape": "t", "after_id": 5, "after_anchor": "b"}),
+        ];
+        for q in queries {
+            let q: TapeQuery = serde_json::from_value(q).unwrap();
+            let whole = bub_abi::tape::try_select(store.read("t").unwrap(), &q).unwrap();
+            let copied = bub_abi::tape::try_select(store.candidates(&q).unwrap(), &q).unwrap();
+            assert_eq!(copied, whole, "{q:?}");
+            assert!(!whole.is_empty(), "{q:?}");
+        }
     }
 
     fn ids(store: &FileTapeStore) -> Vec<u64> {

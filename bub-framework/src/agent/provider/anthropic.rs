@@ -33,7 +33,7 @@ fn block(p: &Value) -> Value {
 fn messages(neutral: &[Value]) -> (String, Vec<Value>) {
     let mut system = Vec::new();
     let mut out: Vec<Value> = Vec::new();
-    for m in repair_tool_calls(neutral) {
+    for m in repair_tool_calls(neutral).iter() {
         let content = m.get("content").cloned().unwrap_or(Value::Null);
         match m.get("role").and_then(Value::as_str).unwrap_or("user") {
             "system" => system.push(content_text(&content)),

@@ -126,7 +126,8 @@ pub async fn post(
     body: &Value,
 ) -> Result<reqwest::Response, ProviderError> {
     let client = config.clients.get(config)?;
-    let body = serde_json::to_vec(body).map_err(|e| ProviderError::Config(e.to_string()))?;
+    // Shared by the attempts: a retry does not copy a long context again.
+    let body = bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| ProviderError::Config(e.to_string()))?);
     let mut attempt = 0;
     loop {
         let mut req = client.post(url).header("content-type", "application/json").body(body.clone());

@@ -303,7 +303,35 @@ pub(crate) fn content_text(content: &Value) -> String {
 /// whose call no earlier assistant message names gets that call added to the
 /// preceding assistant message (or a new one); assistant messages with
 /// nothing in them are dropped (spec §6.4, behaviour 122).
-pub(crate) fn repair_tool_calls(messages: &[Value]) -> Vec<Value> {
+/// The messages themselves, not copied, when nothing needs repair (a long
+/// context is then not copied once more per step).
+pub(crate) fn repair_tool_calls(messages: &[Value]) -> std::borrow::Cow<'_, [Value]> {
+    fn role(m: &Value) -> &str {
+        m.get("role").and_then(Value::as_str).unwrap_or("")
+    }
+    let mut announced = std::collections::HashSet::new();
+    let mut sound = true;
+    for m in messages {
+        match role(m) {
+            "assistant" => {
+                let calls = m.get("tool_calls").and_then(Value::as_array).into_iter().flatten();
+                announced.extend(calls.filter_map(|c| c.get("id").and_then(Value::as_str)));
+            }
+            "tool" if !announced.contains(m.get("tool_call_id").and_then(Value::as_str).unwrap_or("")) => {
+                sound = false;
+                break;
+            }
+            _ => {}
+        }
+    }
+    if sound {
+        std::borrow::Cow::Borrowed(messages)
+    } else {
+        std::borrow::Cow::Owned(repaired(messages))
+    }
+}
+
+fn repaired(messages: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len());
     let mut announced = std::collections::HashSet::new();
     for m in messages {

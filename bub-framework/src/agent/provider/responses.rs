@@ -31,7 +31,7 @@ fn input_part(p: &Value, role: &str) -> Value {
 /// The `input` items of the neutral messages.
 fn input(messages: &[Value]) -> Vec<Value> {
     let mut items = Vec::new();
-    for m in repair_tool_calls(messages) {
+    for m in repair_tool_calls(messages).iter() {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
         let content = m.get("content").cloned().unwrap_or(Value::Null);
         match role {
