@@ -3,6 +3,7 @@
 # sessions, sent concurrently through the http-channel plugin to one
 # `bub gateway` (release, offline echo model). Checks one reply per message,
 # per-session order and no overlapping turns; prints throughput and p50/p99.
+# PREFILL_TURNS=N first gives every session N turns (not measured).
 #
 #   scripts/gateway-load.sh [MESSAGES] [SESSIONS] [ROUNDS]   (honours CARGO_TARGET_DIR;
 #   BUB_LOAD_BIN=path/to/bub measures another build of bub)

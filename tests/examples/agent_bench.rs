@@ -57,7 +57,7 @@ async fn one_run(fw: &Framework, session: &str, context_at_least: usize) {
 fn prefill_line(id: usize) -> String {
     let (kind, payload) = if id == 1 {
         ("anchor", json!({"name": "session/start", "state": {"owner": "human"}}))
-    } else if id % 2 == 0 {
+    } else if id.is_multiple_of(2) {
         ("message", json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))}))
     } else {
         ("message", json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))}))

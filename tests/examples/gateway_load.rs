@@ -15,6 +15,12 @@
 //!
 //! and reports throughput and p50/p99 latency (request sent → reply).
 //!
+//! With `PREFILL_TURNS=N`, every session first holds N turns, sent through
+//! the gateway one after another per session (all sessions at once) and
+//! not measured: the load then meets sessions with long tapes, as a
+//! gateway that has run for a while does (issue 23: throughput on
+//! 100-turn sessions against fresh ones).
+//!
 //! `cargo run --release -p bub-tests --example gateway_load [MESSAGES] [SESSIONS]`
 //! (`BUB_LOAD_BIN=path/to/bub` runs another build of `bub`, to compare two
 //! commits back to back).
@@ -51,6 +57,31 @@ fn main() {
     let base = gateway.address(home.path(), "http-channel");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let prefill: usize = std::env::var("PREFILL_TURNS").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+    rt.block_on(async {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
+        let tasks: Vec<_> = (0..sessions)
+            .map(|s| {
+                let (client, base) = (client.clone(), base.clone());
+                tokio::spawn(async move {
+                    for k in 0..prefill {
+                        let content = format!("s{s}-earlier{k}");
+                        let response = client
+                            .post(format!("{base}/v1/messages"))
+                            .bearer_auth("load")
+                            .json(&json!({"content": content, "session_id": format!("load-{s}")}))
+                            .send()
+                            .await
+                            .expect("request");
+                        assert_eq!(response.status().as_u16(), 200, "{content}");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a prefill task");
+        }
+    });
     let started = Instant::now();
     let latencies: Vec<(String, Duration)> = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
@@ -125,11 +156,12 @@ fn main() {
     let mut overtaken = 0;
     for (session, calls) in &by_session {
         let hooks: Vec<&str> = calls.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(hooks, ["load_state", "save_state"].repeat(per_session), "{session}: turns overlapped");
+        assert_eq!(hooks, ["load_state", "save_state"].repeat(per_session + prefill), "{session}: turns overlapped");
         // Turns in the order the messages reached the gateway.
         let turns: Vec<(u64, &str)> = calls
             .iter()
             .filter(|(h, _)| h == "load_state")
+            .skip(prefill)
             .map(|(_, c)| {
                 let (seq, content) = c.split_once(' ').unwrap();
                 (seq.parse().unwrap_or_else(|_| panic!("no _http_seq in {c}")), content)
@@ -148,7 +180,7 @@ fn main() {
     times.sort();
     let pct = |p: f64| times[((times.len() as f64 * p).ceil() as usize).saturating_sub(1)];
     println!(
-        "gateway load: {messages} messages over {sessions} sessions in {:.2} s = {:.0} messages/s; \
+        "gateway load: {messages} messages over {sessions} sessions (holding {prefill} turns each before) in {:.2} s = {:.0} messages/s; \
          latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; gateway peak RSS {:.1} MB; every message one reply, \
          turns in arrival order, no overlapping turns ({overtaken} sessions had a request overtaken on the wire)",
         wall.as_secs_f64(),

@@ -116,7 +116,9 @@ type Key = (String, bool, Option<String>);
 
 /// The session tapes' context messages, kept between the steps and turns
 /// of one framework (see the module docs). Bounded: past
-/// [`ContextCache::TAPES`] tapes it starts afresh.
+/// [`ContextCache::TAPES`] tapes or [`ContextCache::MESSAGES`] messages in
+/// all it starts afresh (a gateway serving many long sessions re-reads
+/// rather than grows).
 #[derive(Default)]
 pub struct ContextCache {
     tapes: std::sync::Mutex<HashMap<Key, Kept>>,
@@ -131,6 +133,8 @@ impl std::fmt::Debug for ContextCache {
 impl ContextCache {
     /// How many tapes' contexts are kept.
     pub const TAPES: usize = 128;
+    /// How many messages are kept in all.
+    pub const MESSAGES: usize = 200_000;
 
     /// A new, empty cache.
     pub fn new() -> Arc<ContextCache> {
@@ -144,8 +148,12 @@ impl ContextCache {
     }
 
     fn put(&self, key: Key, kept: Kept) {
+        if kept.selector.messages.len() > Self::MESSAGES {
+            return;
+        }
         let mut tapes = bub_abi::sync::lock(&self.tapes);
-        if tapes.len() >= Self::TAPES {
+        let held: usize = tapes.values().map(|k| k.selector.messages.len()).sum();
+        if tapes.len() >= Self::TAPES || held + kept.selector.messages.len() > Self::MESSAGES {
             tapes.clear();
         }
         tapes.insert(key, kept);
