@@ -6,19 +6,20 @@
 //! run's own (the fork's overlay). Re-reading and re-selecting the session
 //! tape on every step made a step's cost grow with the tape (issue 23), so
 //! its messages are kept in a [`ContextCache`] shared by the turns of a
-//! framework: a step asks the store only for the entries from the last one
-//! it saw (`TapeQuery::after_id`), checks that this entry is still the one
-//! it saw (same id, kind and date: a tape reset or rewritten by another
-//! process shows there, and the context is read again in full), and feeds
-//! the new entries to the kept selector, an anchor of the context's kind
-//! starting it afresh.
+//! framework and brought up to date with what was appended since
+//! ([`super::follow`]), an anchor of the context's kind starting them
+//! afresh.
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use bub_abi::types::{TapeContextSpec, TapeEntry, TapeQuery};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-use super::{tape::RunTape, AgentError};
+use super::{
+    follow::{Folds, Step},
+    tape::RunTape,
+    AgentError,
+};
 
 /// The query a tape context makes.
 pub fn query(tape: &str, spec: &TapeContextSpec) -> TapeQuery {
@@ -43,47 +44,18 @@ pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Valu
 }
 
 /// The selector over the session tape's part of the context: kept from the
-/// last step, brought up to date, or read in full. A read error counts as
-/// no entries, as [`RunTape::fetch`] counts it.
+/// last step and brought up to date, or read in full. A read error counts
+/// as no entries, as [`RunTape::fetch`] counts it.
 async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
-    let cache = tape.contexts();
-    let key = (query.tape.clone(), query.last_anchor, query.after_anchor.clone());
-    if let Some(mut kept) = cache.take(&key) {
-        if let Some(last) = kept.last.clone() {
-            let since = TapeQuery { tape: query.tape.clone(), after_id: Some(last.id - 1), ..Default::default() };
-            if let Ok(mut entries) = tape.store().fetch_all(&since).await {
-                // A store built before ABI 2.5 answers the whole tape.
-                entries.retain(|e| e.id >= last.id);
-                if entries.first().map(Stamp::of).as_ref() == Some(&last) {
-                    for e in &entries[1..] {
-                        if starts_context(e, query) {
-                            kept.selector = Selector::default();
-                        } else {
-                            kept.selector.push(e);
-                        }
-                    }
-                    kept.last = entries.last().map(Stamp::of);
-                    let selector = kept.selector.clone();
-                    cache.put(key, kept);
-                    return selector;
-                }
-            }
-        }
-    }
-    let entries = match tape.store().fetch_all(query).await {
-        Ok(entries) => entries,
+    let key = format!("{}\0{}\0{}", query.tape, query.last_anchor, query.after_anchor.as_deref().unwrap_or(""));
+    let step = |e: &TapeEntry| if starts_context(e, query) { Step::Restart } else { Step::Push };
+    match tape.contexts().contexts.follow(tape.store(), key, query, step, Selector::push).await {
+        Ok(selector) => selector,
         Err(e) => {
             tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape);
-            return Selector::default();
+            Selector::default()
         }
-    };
-    let selector = select_into(Selector::default(), &entries);
-    // Empty (the tape ends with the anchor, or holds nothing): nothing to
-    // resume from, so the next step reads again.
-    if let Some(last) = entries.last() {
-        cache.put(key, Kept { last: Some(Stamp::of(last)), selector: selector.clone() });
     }
-    selector
 }
 
 /// Whether `e` is an anchor the context starts after.
@@ -93,35 +65,23 @@ fn starts_context(e: &TapeEntry, query: &TapeQuery) -> bool {
             || query.after_anchor.as_deref().is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
 }
 
-/// An entry as a later step recognizes it.
-#[derive(Debug, Clone, PartialEq)]
-struct Stamp {
-    id: u64,
-    kind: String,
-    date: String,
-}
-
-impl Stamp {
-    fn of(e: &TapeEntry) -> Stamp {
-        Stamp { id: e.id, kind: e.kind.clone(), date: e.date.clone() }
-    }
-}
-
-struct Kept {
-    last: Option<Stamp>,
-    selector: Selector,
-}
-
-type Key = (String, bool, Option<String>);
-
-/// The session tapes' context messages, kept between the steps and turns
-/// of one framework (see the module docs). Bounded: past
-/// [`ContextCache::TAPES`] tapes or [`ContextCache::MESSAGES`] messages in
-/// all it starts afresh (a gateway serving many long sessions re-reads
-/// rather than grows).
-#[derive(Default)]
+/// What the agent keeps of the session tapes between the steps and turns
+/// of one framework (see the module docs): their context messages and
+/// their session settings. Bounded: past [`ContextCache::TAPES`] tapes, or
+/// [`ContextCache::MESSAGES`] context messages in all, it starts afresh (a
+/// gateway serving many long sessions re-reads rather than grows).
 pub struct ContextCache {
-    tapes: std::sync::Mutex<HashMap<Key, Kept>>,
+    pub(crate) contexts: Folds<Selector>,
+    pub(crate) settings: Folds<Map<String, Value>>,
+}
+
+impl Default for ContextCache {
+    fn default() -> Self {
+        ContextCache {
+            contexts: Folds::new(Self::TAPES, Self::MESSAGES, |s: &Selector| s.messages.len()),
+            settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
+        }
+    }
 }
 
 impl std::fmt::Debug for ContextCache {
@@ -131,32 +91,14 @@ impl std::fmt::Debug for ContextCache {
 }
 
 impl ContextCache {
-    /// How many tapes' contexts are kept.
+    /// How many tapes' contexts (and settings) are kept.
     pub const TAPES: usize = 128;
-    /// How many messages are kept in all.
+    /// How many context messages are kept in all.
     pub const MESSAGES: usize = 200_000;
 
     /// A new, empty cache.
     pub fn new() -> Arc<ContextCache> {
         Arc::default()
-    }
-
-    // Taken out while a step brings it up to date: a concurrent step of the
-    // same tape (two runs of one session) reads in full instead of waiting.
-    fn take(&self, key: &Key) -> Option<Kept> {
-        bub_abi::sync::lock(&self.tapes).remove(key)
-    }
-
-    fn put(&self, key: Key, kept: Kept) {
-        if kept.selector.messages.len() > Self::MESSAGES {
-            return;
-        }
-        let mut tapes = bub_abi::sync::lock(&self.tapes);
-        let held: usize = tapes.values().map(|k| k.selector.messages.len()).sum();
-        if tapes.len() >= Self::TAPES || held + kept.selector.messages.len() > Self::MESSAGES {
-            tapes.clear();
-        }
-        tapes.insert(key, kept);
     }
 }
 

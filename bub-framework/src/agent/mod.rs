@@ -43,6 +43,7 @@
 pub mod command;
 pub mod context;
 pub mod events;
+mod follow;
 pub mod live;
 pub mod plugins;
 pub mod provider;

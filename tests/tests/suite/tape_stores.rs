@@ -359,10 +359,10 @@ fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
 }
 
 /// Issue 23 item 1: `after_id` in every store (applied before the anchor
-/// fields), and the agent's context kept between steps in a shared
-/// `ContextCache` equal to a full read and selection after each change
-/// another writer makes: appends, a new anchor, a reset with ids starting
-/// over, a context-less entry. Spec §4.5 (behaviours 186–188: the context
+/// fields), and the agent's context and session settings kept between
+/// steps in a shared `ContextCache` equal to a full read and selection
+/// after each change another writer makes: appends, a new anchor, a reset
+/// with ids starting over, a context-less entry, a cleared setting. Spec §4.5 (behaviours 186–188: the context
 /// after the last anchor, the anchor left out).
 #[test]
 fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
@@ -442,6 +442,33 @@ fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
                 store.reset("c").await?;
                 store.append_many("c", &entries).await?;
             }
+
+            // The session settings (`<key>_switch` events), kept the same way.
+            use bub_host::agent::session_settings::{load, load_kept};
+            let st = Store::Host(store.clone());
+            let switch = |model: &str| TapeEntry {
+                kind: "event".into(),
+                payload: serde_json::from_value(json!({"name": "model_switch", "data": {"model": model}})).unwrap(),
+                ..Default::default()
+            };
+            let model = || {
+                let (st, contexts) = (st.clone(), contexts.clone());
+                async move {
+                    let kept = load_kept(&st, "s", &contexts).await.unwrap();
+                    assert_eq!(kept, load(&st, "s").await.unwrap(), "kept settings equal a full read");
+                    kept.get("model").and_then(Value::as_str).map(str::to_owned)
+                }
+            };
+            assert_eq!(model().await, None, "{name}");
+            store.append_many("s", &[message("hi"), switch("a:one")]).await?;
+            assert_eq!(model().await.as_deref(), Some("a:one"), "{name}");
+            store.append_many("s", &[switch("a:two"), message("more")]).await?;
+            assert_eq!(model().await.as_deref(), Some("a:two"), "{name}");
+            store.append("s", &switch("")).await?;
+            assert_eq!(model().await, None, "{name}: an empty value clears it");
+            store.reset("s").await?;
+            store.append_many("s", &[switch("b:after-reset")]).await?;
+            assert_eq!(model().await.as_deref(), Some("b:after-reset"), "{name}");
             Ok::<_, bub_host::framework::FrameworkError>(())
         }))
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,124 @@
+//! Folds over a session tape kept between steps and turns (issue 23).
+//!
+//! The agent's context and the session's settings are both folds over the
+//! session tape: re-reading the tape for them every step made a step's cost
+//! grow with the tape. A [`Folds`] keeps each tape's fold with the last
+//! entry folded; the next read asks the store only for the entries from
+//! that one (`TapeQuery::after_id`), checks that it is still there
+//! unchanged (same id, kind and date: a tape reset or rewritten by another
+//! process shows there, and the fold starts over from a full read), and
+//! folds the new ones.
+
+use std::collections::HashMap;
+
+use bub_abi::types::{TapeEntry, TapeQuery};
+
+use super::{tape::Store, AgentError};
+
+/// An entry as a later read recognizes it.
+#[derive(Debug, Clone, PartialEq)]
+struct Stamp {
+    id: u64,
+    kind: String,
+    date: String,
+}
+
+impl Stamp {
+    fn of(e: &TapeEntry) -> Stamp {
+        Stamp { id: e.id, kind: e.kind.clone(), date: e.date.clone() }
+    }
+}
+
+struct Kept<S> {
+    last: Stamp,
+    state: S,
+}
+
+/// One fold per key (a tape, and what is read of it), bounded: past `tapes`
+/// folds, or `weight` over `budget` in all, it starts afresh, so a gateway
+/// serving many long sessions re-reads rather than grows.
+pub(crate) struct Folds<S> {
+    kept: std::sync::Mutex<HashMap<String, Kept<S>>>,
+    tapes: usize,
+    budget: usize,
+    weight: fn(&S) -> usize,
+}
+
+/// How a fold treats one entry.
+pub(crate) enum Step {
+    /// Fold it in.
+    Push,
+    /// Start the fold afresh after it (an anchor the context starts after).
+    Restart,
+}
+
+impl<S: Clone + Default> Folds<S> {
+    pub(crate) fn new(tapes: usize, budget: usize, weight: fn(&S) -> usize) -> Folds<S> {
+        Folds { kept: Default::default(), tapes, budget, weight }
+    }
+
+    /// The fold of `full`'s entries: kept and brought up to date (the
+    /// entries after the last one folded, of `full`'s kinds, each through
+    /// `step` then `push`), or folded afresh from `full` (which leaves out
+    /// what precedes a restart itself).
+    pub(crate) async fn follow(
+        &self,
+        store: &Store,
+        key: String,
+        full: &TapeQuery,
+        step: impl Fn(&TapeEntry) -> Step,
+        push: impl Fn(&mut S, &TapeEntry),
+    ) -> Result<S, AgentError> {
+        // Taken out while it is brought up to date: a concurrent read of
+        // the same tape (two runs of one session) reads in full instead.
+        let taken = bub_abi::sync::lock(&self.kept).remove(&key);
+        if let Some(mut kept) = taken {
+            let since = TapeQuery {
+                tape: full.tape.clone(),
+                kinds: full.kinds.clone(),
+                after_id: Some(kept.last.id.saturating_sub(1)),
+                ..Default::default()
+            };
+            if let Ok(mut entries) = store.fetch_all(&since).await {
+                // A store built before ABI 2.5 answers the whole tape.
+                entries.retain(|e| e.id >= kept.last.id);
+                if entries.first().map(Stamp::of).as_ref() == Some(&kept.last) {
+                    for e in &entries[1..] {
+                        match step(e) {
+                            Step::Push => push(&mut kept.state, e),
+                            Step::Restart => kept.state = S::default(),
+                        }
+                    }
+                    kept.last = Stamp::of(entries.last().expect("the first entry is there"));
+                    let state = kept.state.clone();
+                    self.put(key, kept);
+                    return Ok(state);
+                }
+            }
+        }
+        let entries = store.fetch_all(full).await?;
+        let mut state = S::default();
+        for e in &entries {
+            push(&mut state, e);
+        }
+        // Empty (the tape ends with the anchor, or holds nothing): nothing
+        // to resume from, so the next read is a full one again.
+        if let Some(last) = entries.last() {
+            self.put(key, Kept { last: Stamp::of(last), state: state.clone() });
+        }
+        Ok(state)
+    }
+
+    fn put(&self, key: String, kept: Kept<S>) {
+        let weight = (self.weight)(&kept.state);
+        if weight > self.budget {
+            return;
+        }
+        let mut all = bub_abi::sync::lock(&self.kept);
+        let held: usize = all.values().map(|k| (self.weight)(&k.state)).sum();
+        if all.len() >= self.tapes || held + weight > self.budget {
+            all.clear();
+        }
+        all.insert(key, kept);
+    }
+}
