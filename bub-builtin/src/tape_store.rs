@@ -66,6 +66,8 @@ struct Parsed {
 
 /// How many bytes before the parsed offset are compared on the next read.
 const GUARD: u64 = 64;
+/// From how many unparsed bytes a read goes to the blocking pool.
+const BLOCKING_READ: u64 = 64 * 1024;
 /// How many tapes' parsed entries a store keeps (a gateway serves many
 /// sessions; past this the cache starts afresh).
 const PARSED_TAPES: usize = 128;
@@ -126,6 +128,15 @@ impl FileTapeStore {
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
         self.read_from(tape, |_| 0, |_| true)
+    }
+
+    /// How many bytes of `tape`'s file were not parsed yet (all of it when
+    /// it was never read; 0 when it cannot be told).
+    fn unparsed_bytes(&self, tape: &str) -> u64 {
+        let Ok(path) = self.path(tape) else { return 0 };
+        let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else { return 0 };
+        let parsed = bub_abi::sync::lock(&self.parsed).get(&path).map_or(0, |p| p.offset);
+        len.saturating_sub(parsed)
     }
 
     /// The entries `query` can select: those after its `after_id` and its
@@ -334,7 +345,21 @@ impl TapeStore for FileTapeStore {
 
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
-        async move { Ok(bub_abi::tape::try_select(this.candidates(&query)?, &query)?) }
+        let unparsed_bytes = self.unparsed_bytes(&query.tape);
+        async move {
+            let read = move || -> Result<Vec<TapeEntry>, BoxError> {
+                Ok(bub_abi::tape::try_select(this.candidates(&query)?, &query)?)
+            };
+            // A long unparsed stretch (a tape's first read, a big append by
+            // another process) is parsed on the blocking pool, not on a
+            // runtime worker that other sessions' turns are waiting for.
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) if unparsed_bytes >= BLOCKING_READ => {
+                    rt.spawn_blocking(read).await.map_err(|e| format!("reading a tape: {e}"))?
+                }
+                _ => read(),
+            }
+        }
     }
 
     fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry> {
