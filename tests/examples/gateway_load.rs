@@ -30,6 +30,19 @@ use std::time::{Duration, Instant};
 use bub_tests::{bub_bin_release, gateway::GatewayProcess, install_into, lib_release};
 use serde_json::{json, Value};
 
+/// Sends `content` to session `load-<s>` and returns the reply's body.
+async fn send(client: &reqwest::Client, base: &str, s: usize, content: &str) -> Value {
+    let response = client
+        .post(format!("{base}/v1/messages"))
+        .bearer_auth("load")
+        .json(&json!({"content": content, "session_id": format!("load-{s}")}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 200, "{content}");
+    response.json().await.expect("JSON reply")
+}
+
 fn main() {
     let messages: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let sessions: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(100);
@@ -65,15 +78,7 @@ fn main() {
                 let (client, base) = (client.clone(), base.clone());
                 tokio::spawn(async move {
                     for k in 0..prefill {
-                        let content = format!("s{s}-earlier{k}");
-                        let response = client
-                            .post(format!("{base}/v1/messages"))
-                            .bearer_auth("load")
-                            .json(&json!({"content": content, "session_id": format!("load-{s}")}))
-                            .send()
-                            .await
-                            .expect("request");
-                        assert_eq!(response.status().as_u16(), 200, "{content}");
+                        send(&client, &base, s, &format!("s{s}-earlier{k}")).await;
                     }
                 })
             })
@@ -93,15 +98,7 @@ fn main() {
                     tokio::time::sleep(Duration::from_millis(10 * k as u64)).await;
                     let content = format!("s{s}-m{k}");
                     let sent = Instant::now();
-                    let response = client
-                        .post(format!("{base}/v1/messages"))
-                        .bearer_auth("load")
-                        .json(&json!({"content": content, "session_id": format!("load-{s}")}))
-                        .send()
-                        .await
-                        .expect("request");
-                    assert_eq!(response.status().as_u16(), 200, "{content}");
-                    let body: Value = response.json().await.expect("JSON reply");
+                    let body = send(&client, &base, s, &content).await;
                     let reply = body["reply"].as_str().unwrap_or_default();
                     assert!(reply.ends_with(&content), "{content} got someone else's reply: {body}");
                     (content, sent.elapsed())

@@ -37,6 +37,39 @@ fn postgres_store_without_session_lock(test: &str) -> Option<(Postgres, Home)> {
     Some((pg, home))
 }
 
+/// Runs `body` inside a `running()` scope over each store — the builtin
+/// file store, tape-sqlite, and tape-postgres when a server can start —
+/// each loaded through the real loader; `body` gets the store's name.
+fn each_store<F, Fut>(test: &str, body: F)
+where
+    F: Fn(String, Framework) -> Fut,
+    Fut: std::future::Future<Output = Result<(), bub_host::framework::FrameworkError>>,
+{
+    let (builtin, sqlite) = (Home::new(), Home::new());
+    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    let pg = postgres_store_without_session_lock(test);
+    let mut homes = vec![("builtin", &builtin), ("tape-sqlite", &sqlite)];
+    if let Some((_, home)) = &pg {
+        homes.push(("tape-postgres", home));
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for (name, home) in homes {
+        let fw = hosts(home, workspace.path(), 1).pop().unwrap();
+        rt.block_on(fw.scoped(|fw| body(name.to_owned(), fw))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    drop(pg);
+}
+
+/// The ids of the entries `store` answers to query `q` (JSON).
+async fn ids_of(
+    store: &bub_host::resources::TapeStore,
+    q: Value,
+) -> Result<Vec<u64>, bub_host::resources::ResourceError> {
+    let q = serde_json::from_value(q).unwrap();
+    store.fetch_all(&q).await.map(|es| es.into_iter().map(|e| e.id).collect())
+}
+
 fn run(home: &Home, args: &[&str]) -> String {
     let (out, err, ok) = run_bub(home, args);
     assert!(ok, "bub {args:?} failed: {err}");
@@ -298,180 +331,134 @@ fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
 /// the real loader.
 #[test]
 fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
-    let (builtin, sqlite) = (Home::new(), Home::new());
-    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
-    let pg = postgres_store_without_session_lock("every_store_answers…");
-    let mut homes = vec![("builtin", &builtin), ("tape-sqlite", &sqlite)];
-    if let Some((_, home)) = &pg {
-        homes.push(("tape-postgres", home));
-    }
-    let workspace = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    for (name, home) in homes {
-        let fw = hosts(home, workspace.path(), 1).pop().unwrap();
-        let name = name.to_string();
-        rt.block_on(fw.scoped(move |fw| async move {
-            let store = fw.get_tape_store().expect("a store");
-            assert_eq!(store.resource().plugin(), if name == "builtin" { "builtin" } else { name.as_str() });
-            let entry = |kind: &str, payload: Value, date: &str| TapeEntry {
-                kind: kind.into(),
-                payload: serde_json::from_value(payload).unwrap(),
-                date: date.into(),
-                ..Default::default()
-            };
-            let entries = [
-                entry(
-                    "message",
-                    json!({"role": "user", "content": "deploy to kubernetes"}),
-                    "2026-11-01T10:00:00+00:00",
-                ),
-                entry("anchor", json!({"name": "a"}), "2026-11-02T10:00:00Z"),
-                entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-03T10:00:00.5Z"),
-                entry("anchor", json!({"name": "b"}), "2026-11-04T10:00:00Z"),
-                entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-05T10:00:00Z"),
-            ];
-            store.append_many("q", &entries).await?;
-            let ids = |q: Value| {
-                let store = store.clone();
-                async move {
-                    let q = serde_json::from_value(q).unwrap();
-                    store.fetch_all(&q).await.map(|es| es.into_iter().map(|e| e.id).collect::<Vec<_>>())
-                }
-            };
-            assert_eq!(ids(json!({"tape": "q", "between_anchors": ["a", "b"]})).await?, [3], "{name}");
-            let missing = ids(json!({"tape": "q", "between_anchors": ["b", "zzz"]})).await.unwrap_err();
-            assert!(missing.to_string().contains("Anchor 'zzz' was not found."), "{name}: {missing}");
-            assert_eq!(ids(json!({"tape": "q", "between_dates": ["2026-11-03", "2026-11-05"]})).await?, [3, 4, 5]);
-            assert_eq!(
-                ids(json!({"tape": "q", "between_dates": ["2026-11-03T10:00:01", "2026-11-05T00:00:00"]})).await?,
-                [4],
-                "{name}"
-            );
-            let bad = ids(json!({"tape": "q", "between_dates": ["", "2026-11-05"]})).await.unwrap_err();
-            assert!(bad.to_string().contains("Invalid ISO date or datetime: ''."), "{name}: {bad}");
-            assert_eq!(ids(json!({"tape": "q", "query": "kubernets"})).await?, [1], "{name}: a typo still matches");
-            assert_eq!(ids(json!({"tape": "q", "query": "RELEASE", "kinds": ["message"]})).await?, [5], "{name}");
-            Ok::<_, bub_host::framework::FrameworkError>(())
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
-    drop(pg);
+    each_store("every_store_answers…", |name, fw| async move {
+        let store = fw.get_tape_store().expect("a store");
+        assert_eq!(store.resource().plugin(), if name == "builtin" { "builtin" } else { name.as_str() });
+        let entry = |kind: &str, payload: Value, date: &str| TapeEntry {
+            kind: kind.into(),
+            payload: serde_json::from_value(payload).unwrap(),
+            date: date.into(),
+            ..Default::default()
+        };
+        let entries = [
+            entry("message", json!({"role": "user", "content": "deploy to kubernetes"}), "2026-11-01T10:00:00+00:00"),
+            entry("anchor", json!({"name": "a"}), "2026-11-02T10:00:00Z"),
+            entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-03T10:00:00.5Z"),
+            entry("anchor", json!({"name": "b"}), "2026-11-04T10:00:00Z"),
+            entry("message", json!({"role": "user", "content": "release notes"}), "2026-11-05T10:00:00Z"),
+        ];
+        store.append_many("q", &entries).await?;
+        let ids = |q: Value| ids_of(&store, q);
+        assert_eq!(ids(json!({"tape": "q", "between_anchors": ["a", "b"]})).await?, [3], "{name}");
+        let missing = ids(json!({"tape": "q", "between_anchors": ["b", "zzz"]})).await.unwrap_err();
+        assert!(missing.to_string().contains("Anchor 'zzz' was not found."), "{name}: {missing}");
+        assert_eq!(ids(json!({"tape": "q", "between_dates": ["2026-11-03", "2026-11-05"]})).await?, [3, 4, 5]);
+        assert_eq!(
+            ids(json!({"tape": "q", "between_dates": ["2026-11-03T10:00:01", "2026-11-05T00:00:00"]})).await?,
+            [4],
+            "{name}"
+        );
+        let bad = ids(json!({"tape": "q", "between_dates": ["", "2026-11-05"]})).await.unwrap_err();
+        assert!(bad.to_string().contains("Invalid ISO date or datetime: ''."), "{name}: {bad}");
+        assert_eq!(ids(json!({"tape": "q", "query": "kubernets"})).await?, [1], "{name}: a typo still matches");
+        assert_eq!(ids(json!({"tape": "q", "query": "RELEASE", "kinds": ["message"]})).await?, [5], "{name}");
+        Ok(())
+    });
 }
 
 /// Issue 23 item 1: `after_id` in every store (applied before the anchor
 /// fields), and the agent's context and session settings kept between
 /// steps in a shared `ContextCache` equal to a full read and selection
 /// after each change another writer makes: appends, a new anchor, a reset
-/// with ids starting over, a context-less entry, a cleared setting. Spec §4.5 (behaviours 186–188: the context
-/// after the last anchor, the anchor left out).
+/// with ids starting over, a context-less entry, a cleared setting. Behaviours 192–194 (the context after
+/// the last anchor, anchors as text without one, `context: false` left out)
+/// hold for the kept context as for a full read.
 #[test]
 fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
     use bub_host::agent::{context, RunTape, Store};
-    let (builtin, sqlite) = (Home::new(), Home::new());
-    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
-    let pg = postgres_store_without_session_lock("every_store_answers_after_id…");
-    let mut homes = vec![("builtin", &builtin), ("tape-sqlite", &sqlite)];
-    if let Some((_, home)) = &pg {
-        homes.push(("tape-postgres", home));
-    }
-    let workspace = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    for (name, home) in homes {
-        let fw = hosts(home, workspace.path(), 1).pop().unwrap();
-        let name = name.to_string();
-        rt.block_on(fw.scoped(move |fw| async move {
-            let store = fw.get_tape_store().expect("a store");
-            let message = |text: &str| TapeEntry {
-                kind: "message".into(),
-                payload: serde_json::from_value(json!({"role": "user", "content": text})).unwrap(),
-                ..Default::default()
+    each_store("every_store_answers_after_id…", |name, fw| async move {
+        let store = fw.get_tape_store().expect("a store");
+        let message = |text: &str| TapeEntry {
+            kind: "message".into(),
+            payload: serde_json::from_value(json!({"role": "user", "content": text})).unwrap(),
+            ..Default::default()
+        };
+        let anchor = |n: &str| TapeEntry {
+            kind: "anchor".into(),
+            payload: serde_json::from_value(json!({"name": n})).unwrap(),
+            ..Default::default()
+        };
+        let entries = [message("one"), anchor("a"), message("two"), anchor("b"), message("three")];
+        store.append_many("c", &entries).await?;
+        let ids = |q: Value| ids_of(&store, q);
+        assert_eq!(ids(json!({"tape": "c", "after_id": 2})).await?, [3, 4, 5], "{name}");
+        assert_eq!(ids(json!({"tape": "c", "after_id": 2, "last_anchor": true})).await?, [5], "{name}");
+        assert_eq!(ids(json!({"tape": "c", "after_id": 3, "after_anchor": "a"})).await?, [4, 5], "{name}");
+        assert_eq!(ids(json!({"tape": "c", "after_id": 9})).await?, Vec::<u64>::new(), "{name}");
+
+        let contexts = fw.contexts();
+        for spec in [None, Some(bub_abi::types::TapeContextSpec::LAST_ANCHOR), Some("a")] {
+            let spec = bub_abi::types::TapeContextSpec { anchor: spec.map(str::to_owned) };
+            let step = || {
+                let run = RunTape::fork(Store::Host(store.clone()), "c", &[], false).with_contexts(contexts.clone());
+                let spec = spec.clone();
+                async move { context::messages(&run, &spec).await.unwrap() }
             };
-            let anchor = |n: &str| TapeEntry {
-                kind: "anchor".into(),
-                payload: serde_json::from_value(json!({"name": n})).unwrap(),
-                ..Default::default()
-            };
-            let entries = [message("one"), anchor("a"), message("two"), anchor("b"), message("three")];
-            store.append_many("c", &entries).await?;
-            let ids = |q: Value| {
+            let full = || {
                 let store = store.clone();
-                async move {
-                    let q = serde_json::from_value(q).unwrap();
-                    store.fetch_all(&q).await.map(|es| es.into_iter().map(|e| e.id).collect::<Vec<_>>())
-                }
+                let spec = spec.clone();
+                async move { context::select(&store.fetch_all(&context::query("c", &spec)).await.unwrap()) }
             };
-            assert_eq!(ids(json!({"tape": "c", "after_id": 2})).await?, [3, 4, 5], "{name}");
-            assert_eq!(ids(json!({"tape": "c", "after_id": 2, "last_anchor": true})).await?, [5], "{name}");
-            assert_eq!(ids(json!({"tape": "c", "after_id": 3, "after_anchor": "a"})).await?, [4, 5], "{name}");
-            assert_eq!(ids(json!({"tape": "c", "after_id": 9})).await?, Vec::<u64>::new(), "{name}");
-
-            let contexts = fw.contexts();
-            for spec in [None, Some(bub_abi::types::TapeContextSpec::LAST_ANCHOR), Some("a")] {
-                let spec = bub_abi::types::TapeContextSpec { anchor: spec.map(str::to_owned) };
-                let step = || {
-                    let run =
-                        RunTape::fork(Store::Host(store.clone()), "c", &[], false).with_contexts(contexts.clone());
-                    let spec = spec.clone();
-                    async move { context::messages(&run, &spec).await.unwrap() }
-                };
-                let full = || {
-                    let store = store.clone();
-                    let spec = spec.clone();
-                    async move { context::select(&store.fetch_all(&context::query("c", &spec)).await.unwrap()) }
-                };
-                assert_eq!(step().await, full().await, "{name} {spec:?}: first read");
-                assert_eq!(step().await, full().await, "{name} {spec:?}: kept");
-                store.append("c", &message("four")).await?;
-                assert_eq!(step().await, full().await, "{name} {spec:?}: an append");
-                store.append_many("c", &[anchor("a"), message("five")]).await?;
-                let now = step().await;
-                assert_eq!(now, full().await, "{name} {spec:?}: a new anchor");
-                if spec.anchor.is_some() {
-                    assert_eq!(now.len(), 1, "{name} {spec:?}: only `five` after the new anchor: {now:?}");
-                }
-                let mut hidden = message("hidden");
-                hidden.meta.insert("context".into(), json!(false));
-                store.append("c", &hidden).await?;
-                assert_eq!(step().await, full().await, "{name} {spec:?}: a context-less entry");
-                // Reset and written again: ids start over, below the kept one.
-                store.reset("c").await?;
-                store.append_many("c", &[message("fresh"), message("start")]).await?;
-                let now = step().await;
-                assert_eq!(now, full().await, "{name} {spec:?}: after a reset");
-                assert_eq!(now.len(), 2, "{name} {spec:?}: {now:?}");
-                store.reset("c").await?;
-                store.append_many("c", &entries).await?;
+            assert_eq!(step().await, full().await, "{name} {spec:?}: first read");
+            assert_eq!(step().await, full().await, "{name} {spec:?}: kept");
+            store.append("c", &message("four")).await?;
+            assert_eq!(step().await, full().await, "{name} {spec:?}: an append");
+            store.append_many("c", &[anchor("a"), message("five")]).await?;
+            let now = step().await;
+            assert_eq!(now, full().await, "{name} {spec:?}: a new anchor");
+            if spec.anchor.is_some() {
+                assert_eq!(now.len(), 1, "{name} {spec:?}: only `five` after the new anchor: {now:?}");
             }
+            let mut hidden = message("hidden");
+            hidden.meta.insert("context".into(), json!(false));
+            store.append("c", &hidden).await?;
+            assert_eq!(step().await, full().await, "{name} {spec:?}: a context-less entry");
+            // Reset and written again: ids start over, below the kept one.
+            store.reset("c").await?;
+            store.append_many("c", &[message("fresh"), message("start")]).await?;
+            let now = step().await;
+            assert_eq!(now, full().await, "{name} {spec:?}: after a reset");
+            assert_eq!(now.len(), 2, "{name} {spec:?}: {now:?}");
+            store.reset("c").await?;
+            store.append_many("c", &entries).await?;
+        }
 
-            // The session settings (`<key>_switch` events), kept the same way.
-            use bub_host::agent::session_settings::{load, load_kept};
-            let st = Store::Host(store.clone());
-            let switch = |model: &str| TapeEntry {
-                kind: "event".into(),
-                payload: serde_json::from_value(json!({"name": "model_switch", "data": {"model": model}})).unwrap(),
-                ..Default::default()
-            };
-            let model = || {
-                let (st, contexts) = (st.clone(), contexts.clone());
-                async move {
-                    let kept = load_kept(&st, "s", &contexts).await.unwrap();
-                    assert_eq!(kept, load(&st, "s").await.unwrap(), "kept settings equal a full read");
-                    kept.get("model").and_then(Value::as_str).map(str::to_owned)
-                }
-            };
-            assert_eq!(model().await, None, "{name}");
-            store.append_many("s", &[message("hi"), switch("a:one")]).await?;
-            assert_eq!(model().await.as_deref(), Some("a:one"), "{name}");
-            store.append_many("s", &[switch("a:two"), message("more")]).await?;
-            assert_eq!(model().await.as_deref(), Some("a:two"), "{name}");
-            store.append("s", &switch("")).await?;
-            assert_eq!(model().await, None, "{name}: an empty value clears it");
-            store.reset("s").await?;
-            store.append_many("s", &[switch("b:after-reset")]).await?;
-            assert_eq!(model().await.as_deref(), Some("b:after-reset"), "{name}");
-            Ok::<_, bub_host::framework::FrameworkError>(())
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
-    drop(pg);
+        // The session settings (`<key>_switch` events), kept the same way.
+        use bub_host::agent::session_settings::{load, load_kept};
+        let st = Store::Host(store.clone());
+        let switch = |model: &str| TapeEntry {
+            kind: "event".into(),
+            payload: serde_json::from_value(json!({"name": "model_switch", "data": {"model": model}})).unwrap(),
+            ..Default::default()
+        };
+        let model = || {
+            let (st, contexts) = (st.clone(), contexts.clone());
+            async move {
+                let kept = load_kept(&st, "s", &contexts).await.unwrap();
+                assert_eq!(kept, load(&st, "s").await.unwrap(), "kept settings equal a full read");
+                kept.get("model").and_then(Value::as_str).map(str::to_owned)
+            }
+        };
+        assert_eq!(model().await, None, "{name}");
+        store.append_many("s", &[message("hi"), switch("a:one")]).await?;
+        assert_eq!(model().await.as_deref(), Some("a:one"), "{name}");
+        store.append_many("s", &[switch("a:two"), message("more")]).await?;
+        assert_eq!(model().await.as_deref(), Some("a:two"), "{name}");
+        store.append("s", &switch("")).await?;
+        assert_eq!(model().await, None, "{name}: an empty value clears it");
+        store.reset("s").await?;
+        store.append_many("s", &[switch("b:after-reset")]).await?;
+        assert_eq!(model().await.as_deref(), Some("b:after-reset"), "{name}");
+        Ok(())
+    });
 }
