@@ -150,15 +150,9 @@ impl FileTapeStore {
             |parsed| {
                 let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
                 let rest = &parsed[after..];
-                let named = |e: &TapeEntry, name: &str| e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
-                let anchor = if query.between_anchors.is_some() {
-                    None
-                } else if query.last_anchor {
-                    rest.iter().rposition(|e| e.kind == "anchor")
-                } else if let Some(name) = &query.after_anchor {
-                    rest.iter().rposition(|e| e.kind == "anchor" && named(e, name))
-                } else {
-                    None
+                let anchor = match query.between_anchors {
+                    Some(_) => None,
+                    None => rest.iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
                 };
                 after + anchor.unwrap_or(0)
             },

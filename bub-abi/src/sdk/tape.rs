@@ -37,6 +37,16 @@ impl From<QueryError> for crate::HookError {
     }
 }
 
+/// Whether `e` is an anchor that `query`'s `last_anchor` (any anchor) or
+/// `after_anchor` (one of that name) selects the entries after; the last
+/// such anchor starts the selection. One predicate for every place that
+/// cuts a tape there: stores, the agent's fork and its kept context.
+pub fn starts_after(e: &TapeEntry, query: &TapeQuery) -> bool {
+    e.kind == "anchor"
+        && (query.last_anchor
+            || query.after_anchor.as_deref().is_some_and(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n)))
+}
+
 /// [`try_select`], with an unanswerable query selecting nothing.
 pub fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
     try_select(entries, query).unwrap_or_default()
@@ -67,10 +77,8 @@ pub fn try_select(mut entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<
             .map(|i| i + from + 1)
             .ok_or_else(|| QueryError::AnchorNotFound(last.clone()))?;
         (from + 1, to)
-    } else if query.last_anchor {
-        (entries.iter().rposition(|e| anchor(e, None)).map_or(0, |i| i + 1), entries.len())
-    } else if let Some(name) = &query.after_anchor {
-        (entries.iter().rposition(|e| anchor(e, Some(name))).map_or(0, |i| i + 1), entries.len())
+    } else if query.last_anchor || query.after_anchor.is_some() {
+        (entries.iter().rposition(|e| starts_after(e, query)).map_or(0, |i| i + 1), entries.len())
     } else {
         (0, entries.len())
     };

@@ -48,7 +48,7 @@ pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Valu
 /// as no entries, as [`RunTape::fetch`] counts it.
 async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
     let key = format!("{}\0{}\0{}", query.tape, query.last_anchor, query.after_anchor.as_deref().unwrap_or(""));
-    let step = |e: &TapeEntry| if starts_context(e, query) { Step::Restart } else { Step::Push };
+    let step = |e: &TapeEntry| if bub_abi::tape::starts_after(e, query) { Step::Restart } else { Step::Push };
     match tape.contexts().contexts.follow(tape.store(), key, query, step, Selector::push).await {
         Ok(selector) => selector,
         Err(e) => {
@@ -56,13 +56,6 @@ async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
             Selector::default()
         }
     }
-}
-
-/// Whether `e` is an anchor the context starts after.
-fn starts_context(e: &TapeEntry, query: &TapeQuery) -> bool {
-    e.kind == "anchor"
-        && (query.last_anchor
-            || query.after_anchor.as_deref().is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
 }
 
 /// What the agent keeps of the session tapes between the steps and turns
@@ -115,14 +108,11 @@ fn upgrade_call(c: &Value) -> Value {
 /// result), `anchor` → `[Anchor created: <name>]: <state>`; entries with
 /// `meta.context == false` and everything else are left out.
 pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
-    select_into(Selector::default(), entries).messages
-}
-
-fn select_into(mut selector: Selector, entries: &[TapeEntry]) -> Selector {
+    let mut selector = Selector::default();
     for e in entries {
         selector.push(e);
     }
-    selector
+    selector.messages
 }
 
 /// [`select`], fed one entry at a time: the messages so far and the calls

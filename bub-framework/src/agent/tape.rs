@@ -260,15 +260,7 @@ impl RunTape {
     pub(crate) async fn own_entries(&self, query: &TapeQuery) -> (bool, Vec<TapeEntry>) {
         let overlay = self.overlay.lock().await;
         let Some(o) = overlay.get(&query.tape) else { return (false, Vec::new()) };
-        let anchored = |e: &TapeEntry| {
-            e.kind == "anchor"
-                && (query.last_anchor
-                    || query
-                        .after_anchor
-                        .as_ref()
-                        .is_some_and(|n| e.payload.get("name").and_then(Value::as_str) == Some(n)))
-        };
-        let cut = o.entries.iter().rposition(anchored);
+        let cut = o.entries.iter().rposition(|e| bub_abi::tape::starts_after(e, query));
         let start = cut.map_or(0, |i| i + 1);
         let kinds = |e: &&TapeEntry| query.kinds.is_empty() || query.kinds.contains(&e.kind);
         (cut.is_some() || o.reset, o.entries[start..].iter().filter(kinds).cloned().collect())
