@@ -68,10 +68,18 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
+/// The process's effective user id, asked once: trust checks compare file
+/// owners with it for every settings file, plugin folder and parent, and
+/// `bub` never changes its ids.
+pub fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+}
+
 /// Sets an owned file's mode to `0600` when group or others have any bit.
 pub fn narrow(file: &File) -> std::io::Result<()> {
     let meta = file.metadata()?;
-    if meta.mode() & 0o077 != 0 && meta.uid() == rustix::process::geteuid().as_raw() {
+    if meta.mode() & 0o077 != 0 && meta.uid() == euid() {
         file.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o700 | 0o600))?;
     }
     Ok(())
@@ -137,7 +145,7 @@ pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, TrustError> {
             path.display()
         )));
     }
-    let me = rustix::process::geteuid().as_raw();
+    let me = euid();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(TrustError::Refused(format!(
             "{} is owned by uid {}, but bub runs as uid {me}: remove it or take it over (`chown`)",

@@ -1,6 +1,7 @@
 //! [`Host`]: discovery → load → register, then dispatch through [`Runtime`].
 
 use std::{
+    cell::RefCell,
     collections::HashMap,
     ffi::OsString,
     path::{Path, PathBuf},
@@ -206,13 +207,30 @@ impl HostBuilder {
         };
         let mut registry = Registry::with_settings(self.settings.clone());
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
-        let mut replaced = replacements(&self.sources);
+        // Each folder's manifest is read once here (the file cache keeps only
+        // a few files, and with many plugins a second read would miss it).
+        let manifests: Vec<Option<Result<Manifest, LoadError>>> = self
+            .sources
+            .iter()
+            .map(|(_, source)| match source {
+                PluginSource::Folder(dir) => Some(Manifest::read(dir)),
+                _ => None,
+            })
+            .collect();
+        let mut replaced = replacements(&self.sources, &manifests);
+        let parents_checked = RefCell::new(Vec::new());
         for (name, reason) in &self.skip {
             replaced.insert(name.clone(), NotLoaded::Skipped(reason.clone()));
         }
-        for (fallback_name, source) in self.sources {
-            let records =
-                load_source(fallback_name, source, &taken, &replaced, &self.app_config, &self.settings, &places);
+        for ((fallback_name, source), manifest) in self.sources.into_iter().zip(manifests) {
+            let loading = Loading {
+                taken: &taken,
+                replaced: &replaced,
+                app_config: &self.app_config,
+                places: &places,
+                parents_checked: &parents_checked,
+            };
+            let records = load_source(fallback_name, source, manifest, &loading, &self.settings);
             for record in records {
                 let record = match &record.member_of {
                     // A member cannot take a name an earlier plugin holds.
@@ -275,11 +293,13 @@ enum NotLoaded {
 /// plugin's `replaces`, in discovery order; a plugin that is itself
 /// replaced replaces nothing (so two plugins replacing each other leave the
 /// first), and the builtin cannot be replaced.
-fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, NotLoaded> {
+fn replacements(
+    sources: &[(String, PluginSource)],
+    manifests: &[Option<Result<Manifest, LoadError>>],
+) -> HashMap<String, NotLoaded> {
     let mut replaced: HashMap<String, NotLoaded> = HashMap::new();
-    for (_, source) in sources {
-        let PluginSource::Folder(dir) = source else { continue };
-        let Ok(manifest) = Manifest::read(dir) else { continue };
+    for ((_, source), manifest) in sources.iter().zip(manifests) {
+        let (PluginSource::Folder(dir), Some(Ok(manifest))) = (source, manifest) else { continue };
         let own_folder = dir.file_name().is_some_and(|f| f == manifest.name.as_str());
         if !manifest.enabled || !own_folder || replaced.contains_key(&manifest.name) {
             continue;
@@ -297,15 +317,25 @@ fn replacements(sources: &[(String, PluginSource)]) -> HashMap<String, NotLoaded
     replaced
 }
 
+/// What every source's load reads: names already taken, replacements, the
+/// app config and the host's places.
+struct Loading<'a> {
+    taken: &'a HashMap<String, PathBuf>,
+    replaced: &'a HashMap<String, NotLoaded>,
+    app_config: &'a Map<String, serde_json::Value>,
+    places: &'a Places,
+    /// Plugin folders' parents already found trustworthy in this load.
+    parents_checked: &'a RefCell<Vec<PathBuf>>,
+}
+
 fn load_source(
     fallback_name: String,
     source: PluginSource,
-    taken: &HashMap<String, PathBuf>,
-    replaced: &HashMap<String, NotLoaded>,
-    app_config: &Map<String, serde_json::Value>,
+    manifest: Option<Result<Manifest, LoadError>>,
+    loading: &Loading<'_>,
     settings: &RuntimeSettings,
-    places: &Places,
 ) -> Vec<PluginRecord> {
+    let Loading { taken, places, .. } = *loading;
     match source {
         PluginSource::Static { module, config } => {
             let lib = Library { module };
@@ -319,7 +349,8 @@ fn load_source(
             None => open_and_register(name, path, &config, places),
         },
         PluginSource::Folder(dir) => {
-            load_folder(fallback_name, &dir, taken, replaced, app_config, &settings.plugin_env, places)
+            let manifest = manifest.unwrap_or_else(|| Manifest::read(&dir));
+            load_folder(fallback_name, &dir, manifest, loading, &settings.plugin_env)
         }
     }
 }
@@ -327,13 +358,12 @@ fn load_source(
 fn load_folder(
     fallback_name: String,
     dir: &Path,
-    taken: &HashMap<String, PathBuf>,
-    replaced: &HashMap<String, NotLoaded>,
-    app_config: &Map<String, serde_json::Value>,
+    manifest: Result<Manifest, LoadError>,
+    loading: &Loading<'_>,
     plugin_env: &[(OsString, OsString)],
-    places: &Places,
 ) -> Vec<PluginRecord> {
-    let manifest = match Manifest::read(dir) {
+    let Loading { taken, replaced, app_config, places, parents_checked } = *loading;
+    let manifest = match manifest {
         Ok(m) => m,
         Err(e) => return vec![PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string())],
     };
@@ -378,7 +408,7 @@ fn load_folder(
         return vec![PluginRecord::failed(manifest.name, Some(path), detail)];
     }
     // Checked on the library opened once, and that open file is what loads.
-    let file = match integrity::check_parents(dir)
+    let file = match integrity::check_parents_once(dir, &mut parents_checked.borrow_mut())
         .and_then(|()| integrity::open_trusted(dir, &path, manifest.sha256.as_deref()))
     {
         Ok(file) => file,

@@ -21,7 +21,12 @@
 //! ctime: any change to the file (even a `touch` or `chmod`) changes its
 //! ctime, which the owner cannot set back, and the hash is checked again.
 
-use std::{fs::Metadata, io::Read, os::unix::fs::MetadataExt, path::Path};
+use std::{
+    fs::Metadata,
+    io::Read,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
 
 use sha2::{Digest, Sha256};
 
@@ -39,7 +44,7 @@ fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> 
             fix: format!("run `chmod go-w {}`", path.display()),
         });
     }
-    let me = rustix::process::geteuid().as_raw();
+    let me = bub_abi::files::euid();
     if uid != me && uid != 0 {
         return Err(LoadError::Untrusted {
             path: path.to_owned(),
@@ -55,8 +60,19 @@ fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> 
 /// could write (a sticky folder such as `/tmp` is fine: others cannot
 /// rename or remove what they do not own in it).
 pub fn check_parents(dir: &Path) -> Result<(), LoadError> {
+    check_parents_once(dir, &mut Vec::new())
+}
+
+/// [`check_parents`], skipping the parents in `checked` and adding the ones
+/// it checks: the plugins of one load share their parents, which are then
+/// inspected once rather than once per plugin.
+pub fn check_parents_once(dir: &Path, checked: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     let dir = crate::discovery::absolute(dir.to_path_buf());
     for parent in dir.ancestors().skip(1) {
+        if checked.iter().any(|c| c == parent) {
+            // Its own parents were checked with it.
+            break;
+        }
         let meta = std::fs::metadata(parent).map_err(|e| LoadError::Untrusted {
             path: parent.to_owned(),
             detail: format!("cannot be inspected: {e}"),
@@ -70,6 +86,7 @@ pub fn check_parents(dir: &Path) -> Result<(), LoadError> {
             },
             other => other,
         })?;
+        checked.push(parent.to_owned());
     }
     Ok(())
 }

@@ -4,8 +4,13 @@
 //! included: a plugin future that calls `tokio::time::sleep` while the host
 //! polls it would find "no reactor running". So every plugin future is polled
 //! with a plugin-local runtime *entered*: timers and sockets register with that
-//! runtime's driver (run by its one worker thread), which wakes the host's
-//! waker. Each poll also catches panics, and dropping the future (the host
+//! runtime's driver, which wakes the host's waker. The runtime is a
+//! current-thread one whose driving thread starts only when a future first
+//! waits or leaves tasks behind: a future that finishes in its first poll
+//! (most hooks) costs no thread, so loading 100 plugins does not mean 100
+//! threads. (One runtime shared by every plugin is not possible: each cdylib
+//! has its own copy of tokio, whose context is thread-local to that copy, so
+//! a task of one copy could not find its runtime on another copy's worker.) Each poll also catches panics, and dropping the future (the host
 //! cancelling it) drops the inner future inside the runtime too, which
 //! cancels its timers and closes its sockets.
 
@@ -27,32 +32,82 @@ use crate::{
     Value,
 };
 
-static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+/// The plugin's runtime: a current-thread tokio runtime, and the thread
+/// that drives it once something needs driving.
+struct PluginRuntime {
+    rt: tokio::runtime::Runtime,
+    /// Started on first need: `Err` if the thread could not be spawned.
+    driver: OnceLock<Result<(), String>>,
+}
 
-/// The plugin's tokio runtime (created on first use; never shut down, as the
-/// library is never unloaded).
+static RUNTIME: OnceLock<Result<PluginRuntime, String>> = OnceLock::new();
+
+/// The plugin's tokio runtime, driven by its own thread from now on
+/// (created on first use; never shut down, as the library is never
+/// unloaded). Code that spawns tasks or keeps sockets beyond a hook call
+/// (`rt.spawn`, `rt.enter()`) goes through here.
 pub fn runtime() -> Result<&'static tokio::runtime::Runtime, HookError> {
+    let plugin = built()?;
+    plugin.drive()?;
+    Ok(&plugin.rt)
+}
+
+/// The runtime without its driver thread: what a hook's future needs to
+/// register timers and sockets. Most async hooks finish in their first poll
+/// without waiting, and then no thread is ever started for the plugin, so a
+/// process's threads do not grow with the number of plugins it loads.
+fn built() -> Result<&'static PluginRuntime, HookError> {
     let rt = RUNTIME.get_or_init(|| {
         // IO and timers, not signals: a plugin has no business with the
         // host's signals, and tokio's signal driver panics (rather than
         // failing) when it cannot get its socket pair (no file descriptors
         // left). A panic here is caught too: it would otherwise unwind out
         // of the plugin's poll and take the host down.
-        let built = catch_unwind(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("bub-plugin-rt")
-                .enable_io()
-                .enable_time()
-                .build()
-        });
+        let built = catch_unwind(|| tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build());
         match built {
-            Ok(Ok(rt)) => Ok(rt),
+            Ok(Ok(rt)) => Ok(PluginRuntime { rt, driver: OnceLock::new() }),
             Ok(Err(e)) => Err(e.to_string()),
             Err(payload) => Err(panic_message(&*payload)),
         }
     });
     rt.as_ref().map_err(|e| HookError::new(ErrorKind::INIT, format!("the plugin's tokio runtime could not start: {e}")))
+}
+
+impl PluginRuntime {
+    /// Starts the thread that drives the runtime (its timers, sockets and
+    /// spawned tasks), once. It parks in the runtime's driver and wakes the
+    /// host's wakers from there, as a one-worker runtime's thread did.
+    fn drive(&'static self) -> Result<(), HookError> {
+        let started = self.driver.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("bub-plugin-rt".into())
+                .spawn(move || {
+                    // A task's panic stays inside its JoinHandle; this catches
+                    // what tokio itself might raise, so the thread never
+                    // unwinds into nothing.
+                    let _ = catch_unwind(AssertUnwindSafe(|| self.rt.block_on(std::future::pending::<()>())));
+                })
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        started
+            .clone()
+            .map_err(|e| HookError::new(ErrorKind::INIT, format!("the plugin's runtime thread could not start: {e}")))
+    }
+
+    /// Whether nothing has asked for the driver yet.
+    fn idle(&self) -> bool {
+        self.driver.get().is_none()
+    }
+
+    /// After a poll: a future that waits, or that left tasks behind, needs
+    /// the driver (its timers and sockets fire there, its tasks run there).
+    fn after_poll(&'static self, pending: bool) -> Result<(), HookError> {
+        if self.idle() && (pending || self.rt.metrics().num_alive_tasks() > 0) {
+            self.drive()?;
+        }
+        Ok(())
+    }
 }
 
 thread_local! {
@@ -154,8 +209,8 @@ pin_project! {
             if this.inner.is_some() && *this.started {
                 // Drop inside the runtime (timers and sockets deregister
                 // there); a panicking destructor must not unwind into the host.
-                match runtime() {
-                    Ok(rt) => with_runtime(rt, || {
+                match built() {
+                    Ok(plugin) => with_runtime(&plugin.rt, || {
                         let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
                     }),
                     Err(_) => {
@@ -175,15 +230,26 @@ impl<T: FromPanic, F: Future<Output = T>> Future for Bridged<F> {
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(T::from_panic("future polled after it finished".into()));
         };
-        let rt = match runtime() {
-            Ok(rt) => rt,
+        let plugin = match built() {
+            Ok(plugin) => plugin,
             Err(e) => return Poll::Ready(T::from_error(e)),
         };
         *this.started = true;
-        match with_runtime(rt, || catch_unwind(AssertUnwindSafe(|| inner.poll(cx)))) {
-            Ok(Poll::Pending) => Poll::Pending,
+        match with_runtime(&plugin.rt, || catch_unwind(AssertUnwindSafe(|| inner.poll(cx)))) {
+            Ok(Poll::Pending) => match plugin.after_poll(true) {
+                Ok(()) => Poll::Pending,
+                // Nothing would ever drive its timers or sockets: an error
+                // now rather than a call that never ends.
+                Err(e) => {
+                    let _ = with_runtime(&plugin.rt, || catch_unwind(AssertUnwindSafe(|| this.inner.set(None))));
+                    Poll::Ready(T::from_error(e))
+                }
+            },
             Ok(Poll::Ready(v)) => {
                 let _ = catch_unwind(AssertUnwindSafe(|| this.inner.set(None)));
+                // Tasks it spawned run on the driver; the answer stands even
+                // if the driver cannot start (the tasks then never run).
+                let _ = plugin.after_poll(false);
                 Poll::Ready(v)
             }
             Err(payload) => {

@@ -41,7 +41,7 @@ pub fn load() {
 
 fn trusted(path: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    let me = rustix::process::geteuid().as_raw();
+    let me = bub_abi::files::euid();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!("it belongs to uid {}, not to you (uid {me})", meta.uid()));
     }

@@ -10,6 +10,8 @@
 //     "return": <json>, "raw": "<text>",     answer (raw: verbatim, maybe not JSON)
 //     "error": "msg", "panic": "msg",        fail
 //     "async": true, "sleep_ms": n,          answer from a tokio future
+//     "spawn_ms": n,                         async: answer at once, leaving a tokio task
+//                                          that traces "<hook>:spawned" after n ms
 //     "block_ms": n,                         (sync) block the calling thread first
 //     "panic_in_future": "msg",
 //     "print": "text",                       println! it (to the process's stdout)
@@ -108,6 +110,12 @@ impl Scripted {
             let script = script.clone();
             return HookReturn::pending(bridge::to_ffi(async move {
                 self.trace(&line);
+                if let Some(ms) = script.get("spawn_ms").and_then(Value::as_u64) {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        self.trace(&format!("{hook}:spawned"));
+                    });
+                }
                 if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }

@@ -179,3 +179,62 @@ fn sync_hook_can_block_on_after_async_hooks() {
     let v: serde_json::Value = out[0].as_ref().unwrap().parse().unwrap();
     assert_eq!(v, json!({"sdk": {"blocking": "slept"}}));
 }
+
+/// The threads of this process named as plugin runtime threads.
+fn plugin_runtime_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "bub-plugin-rt")
+        .count()
+}
+
+/// Issue 23 item 4: plugin async hooks that finish in their first poll (most
+/// do) start no thread, so N loaded and called plugins are not N threads. A
+/// future that waits on its plugin's tokio timer, or that leaves a task
+/// behind, starts that plugin's one driving thread, and both still run to
+/// the end. It counts the process's threads, so it runs alone in a child
+/// test process.
+#[test]
+fn plugin_threads_start_only_when_a_future_waits() {
+    const CHILD: &str = "BUB_TEST_PLUGIN_THREADS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let name = "sdk::plugin_threads_start_only_when_a_future_waits";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let home = Home::new();
+    for i in 0..20 {
+        home.scripted(&format!("p{i:02}"), "", json!({"load_state": {"async": true, "return": {"i": i}}}));
+    }
+    home.scripted("sleeper", "", json!({"resolve_session": {"async": true, "sleep_ms": 5, "return": "slept"}}));
+    home.scripted("spawner", "", json!({"run_model": {"async": true, "spawn_ms": 5, "return": "at once"}}));
+    let host = home.host();
+    let rt = host.runtime();
+    let args = CallArgs::load_state(&message("1"), &"s".to_owned()).unwrap();
+    // The two others answer None at once (no script for the hook).
+    let states = block_on(rt.call_many(HookId::LoadState, &args)).unwrap();
+    assert_eq!(states.len(), 22);
+    assert_eq!(plugin_runtime_threads(), 0, "futures that finished at once started threads");
+
+    let args = CallArgs::resolve_session(&message("1")).unwrap();
+    let reply = block_on(rt.call_first(HookId::ResolveSession, &args)).unwrap().unwrap();
+    assert_eq!(reply.parse::<String>().unwrap(), "slept");
+    assert_eq!(plugin_runtime_threads(), 1, "the sleeping plugin's timer needed its driver");
+
+    let args = CallArgs::run_model(&json!("hi"), &"s".to_owned(), &TurnState::new()).unwrap();
+    let reply = block_on(rt.call_first(HookId::RunModel, &args)).unwrap().unwrap();
+    assert_eq!(reply.parse::<String>().unwrap(), "at once");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !home.trace().iter().any(|l| l == "spawner:run_model:spawned") {
+        assert!(Instant::now() < deadline, "the task the plugin spawned never ran: {:?}", home.trace());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(plugin_runtime_threads(), 2);
+}
