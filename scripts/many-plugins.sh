@@ -6,6 +6,9 @@
 #
 #   scripts/many-plugins.sh [N] [ROUNDS]     (default 100 plugins, 10 rounds)
 #
+# PLUGIN_LIB=path/to/libtp_bench.so measures that build of the plugin instead
+# (e.g. one built with the template's release profile: lto, one codegen unit).
+#
 # Each figure is the median over ROUNDS runs. Threads are counted with
 # strace (every clone that makes a thread). The Python side needs
 # ../shared/bench/setup.sh (made when missing). Honours CARGO_TARGET_DIR.
@@ -19,14 +22,18 @@ export PYO3_PYTHON="${PYO3_PYTHON:-$(scripts/python-for-bridge.sh)}"
 # the host's tokio features would grow every plugin.
 for p in bub-host tp-bench echo-model; do cargo build --release -q -p "$p" >&2; done
 bub="$target/release/bub"
+plugin_lib="${PLUGIN_LIB:-$target/release/libtp_bench.so}"
+echo "plugin library: $plugin_lib ($(stat -c %s "$plugin_lib") bytes)"
 work="$(mktemp -d)"
 trap '[[ -n "${KEEP:-}" ]] || rm -rf "$work"' EXIT
 
 # --- bub-rs: N copies of tp-bench (async) and the echo model -------------
 home="$work/rs-home"
 "$bub" plugins install --home "$home" "$target/release/libecho_model.so" >/dev/null
+# The same home without the N plugins, for the cost per plugin.
+cp -a "$home" "$work/rs-base"
 for i in $(seq -f '%03g' 0 $((n - 1))); do
-    "$bub" plugins install --home "$home" --name "p$i" "$target/release/libtp_bench.so" >/dev/null
+    "$bub" plugins install --home "$home" --name "p$i" "$plugin_lib" >/dev/null
     python3 - "$home/plugins/p$i/plugin.json" "$i" <<'EOF'
 import json, sys
 path, idx = sys.argv[1], int(sys.argv[2])
@@ -67,6 +74,9 @@ report() {
     printf '%-40s %9.1f ms  %7.1f MB peak RSS\n' "$label" "$(echo "$t / 1000" | bc -l)" "$(echo "$k / 1024" | bc -l)"
 }
 
+echo "== bub-rs, the echo model alone (median of $rounds)"
+report "bub hooks" "$bub" hooks --home "$work/rs-base"
+report "bub run" "$bub" run --home "$work/rs-base" hello
 echo "== bub-rs, $n plugins (median of $rounds)"
 report "bub hooks" "$bub" hooks --home "$home"
 report "bub run" "$bub" run --home "$home" hello
@@ -120,8 +130,10 @@ EOF
     echo "echo = Echo()"
     for i in $(seq 0 $((n - 1))); do printf 'p%03d = Bench(%d)\n' "$i" "$i"; done
 } >> "$py/bub_many.py"
-export PYTHONPATH="$py"
 export BUB_HOME="$work/py-home"
+echo "== Python Bub 0.6.0a3, no plugins (median of $rounds)"
+report "bub hooks" "$venv/bin/bub" hooks
+export PYTHONPATH="$py"
 echo "== Python Bub 0.6.0a3, $n plugins (median of $rounds)"
 report "bub hooks" "$venv/bin/bub" hooks
 report "bub run" "$venv/bin/bub" run hello

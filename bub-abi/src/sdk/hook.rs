@@ -52,7 +52,8 @@ impl<T: IntoHookValue> Hook<T> {
     }
 
     /// An async result. The future runs with the plugin's own tokio runtime
-    /// entered, so `tokio::time`, `tokio::net` and `tokio::spawn` work.
+    /// entered, so `tokio::time`, `tokio::net` and `tokio::spawn` work (the
+    /// runtime's thread starts only once a future waits or spawns).
     pub fn future<F>(future: F) -> Self
     where
         F: Future<Output = T> + Send + 'static,

@@ -437,7 +437,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
 /// allowed ones (state `_runtime_allowed_tools`), deferred tools only once
 /// `tool.describe` loaded them on this tape (`tool.loaded` events), and
 /// `tool.describe` only while a deferred tool remains hidden.
-async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::AgentTool>, AgentError> {
+async fn step_tools<'a>(agent: &'a Agent, cx: &EventContext) -> Result<Vec<&'a tools::AgentTool>, AgentError> {
     let allowed = tools::allowed_in(&cx.state);
     let mut loaded = std::collections::HashSet::new();
     if agent.tools.iter().any(|t| t.deferred) {
@@ -482,7 +482,6 @@ async fn step_tools(agent: &Agent, cx: &EventContext) -> Result<Vec<tools::Agent
         .filter(|t| !t.deferred || loaded.contains(&t.name))
         .filter(|t| t.name != "tool.describe" || hidden)
         .filter(|t| allowed(t))
-        .cloned()
         .collect())
 }
 
@@ -646,7 +645,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
                 ))
             }
         };
-        let tool = offered.iter().find(|t| t.model_name() == c.name).cloned();
+        let tool = offered.iter().find(|t| t.model_name() == c.name).map(|t| (*t).clone());
         planned.push(PlannedCall { id: c.id.clone(), tool, name: c.name.clone(), arguments });
     }
     let calls_json: Vec<Value> = response.tool_calls.iter().map(|c| c.to_json()).collect();
