@@ -67,11 +67,18 @@ impl SearchPath {
             let Ok(entries) = std::fs::read_dir(root) else { continue };
             // Hidden folders are never plugins: the installer stages and
             // retires versions in `.staging-*` / `.old-*` folders.
+            // The entry's type comes with the listing (no `stat` per entry);
+            // only a symbolic link is followed to see what it points at.
             let mut dirs: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .filter(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => true,
+                    Ok(t) if t.is_symlink() => e.path().is_dir(),
+                    Ok(_) => false,
+                    Err(_) => e.path().is_dir(),
+                })
                 .map(|e| e.path())
-                .filter(|p| p.is_dir())
                 .collect();
             dirs.sort();
             out.extend(dirs);

@@ -403,15 +403,16 @@ fn load_folder(
         };
         return vec![r];
     }
-    if !path.is_file() {
-        let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
-        return vec![PluginRecord::failed(manifest.name, Some(path), detail)];
-    }
     // Checked on the library opened once, and that open file is what loads.
     let file = match integrity::check_parents_once(dir, &mut parents_checked.borrow_mut())
         .and_then(|()| integrity::open_trusted(dir, &path, manifest.sha256.as_deref()))
     {
         Ok(file) => file,
+        // A missing library says so rather than why it could not be opened.
+        Err(_) if !path.is_file() => {
+            let detail = LoadError::LibraryMissing { path: path.clone() }.to_string();
+            return vec![PluginRecord::failed(manifest.name, Some(path), detail)];
+        }
         Err(e) => return vec![PluginRecord::failed(manifest.name, Some(path), e.to_string())],
     };
     let mut config = manifest.config;
