@@ -36,6 +36,8 @@ use crate::{
 /// that drives it once something needs driving.
 struct PluginRuntime {
     rt: tokio::runtime::Runtime,
+    /// Kept: asking the runtime for it clones its handle (an `Arc`) each time.
+    metrics: tokio::runtime::RuntimeMetrics,
     /// Started on first need: `Err` if the thread could not be spawned.
     driver: OnceLock<Result<(), String>>,
 }
@@ -65,7 +67,7 @@ fn built() -> Result<&'static PluginRuntime, HookError> {
         // of the plugin's poll and take the host down.
         let built = catch_unwind(|| tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build());
         match built {
-            Ok(Ok(rt)) => Ok(PluginRuntime { rt, driver: OnceLock::new() }),
+            Ok(Ok(rt)) => Ok(PluginRuntime { metrics: rt.metrics(), rt, driver: OnceLock::new() }),
             Ok(Err(e)) => Err(e.to_string()),
             Err(payload) => Err(panic_message(&*payload)),
         }
@@ -103,7 +105,7 @@ impl PluginRuntime {
     /// After a poll: a future that waits, or that left tasks behind, needs
     /// the driver (its timers and sockets fire there, its tasks run there).
     fn after_poll(&'static self, pending: bool) -> Result<(), HookError> {
-        if self.idle() && (pending || self.rt.metrics().num_alive_tasks() > 0) {
+        if self.idle() && (pending || self.metrics.num_alive_tasks() > 0) {
             self.drive()?;
         }
         Ok(())
