@@ -186,6 +186,38 @@ impl FromPanic for RResult<Value, HookError> {
     }
 }
 
+/// Polls a hook's future once, with the plugin runtime entered and a waker
+/// that does nothing (the host's first poll registers its own; a future
+/// checks its state on every poll, so no wake-up is lost). Finished, it is
+/// the answer; else it goes to the host as a started future.
+pub(crate) fn start(mut future: Pin<Box<dyn Future<Output = HookReturn> + Send>>) -> HookReturn {
+    let plugin = match built() {
+        Ok(plugin) => plugin,
+        Err(e) => return HookReturn::error(e),
+    };
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let polled = with_runtime(&plugin.rt, || catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))));
+    let dropped = |future| with_runtime(&plugin.rt, || drop(catch_unwind(AssertUnwindSafe(|| drop(future)))));
+    match polled {
+        Ok(Poll::Ready(answer)) => {
+            dropped(future);
+            let _ = plugin.after_poll(false);
+            answer
+        }
+        Ok(Poll::Pending) => match plugin.after_poll(true) {
+            Ok(()) => HookReturn::pending(FfiFuture::new(Bridged { inner: Some(future), started: true })),
+            Err(e) => {
+                dropped(future);
+                HookReturn::error(e)
+            }
+        },
+        Err(payload) => {
+            dropped(future);
+            HookReturn::from_panic(panic_message(&*payload))
+        }
+    }
+}
+
 /// Wraps a plugin future for the host (one allocation).
 pub fn to_ffi<T, F>(future: F) -> FfiFuture<T>
 where

@@ -1,6 +1,6 @@
 //! [`Hook<T>`]: what an SDK hook method returns, and how values cross.
 
-use std::{future::Future, marker::PhantomData};
+use std::{future::Future, marker::PhantomData, pin::Pin};
 
 use abi_stable::std_types::RVec;
 
@@ -13,12 +13,22 @@ use crate::{
 /// The result of one SDK hook method: ready now, or a future.
 ///
 /// You rarely build it by hand: `#[bub_abi::plugin]` turns a plain `fn` into
-/// [`Hook::ready`] and an `async fn` into [`Hook::future`]. The value is
-/// converted to its FFI form as soon as it is built, so returning it costs a
-/// move of two words.
+/// [`Hook::ready`] and an `async fn` into [`Hook::future`]. A ready value is
+/// converted to its FFI form as soon as it is built. A future is boxed once
+/// and, when the host will await it, polled once before the call returns:
+/// one that finishes then (most `async fn` hooks) goes back as a ready value,
+/// with no `FfiFuture` built, polled through the boundary and dropped.
 pub struct Hook<T> {
-    ret: HookReturn,
+    ret: Ret,
     _t: PhantomData<fn() -> T>,
+}
+
+/// What a hook method built.
+enum Ret {
+    /// The FFI return itself.
+    Return(HookReturn),
+    /// An async result not yet polled.
+    Future(Pin<Box<dyn Future<Output = HookReturn> + Send>>),
 }
 
 impl<T: IntoHookValue> Hook<T> {
@@ -58,7 +68,7 @@ impl<T: IntoHookValue> Hook<T> {
     where
         F: Future<Output = T> + Send + 'static,
     {
-        Self::from_return(HookReturn::pending(bridge::to_ffi(async move { finish(future.await.into_hook_value()) })))
+        Self::deferred(async move { finish(future.await.into_hook_value()) })
     }
 
     /// An async result of any serializable value (see [`json`](Self::json)).
@@ -67,7 +77,7 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = V> + Send + 'static,
         V: serde::Serialize,
     {
-        Self::from_return(HookReturn::pending(bridge::to_ffi(async move { finish(json_value(&future.await)) })))
+        Self::deferred(async move { finish(json_value(&future.await)) })
     }
 
     /// A fallible async result; `Err` becomes a hook error.
@@ -76,23 +86,35 @@ impl<T: IntoHookValue> Hook<T> {
         F: Future<Output = Result<T, E>> + Send + 'static,
         E: std::fmt::Display,
     {
-        Self::from_return(HookReturn::pending(bridge::to_ffi(async move {
+        Self::deferred(async move {
             finish(future.await.map_err(|e| HookError::plugin(e.to_string())).and_then(IntoHookValue::into_hook_value))
-        })))
+        })
+    }
+
+    fn deferred(future: impl Future<Output = HookReturn> + Send + 'static) -> Self {
+        Hook { ret: Ret::Future(Box::pin(future)), _t: PhantomData }
     }
 
     /// Returns exactly this FFI value, bypassing the typed conversion. For
     /// plugins that build results themselves (and tests of malformed ones).
     #[inline]
     pub fn from_return(ret: HookReturn) -> Self {
-        Hook { ret, _t: PhantomData }
+        Hook { ret: Ret::Return(ret), _t: PhantomData }
     }
 
-    /// Converts into the FFI return value.
+    /// Converts into the FFI return value: a future is polled once first
+    /// when the host will await it (it would poll it at once anyway: hooks
+    /// are awaited one by one, as soon as they are called). Sync dispatch
+    /// gets it unpolled, and drops it with a warning, as Bub skips an
+    /// awaitable there; its body never runs.
     #[doc(hidden)]
     #[inline]
-    pub fn into_return(self, _mode: DispatchMode) -> HookReturn {
-        self.ret
+    pub fn into_return(self, mode: DispatchMode) -> HookReturn {
+        match (self.ret, mode) {
+            (Ret::Return(ret), _) => ret,
+            (Ret::Future(future), DispatchMode::Async) => bridge::start(future),
+            (Ret::Future(future), DispatchMode::Sync) => HookReturn::pending(bridge::to_ffi(future)),
+        }
     }
 }
 

@@ -142,6 +142,17 @@ fn panics_are_reported_with_plugin_and_hook() {
     assert_eq!(err.to_string(), "plugin 'sdk' panicked in hook 'dispatch_outbound': tp-sdk was asked to explode");
     assert!(logs.iter().any(|l| l.contains("plugin panicked") && l.contains("src/lib.rs")), "{logs:?}");
 
+    // In an `async fn`, before its first await: the SDK's first poll, inside
+    // the call, catches it the same way.
+    let state = TurnState::new();
+    state.set("sdk.explode", &true).unwrap();
+    let args = CallArgs::save_state(&"s".to_owned(), &state, &message("1"), &"out".to_owned()).unwrap();
+    let err = block_on(rt.call_many(HookId::SaveState, &args)).unwrap_err();
+    assert_eq!(err.to_string(), "plugin 'sdk' panicked in hook 'save_state': tp-sdk exploded in a future");
+    // The plugin still answers.
+    let args = CallArgs::save_state(&"s".to_owned(), &TurnState::new(), &message("1"), &"out".to_owned()).unwrap();
+    block_on(rt.call_many(HookId::SaveState, &args)).unwrap();
+
     // A result error through `Result` is a plain failure.
     let args =
         CallArgs::render_outbound(&message("1"), &"s".to_owned(), &TurnState::new(), &"fail".to_owned()).unwrap();

@@ -66,8 +66,12 @@ impl Plugin for Sdk {
     }
 
     /// Calls the live object some plugin's `build_prompt` left in the state
-    /// (this one's, or another instance's) and records what it answered.
+    /// (this one's, or another instance's) and records what it answered;
+    /// panics (inside the future) when the state says `sdk.explode`.
     async fn save_state(&self, state: TurnState) -> Result<(), BoxError> {
+        if matches!(state.get::<bool>("sdk.explode"), Ok(Some(true))) {
+            panic!("tp-sdk exploded in a future");
+        }
         if let Some(counter) = state.get_object("sdk.counter") {
             let answer = counter.invoke("next", &serde_json::json!({"caller": self.name})).await?;
             state.set(&format!("sdk.counted.{}", self.name), &answer)?;
