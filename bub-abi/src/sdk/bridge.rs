@@ -97,15 +97,16 @@ impl PluginRuntime {
             .map_err(|e| HookError::new(ErrorKind::INIT, format!("the plugin's runtime thread could not start: {e}")))
     }
 
-    /// Whether nothing has asked for the driver yet.
-    fn idle(&self) -> bool {
-        self.driver.get().is_none()
+    /// Whether the driving thread runs (a thread that could not be spawned
+    /// is asked for again, and its error reported, by every waiting future).
+    fn driven(&self) -> bool {
+        matches!(self.driver.get(), Some(Ok(())))
     }
 
     /// After a poll: a future that waits, or that left tasks behind, needs
     /// the driver (its timers and sockets fire there, its tasks run there).
     fn after_poll(&'static self, pending: bool) -> Result<(), HookError> {
-        if self.idle() && (pending || self.metrics.num_alive_tasks() > 0) {
+        if !self.driven() && (pending || self.metrics.num_alive_tasks() > 0) {
             self.drive()?;
         }
         Ok(())
