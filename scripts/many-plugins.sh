@@ -57,6 +57,7 @@ measure() {
 
 # threads a command starts (clones with CLONE_THREAD)
 threads() {
+    if ! command -v strace >/dev/null; then echo "(strace is not installed)"; return; fi
     strace -f -qq -e trace=clone,clone3 -o "$work/strace" "$@" >/dev/null 2>&1 || true
     grep -c 'CLONE_THREAD' "$work/strace" || true
 }
@@ -71,7 +72,7 @@ report() {
     local t k
     t=$(printf '%s\n' "${times[@]}" | median)
     k=$(printf '%s\n' "${kbs[@]}" | median)
-    printf '%-40s %9.1f ms  %7.1f MB peak RSS\n' "$label" "$(echo "$t / 1000" | bc -l)" "$(echo "$k / 1024" | bc -l)"
+    awk -v label="$label" -v us="$t" -v kb="$k" 'BEGIN {printf "%-40s %9.1f ms  %7.1f MB peak RSS\n", label, us / 1000, kb / 1024}'
 }
 
 echo "== bub-rs, the echo model alone (median of $rounds)"
