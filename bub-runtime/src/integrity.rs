@@ -65,12 +65,14 @@ pub fn check_parents(dir: &Path) -> Result<(), LoadError> {
 
 /// [`check_parents`], skipping the parents in `checked` and adding the ones
 /// it checks: the plugins of one load share their parents, which are then
-/// inspected once rather than once per plugin.
+/// inspected once rather than once per plugin. A folder is added only once
+/// every folder above it passed too, so one in `checked` vouches for all
+/// its parents.
 pub fn check_parents_once(dir: &Path, checked: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     let dir = crate::discovery::absolute(dir.to_path_buf());
+    let mut passed = Vec::new();
     for parent in dir.ancestors().skip(1) {
         if checked.iter().any(|c| c == parent) {
-            // Its own parents were checked with it.
             break;
         }
         let meta = std::fs::metadata(parent).map_err(|e| LoadError::Untrusted {
@@ -86,8 +88,9 @@ pub fn check_parents_once(dir: &Path, checked: &mut Vec<PathBuf>) -> Result<(), 
             },
             other => other,
         })?;
-        checked.push(parent.to_owned());
+        passed.push(parent.to_owned());
     }
+    checked.extend(passed);
     Ok(())
 }
 

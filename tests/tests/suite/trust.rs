@@ -108,11 +108,16 @@ fn owned_by_another_user_is_refused() {
 fn writable_parents_and_symlinked_libraries_are_refused() {
     let home = Home::new();
     home.install("x", &lib("tp-sdk"), json!({}));
+    home.install("y", &lib("tp-sdk"), json!({}));
     let set_mode =
         |p: &std::path::Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     set_mode(home.path(), 0o775);
     let d = detail(&home, "x");
     assert!(d.contains("is writable by group or others (mode 775)") && d.contains("it holds the plugin folder"), "{d}");
+    // The parents the plugins share are checked once per load: a failed
+    // check is not taken for a passed one by the next plugin.
+    let d = detail(&home, "y");
+    assert!(d.contains("is writable by group or others (mode 775)"), "{d}");
     assert!(d.contains(&format!("chmod go-w {}", home.path().display())), "{d}");
     set_mode(home.path(), 0o1777);
     assert!(matches!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded), "sticky is fine");
