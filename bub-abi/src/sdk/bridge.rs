@@ -10,7 +10,8 @@
 //! (most hooks) costs no thread, so loading 100 plugins does not mean 100
 //! threads. (One runtime shared by every plugin is not possible: each cdylib
 //! has its own copy of tokio, whose context is thread-local to that copy, so
-//! a task of one copy could not find its runtime on another copy's worker.) Each poll also catches panics, and dropping the future (the host
+//! a task of one copy could not find its runtime on another copy's worker.)
+//! Each poll also catches panics, and dropping the future (the host
 //! cancelling it) drops the inner future inside the runtime too, which
 //! cancels its timers and closes its sockets.
 
@@ -187,35 +188,16 @@ impl FromPanic for RResult<Value, HookError> {
     }
 }
 
-/// Polls a hook's future once, with the plugin runtime entered and a waker
-/// that does nothing (the host's first poll registers its own; a future
-/// checks its state on every poll, so no wake-up is lost). Finished, it is
-/// the answer; else it goes to the host as a started future.
-pub(crate) fn start(mut future: Pin<Box<dyn Future<Output = HookReturn> + Send>>) -> HookReturn {
-    let plugin = match built() {
-        Ok(plugin) => plugin,
-        Err(e) => return HookReturn::error(e),
-    };
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    let polled = with_runtime(&plugin.rt, || catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))));
-    let dropped = |future| with_runtime(&plugin.rt, || drop(catch_unwind(AssertUnwindSafe(|| drop(future)))));
-    match polled {
-        Ok(Poll::Ready(answer)) => {
-            dropped(future);
-            let _ = plugin.after_poll(false);
-            answer
-        }
-        Ok(Poll::Pending) => match plugin.after_poll(true) {
-            Ok(()) => HookReturn::pending(FfiFuture::new(Bridged { inner: Some(future), started: true })),
-            Err(e) => {
-                dropped(future);
-                HookReturn::error(e)
-            }
-        },
-        Err(payload) => {
-            dropped(future);
-            HookReturn::from_panic(panic_message(&*payload))
-        }
+/// Polls a hook's future once, as the host's first poll would (runtime
+/// entered, panics caught), with a waker that does nothing: the host's own
+/// first poll registers its waker, and a future checks its state on every
+/// poll, so no wake-up is lost. Finished, it is the answer; else it goes to
+/// the host as the started future.
+pub(crate) fn start(future: Pin<Box<dyn Future<Output = HookReturn> + Send>>) -> HookReturn {
+    let mut bridged = Bridged { inner: Some(future), started: false };
+    match Pin::new(&mut bridged).poll(&mut Context::from_waker(std::task::Waker::noop())) {
+        Poll::Ready(answer) => answer,
+        Poll::Pending => HookReturn::pending(FfiFuture::new(bridged)),
     }
 }
 

@@ -63,17 +63,14 @@ pub fn try_select(mut entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<
     if let Some(after) = query.after_id {
         entries.retain(|e| e.id > after);
     }
-    let anchor = |e: &TapeEntry, name: Option<&str>| {
-        e.kind == "anchor" && name.is_none_or(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n))
-    };
+    let anchor =
+        |e: &TapeEntry, name: &str| e.kind == "anchor" && e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
     let (start, end) = if let Some((first, last)) = &query.between_anchors {
-        let from = entries
-            .iter()
-            .rposition(|e| anchor(e, Some(first)))
-            .ok_or_else(|| QueryError::AnchorNotFound(first.clone()))?;
+        let from =
+            entries.iter().rposition(|e| anchor(e, first)).ok_or_else(|| QueryError::AnchorNotFound(first.clone()))?;
         let to = entries[from + 1..]
             .iter()
-            .position(|e| anchor(e, Some(last)))
+            .position(|e| anchor(e, last))
             .map(|i| i + from + 1)
             .ok_or_else(|| QueryError::AnchorNotFound(last.clone()))?;
         (from + 1, to)
