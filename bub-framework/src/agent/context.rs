@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     follow::{Folds, Step},
+    message::{Message, Shared},
     tape::RunTape,
     AgentError,
 };
@@ -32,8 +33,9 @@ pub fn query(tape: &str, spec: &TapeContextSpec) -> TapeQuery {
     q
 }
 
-/// The context messages of the run's tape.
-pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Value>, AgentError> {
+/// The context messages of the run's tape (shared with the kept context
+/// and every request that carries them: see [`super::message`]).
+pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Shared>, AgentError> {
     let query = query(tape.name(), spec);
     let (parent_hidden, own) = tape.own_entries(&query).await;
     let mut selector = if parent_hidden { Selector::default() } else { session_part(tape, &query).await };
@@ -107,7 +109,7 @@ fn upgrade_call(c: &Value) -> Value {
 /// message with the calls, `tool_result` → one tool message per (call,
 /// result), `anchor` → `[Anchor created: <name>]: <state>`; entries with
 /// `meta.context == false` and everything else are left out.
-pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
+pub fn select(entries: &[TapeEntry]) -> Vec<Shared> {
     let mut selector = Selector::default();
     for e in entries {
         selector.push(e);
@@ -119,7 +121,7 @@ pub fn select(entries: &[TapeEntry]) -> Vec<Value> {
 /// the next `tool_result` answers.
 #[derive(Debug, Clone, Default)]
 pub struct Selector {
-    messages: Vec<Value>,
+    messages: Vec<Shared>,
     last_calls: Vec<Value>,
 }
 
@@ -136,7 +138,7 @@ impl Selector {
                 if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
                     m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect());
                 }
-                out.push(m);
+                out.push(Message::new(m));
             }
             "tool_call" => {
                 let calls = e.payload.get("calls").and_then(Value::as_array);
@@ -151,30 +153,32 @@ impl Selector {
                         m[k] = v.clone();
                     }
                 }
-                out.push(m);
+                out.push(Message::new(m));
             }
             "tool_result" => {
                 let results = e.payload.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
                 for (call, result) in self.last_calls.iter().zip(results) {
-                    out.push(json!({
+                    out.push(Message::new(json!({
                         "role": "tool",
                         "tool_call_id": call.get("id").cloned().unwrap_or_default(),
                         "name": call.get("name").cloned().unwrap_or_default(),
                         "content": tool_message_content(result),
-                    }));
+                    })));
                 }
             }
             "anchor" => {
                 let name = e.payload.get("name").and_then(Value::as_str).unwrap_or("");
                 let state = e.payload.get("state").cloned().unwrap_or(json!({}));
-                out.push(json!({"role": "assistant", "content": format!("[Anchor created: {name}]: {state}")}));
+                out.push(Message::new(
+                    json!({"role": "assistant", "content": format!("[Anchor created: {name}]: {state}")}),
+                ));
             }
             _ => {}
         }
     }
 
     /// The messages so far.
-    pub fn messages(&self) -> &[Value] {
+    pub fn messages(&self) -> &[Shared] {
         &self.messages
     }
 }

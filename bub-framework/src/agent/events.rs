@@ -11,12 +11,12 @@
 use std::{future::Future, pin::Pin, sync::Arc};
 
 use bub_abi::{
-    types::{LlmCallDecision, LlmCallRequest, LlmCallResult, ToolAction, ToolCall, ToolCallDecision, ToolCallResult},
+    types::{LlmCallDecision, LlmCallResult, ToolAction, ToolCall, ToolCallDecision, ToolCallResult},
     TurnState,
 };
 use serde_json::Value;
 
-use super::{tape::RunTape, AgentError};
+use super::{message::CallRequest, tape::RunTape, AgentError};
 
 /// Run, step and command outcomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,15 +139,16 @@ pub enum Event {
     /// A model call is about to start; handlers may rewrite the request or
     /// finish without calling the provider.
     LlmCallStarted {
-        /// The request (replaceable).
-        request: LlmCallRequest,
+        /// The request (replaceable; its messages are shared: change one
+        /// through `Arc::make_mut` and [`Message::json_mut`](super::message::Message::json_mut)).
+        request: CallRequest,
         /// Set to skip the provider.
         decision: Option<LlmCallDecision>,
     },
     /// A model call ended.
     LlmCallFinished {
         /// The request sent.
-        request: LlmCallRequest,
+        request: CallRequest,
         /// What came back.
         result: LlmCallResult,
     },

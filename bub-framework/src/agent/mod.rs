@@ -7,6 +7,7 @@
 //! - [`command`] — command mode (`,bash ls`, `,fs.read path=a.txt`);
 //! - [`tape`] — the run's fork of the session tape, merged when it ends;
 //! - [`context`] — tape entries to model messages;
+//! - [`message`] — those messages, shared by the steps of a session;
 //! - [`recorder`] — events to tape entries (subscribed first);
 //! - [`plugins`] — [`AgentPlugins`]: the framework's hooks on an agent's bus;
 //! - [`provider`] — model specs, settings and the three wire formats.
@@ -45,6 +46,7 @@ pub mod context;
 pub mod events;
 mod follow;
 pub mod live;
+pub mod message;
 pub mod plugins;
 pub mod provider;
 pub mod recorder;

@@ -9,11 +9,15 @@
 //! and (with `tools`) adds the `provide_tools` tools the agent does not
 //! already have.
 
-use bub_abi::types::{Prompt, StreamState, TapeInfo};
+use bub_abi::{
+    types::{Prompt, StreamState, TapeInfo},
+    HookId,
+};
 use serde_json::Value;
 
 use super::{
     events::{handler, Event, Filter},
+    message::CallRequest,
     tools::AgentTool,
     Agent, AgentError,
 };
@@ -48,13 +52,17 @@ impl PluginAgentHooks {
                 let r = rt.clone();
                 Box::pin(async move {
                     match event {
-                        Event::LlmCallStarted { request, decision } => {
-                            let (new, d) = r.before_llm_call(std::mem::take(request), &cx.state).await;
-                            *request = new;
+                        // The request goes over as a host value built from
+                        // the messages' kept nodes (see `message`).
+                        Event::LlmCallStarted { request, decision } if r.has(HookId::BeforeLlmCall) => {
+                            let (new, d) = r.before_llm_call_value(request.hosted(), &cx.state).await;
+                            if let Some(new) = new {
+                                *request = CallRequest::from_abi(new);
+                            }
                             *decision = d;
                         }
-                        Event::LlmCallFinished { request, result } => {
-                            r.after_llm_call(request, result, &cx.state).await
+                        Event::LlmCallFinished { request, result } if r.has(HookId::AfterLlmCall) => {
+                            r.after_llm_call_value(request.hosted(), result, &cx.state).await
                         }
                         Event::ToolCallStarted { call, decision } => {
                             let (new, d) = r.before_tool_call(call.clone(), &cx.state).await;

@@ -16,7 +16,7 @@ use std::{
 };
 
 use bub_abi::{
-    types::{LlmCallRequest, LlmCallResult, StreamEvent},
+    types::{LlmCallResult, StreamEvent},
     TurnState,
 };
 use serde_json::{json, Map, Value};
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use super::{
     command, context,
     events::{ChatFinished, Event, EventContext, Status},
+    message::{CallRequest, Message},
     provider::{Delta, ModelRequest, ModelResponse, ProviderError, ToolDef},
     tape::RunTape,
     tools::{self, Exposure, PlannedCall},
@@ -536,15 +537,16 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
             return Err(e);
         }
     };
-    let mut messages = Vec::new();
+    // The history is shared with the kept context (see `message`).
+    let mut messages = Vec::with_capacity(history.len() + new_messages.len() + 1);
     if let Some(s) = &system {
-        messages.push(json!({"role": "system", "content": s}));
+        messages.push(Message::new(json!({"role": "system", "content": s})));
     }
     messages.extend(history);
-    messages.extend(new_messages.iter().cloned());
+    messages.extend(new_messages.iter().cloned().map(Message::new));
     // 6. LLMCallStarted.
     let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
-    let request = LlmCallRequest {
+    let request = CallRequest {
         run_id: run_id.clone(),
         model: run.model.clone(),
         messages,
@@ -577,11 +579,9 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let mut options = run.options.clone();
     options.remove("tools");
     options.remove("max_tokens");
-    // The messages move to the provider's request and back: a long context
-    // is not copied for it.
-    let mut request = request;
-    let messages = std::mem::take(&mut request.messages);
-    let model_request = ModelRequest { messages, tools: defs, max_tokens: request.max_tokens, options };
+    // The messages are shared with the provider's request, not copied.
+    let model_request =
+        ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };
     let call_started = Instant::now();
     let mut text_so_far = String::new();
     let outcome = call_model(agent, &request.model, &model_request, tx, &mut text_so_far).await;
@@ -597,7 +597,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
         error: outcome.as_ref().err().map(|e| AgentError::Provider(e.clone()).info()),
         duration_ms: elapsed.as_millis() as u64,
     };
-    request.messages = model_request.messages;
+    drop(model_request);
     let model = request.model.clone();
     let mut finished = Event::LlmCallFinished { request, result };
     agent.events.emit(&mut finished, cx).await?;

@@ -52,15 +52,34 @@ impl Runtime {
     /// the decision that stopped it, if any.
     pub async fn before_llm_call(
         &self,
-        mut request: LlmCallRequest,
+        request: LlmCallRequest,
         state: &TurnState,
     ) -> (LlmCallRequest, Option<LlmCallDecision>) {
-        const HOOK: HookId = HookId::BeforeLlmCall;
-        let impls = self.registry.impls(HOOK);
-        if impls.is_empty() {
+        if !self.has(HookId::BeforeLlmCall) {
             return (request, None);
         }
-        let Ok(mut args) = CallArgs::before_llm_call(&request, state) else { return (request, None) };
+        let (rewritten, decision) = self.before_llm_call_value(to_value(&request), state).await;
+        (rewritten.unwrap_or(request), decision)
+    }
+
+    /// [`before_llm_call`](Self::before_llm_call) over a request already
+    /// built as a host value (an agent that keeps its messages as host
+    /// values builds it without converting them): the request as the last
+    /// rewriting implementation returned it (None when none did) and the
+    /// decision that stopped the chain, if any.
+    pub async fn before_llm_call_value(
+        &self,
+        request: Value,
+        state: &TurnState,
+    ) -> (Option<LlmCallRequest>, Option<LlmCallDecision>) {
+        const HOOK: HookId = HookId::BeforeLlmCall;
+        const REQUEST: usize = bub_abi::args::before_llm_call::index::request;
+        let impls = self.registry.impls(HOOK);
+        if impls.is_empty() {
+            return (None, None);
+        }
+        let mut args = CallArgs::from_values(vec![request, Value::null()]).with_state(state.clone());
+        let mut rewritten = None;
         for imp in impls {
             let Some(answer) = self.run_agent_hook(HOOK, imp, &args).await else { continue };
             let parsed = match &answer {
@@ -69,24 +88,33 @@ impl Runtime {
             };
             match parsed {
                 Some(BeforeLlmCall::Request(r)) => {
-                    request = r;
-                    args.set(bub_abi::args::before_llm_call::index::request, to_value(&request));
+                    args.set(REQUEST, to_value(&r));
+                    rewritten = Some(r);
                 }
-                Some(BeforeLlmCall::Decision(d)) => return (request, Some(d)),
+                Some(BeforeLlmCall::Decision(d)) => return (rewritten, Some(d)),
                 None => bad_return(HOOK, imp, answer_type_name(&answer), "LLMCallRequest | LLMCallDecision | None"),
             }
         }
-        (request, None)
+        (rewritten, None)
     }
 
     /// `after_llm_call`: every observer; failures are logged and skipped.
     pub async fn after_llm_call(&self, request: &LlmCallRequest, result: &LlmCallResult, state: &TurnState) {
+        if !self.has(HookId::AfterLlmCall) {
+            return;
+        }
+        self.after_llm_call_value(to_value(request), result, state).await
+    }
+
+    /// [`after_llm_call`](Self::after_llm_call) over a request already
+    /// built as a host value.
+    pub async fn after_llm_call_value(&self, request: Value, result: &LlmCallResult, state: &TurnState) {
         const HOOK: HookId = HookId::AfterLlmCall;
         let impls = self.registry.impls(HOOK);
         if impls.is_empty() {
             return;
         }
-        let Ok(args) = CallArgs::after_llm_call(request, result, state) else { return };
+        let args = CallArgs::from_values(vec![request, to_value(result), Value::null()]).with_state(state.clone());
         for imp in impls {
             let _ = self.run_agent_hook(HOOK, imp, &args).await;
         }

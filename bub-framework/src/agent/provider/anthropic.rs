@@ -5,6 +5,8 @@
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
+use crate::agent::message::Shared;
+
 use super::{
     apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
     ProviderError, ToolCallFragments, Usage,
@@ -30,7 +32,7 @@ fn block(p: &Value) -> Value {
 
 /// `(system, messages)` of the neutral messages; consecutive tool results
 /// share one user message.
-fn messages(neutral: &[Value]) -> (String, Vec<Value>) {
+fn messages(neutral: &[Shared]) -> (String, Vec<Value>) {
     let mut system = Vec::new();
     let mut out: Vec<Value> = Vec::new();
     for m in repair_tool_calls(neutral).iter() {
@@ -158,7 +160,8 @@ pub async fn call(
     if let Some(k) = &client.config.api_key {
         auth.push(("x-api-key", k.clone()));
     }
-    let resp = http::post(&client.config, &url, &auth, &body(client, request)).await?;
+    let body = serde_json::to_vec(&body(client, request)).expect("a JSON value always serializes");
+    let resp = http::post(&client.config, &url, &auth, body).await?;
     let mut events = http::events(resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
@@ -356,13 +359,14 @@ fn assistant_blocks(provider_data: &[Value], text: &str, calls: &[Value]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::message::Message;
     use crate::agent::provider::settings::ModelSettings;
 
     #[test]
     fn cache_control_and_max_tokens_behaviour_232() {
         let c = ModelSettings::from_sources(vec![], &Map::new()).unwrap().client("anthropic:claude").unwrap();
         let req = ModelRequest {
-            messages: vec![json!({"role": "user", "content": "hi"})],
+            messages: Message::all([json!({"role": "user", "content": "hi"})]),
             max_tokens: Some(42),
             ..Default::default()
         };
@@ -377,7 +381,7 @@ mod tests {
         let c = ModelSettings::from_sources(vec![], &Map::new()).unwrap().client("anthropic:claude").unwrap();
         let with = |options: Value| {
             let req = ModelRequest {
-                messages: vec![json!({"role": "user", "content": "hi"})],
+                messages: Message::all([json!({"role": "user", "content": "hi"})]),
                 options: options.as_object().cloned().unwrap(),
                 ..Default::default()
             };

@@ -6,9 +6,10 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
     ProviderError, ToolCallFragments, Usage,
 };
+use crate::agent::message::{join_array, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -122,11 +123,20 @@ fn message(m: &Value, kind: &str) -> Value {
 
 /// The request body (spec §6.4).
 pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
+    serde_json::from_slice(&encoded(client, request)).expect("the body is JSON")
+}
+
+/// The request body as sent: each message's wire form is kept with it
+/// (see [`Message::wire`](crate::agent::message::Message::wire)), so a long
+/// context is encoded once, not once per step.
+pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
-    let messages: Vec<Value> = repair_tool_calls(&request.messages).iter().map(|m| message(m, kind)).collect();
+    let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
+    let repaired = repair_tool_calls(&request.messages);
+    let messages = join_array(repaired.iter().map(|m| m.wire(form, |j| message(j, kind).to_string())));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
-    body.insert("messages".into(), Value::Array(messages));
+    body.insert("messages".into(), Value::Null);
     if !request.tools.is_empty() {
         let tools: Vec<Value> = request
             .tools
@@ -154,7 +164,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     apply_extra_body(client, request, &mut body);
-    Value::Object(body)
+    encode(&body, Some(("messages", &messages)))
 }
 
 fn usage(u: &Value, into: &mut Usage) {
@@ -187,7 +197,7 @@ pub async fn call(
     let url = format!("{}/chat/completions", client.config.base_url);
     let auth: Vec<(&str, String)> =
         client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
-    let resp = http::post(&client.config, &url, &auth, &body(client, request)).await?;
+    let resp = http::post(&client.config, &url, &auth, encoded(client, request)).await?;
     let mut events = http::events(resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
@@ -244,6 +254,7 @@ pub async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::message::Message;
     use crate::agent::provider::{settings::ModelSettings, ToolDef};
 
     fn client(spec: &str, client_args: Value) -> ModelClient {
@@ -258,13 +269,13 @@ mod tests {
     fn replayed_object_arguments_are_sent_as_json_text() {
         let c = client("openai:m", json!({}));
         let req = ModelRequest {
-            messages: vec![
+            messages: Message::all([
                 json!({"role": "user", "content": "hi"}),
                 json!({"role": "assistant", "content": "", "tool_calls": [
                     {"id": "a", "name": "tape_info", "arguments": {}},
                     {"id": "b", "name": "fs_read", "arguments": {"path": "x"}},
                 ]}),
-            ],
+            ]),
             ..Default::default()
         };
         let b = body(&c, &req);
@@ -277,7 +288,7 @@ mod tests {
     fn body_has_bubs_keys_behaviour_217() {
         let c = client("openai:m", json!({}));
         let req = ModelRequest {
-            messages: vec![json!({"role": "user", "content": "hi"})],
+            messages: Message::all([json!({"role": "user", "content": "hi"})]),
             max_tokens: Some(16384),
             ..Default::default()
         };

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::Value;
 
 use super::{ProviderConfig, ProviderError};
 
@@ -118,16 +117,17 @@ async fn capped_text(mut resp: reqwest::Response, max: usize) -> String {
     text
 }
 
-/// POSTs `body` to `url` with retries; returns the successful response.
+/// POSTs `body` (JSON bytes) to `url` with retries; returns the successful
+/// response.
 pub async fn post(
     config: &ProviderConfig,
     url: &str,
     auth: &[(&str, String)],
-    body: &Value,
+    body: Vec<u8>,
 ) -> Result<reqwest::Response, ProviderError> {
     let client = config.clients.get(config)?;
     // Shared by the attempts: a retry does not copy a long context again.
-    let body = bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| ProviderError::Config(e.to_string()))?);
+    let body = bytes::Bytes::from(body);
     let mut attempt = 0;
     loop {
         let mut req = client.post(url).header("content-type", "application/json").body(body.clone());

@@ -25,8 +25,12 @@ pub mod http;
 pub mod responses;
 pub mod settings;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+
+use super::message::{Message, Shared};
 
 pub use self::settings::{ModelSettings, ProviderConfig};
 
@@ -91,8 +95,9 @@ impl ToolCallOut {
 pub struct ModelRequest {
     /// Messages in Bub's neutral shape: `{role, content}` (content a string
     /// or parts), assistant `tool_calls: [{id, name, arguments}]`, tool
-    /// messages `{role: "tool", tool_call_id, name, content}`.
-    pub messages: Vec<Value>,
+    /// messages `{role: "tool", tool_call_id, name, content}`. Shared with
+    /// the session's kept context: each keeps its wire form once encoded.
+    pub messages: Vec<Shared>,
     /// Tools offered.
     pub tools: Vec<ToolDef>,
     /// Output token limit.
@@ -236,6 +241,28 @@ pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, bod
     deep_merge(body, extra);
 }
 
+/// `body` as JSON bytes, with `spliced = (key, text)` written as is for
+/// `key` while it holds the `null` placeholder (the messages, joined from
+/// their kept wire forms); extra body keys that replaced it are written as
+/// they are.
+pub(crate) fn encode(body: &Map<String, Value>, spliced: Option<(&str, &str)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(spliced.map_or(0, |(_, text)| text.len()) + 512);
+    out.push(b'{');
+    for (i, (k, v)) in body.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, k).expect("a string always serializes");
+        out.push(b':');
+        match spliced {
+            Some((key, text)) if key == k && v.is_null() => out.extend_from_slice(text.as_bytes()),
+            _ => serde_json::to_writer(&mut out, v).expect("a JSON value always serializes"),
+        }
+    }
+    out.push(b'}');
+    out
+}
+
 /// Accumulates streamed tool-call fragments keyed by index: id and name are
 /// the latest non-empty value, arguments concatenate in arrival order.
 #[derive(Debug, Default)]
@@ -305,7 +332,7 @@ pub(crate) fn content_text(content: &Value) -> String {
 /// nothing in them are dropped (spec §6.4, behaviour 122).
 /// The messages themselves, not copied, when nothing needs repair (a long
 /// context is then not copied once more per step).
-pub(crate) fn repair_tool_calls(messages: &[Value]) -> std::borrow::Cow<'_, [Value]> {
+pub(crate) fn repair_tool_calls(messages: &[Shared]) -> std::borrow::Cow<'_, [Shared]> {
     fn role(m: &Value) -> &str {
         m.get("role").and_then(Value::as_str).unwrap_or("")
     }
@@ -331,8 +358,8 @@ pub(crate) fn repair_tool_calls(messages: &[Value]) -> std::borrow::Cow<'_, [Val
     }
 }
 
-fn repaired(messages: &[Value]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+fn repaired(messages: &[Shared]) -> Vec<Shared> {
+    let mut out: Vec<Shared> = Vec::with_capacity(messages.len());
     let mut announced = std::collections::HashSet::new();
     for m in messages {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
@@ -349,6 +376,7 @@ fn repaired(messages: &[Value]) -> Vec<Value> {
                 let call = json!({"id": id, "name": m.get("name").cloned().unwrap_or(json!("")), "arguments": "{}"});
                 match out.last_mut() {
                     Some(prev) if prev.get("role").and_then(Value::as_str) == Some("assistant") => {
+                        let prev = Arc::make_mut(prev).json_mut();
                         let calls =
                             prev.as_object_mut().expect("message object").entry("tool_calls").or_insert(json!([]));
                         if let Value::Array(a) = calls {
@@ -360,6 +388,7 @@ fn repaired(messages: &[Value]) -> Vec<Value> {
                         if let Some(a) =
                             out.iter_mut().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
                         {
+                            let a = Arc::make_mut(a).json_mut();
                             if let Value::Array(calls) =
                                 a.as_object_mut().expect("object").entry("tool_calls").or_insert(json!([]))
                             {
@@ -367,7 +396,7 @@ fn repaired(messages: &[Value]) -> Vec<Value> {
                             }
                         }
                     }
-                    _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                    _ => out.push(Message::new(json!({"role": "assistant", "content": null, "tool_calls": [call]}))),
                 }
                 announced.insert(id);
             }
@@ -398,10 +427,10 @@ mod tests {
 
     #[test]
     fn an_unannounced_tool_call_is_announced_behaviour_122() {
-        let messages = vec![
+        let messages = Message::all([
             json!({"role": "user", "content": "hi"}),
             json!({"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "ok"}),
-        ];
+        ]);
         let fixed = repair_tool_calls(&messages);
         assert_eq!(fixed.len(), 3);
         assert_eq!(fixed[1]["role"], "assistant");

@@ -5,9 +5,10 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
+    apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
     ProviderError, ToolCallFragments, Usage,
 };
+use crate::agent::message::{join_array, Shared, WireForm};
 
 fn input_part(p: &Value, role: &str) -> Value {
     let text_type = if role == "assistant" { "output_text" } else { "input_text" };
@@ -28,52 +29,62 @@ fn input_part(p: &Value, role: &str) -> Value {
     }
 }
 
-/// The `input` items of the neutral messages.
-fn input(messages: &[Value]) -> Vec<Value> {
+/// The `input` items of one neutral message (zero or more).
+fn items(m: &Value) -> Vec<Value> {
     let mut items = Vec::new();
-    for m in repair_tool_calls(messages).iter() {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let content = m.get("content").cloned().unwrap_or(Value::Null);
-        match role {
-            "tool" => items.push(json!({
-                "type": "function_call_output",
-                "call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
-                "output": content_text(&content),
-            })),
-            "assistant" => {
-                // Reasoning (and server tool) items first, verbatim, as
-                // Republic: a reasoning model gets its chain back, and
-                // `store: false` use needs the encrypted content (17.6).
-                for p in m.get("provider_data").and_then(Value::as_array).into_iter().flatten() {
-                    if p["api_format"] == "responses" {
-                        if let Some(item) = p.get("payload") {
-                            items.push(item.clone());
-                        }
+    let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+    let content = m.get("content").cloned().unwrap_or(Value::Null);
+    match role {
+        "tool" => items.push(json!({
+            "type": "function_call_output",
+            "call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
+            "output": content_text(&content),
+        })),
+        "assistant" => {
+            // Reasoning (and server tool) items first, verbatim, as
+            // Republic: a reasoning model gets its chain back, and
+            // `store: false` use needs the encrypted content (17.6).
+            for p in m.get("provider_data").and_then(Value::as_array).into_iter().flatten() {
+                if p["api_format"] == "responses" {
+                    if let Some(item) = p.get("payload") {
+                        items.push(item.clone());
                     }
                 }
-                let text = content_text(&content);
-                if !text.is_empty() {
-                    items.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": text}]}));
-                }
-                for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    items.push(json!({"type": "function_call", "call_id": c["id"], "name": c["name"],
-                        "arguments": c.get("arguments").cloned().unwrap_or(json!("{}"))}));
-                }
             }
-            _ => {
-                let parts: Vec<Value> = match &content {
-                    Value::Array(ps) => ps.iter().map(|p| input_part(p, role)).collect(),
-                    other => vec![input_part(&Value::String(content_text(other)), role)],
-                };
-                items.push(json!({"role": role, "content": parts}));
+            let text = content_text(&content);
+            if !text.is_empty() {
+                items.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": text}]}));
             }
+            for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                items.push(json!({"type": "function_call", "call_id": c["id"], "name": c["name"],
+                    "arguments": c.get("arguments").cloned().unwrap_or(json!("{}"))}));
+            }
+        }
+        _ => {
+            let parts: Vec<Value> = match &content {
+                Value::Array(ps) => ps.iter().map(|p| input_part(p, role)).collect(),
+                other => vec![input_part(&Value::String(content_text(other)), role)],
+            };
+            items.push(json!({"role": role, "content": parts}));
         }
     }
     items
 }
 
+/// The `input` list of the neutral messages as JSON text, from each
+/// message's kept wire form.
+fn input(messages: &[Shared]) -> String {
+    let items_text = |m: &Value| items(m).iter().map(Value::to_string).collect::<Vec<_>>().join(",");
+    join_array(repair_tool_calls(messages).iter().map(|m| m.wire(WireForm::Responses, items_text)))
+}
+
 /// The request body.
 pub fn body(client: &ModelClient, request: &ModelRequest) -> Result<Value, ProviderError> {
+    Ok(serde_json::from_slice(&encoded(client, request)?).expect("the body is JSON"))
+}
+
+/// The request body as sent (the messages from their kept wire forms).
+fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, ProviderError> {
     for rejected in ["stop", "seed", "top_k", "presence_penalty", "frequency_penalty"] {
         if request.options.get(rejected).is_some_and(|v| !v.is_null()) {
             return Err(ProviderError::Config(format!(
@@ -83,7 +94,8 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Result<Value, Provi
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
-    body.insert("input".into(), Value::Array(input(&request.messages)));
+    body.insert("input".into(), Value::Null);
+    let input = input(&request.messages);
     if !request.tools.is_empty() {
         let tools: Vec<Value> = request
             .tools
@@ -105,7 +117,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Result<Value, Provi
     }
     body.insert("stream".into(), json!(true));
     apply_extra_body(client, request, &mut body);
-    Ok(Value::Object(body))
+    Ok(encode(&body, Some(("input", &input))))
 }
 
 fn usage(u: &Value) -> Usage {
@@ -130,7 +142,7 @@ pub async fn call(
     let url = format!("{}/responses", client.config.base_url);
     let auth: Vec<(&str, String)> =
         client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
-    let resp = http::post(&client.config, &url, &auth, &body(client, request)?).await?;
+    let resp = http::post(&client.config, &url, &auth, encoded(client, request)?).await?;
     let mut events = http::events(resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();

@@ -1,0 +1,231 @@
+//! Context messages shared by the steps of a session (issue 23).
+//!
+//! Every model request carries the session's whole context. Copying it
+//! into each step's request, converting it into host values twice a step
+//! for the interception hooks, and encoding it for the wire again made a
+//! step's cost grow with the tape. A [`Message`] is built once, when the
+//! context selector first folds its entry, and shared (`Arc`) by every
+//! later request of the session: a request clones pointers; the host value
+//! and the wire form are built on first use and kept with the message.
+//!
+//! A message is immutable while shared. [`Message::json_mut`] (through
+//! `Arc::make_mut`) gives a private copy without the kept forms, so an
+//! event handler that edits a request never sees a stale one.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+/// One context message in Bub's neutral shape (`{role, content, …}`),
+/// with the forms built from it so far.
+pub struct Message {
+    json: Value,
+    hosted: OnceLock<bub_abi::Value>,
+    wire: OnceLock<(WireForm, Box<str>)>,
+}
+
+/// Which encoding a kept wire form is (a message is sent in one format per
+/// session, so one slot is enough; another format encodes afresh).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireForm {
+    /// Chat completions, plain.
+    Chat,
+    /// Chat completions with reasoning replayed as `reasoning_content`.
+    ChatWithReasoning,
+    /// Responses API input items (zero or more, comma-separated).
+    Responses,
+}
+
+/// The shared handle every request holds.
+pub type Shared = Arc<Message>;
+
+impl Message {
+    /// A message from its JSON.
+    pub fn new(json: Value) -> Shared {
+        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new() })
+    }
+
+    /// Messages from JSON values.
+    pub fn all(json: impl IntoIterator<Item = Value>) -> Vec<Shared> {
+        json.into_iter().map(Message::new).collect()
+    }
+
+    /// The JSON.
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// The JSON, to change: the kept forms are dropped. Use it through
+    /// `Arc::make_mut`, which copies a message others share.
+    pub fn json_mut(&mut self) -> &mut Value {
+        self.hosted = OnceLock::new();
+        self.wire = OnceLock::new();
+        &mut self.json
+    }
+
+    /// The JSON, given up.
+    pub fn into_json(self) -> Value {
+        self.json
+    }
+
+    /// The message as a host value (built once, then shared by every
+    /// request that carries it).
+    pub fn hosted(&self) -> &bub_abi::Value {
+        self.hosted.get_or_init(|| bub_abi::Value::from_serialize(&self.json).expect("JSON always serializes"))
+    }
+
+    /// The message's wire text in `form`, built by `encode` the first time.
+    /// A message sent in another form before is encoded afresh each time.
+    pub fn wire(&self, form: WireForm, encode: impl FnOnce(&Value) -> String) -> std::borrow::Cow<'_, str> {
+        match self.wire.get() {
+            Some((f, text)) if *f == form => std::borrow::Cow::Borrowed(text),
+            Some(_) => std::borrow::Cow::Owned(encode(&self.json)),
+            None => {
+                let (_, text) = self.wire.get_or_init(|| (form, encode(&self.json).into_boxed_str()));
+                std::borrow::Cow::Borrowed(text)
+            }
+        }
+    }
+}
+
+impl Clone for Message {
+    fn clone(&self) -> Self {
+        Message { json: self.json.clone(), hosted: self.hosted.clone(), wire: self.wire.clone() }
+    }
+}
+
+impl std::ops::Deref for Message {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.json
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.json.fmt(f)
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json
+    }
+}
+
+impl serde::Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(s)
+    }
+}
+
+/// A model call's request as the agent holds it: Bub's `LLMCallRequest`
+/// with its messages shared ([`Message`]). [`CallRequest::hosted`] is what
+/// the interception hooks receive, [`CallRequest::to_abi`] the plain type.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallRequest {
+    /// Run id (`run-YYYYMMDDTHHMMSSffffffZ`).
+    pub run_id: String,
+    /// `provider:model`.
+    pub model: String,
+    /// The messages.
+    pub messages: Vec<Shared>,
+    /// Tools offered (observational).
+    pub tool_names: Vec<String>,
+    /// Output token limit.
+    pub max_tokens: Option<u64>,
+}
+
+#[derive(serde::Serialize)]
+struct HostedRequest<'a> {
+    run_id: &'a str,
+    model: &'a str,
+    messages: Vec<&'a bub_abi::Value>,
+    tool_names: &'a [String],
+    max_tokens: Option<u64>,
+}
+
+impl CallRequest {
+    /// The request as a host value, the same as `LlmCallRequest`'s; each
+    /// message's node is its kept one, so the cost is a pointer per message
+    /// after the first request that carried it.
+    pub fn hosted(&self) -> bub_abi::Value {
+        let r = HostedRequest {
+            run_id: &self.run_id,
+            model: &self.model,
+            messages: self.messages.iter().map(|m| m.hosted()).collect(),
+            tool_names: &self.tool_names,
+            max_tokens: self.max_tokens,
+        };
+        bub_abi::Value::from_serialize(&r).expect("a request always serializes")
+    }
+
+    /// As Bub's `LLMCallRequest` (the messages copied).
+    pub fn to_abi(&self) -> bub_abi::types::LlmCallRequest {
+        bub_abi::types::LlmCallRequest {
+            run_id: self.run_id.clone(),
+            model: self.model.clone(),
+            messages: self.messages.iter().map(|m| m.json().clone()).collect(),
+            tool_names: self.tool_names.clone(),
+            max_tokens: self.max_tokens,
+        }
+    }
+
+    /// From Bub's `LLMCallRequest` (a rewritten one: its messages are new).
+    pub fn from_abi(r: bub_abi::types::LlmCallRequest) -> CallRequest {
+        CallRequest {
+            run_id: r.run_id,
+            model: r.model,
+            messages: Message::all(r.messages),
+            tool_names: r.tool_names,
+            max_tokens: r.max_tokens,
+        }
+    }
+}
+
+/// The JSON text of a list whose items are `parts` (each zero or more
+/// comma-separated JSON values, as [`Message::wire`] keeps them).
+pub fn join_array<'a>(parts: impl IntoIterator<Item = std::borrow::Cow<'a, str>>) -> String {
+    let mut out = String::from("[");
+    for part in parts {
+        if part.is_empty() {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&part);
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_changed_message_drops_its_kept_forms_and_others_keep_theirs() {
+        let shared = Message::new(json!({"role": "user", "content": "hi"}));
+        assert_eq!(shared.wire(WireForm::Chat, |j| j.to_string()), r#"{"role":"user","content":"hi"}"#);
+        let hosted = shared.hosted().to_json();
+        let mut mine = shared.clone();
+        Arc::make_mut(&mut mine).json_mut()["content"] = json!("changed");
+        assert_eq!(mine.wire(WireForm::Chat, |j| j.to_string()), r#"{"role":"user","content":"changed"}"#);
+        assert_eq!(mine.hosted().to_json(), r#"{"role":"user","content":"changed"}"#);
+        assert_eq!(shared.hosted().to_json(), hosted);
+        // Another form is encoded afresh, not kept over the first.
+        assert_eq!(shared.wire(WireForm::Responses, |_| "x".into()), "x");
+        assert_eq!(shared.wire(WireForm::Chat, |_| unreachable!("kept")), r#"{"role":"user","content":"hi"}"#);
+    }
+
+    #[test]
+    fn arrays_join_their_parts_and_skip_empty_ones() {
+        let parts = ["1", "", "2,3"].map(std::borrow::Cow::Borrowed);
+        assert_eq!(join_array(parts), "[1,2,3]");
+        assert_eq!(join_array(Vec::new()), "[]");
+    }
+}
