@@ -136,6 +136,51 @@ fn max_steps_ends_the_run_behaviour_111_143() {
     assert!(agent(&provider).with_max_tool_concurrency(Some(0)).is_err());
 }
 
+/// Issue 23: a session's context messages are shared by its requests and
+/// keep their wire text. A handler that edits one gets its own copy: the
+/// edit is sent, and the next run sends the message as the tape has it.
+#[test]
+fn an_edited_context_message_is_sent_edited_and_the_kept_one_stays_behaviour_123() {
+    let replies = ["one", "two", "three", "four"].map(chat::text).to_vec();
+    let provider = Provider::start(replies);
+    let mut a = agent(&provider);
+    let edit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let e = edit.clone();
+    a.events.on(
+        Filter::Kind("LLMCallStarted"),
+        handler(move |event, _cx| {
+            if let (Event::LlmCallStarted { request, .. }, true) = (event, e.load(std::sync::atomic::Ordering::SeqCst))
+            {
+                let first = request.messages.iter().position(|m| m["content"] == "first").expect("the kept message");
+                Arc::make_mut(&mut request.messages[first]).json_mut()["content"] = json!("edited");
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let a = Arc::new(a);
+    let turn = |prompt: &'static str, edited: bool| {
+        edit.store(edited, std::sync::atomic::Ordering::SeqCst);
+        let a = a.clone();
+        block_on(async move {
+            let (_, error) = a.start(vec![json!(prompt)], options("t")).await.unwrap().collect().await;
+            assert!(error.is_none(), "{error:?}");
+        })
+    };
+    // The second turn sends `first` from the kept context (it keeps its
+    // wire text then), the third edits it, the fourth sends it again.
+    turn("first", false);
+    turn("second", false);
+    turn("third", true);
+    turn("fourth", false);
+    let contents = |i: usize| -> Vec<Value> {
+        let body = &provider.requests()[i].body;
+        body["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect()
+    };
+    assert_eq!(contents(1), ["first", "one", "second"].map(|c| json!(c)));
+    assert_eq!(contents(2), ["edited", "one", "second", "two", "third"].map(|c| json!(c)));
+    assert_eq!(contents(3), ["first", "one", "second", "two", "third", "three", "fourth"].map(|c| json!(c)));
+}
+
 #[test]
 fn handlers_rewrite_requests_and_results_behaviour_123_127_145_150() {
     let provider =
