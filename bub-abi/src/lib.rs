@@ -182,7 +182,7 @@ pub use sdk::tape;
 pub use sdk::{
     args::hook_args as args,
     hook::{Hook, IntoHookValue, RawJson, ToHookValue},
-    object::{Object, ObjectFuture, ObjectImpl},
+    object::{Object, ObjectFuture, ObjectImpl, ValueFuture},
     plugin::{BoxError, HookDecl, Plugin, PluginContext},
     state::TurnState,
     stream::{EventSender, ModelStream, StreamClosed},

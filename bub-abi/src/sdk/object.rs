@@ -17,6 +17,9 @@ use crate::{
 /// A boxed future returned by [`ObjectImpl::invoke`].
 pub type ObjectFuture = Pin<Box<dyn Future<Output = Result<Value, HookError>> + Send + 'static>>;
 
+/// A boxed future returned by [`ObjectImpl::invoke_value`].
+pub type ValueFuture = Pin<Box<dyn Future<Output = Result<crate::Value, HookError>> + Send + 'static>>;
+
 /// Implement this to hand an object to the host (or to receive one from it).
 pub trait ObjectImpl: Send + Sync + 'static {
     /// What the object is: `tape_store`, `channel`, `tool`, `stream`, ….
@@ -27,6 +30,25 @@ pub trait ObjectImpl: Send + Sync + 'static {
     }
     /// Calls `method` with JSON `args`.
     fn invoke(&self, method: &str, args: Value) -> ObjectFuture;
+
+    /// Calls `method` with host-value `args` and answers a host value: what
+    /// the host calls. The default reads the arguments as JSON and calls
+    /// [`invoke`](Self::invoke). The typed objects of [`resources`](crate::sdk::resources)
+    /// read each argument and build their answer as host values directly,
+    /// with no JSON tree in between (a store's `fetch_all` of a long tape
+    /// was converted twice).
+    fn invoke_value(&self, method: &str, args: crate::Value) -> ValueFuture {
+        match args.deserialize::<Value>() {
+            Ok(v) => {
+                let fut = self.invoke(method, v);
+                Box::pin(async move { fut.await.map(|v| crate::Value::from(&v)) })
+            }
+            Err(e) => {
+                let e = HookError::new(ErrorKind::ARGS, format!("{method}: arguments could not be read: {e}"));
+                Box::pin(async move { Err(e) })
+            }
+        }
+    }
 }
 
 /// An object crossing the boundary, cheap to clone.
@@ -108,21 +130,8 @@ impl ForeignObject for Adapter {
         // objects in them (which JSON cannot carry) are found with
         // [`live_argument`].
         let raw = args.clone();
-        let fut = match args.deserialize::<Value>() {
-            Ok(v) => Ok(self.0.invoke(method.as_str(), v)),
-            Err(e) => {
-                Err(HookError::new(ErrorKind::ARGS, format!("{}: arguments could not be read: {e}", method.as_str())))
-            }
-        };
-        bridge::to_ffi(LIVE_ARGUMENTS.scope(raw, async move {
-            match fut {
-                Ok(fut) => match fut.await {
-                    Ok(v) => RResult::ROk(crate::Value::from(&v)),
-                    Err(e) => RResult::RErr(e),
-                },
-                Err(e) => RResult::RErr(e),
-            }
-        }))
+        let fut = self.0.invoke_value(method.as_str(), args);
+        bridge::to_ffi(LIVE_ARGUMENTS.scope(raw, async move { fut.await.into() }))
     }
 }
 

@@ -89,7 +89,7 @@ use serde_json::{Map, Value};
 use crate::{
     abi::HookError,
     sdk::{
-        object::{ObjectFuture, ObjectImpl},
+        object::{ObjectFuture, ObjectImpl, ValueFuture},
         plugin::BoxError,
     },
     types::{
@@ -378,10 +378,33 @@ fn arg<T: DeserializeOwned>(args: &Value, kind: &str, method: &str, name: &str) 
 fn reply<R: Serialize>(result: Result<R, BoxError>) -> Result<Value, HookError> {
     match result {
         Ok(v) => serde_json::to_value(v).map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string())),
-        Err(e) => Err(match e.downcast::<HookError>() {
-            Ok(h) => *h,
-            Err(e) => HookError::plugin(e.to_string()),
-        }),
+        Err(e) => Err(hook_error(e)),
+    }
+}
+
+fn hook_error(e: BoxError) -> HookError {
+    match e.downcast::<HookError>() {
+        Ok(h) => *h,
+        Err(e) => HookError::plugin(e.to_string()),
+    }
+}
+
+/// [`arg`] read from the host value itself.
+fn arg_value<T: DeserializeOwned>(args: &crate::Value, kind: &str, method: &str, name: &str) -> Result<T, HookError> {
+    let value = args.as_ref().get(name).unwrap_or(crate::ValueRef::null());
+    value.deserialize().map_err(|e| {
+        HookError::new(
+            crate::abi::ErrorKind::ARGS,
+            format!("{kind}.{method}: argument `{name}` could not be read: {e}"),
+        )
+    })
+}
+
+/// [`reply`] built as a host value.
+fn reply_value<R: Serialize>(result: Result<R, BoxError>) -> Result<crate::Value, HookError> {
+    match result {
+        Ok(v) => crate::Value::from_serialize(&v),
+        Err(e) => Err(hook_error(e)),
     }
 }
 
@@ -422,6 +445,20 @@ macro_rules! protocol {
                         reply(_this.$method($($a),*).await)
                     }),)*
                     other => unsupported($kind, other, &[$(stringify!($method)),*]),
+                }
+            }
+
+            fn invoke_value(&self, method: &str, _args: crate::Value) -> ValueFuture {
+                let _this = self.0.clone();
+                match method {
+                    $(stringify!($method) => Box::pin(async move {
+                        $(let $a: $aty = arg_value(&_args, $kind, stringify!($method), stringify!($a))?;)*
+                        reply_value(_this.$method($($a),*).await)
+                    }),)*
+                    other => {
+                        let unsupported = unsupported($kind, other, &[$(stringify!($method)),*]);
+                        Box::pin(async move { unsupported.await.map(|v| crate::Value::from(&v)) })
+                    }
                 }
             }
         }
