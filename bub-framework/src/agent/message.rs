@@ -187,15 +187,15 @@ impl CallRequest {
 /// The JSON text of a list whose items are `parts` (each zero or more
 /// comma-separated JSON values, as [`Message::wire`] keeps them).
 pub fn join_array<'a>(parts: impl IntoIterator<Item = std::borrow::Cow<'a, str>>) -> String {
-    let mut out = String::from("[");
-    for part in parts {
-        if part.is_empty() {
-            continue;
-        }
-        if out.len() > 1 {
+    // Sized first: a long context's text is copied once, not regrown.
+    let parts: Vec<_> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+    let mut out = String::with_capacity(2 + parts.iter().map(|p| p.len() + 1).sum::<usize>());
+    out.push('[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
             out.push(',');
         }
-        out.push_str(&part);
+        out.push_str(part);
     }
     out.push(']');
     out
