@@ -68,7 +68,7 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;
     // After the hooks' system prompt, as Bub's `_code_mode_prompt`.
-    agent.sections.push(crate::code_mode::section(Arc::new(agent.tools.clone())));
+    agent.sections.push(crate::code_mode::section(agent.tools.clone()));
     // After the hooks' system prompt, as Bub's `_skills_prompt`.
     agent.sections.push(skills::section(roots));
     // After the plugins' after_tool_call hooks, as Bub's trylast builtin.

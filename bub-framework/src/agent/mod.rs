@@ -170,8 +170,10 @@ pub struct Agent {
     pub settings: Arc<ModelSettings>,
     /// Where tapes live.
     pub store: Store,
-    /// Tools in registry order.
-    pub tools: Vec<AgentTool>,
+    /// Tools in registry order. Shared with every run's context (a run
+    /// cloned them all, schemas included, and dropped them at its end);
+    /// change them with [`add_tool`](Self::add_tool) or `Arc::make_mut`.
+    pub tools: Arc<Vec<AgentTool>>,
     /// System-prompt sections, in order.
     pub sections: Vec<Section>,
     /// Which entries become the model's context.
@@ -213,7 +215,7 @@ impl Agent {
             options: settings.completion_args.clone(),
             settings: Arc::new(settings),
             store,
-            tools: Vec::new(),
+            tools: Default::default(),
             sections: Vec::new(),
             context: TapeContextSpec::default(),
             sidecars: Vec::new(),
@@ -236,9 +238,10 @@ impl Agent {
 
     /// Adds a tool; one of the same name is replaced in place.
     pub fn add_tool(&mut self, tool: AgentTool) {
-        match self.tools.iter_mut().find(|t| t.name == tool.name) {
+        let tools = Arc::make_mut(&mut self.tools);
+        match tools.iter_mut().find(|t| t.name == tool.name) {
             Some(slot) => *slot = tool,
-            None => self.tools.push(tool),
+            None => tools.push(tool),
         }
     }
 

@@ -213,7 +213,7 @@ impl AgentPlugins {
             for tool in self.framework.get_tools().map_err(framework_error)? {
                 let tool = AgentTool::from_plugin(tool).await?;
                 if agent.tools.iter().all(|t| t.name != tool.name) {
-                    agent.tools.push(tool);
+                    std::sync::Arc::make_mut(&mut agent.tools).push(tool);
                 }
             }
         }

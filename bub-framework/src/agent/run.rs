@@ -168,7 +168,7 @@ impl Agent {
         let cx = EventContext {
             state: options.state.clone(),
             tape: tape.clone(),
-            tools: Arc::new(self.tools.clone()),
+            tools: self.tools.clone(),
             tool_timeout: self.tool_timeout,
         };
         if let Some(line) = command::command_line(&prompt, self.command_prefix.as_deref()) {
