@@ -42,6 +42,28 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
     )
 }
 
+/// The builtin's own tools in Bub's registry order around the skill tool
+/// (which depends on the turn's skill roots). They depend on nothing else,
+/// so they are built once per process: a turn clones handles, not schemas.
+struct OwnTools {
+    before_skill: Vec<bub_framework::agent::AgentTool>,
+    after_skill: Vec<bub_framework::agent::AgentTool>,
+}
+
+fn own_tools() -> &'static OwnTools {
+    static OWN: std::sync::OnceLock<OwnTools> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        // Bub's registry order: code mode's tools, spill.read, skill, the
+        // tape tools, then the rest.
+        let (spill_read, rest): (Vec<_>, Vec<_>) =
+            own_tools::run_helper_tools().into_iter().partition(|t| t.name == "spill.read");
+        OwnTools {
+            before_skill: crate::code_mode::tools().into_iter().chain(spill_read).collect(),
+            after_skill: own_tools::tape_and_command_tools().into_iter().chain(rest).collect(),
+        }
+    })
+}
+
 /// Builds the turn's agent: store (the scope's, else memory), tape context,
 /// sidecars, settings, the agent's own tools, then the framework's plugins.
 pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
@@ -56,14 +78,10 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
         }
     }
     agent.sidecars = framework.get_tape_sidecars().unwrap_or_default().iter().map(|s| s.name().to_owned()).collect();
-    // Bub's registry order: code mode's tools, spill.read, skill, the tape
-    // tools, then the rest.
     let roots = skill_roots(framework);
-    let own = own_tools::run_helper_tools();
-    let (spill_read, rest): (Vec<_>, Vec<_>) = own.into_iter().partition(|t| t.name == "spill.read");
-    let skill = std::iter::once(skills::tool(roots.clone()));
-    let code = crate::code_mode::tools();
-    for tool in code.into_iter().chain(spill_read).chain(skill).chain(own_tools::tape_and_command_tools()).chain(rest) {
+    let own = own_tools();
+    let skill = skills::tool(roots.clone());
+    for tool in own.before_skill.iter().cloned().chain([skill]).chain(own.after_skill.iter().cloned()) {
         agent.add_tool(tool);
     }
     AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?;

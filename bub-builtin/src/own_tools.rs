@@ -426,7 +426,7 @@ async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     for name in names {
         match cx.tools.iter().find(|t| t.name == name || t.model_name() == name) {
             Some(t) => {
-                tools.push(json!({"name": t.model_name(), "description": t.description, "parameters": t.parameters}));
+                tools.push(json!({"name": t.model_name(), "description": t.description, "parameters": *t.parameters}));
                 if t.deferred {
                     loaded.push(t.name.clone());
                 }

@@ -146,8 +146,9 @@ pub struct AgentTool {
     pub name: String,
     /// What it does.
     pub description: String,
-    /// JSON schema of the arguments (an object schema).
-    pub parameters: Value,
+    /// JSON schema of the arguments (an object schema). Shared: a tool is
+    /// cloned into every turn's agent and every step's request.
+    pub parameters: Arc<Value>,
     /// Where it may be called from.
     pub exposure: Exposure,
     /// Hidden until `tool.describe` loads it.
@@ -178,7 +179,7 @@ impl AgentTool {
         AgentTool {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
             exposure,
             deferred: false,
             handler: Handler::Native(Arc::new(move |args, cx| Box::pin(f(args, cx)))),
@@ -204,7 +205,7 @@ impl AgentTool {
         Ok(AgentTool {
             name: spec.name,
             description: spec.description,
-            parameters,
+            parameters: Arc::new(parameters),
             exposure,
             deferred: false,
             handler: Handler::Plugin(tool, spec.context),

@@ -84,7 +84,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
         let tools: Vec<Value> = request
             .tools
             .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": *t.parameters}))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }

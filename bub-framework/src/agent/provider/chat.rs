@@ -141,7 +141,7 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
         let tools: Vec<Value> = request
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": *t.parameters}}))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(b["stream_options"], json!({"include_usage": true}));
         assert!(b.get("tools").is_none());
         let req = ModelRequest {
-            tools: vec![ToolDef { name: "fs_read".into(), description: "d".into(), parameters: json!({}) }],
+            tools: vec![ToolDef { name: "fs_read".into(), description: "d".into(), parameters: json!({}).into() }],
             max_tokens: Some(42),
             ..req
         };

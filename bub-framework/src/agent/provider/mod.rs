@@ -65,8 +65,8 @@ pub struct ToolDef {
     pub name: String,
     /// Description.
     pub description: String,
-    /// JSON schema of the arguments.
-    pub parameters: Value,
+    /// JSON schema of the arguments (shared with the tool).
+    pub parameters: Arc<Value>,
 }
 
 /// A tool call the model asked for.

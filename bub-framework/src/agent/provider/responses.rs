@@ -100,7 +100,7 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
         let tools: Vec<Value> = request
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": false}))
+            .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": *t.parameters, "strict": false}))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
