@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage,
+    ProviderError, ToolCallFragments, Usage, SPLICED,
 };
 use crate::agent::message::{join_array, WireForm};
 
@@ -136,14 +136,32 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let messages = join_array(repaired.iter().map(|m| m.wire(form, |j| message(j, kind).to_string())));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
-    body.insert("messages".into(), Value::Null);
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
+    body.insert("messages".into(), json!(SPLICED));
+    // The tools are written from their shared schemas, not copied into the body.
+    let tools = (!request.tools.is_empty()).then(|| {
+        #[derive(serde::Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
+        }
+        #[derive(serde::Serialize)]
+        struct Tool<'a> {
+            r#type: &'static str,
+            function: Function<'a>,
+        }
+        let tools: Vec<Tool<'_>> = request
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": *t.parameters}}))
+            .map(|t| Tool {
+                r#type: "function",
+                function: Function { name: &t.name, description: &t.description, parameters: &t.parameters },
+            })
             .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        serde_json::to_string(&tools).expect("tools always serialize")
+    });
+    if tools.is_some() {
+        body.insert("tools".into(), json!(SPLICED));
     }
     if let Some(max) = request.max_tokens {
         let key = if MAX_TOKENS_PROVIDERS.contains(&kind) { "max_tokens" } else { "max_completion_tokens" };
@@ -164,7 +182,9 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     apply_extra_body(client, request, &mut body);
-    encode(&body, Some(("messages", &messages)))
+    let mut spliced = vec![("messages", messages.as_str())];
+    spliced.extend(tools.as_deref().map(|t| ("tools", t)));
+    encode(&body, &spliced)
 }
 
 fn usage(u: &Value, into: &mut Usage) {
@@ -319,6 +339,34 @@ mod tests {
         assert!(openrouter.get("reasoning_effort").is_none());
         let c = client("openrouter:x", json!({}));
         assert_eq!(c.config.base_url, "https://openrouter.ai/api/v1");
+    }
+
+    /// The messages and tools are spliced into the body as text; an
+    /// `extra_body` value for either key (`null` too) is sent instead.
+    #[test]
+    fn spliced_keys_give_way_to_extra_body_behaviour_219() {
+        let tools = vec![ToolDef {
+            name: "fs_read".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}).into(),
+        }];
+        let req = ModelRequest {
+            messages: Message::all([json!({"role": "user", "content": "hi"})]),
+            tools,
+            ..Default::default()
+        };
+        let plain = body(&client("openai:m", json!({})), &req);
+        assert_eq!(plain["messages"], json!([{"role": "user", "content": "hi"}]));
+        assert_eq!(
+            plain["tools"],
+            json!([{"type": "function", "function": {"name": "fs_read", "description": "d", "parameters": {"type": "object"}}}])
+        );
+        let extra = body(
+            &client("openai:m", json!({"extra_body": {"tools": null, "messages": [{"role": "user", "content": "x"}]}})),
+            &req,
+        );
+        assert_eq!(extra["tools"], Value::Null);
+        assert_eq!(extra["messages"], json!([{"role": "user", "content": "x"}]));
     }
 
     #[test]

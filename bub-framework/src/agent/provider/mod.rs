@@ -241,12 +241,17 @@ pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, bod
     deep_merge(body, extra);
 }
 
-/// `body` as JSON bytes, with `spliced = (key, text)` written as is for
-/// `key` while it holds the `null` placeholder (the messages, joined from
-/// their kept wire forms); extra body keys that replaced it are written as
-/// they are.
-pub(crate) fn encode(body: &Map<String, Value>, spliced: Option<(&str, &str)>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(spliced.map_or(0, |(_, text)| text.len()) + 512);
+/// What a spliced key holds in the body until [`encode`] writes its text
+/// (a string no configuration sets, so an `extra_body` value for the key,
+/// `null` included, replaces it and is sent as it is).
+pub(crate) const SPLICED: &str = "\u{0}bub:spliced";
+
+/// `body` as JSON bytes, with each `(key, text)` of `spliced` written as is
+/// for `key` while it holds the [`SPLICED`] placeholder (the messages,
+/// joined from their kept wire forms; the tools, written from their shared
+/// schemas).
+pub(crate) fn encode(body: &Map<String, Value>, spliced: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(spliced.iter().map(|(_, text)| text.len()).sum::<usize>() + 512);
     out.push(b'{');
     for (i, (k, v)) in body.iter().enumerate() {
         if i > 0 {
@@ -254,9 +259,9 @@ pub(crate) fn encode(body: &Map<String, Value>, spliced: Option<(&str, &str)>) -
         }
         serde_json::to_writer(&mut out, k).expect("a string always serializes");
         out.push(b':');
-        match spliced {
-            Some((key, text)) if key == k && v.is_null() => out.extend_from_slice(text.as_bytes()),
-            _ => serde_json::to_writer(&mut out, v).expect("a JSON value always serializes"),
+        match spliced.iter().find(|(key, _)| key == k).filter(|_| v.as_str() == Some(SPLICED)) {
+            Some((_, text)) => out.extend_from_slice(text.as_bytes()),
+            None => serde_json::to_writer(&mut out, v).expect("a JSON value always serializes"),
         }
     }
     out.push(b'}');

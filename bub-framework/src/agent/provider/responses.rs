@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage,
+    ProviderError, ToolCallFragments, Usage, SPLICED,
 };
 use crate::agent::message::{join_array, Shared, WireForm};
 
@@ -94,15 +94,33 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
-    body.insert("input".into(), Value::Null);
+    body.insert("input".into(), json!(SPLICED));
     let input = input(&request.messages);
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
+    // The tools are written from their shared schemas, not copied into the body.
+    let tools = (!request.tools.is_empty()).then(|| {
+        #[derive(serde::Serialize)]
+        struct Tool<'a> {
+            r#type: &'static str,
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
+            strict: bool,
+        }
+        let tools: Vec<Tool<'_>> = request
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": *t.parameters, "strict": false}))
+            .map(|t| Tool {
+                r#type: "function",
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+                strict: false,
+            })
             .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        serde_json::to_string(&tools).expect("tools always serialize")
+    });
+    if tools.is_some() {
+        body.insert("tools".into(), json!(SPLICED));
     }
     if let Some(max) = request.max_tokens {
         body.insert("max_output_tokens".into(), json!(max));
@@ -117,7 +135,9 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     }
     body.insert("stream".into(), json!(true));
     apply_extra_body(client, request, &mut body);
-    Ok(encode(&body, Some(("input", &input))))
+    let mut spliced = vec![("input", input.as_str())];
+    spliced.extend(tools.as_deref().map(|t| ("tools", t)));
+    Ok(encode(&body, &spliced))
 }
 
 fn usage(u: &Value) -> Usage {
