@@ -365,23 +365,6 @@ pub trait FrameworkOps: Send + Sync + 'static {
     fn dispatch_outbound(&self, message: Envelope) -> impl Fut<Vec<Value>>;
 }
 
-fn arg<T: DeserializeOwned>(args: &Value, kind: &str, method: &str, name: &str) -> Result<T, HookError> {
-    let value = args.get(name).cloned().unwrap_or(Value::Null);
-    serde_json::from_value(value).map_err(|e| {
-        HookError::new(
-            crate::abi::ErrorKind::ARGS,
-            format!("{kind}.{method}: argument `{name}` could not be read: {e}"),
-        )
-    })
-}
-
-fn reply<R: Serialize>(result: Result<R, BoxError>) -> Result<Value, HookError> {
-    match result {
-        Ok(v) => serde_json::to_value(v).map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string())),
-        Err(e) => Err(hook_error(e)),
-    }
-}
-
 fn hook_error(e: BoxError) -> HookError {
     match e.downcast::<HookError>() {
         Ok(h) => *h,
@@ -389,7 +372,7 @@ fn hook_error(e: BoxError) -> HookError {
     }
 }
 
-/// [`arg`] read from the host value itself.
+/// Argument `name` of `kind.method`, read from the host value itself.
 fn arg_value<T: DeserializeOwned>(args: &crate::Value, kind: &str, method: &str, name: &str) -> Result<T, HookError> {
     let value = args.as_ref().get(name).unwrap_or(crate::ValueRef::null());
     value.deserialize().map_err(|e| {
@@ -400,7 +383,7 @@ fn arg_value<T: DeserializeOwned>(args: &crate::Value, kind: &str, method: &str,
     })
 }
 
-/// [`reply`] built as a host value.
+/// A method's answer, built as a host value.
 fn reply_value<R: Serialize>(result: Result<R, BoxError>) -> Result<crate::Value, HookError> {
     match result {
         Ok(v) => crate::Value::from_serialize(&v),
@@ -437,15 +420,13 @@ macro_rules! protocol {
                 $name
             }
 
-            fn invoke(&self, method: &str, _args: Value) -> ObjectFuture {
-                let _this = self.0.clone();
-                match method {
-                    $(stringify!($method) => Box::pin(async move {
-                        $(let $a: $aty = arg(&_args, $kind, stringify!($method), stringify!($a))?;)*
-                        reply(_this.$method($($a),*).await)
-                    }),)*
-                    other => unsupported($kind, other, &[$(stringify!($method)),*]),
-                }
+            // The host calls `invoke_value`; this JSON form (for a caller
+            // that holds JSON) goes through it.
+            fn invoke(&self, method: &str, args: Value) -> ObjectFuture {
+                let answer = self.invoke_value(method, crate::Value::from(&args));
+                Box::pin(async move {
+                    answer.await?.deserialize().map_err(|e| HookError::new(crate::abi::ErrorKind::TYPE, e.to_string()))
+                })
             }
 
             fn invoke_value(&self, method: &str, _args: crate::Value) -> ValueFuture {
