@@ -6,8 +6,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage, SPLICED,
+    apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
+    ModelResponse, ProviderError, ToolCallFragments, Usage, SPLICED,
 };
 use crate::agent::message::{join_array, WireForm};
 
@@ -137,32 +137,22 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("messages".into(), json!(SPLICED));
-    // The tools are written from their shared schemas, not copied into the body.
-    let tools = (!request.tools.is_empty()).then(|| {
-        #[derive(serde::Serialize)]
-        struct Function<'a> {
-            name: &'a str,
-            description: &'a str,
-            parameters: &'a Value,
-        }
-        #[derive(serde::Serialize)]
-        struct Tool<'a> {
-            r#type: &'static str,
-            function: Function<'a>,
-        }
-        let tools: Vec<Tool<'_>> = request
-            .tools
-            .iter()
-            .map(|t| Tool {
-                r#type: "function",
-                function: Function { name: &t.name, description: &t.description, parameters: &t.parameters },
-            })
-            .collect();
-        serde_json::to_string(&tools).expect("tools always serialize")
-    });
-    if tools.is_some() {
-        body.insert("tools".into(), json!(SPLICED));
+    #[derive(serde::Serialize)]
+    struct Function<'a> {
+        name: &'a str,
+        description: &'a str,
+        parameters: &'a Value,
     }
+    #[derive(serde::Serialize)]
+    struct Tool<'a> {
+        r#type: &'static str,
+        function: Function<'a>,
+    }
+    let tools = request.tools.iter().map(|t| Tool {
+        r#type: "function",
+        function: Function { name: &t.name, description: &t.description, parameters: &t.parameters },
+    });
+    let tools = splice_tools(&mut body, tools.collect());
     if let Some(max) = request.max_tokens {
         let key = if MAX_TOKENS_PROVIDERS.contains(&kind) { "max_tokens" } else { "max_completion_tokens" };
         body.insert(key.into(), json!(max));
@@ -182,9 +172,7 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     apply_extra_body(client, request, &mut body);
-    let mut spliced = vec![("messages", messages.as_str())];
-    spliced.extend(tools.as_deref().map(|t| ("tools", t)));
-    encode(&body, &spliced)
+    encode(&body, &[("messages", &messages), ("tools", &tools)])
 }
 
 fn usage(u: &Value, into: &mut Usage) {

@@ -246,6 +246,17 @@ pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, bod
 /// `null` included, replaces it and is sent as it is).
 pub(crate) const SPLICED: &str = "\u{0}bub:spliced";
 
+/// The offered `tools` as the JSON text [`encode`] splices in under
+/// `tools` (written from the tools' shared schemas, not copied into the
+/// body), with the key's placeholder put in `body`; none, no key.
+pub(crate) fn splice_tools<T: Serialize>(body: &mut Map<String, Value>, tools: Vec<T>) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    body.insert("tools".into(), json!(SPLICED));
+    serde_json::to_string(&tools).expect("tools always serialize")
+}
+
 /// `body` as JSON bytes, with each `(key, text)` of `spliced` written as is
 /// for `key` while it holds the [`SPLICED`] placeholder (the messages,
 /// joined from their kept wire forms; the tools, written from their shared

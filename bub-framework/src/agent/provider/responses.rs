@@ -5,8 +5,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::{
-    apply_extra_body, content_text, encode, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
-    ProviderError, ToolCallFragments, Usage, SPLICED,
+    apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
+    ModelResponse, ProviderError, ToolCallFragments, Usage, SPLICED,
 };
 use crate::agent::message::{join_array, Shared, WireForm};
 
@@ -96,32 +96,22 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     body.insert("model".into(), json!(client.model));
     body.insert("input".into(), json!(SPLICED));
     let input = input(&request.messages);
-    // The tools are written from their shared schemas, not copied into the body.
-    let tools = (!request.tools.is_empty()).then(|| {
-        #[derive(serde::Serialize)]
-        struct Tool<'a> {
-            r#type: &'static str,
-            name: &'a str,
-            description: &'a str,
-            parameters: &'a Value,
-            strict: bool,
-        }
-        let tools: Vec<Tool<'_>> = request
-            .tools
-            .iter()
-            .map(|t| Tool {
-                r#type: "function",
-                name: &t.name,
-                description: &t.description,
-                parameters: &t.parameters,
-                strict: false,
-            })
-            .collect();
-        serde_json::to_string(&tools).expect("tools always serialize")
-    });
-    if tools.is_some() {
-        body.insert("tools".into(), json!(SPLICED));
+    #[derive(serde::Serialize)]
+    struct Tool<'a> {
+        r#type: &'static str,
+        name: &'a str,
+        description: &'a str,
+        parameters: &'a Value,
+        strict: bool,
     }
+    let tools = request.tools.iter().map(|t| Tool {
+        r#type: "function",
+        name: &t.name,
+        description: &t.description,
+        parameters: &t.parameters,
+        strict: false,
+    });
+    let tools = splice_tools(&mut body, tools.collect());
     if let Some(max) = request.max_tokens {
         body.insert("max_output_tokens".into(), json!(max));
     }
@@ -135,9 +125,7 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     }
     body.insert("stream".into(), json!(true));
     apply_extra_body(client, request, &mut body);
-    let mut spliced = vec![("input", input.as_str())];
-    spliced.extend(tools.as_deref().map(|t| ("tools", t)));
-    Ok(encode(&body, &spliced))
+    Ok(encode(&body, &[("input", &input), ("tools", &tools)]))
 }
 
 fn usage(u: &Value) -> Usage {
