@@ -196,6 +196,15 @@ pub struct ValueVTable {
     /// The object a value holds, if it holds one (ABI 2.2).
     #[sabi(missing_field(option))]
     pub(crate) as_handle: extern "C" fn(*const c_void) -> ROption<ObjectHandle>,
+    /// Appends a borrowed value to a list the caller is building, sharing
+    /// it (ABI 2.6): what `retain` then `push` do, without the owned
+    /// handle in between (an allocation and a free per item).
+    #[sabi(missing_field(option))]
+    pub(crate) push_ref: extern "C" fn(*const c_void, *const c_void) -> bool,
+    /// Sets a key of a map the caller is building to a borrowed value,
+    /// sharing it (ABI 2.6); see `push_ref`.
+    #[sabi(missing_field(option))]
+    pub(crate) insert_ref: extern "C" fn(*const c_void, RStr<'_>, *const c_void) -> bool,
 }
 
 /// A borrowed view of a host value, valid while the call (or the owned

@@ -26,6 +26,16 @@ use serde_json::{Map, Value};
 
 use crate::runtime::Reply;
 
+/// A tape entry as a store answered it ([`TapeStore::fetch_all_hosted`]).
+#[derive(Debug, Clone)]
+pub struct FetchedEntry {
+    /// The entry.
+    pub entry: TapeEntry,
+    /// Its payload as the store's answer held it (a handle to that node,
+    /// nothing copied); None where the payload was not a map.
+    pub payload: Option<bub_abi::Value>,
+}
+
 /// A resource method failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{kind} `{name}` of plugin '{plugin}' failed in `{method}`: {error}")]
@@ -246,6 +256,36 @@ impl TapeStore {
     /// The entries a query selects.
     pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).fetch_all(query).await)
+    }
+
+    /// As [`fetch_all`](Self::fetch_all), each entry with its payload as
+    /// the host value it arrived in: a reader that hands payloads on as
+    /// host values (the agent's context messages, to the interception
+    /// hooks) keeps that node instead of building the same tree again.
+    pub async fn fetch_all_hosted(&self, query: &TapeQuery) -> Result<Vec<FetchedEntry>, ResourceError> {
+        const METHOD: &str = "fetch_all";
+        let failed = |error: HookError| MethodError { method: METHOD, error };
+        let unexpected = |e: &dyn std::fmt::Display| {
+            failed(HookError::new(bub_abi::ErrorKind::TYPE, format!("unexpected result: {e}")))
+        };
+        let answer = async {
+            let mut args = bub_abi::Value::object();
+            args.insert("query", bub_abi::Value::from_serialize(query).map_err(failed)?);
+            let answer = self.0.object.invoke_value(METHOD, args).await.map_err(failed)?;
+            let items = answer.as_ref();
+            if !items.is_array() {
+                return Err(unexpected(&format_args!("expected a list of tape entries, got {:?}", items.kind())));
+            }
+            items
+                .items()
+                .map(|item| {
+                    let entry = item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?;
+                    let payload = item.get("payload").filter(|p| p.is_object()).map(|p| p.to_owned());
+                    Ok(FetchedEntry { entry, payload })
+                })
+                .collect()
+        };
+        self.0.context(answer.await)
     }
     /// Appends `entries` in order and returns them with their ids: at once
     /// where the store can (`append_many`), else one by one (a store built

@@ -431,6 +431,32 @@ impl Value {
         self
     }
 
+    /// Appends `item`, shared: as `push(item.to_owned())`, without the
+    /// owned handle in between (ABI 2.6; an older host takes that path).
+    pub fn push_ref(&mut self, item: ValueRef<'_>) -> &mut Self {
+        if same_table(self.vt, item.vt) {
+            if let Some(push_ref) = self.vt.push_ref() {
+                if push_ref(self.node, item.node) {
+                    return self;
+                }
+            }
+        }
+        self.push(item.to_owned())
+    }
+
+    /// Sets `key` to `item`, shared: as `insert(key, item.to_owned())`,
+    /// without the owned handle in between (ABI 2.6).
+    pub fn insert_ref(&mut self, key: &str, item: ValueRef<'_>) -> &mut Self {
+        if same_table(self.vt, item.vt) {
+            if let Some(insert_ref) = self.vt.insert_ref() {
+                if insert_ref(self.node, RStr::from_str(key), item.node) {
+                    return self;
+                }
+            }
+        }
+        self.insert(key, item.to_owned())
+    }
+
     /// Parses JSON text (in the host).
     pub fn from_json(text: &str) -> Result<Value, HookError> {
         let vt = vtable();
@@ -740,6 +766,35 @@ mod tests {
         );
         let parsed: Owned = serde_json::from_str(r#"{"arguments":{"k":1}}"#).unwrap();
         assert_eq!(parsed.arguments.to_string(), r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn handles_in_lists_at_the_top_and_as_scalars_are_shared() {
+        let v = Value::from_json(r#"{"a":{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"},"n":null,"s":"x"}"#).unwrap();
+        let big = |r: ValueRef<'_>| r.get("big").unwrap().as_str().unwrap().as_ptr();
+        let a = v.as_ref().get("a").unwrap();
+        let list =
+            Value::from_serialize(&vec![a, a, v.as_ref().get("n").unwrap(), v.as_ref().get("s").unwrap()]).unwrap();
+        assert_eq!(
+            list.to_json(),
+            r#"[{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"},{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"},null,"x"]"#
+        );
+        assert_eq!(big(list.as_ref().index(1).unwrap()), big(a));
+        let top = Value::from_serialize(&a).unwrap();
+        assert_eq!(big(top.as_ref()), big(a));
+        let nested = Value::from_serialize(&Some(vec![Some(a)])).unwrap();
+        assert_eq!(big(nested.as_ref().index(0).unwrap()), big(a));
+
+        let mut built = Value::array();
+        built.push_ref(a).push_ref(v.as_ref().get("s").unwrap());
+        let shared = built.clone();
+        // Shared now: the next push copies the list, never changes `shared`.
+        built.push_ref(a);
+        assert_eq!((shared.as_ref().len(), built.as_ref().len()), (2, 3));
+        assert_eq!(big(built.as_ref().index(2).unwrap()), big(a));
+        let mut map = Value::object();
+        map.insert_ref("k", a).insert_ref("k", v.as_ref().get("s").unwrap());
+        assert_eq!(map.to_json(), r#"{"k":"x"}"#);
     }
 
     #[test]

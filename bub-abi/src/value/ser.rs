@@ -16,11 +16,30 @@ use crate::abi::ValueVTableRef;
 thread_local! {
     /// Set by [`ValueSerializer`] just before a handle serializes itself.
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
-    /// The handle's node, retained, as the handle leaves it.
+    /// The handle's node, borrowed (valid while the handle serializes
+    /// itself), as the handle leaves it for the serializer's
+    /// `serialize_unit` to take.
     static CAPTURED: Cell<Option<(*const c_void, ValueVTableRef)>> = const { Cell::new(None) };
 }
 
 use super::Error;
+
+/// Runs `serialize` (a handle serializing itself into one of ours) with
+/// the handle asked to hand over its node.
+fn capturing<R>(serialize: impl FnOnce() -> R) -> R {
+    CAPTURING.with(|c| c.set(true));
+    let r = serialize();
+    CAPTURING.with(|c| c.set(false));
+    // Taken by now; cleared in case a serializer did not (no count held).
+    CAPTURED.with(|c| c.take());
+    r
+}
+
+/// The node a handle just left (see [`Handle`]), borrowed for the
+/// current `serialize_unit` call.
+fn captured<'a>() -> Option<ValueRef<'a>> {
+    CAPTURED.with(|c| c.take()).map(|(node, vt)| ValueRef { node, vt, _life: std::marker::PhantomData })
+}
 
 impl Serialize for ValueRef<'_> {
     fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -40,8 +59,10 @@ struct Handle<'a>(ValueRef<'a>);
 impl Serialize for Handle<'_> {
     fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if CAPTURING.with(|c| c.replace(false)) {
-            let owned = std::mem::ManuallyDrop::new(self.0.to_owned());
-            CAPTURED.with(|c| c.set(Some((owned.node, owned.vt))));
+            // Our serializer takes the node in the `serialize_unit` below,
+            // while `self.0` still lends it: shared where it lands, with no
+            // owned handle in between.
+            CAPTURED.with(|c| c.set(Some((self.0.node, self.0.vt))));
             return s.serialize_unit();
         }
         walk(self.0, s)
@@ -174,7 +195,10 @@ impl ser::Serializer for ValueSerializer {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Result<Value, Error> {
-        Ok(Value::null())
+        match captured() {
+            Some(r) => Ok(r.to_owned().into_table(self.vt)),
+            None => Ok(Value::null()),
+        }
     }
     fn serialize_unit_struct(self, _name: &'static str) -> Result<Value, Error> {
         Ok(Value::null())
@@ -186,13 +210,7 @@ impl ser::Serializer for ValueSerializer {
         if name != HANDLE_TOKEN {
             return value.serialize(self);
         }
-        CAPTURING.with(|c| c.set(true));
-        let r = value.serialize(self);
-        CAPTURING.with(|c| c.set(false));
-        match CAPTURED.with(|c| c.take()) {
-            Some((node, vt)) => Ok(Value::from_table(vt, node).into_table(self.vt)),
-            None => r,
-        }
+        capturing(|| value.serialize(self))
     }
     fn serialize_newtype_variant<T: ?Sized + Serialize>(
         self,
@@ -618,7 +636,16 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Result<(), Error> {
-        self.scalar(kind::NULL, 0)
+        match captured() {
+            Some(r) => {
+                match self.key {
+                    Some(k) => self.target.insert_ref(k, r),
+                    None => self.target.push_ref(r),
+                };
+                Ok(())
+            }
+            None => self.scalar(kind::NULL, 0),
+        }
     }
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
         self.scalar(kind::NULL, 0)
@@ -627,9 +654,8 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
         self.string(variant)
     }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, name: &'static str, value: &T) -> Result<(), Error> {
-        let ser = self.ser;
         if name == HANDLE_TOKEN {
-            return self.built(ser.serialize_newtype_struct(name, value));
+            return capturing(|| value.serialize(self));
         }
         value.serialize(self)
     }

@@ -483,6 +483,38 @@ extern "C" fn v_push(array: *const c_void, item: *const c_void) -> bool {
     }
 }
 
+/// Appends a borrowed `item` to a list built by the caller, sharing its
+/// subtree (a count, no node of its own); false if the list is shared or
+/// not a list.
+extern "C" fn v_push_ref(array: *const c_void, item: *const c_void) -> bool {
+    // SAFETY: `item` is a node the caller lends for the call (see `node`);
+    // it is shared (cloned) before the list can change.
+    let item = unsafe { node(item) }.clone();
+    // SAFETY: `array` is the caller's builder.
+    match unsafe { builder(array) } {
+        Some(Node::Array(a)) => {
+            inner_mut(a).push(item);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Sets `key` in a map built by the caller to a borrowed `item`, shared;
+/// like [`v_push_ref`] on failure.
+extern "C" fn v_insert_ref(object: *const c_void, key: RStr<'_>, item: *const c_void) -> bool {
+    // SAFETY: as in `v_push_ref`.
+    let item = unsafe { node(item) }.clone();
+    // SAFETY: `object` is the caller's builder.
+    match unsafe { builder(object) } {
+        Some(Node::Object(o)) => {
+            inner_mut(o).insert(key.as_str(), item);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Sets `key` in a map built by the caller; like [`v_push`] on failure.
 extern "C" fn v_insert(object: *const c_void, key: RStr<'_>, item: *const c_void) -> bool {
     // SAFETY: `object` is the caller's builder; `item` is given up on success.
@@ -596,6 +628,8 @@ static TABLE: WithMetadata<ValueVTable> = WithMetadata::new(ValueVTable {
     write_json: v_to_json,
     handle: v_handle,
     as_handle: v_as_handle,
+    push_ref: v_push_ref,
+    insert_ref: v_insert_ref,
 });
 
 /// This copy's value table. In the host it is *the* table; a plugin uses

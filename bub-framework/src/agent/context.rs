@@ -51,7 +51,8 @@ pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Shar
 async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
     let key = format!("{}\0{}\0{}", query.tape, query.last_anchor, query.after_anchor.as_deref().unwrap_or(""));
     let step = |e: &TapeEntry| if bub_abi::tape::starts_after(e, query) { Step::Restart } else { Step::Push };
-    match tape.contexts().contexts.follow(tape.store(), key, query, step, Selector::push).await {
+    let push = |s: &mut Selector, e: &super::tape::FetchedEntry| s.push_hosted(&e.entry, e.payload.as_ref());
+    match tape.contexts().contexts.follow(tape.store(), key, query, step, push).await {
         Ok(selector) => selector,
         Err(e) => {
             tracing::warn!(target: "bub::tape", "reading tape {}: {e}", query.tape);
@@ -128,6 +129,13 @@ pub struct Selector {
 impl Selector {
     /// Adds what `e` selects.
     pub fn push(&mut self, e: &TapeEntry) {
+        self.push_hosted(e, None)
+    }
+
+    /// Adds what `e` selects; `payload` is its payload as a host value
+    /// (as its store answered it), kept as the host value of a message
+    /// that is its payload unchanged rather than built again.
+    pub fn push_hosted(&mut self, e: &TapeEntry, payload: Option<&bub_abi::Value>) {
         if e.meta.get("context") == Some(&Value::Bool(false)) {
             return;
         }
@@ -135,8 +143,14 @@ impl Selector {
         match e.kind.as_str() {
             "message" => {
                 let mut m = Value::Object(e.payload.clone());
-                if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
-                    m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect());
+                match m.get("tool_calls").and_then(Value::as_array) {
+                    Some(calls) => m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect()),
+                    None => {
+                        if let Some(hosted) = payload {
+                            out.push(Message::with_hosted(m, hosted.clone()));
+                            return;
+                        }
+                    }
                 }
                 out.push(Message::new(m));
             }
@@ -192,5 +206,37 @@ pub fn tool_message_content(result: &Value) -> Value {
             o.get("content").cloned().unwrap_or(json!([]))
         }
         other => Value::String(super::tools::python_json(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(payload: Value) -> TapeEntry {
+        TapeEntry { id: 1, kind: "message".into(), payload: payload.as_object().unwrap().clone(), ..Default::default() }
+    }
+
+    #[test]
+    fn a_stored_message_keeps_its_payload_node_and_a_legacy_one_is_upgraded_behaviour_123() {
+        let long = "x".repeat(100);
+        let plain = json!({"role": "user", "content": long});
+        let hosted = bub_abi::Value::from(&plain);
+        let mut selector = Selector::default();
+        selector.push_hosted(&entry(plain.clone()), Some(&hosted));
+        let text = |v: &bub_abi::Value| v.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
+        let kept = selector.messages()[0].hosted();
+        // The store's node itself, not a copy built from the JSON.
+        assert_eq!(text(kept), text(&hosted));
+        assert_eq!(kept.deserialize::<Value>().unwrap(), plain);
+
+        // A legacy `function` call is rewritten, so the payload's node is
+        // not the message: the host value follows the rewritten JSON.
+        let legacy = json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        selector.push_hosted(&entry(legacy.clone()), Some(&bub_abi::Value::from(&legacy)));
+        let upgraded = selector.messages()[1].hosted().deserialize::<Value>().unwrap();
+        assert_eq!(upgraded["tool_calls"][0], json!({"id": "c1", "name": "f", "arguments": "{}"}));
+        assert_eq!(&upgraded, selector.messages()[1].json());
     }
 }

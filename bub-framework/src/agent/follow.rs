@@ -13,7 +13,10 @@ use std::collections::HashMap;
 
 use bub_abi::types::{TapeEntry, TapeQuery};
 
-use super::{tape::Store, AgentError};
+use super::{
+    tape::{FetchedEntry, Store},
+    AgentError,
+};
 
 /// An entry as a later read recognizes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +70,7 @@ impl<S: Clone + Default> Folds<S> {
         key: String,
         full: &TapeQuery,
         step: impl Fn(&TapeEntry) -> Step,
-        push: impl Fn(&mut S, &TapeEntry),
+        push: impl Fn(&mut S, &FetchedEntry),
     ) -> Result<S, AgentError> {
         // Taken out while it is brought up to date: a concurrent read of
         // the same tape (two runs of one session) reads in full instead.
@@ -79,24 +82,24 @@ impl<S: Clone + Default> Folds<S> {
                 after_id: Some(kept.last.id.saturating_sub(1)),
                 ..Default::default()
             };
-            if let Ok(mut entries) = store.fetch_all(&since).await {
+            if let Ok(mut entries) = store.fetch_all_hosted(&since).await {
                 // A store built before ABI 2.5 answers the whole tape.
-                entries.retain(|e| e.id >= kept.last.id);
-                if entries.first().map(Stamp::of).as_ref() == Some(&kept.last) {
+                entries.retain(|e| e.entry.id >= kept.last.id);
+                if entries.first().map(|e| Stamp::of(&e.entry)).as_ref() == Some(&kept.last) {
                     for e in &entries[1..] {
-                        match step(e) {
+                        match step(&e.entry) {
                             Step::Push => push(&mut kept.state, e),
                             Step::Restart => kept.state = S::default(),
                         }
                     }
-                    kept.last = Stamp::of(entries.last().expect("the first entry is there"));
+                    kept.last = Stamp::of(&entries.last().expect("the first entry is there").entry);
                     let state = kept.state.clone();
                     self.put(key, kept);
                     return Ok(state);
                 }
             }
         }
-        let entries = store.fetch_all(full).await?;
+        let entries = store.fetch_all_hosted(full).await?;
         let mut state = S::default();
         for e in &entries {
             push(&mut state, e);
@@ -104,7 +107,7 @@ impl<S: Clone + Default> Folds<S> {
         // Empty (the tape ends with the anchor, or holds nothing): nothing
         // to resume from, so the next read is a full one again.
         if let Some(last) = entries.last() {
-            self.put(key, Kept { last: Stamp::of(last), state: state.clone() });
+            self.put(key, Kept { last: Stamp::of(&last.entry), state: state.clone() });
         }
         Ok(state)
     }

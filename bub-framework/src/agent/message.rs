@@ -45,6 +45,12 @@ impl Message {
         Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new() })
     }
 
+    /// A message from its JSON and the same message as a host value
+    /// (a tape payload's node, as its store answered it).
+    pub fn with_hosted(json: Value, hosted: bub_abi::Value) -> Shared {
+        Arc::new(Message { json, hosted: OnceLock::from(hosted), wire: OnceLock::new() })
+    }
+
     /// Messages from JSON values.
     pub fn all(json: impl IntoIterator<Item = Value>) -> Vec<Shared> {
         json.into_iter().map(Message::new).collect()

@@ -30,7 +30,7 @@ pub async fn load_kept(
     cache: &super::context::ContextCache,
 ) -> Result<Map<String, Value>, AgentError> {
     let query = TapeQuery { tape: tape.to_owned(), kinds: vec!["event".into()], ..Default::default() };
-    cache.settings.follow(store, tape.to_owned(), &query, |_| Step::Push, apply).await
+    cache.settings.follow(store, tape.to_owned(), &query, |_| Step::Push, |s, e| apply(s, &e.entry)).await
 }
 
 /// Folds one event into the settings.

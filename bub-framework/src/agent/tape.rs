@@ -18,6 +18,8 @@ use md5::{Digest, Md5};
 use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
 
+pub use bub_runtime::resources::FetchedEntry;
+
 use super::AgentError;
 
 /// Where tapes are kept: a plugin's store (`provide_tape_store`) or memory.
@@ -66,6 +68,20 @@ impl Store {
                 e.id = list.last().map_or(1, |l| l.id + 1);
                 list.push(e.clone());
                 Ok(e)
+            }
+        }
+    }
+
+    /// As [`fetch_all`](Self::fetch_all), each entry with its payload as
+    /// the host value a plugin's store answered it in (see
+    /// [`bub_runtime::resources::TapeStore::fetch_all_hosted`]); memory
+    /// tapes have none.
+    pub async fn fetch_all_hosted(&self, query: &TapeQuery) -> Result<Vec<FetchedEntry>, AgentError> {
+        match self {
+            Store::Host(s) => s.fetch_all_hosted(query).await.map_err(AgentError::store),
+            Store::Memory(_) => {
+                let entries = self.fetch_all(query).await?;
+                Ok(entries.into_iter().map(|entry| FetchedEntry { entry, payload: None }).collect())
             }
         }
     }
