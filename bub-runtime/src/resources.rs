@@ -29,11 +29,36 @@ use crate::runtime::Reply;
 /// A tape entry as a store answered it ([`TapeStore::fetch_all_hosted`]).
 #[derive(Debug, Clone)]
 pub struct FetchedEntry {
-    /// The entry.
+    /// The entry. For a `message` entry whose payload is a map, its
+    /// `payload` is left empty: the payload is [`payload`](Self::payload)
+    /// (a message's payload becomes a context message, read from the host
+    /// value; [`payload_map`](Self::payload_map) reads it as JSON).
     pub entry: TapeEntry,
     /// Its payload as the store's answer held it (a handle to that node,
     /// nothing copied); None where the payload was not a map.
     pub payload: Option<bub_abi::Value>,
+}
+
+impl FetchedEntry {
+    /// The payload as JSON, wherever it is kept.
+    pub fn payload_map(&self) -> Map<String, Value> {
+        match &self.payload {
+            Some(p) if self.entry.payload.is_empty() => p.deserialize().unwrap_or_default(),
+            _ => self.entry.payload.clone(),
+        }
+    }
+}
+
+/// A tape entry without its payload.
+#[derive(serde::Deserialize)]
+struct EntryHead {
+    #[serde(default)]
+    id: u64,
+    kind: String,
+    #[serde(default)]
+    meta: Map<String, Value>,
+    #[serde(default)]
+    date: String,
 }
 
 /// A resource method failed.
@@ -279,9 +304,16 @@ impl TapeStore {
             items
                 .items()
                 .map(|item| {
-                    let entry = item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?;
-                    let payload = item.get("payload").filter(|p| p.is_object()).map(|p| p.to_owned());
-                    Ok(FetchedEntry { entry, payload })
+                    let payload = item.get("payload").filter(|p| p.is_object());
+                    let entry = match payload {
+                        // The payload stays a host value (see `FetchedEntry`).
+                        Some(_) if item.get("kind").and_then(|k| k.as_str()) == Some("message") => {
+                            let h = item.deserialize::<EntryHead>().map_err(|e| unexpected(&e))?;
+                            TapeEntry { id: h.id, kind: h.kind, payload: Map::new(), meta: h.meta, date: h.date }
+                        }
+                        _ => item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?,
+                    };
+                    Ok(FetchedEntry { entry, payload: payload.map(|p| p.to_owned()) })
                 })
                 .collect()
         };

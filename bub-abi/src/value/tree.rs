@@ -114,10 +114,12 @@ impl NodeMap {
         }
     }
 
-    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = (&str, &Node)> + '_> {
+    /// The entries in order. Not boxed: the answer cap walks every small
+    /// answer's maps, and a boxed iterator was an allocation per map.
+    pub(crate) fn iter(&self) -> MapIter<'_> {
         match self {
-            NodeMap::Small(v) => Box::new(v.iter().map(|(k, n)| (k.as_str(), n))),
-            NodeMap::Big(m) => Box::new(m.iter().map(|(k, n)| (k.as_str(), n))),
+            NodeMap::Small(v) => MapIter::Small(v.iter()),
+            NodeMap::Big(m) => MapIter::Big(m.iter()),
         }
     }
 
@@ -130,6 +132,23 @@ impl NodeMap {
                 NodeMap::Small(c)
             }
             NodeMap::Big(m) => NodeMap::Big(m.clone()),
+        }
+    }
+}
+
+/// The entries of a [`NodeMap`], in order.
+pub(crate) enum MapIter<'a> {
+    Small(std::slice::Iter<'a, (SmolStr, Node)>),
+    Big(indexmap::map::Iter<'a, SmolStr, Node>),
+}
+
+impl<'a> Iterator for MapIter<'a> {
+    type Item = (&'a str, &'a Node);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            MapIter::Small(i) => i.next().map(|(k, n)| (k.as_str(), n)),
+            MapIter::Big(i) => i.next().map(|(k, n)| (k.as_str(), n)),
         }
     }
 }

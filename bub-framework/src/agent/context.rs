@@ -51,7 +51,7 @@ pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Shar
 async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
     let key = format!("{}\0{}\0{}", query.tape, query.last_anchor, query.after_anchor.as_deref().unwrap_or(""));
     let step = |e: &TapeEntry| if bub_abi::tape::starts_after(e, query) { Step::Restart } else { Step::Push };
-    let push = |s: &mut Selector, e: &super::tape::FetchedEntry| s.push_hosted(&e.entry, e.payload.as_ref());
+    let push = |s: &mut Selector, e: &super::tape::FetchedEntry| s.push_fetched(e);
     match tape.contexts().contexts.follow(tape.store(), key, query, step, push).await {
         Ok(selector) => selector,
         Err(e) => {
@@ -132,6 +132,22 @@ impl Selector {
         self.push_hosted(e, None)
     }
 
+    /// Adds what a fetched entry selects (see [`super::tape::FetchedEntry`]:
+    /// a message entry's payload arrives as a host value, which becomes the
+    /// message's own unless the selector rewrites the message).
+    pub fn push_fetched(&mut self, e: &super::tape::FetchedEntry) {
+        match &e.payload {
+            Some(p) if e.entry.kind == "message" && e.entry.payload.is_empty() => {
+                if e.entry.meta.get("context") == Some(&Value::Bool(false)) {
+                    return;
+                }
+                let json = p.deserialize::<Value>().unwrap_or_else(|_| json!({}));
+                self.push_message(json, Some(p));
+            }
+            payload => self.push_hosted(&e.entry, payload.as_ref()),
+        }
+    }
+
     /// Adds what `e` selects; `payload` is its payload as a host value
     /// (as its store answered it), kept as the host value of a message
     /// that is its payload unchanged rather than built again.
@@ -141,19 +157,7 @@ impl Selector {
         }
         let out = &mut self.messages;
         match e.kind.as_str() {
-            "message" => {
-                let mut m = Value::Object(e.payload.clone());
-                match m.get("tool_calls").and_then(Value::as_array) {
-                    Some(calls) => m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect()),
-                    None => {
-                        if let Some(hosted) = payload {
-                            out.push(Message::with_hosted(m, hosted.clone()));
-                            return;
-                        }
-                    }
-                }
-                out.push(Message::new(m));
-            }
+            "message" => self.push_message(Value::Object(e.payload.clone()), payload),
             "tool_call" => {
                 let calls = e.payload.get("calls").and_then(Value::as_array);
                 self.last_calls = calls.into_iter().flatten().map(upgrade_call).collect();
@@ -189,6 +193,21 @@ impl Selector {
             }
             _ => {}
         }
+    }
+
+    /// A `message` entry's payload as a message; `hosted` is the same
+    /// payload as a host value, kept unless legacy tool calls are rewritten.
+    fn push_message(&mut self, mut m: Value, hosted: Option<&bub_abi::Value>) {
+        match m.get("tool_calls").and_then(Value::as_array) {
+            Some(calls) => m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect()),
+            None => {
+                if let Some(hosted) = hosted {
+                    self.messages.push(Message::with_hosted(m, hosted.clone()));
+                    return;
+                }
+            }
+        }
+        self.messages.push(Message::new(m));
     }
 
     /// The messages so far.
@@ -238,5 +257,31 @@ mod tests {
         let upgraded = selector.messages()[1].hosted().deserialize::<Value>().unwrap();
         assert_eq!(upgraded["tool_calls"][0], json!({"id": "c1", "name": "f", "arguments": "{}"}));
         assert_eq!(&upgraded, selector.messages()[1].json());
+    }
+
+    #[test]
+    fn a_fetched_message_is_read_from_its_payload_node_behaviour_123() {
+        use crate::agent::tape::FetchedEntry;
+        let long = "y".repeat(100);
+        let plain = json!({"role": "assistant", "content": long});
+        let hosted = bub_abi::Value::from(&plain);
+        let head = |meta: Value| TapeEntry {
+            id: 3,
+            kind: "message".into(),
+            meta: meta.as_object().unwrap().clone(),
+            ..Default::default()
+        };
+        let mut selector = Selector::default();
+        selector.push_fetched(&FetchedEntry { entry: head(json!({})), payload: Some(hosted.clone()) });
+        // Left out of the context, as a typed entry would be.
+        selector.push_fetched(&FetchedEntry { entry: head(json!({"context": false})), payload: Some(hosted.clone()) });
+        assert_eq!(selector.messages().len(), 1);
+        assert_eq!(selector.messages()[0].json(), &plain);
+        let text = |v: &bub_abi::Value| v.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
+        assert_eq!(text(selector.messages()[0].hosted()), text(&hosted));
+        assert_eq!(
+            FetchedEntry { entry: head(json!({})), payload: Some(hosted) }.payload_map(),
+            *plain.as_object().unwrap()
+        );
     }
 }
