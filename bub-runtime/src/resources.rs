@@ -29,22 +29,22 @@ use crate::runtime::Reply;
 /// A tape entry as a store answered it ([`TapeStore::fetch_all_hosted`]).
 #[derive(Debug, Clone)]
 pub struct FetchedEntry {
-    /// The entry. For a `message` entry whose payload is a map, its
-    /// `payload` is left empty: the payload is [`payload`](Self::payload)
-    /// (a message's payload becomes a context message, read from the host
-    /// value; [`payload_map`](Self::payload_map) reads it as JSON).
+    /// The entry; its `payload` is left empty when
+    /// [`message_payload`](Self::message_payload) holds it.
     pub entry: TapeEntry,
-    /// Its payload as the store's answer held it (a handle to that node,
-    /// nothing copied); None where the payload was not a map.
-    pub payload: Option<bub_abi::Value>,
+    /// A `message` entry's payload (a map) as the store's answer held it: a
+    /// handle to that node, nothing copied, nothing read into `entry` (a
+    /// message's payload becomes a context message, read from the host
+    /// value). None for other entries.
+    pub message_payload: Option<bub_abi::Value>,
 }
 
 impl FetchedEntry {
     /// The payload as JSON, wherever it is kept.
     pub fn payload_map(&self) -> Map<String, Value> {
-        match &self.payload {
-            Some(p) if self.entry.payload.is_empty() => p.deserialize().unwrap_or_default(),
-            _ => self.entry.payload.clone(),
+        match &self.message_payload {
+            Some(p) => p.deserialize().unwrap_or_default(),
+            None => self.entry.payload.clone(),
         }
     }
 }
@@ -304,16 +304,20 @@ impl TapeStore {
             items
                 .items()
                 .map(|item| {
-                    let payload = item.get("payload").filter(|p| p.is_object());
-                    let entry = match payload {
+                    let is_message = item.get("kind").and_then(|k| k.as_str()) == Some("message");
+                    match item.get("payload").filter(|p| is_message && p.is_object()) {
                         // The payload stays a host value (see `FetchedEntry`).
-                        Some(_) if item.get("kind").and_then(|k| k.as_str()) == Some("message") => {
+                        Some(payload) => {
                             let h = item.deserialize::<EntryHead>().map_err(|e| unexpected(&e))?;
-                            TapeEntry { id: h.id, kind: h.kind, payload: Map::new(), meta: h.meta, date: h.date }
+                            let entry =
+                                TapeEntry { id: h.id, kind: h.kind, payload: Map::new(), meta: h.meta, date: h.date };
+                            Ok(FetchedEntry { entry, message_payload: Some(payload.to_owned()) })
                         }
-                        _ => item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?,
-                    };
-                    Ok(FetchedEntry { entry, payload: payload.map(|p| p.to_owned()) })
+                        None => {
+                            let entry = item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?;
+                            Ok(FetchedEntry { entry, message_payload: None })
+                        }
+                    }
                 })
                 .collect()
         };

@@ -129,35 +129,12 @@ pub struct Selector {
 impl Selector {
     /// Adds what `e` selects.
     pub fn push(&mut self, e: &TapeEntry) {
-        self.push_hosted(e, None)
-    }
-
-    /// Adds what a fetched entry selects (see [`super::tape::FetchedEntry`]:
-    /// a message entry's payload arrives as a host value, which becomes the
-    /// message's own unless the selector rewrites the message).
-    pub fn push_fetched(&mut self, e: &super::tape::FetchedEntry) {
-        match &e.payload {
-            Some(p) if e.entry.kind == "message" && e.entry.payload.is_empty() => {
-                if e.entry.meta.get("context") == Some(&Value::Bool(false)) {
-                    return;
-                }
-                let json = p.deserialize::<Value>().unwrap_or_else(|_| json!({}));
-                self.push_message(json, Some(p));
-            }
-            payload => self.push_hosted(&e.entry, payload.as_ref()),
-        }
-    }
-
-    /// Adds what `e` selects; `payload` is its payload as a host value
-    /// (as its store answered it), kept as the host value of a message
-    /// that is its payload unchanged rather than built again.
-    pub fn push_hosted(&mut self, e: &TapeEntry, payload: Option<&bub_abi::Value>) {
         if e.meta.get("context") == Some(&Value::Bool(false)) {
             return;
         }
         let out = &mut self.messages;
         match e.kind.as_str() {
-            "message" => self.push_message(Value::Object(e.payload.clone()), payload),
+            "message" => self.push_message(Value::Object(e.payload.clone()), None),
             "tool_call" => {
                 let calls = e.payload.get("calls").and_then(Value::as_array);
                 self.last_calls = calls.into_iter().flatten().map(upgrade_call).collect();
@@ -192,6 +169,22 @@ impl Selector {
                 ));
             }
             _ => {}
+        }
+    }
+
+    /// Adds what a fetched entry selects (see [`super::tape::FetchedEntry`]:
+    /// a message entry's payload arrives as a host value, which becomes the
+    /// message's own unless the selector rewrites the message).
+    pub fn push_fetched(&mut self, e: &super::tape::FetchedEntry) {
+        match &e.message_payload {
+            Some(p) => {
+                if e.entry.meta.get("context") == Some(&Value::Bool(false)) {
+                    return;
+                }
+                let json = p.deserialize::<Value>().unwrap_or_else(|_| json!({}));
+                self.push_message(json, Some(p));
+            }
+            None => self.push(&e.entry),
         }
     }
 
@@ -232,28 +225,30 @@ pub fn tool_message_content(result: &Value) -> Value {
 mod tests {
     use super::*;
 
-    fn entry(payload: Value) -> TapeEntry {
-        TapeEntry { id: 1, kind: "message".into(), payload: payload.as_object().unwrap().clone(), ..Default::default() }
+    fn fetched(payload: &Value) -> crate::agent::tape::FetchedEntry {
+        let entry = TapeEntry { id: 1, kind: "message".into(), ..Default::default() };
+        crate::agent::tape::FetchedEntry { entry, message_payload: Some(bub_abi::Value::from(payload)) }
     }
 
     #[test]
     fn a_stored_message_keeps_its_payload_node_and_a_legacy_one_is_upgraded_behaviour_123() {
         let long = "x".repeat(100);
         let plain = json!({"role": "user", "content": long});
-        let hosted = bub_abi::Value::from(&plain);
+        let stored = fetched(&plain);
+        let hosted = stored.message_payload.as_ref().unwrap();
         let mut selector = Selector::default();
-        selector.push_hosted(&entry(plain.clone()), Some(&hosted));
+        selector.push_fetched(&stored);
         let text = |v: &bub_abi::Value| v.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
         let kept = selector.messages()[0].hosted();
         // The store's node itself, not a copy built from the JSON.
-        assert_eq!(text(kept), text(&hosted));
+        assert_eq!(text(kept), text(hosted));
         assert_eq!(kept.deserialize::<Value>().unwrap(), plain);
 
         // A legacy `function` call is rewritten, so the payload's node is
         // not the message: the host value follows the rewritten JSON.
         let legacy = json!({"role": "assistant", "content": "", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
-        selector.push_hosted(&entry(legacy.clone()), Some(&bub_abi::Value::from(&legacy)));
+        selector.push_fetched(&fetched(&legacy));
         let upgraded = selector.messages()[1].hosted().deserialize::<Value>().unwrap();
         assert_eq!(upgraded["tool_calls"][0], json!({"id": "c1", "name": "f", "arguments": "{}"}));
         assert_eq!(&upgraded, selector.messages()[1].json());
@@ -272,15 +267,18 @@ mod tests {
             ..Default::default()
         };
         let mut selector = Selector::default();
-        selector.push_fetched(&FetchedEntry { entry: head(json!({})), payload: Some(hosted.clone()) });
+        selector.push_fetched(&FetchedEntry { entry: head(json!({})), message_payload: Some(hosted.clone()) });
         // Left out of the context, as a typed entry would be.
-        selector.push_fetched(&FetchedEntry { entry: head(json!({"context": false})), payload: Some(hosted.clone()) });
+        selector.push_fetched(&FetchedEntry {
+            entry: head(json!({"context": false})),
+            message_payload: Some(hosted.clone()),
+        });
         assert_eq!(selector.messages().len(), 1);
         assert_eq!(selector.messages()[0].json(), &plain);
         let text = |v: &bub_abi::Value| v.as_ref().get("content").unwrap().as_str().unwrap().as_ptr();
         assert_eq!(text(selector.messages()[0].hosted()), text(&hosted));
         assert_eq!(
-            FetchedEntry { entry: head(json!({})), payload: Some(hosted) }.payload_map(),
+            FetchedEntry { entry: head(json!({})), message_payload: Some(hosted) }.payload_map(),
             *plain.as_object().unwrap()
         );
     }

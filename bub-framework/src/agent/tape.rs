@@ -72,8 +72,8 @@ impl Store {
         }
     }
 
-    /// As [`fetch_all`](Self::fetch_all), each entry with its payload as
-    /// the host value a plugin's store answered it in (see
+    /// As [`fetch_all`](Self::fetch_all), each message entry with its
+    /// payload as the host value a plugin's store answered it in (see
     /// [`bub_runtime::resources::TapeStore::fetch_all_hosted`]); memory
     /// tapes have none.
     pub async fn fetch_all_hosted(&self, query: &TapeQuery) -> Result<Vec<FetchedEntry>, AgentError> {
@@ -81,7 +81,7 @@ impl Store {
             Store::Host(s) => s.fetch_all_hosted(query).await.map_err(AgentError::store),
             Store::Memory(_) => {
                 let entries = self.fetch_all(query).await?;
-                Ok(entries.into_iter().map(|entry| FetchedEntry { entry, payload: None }).collect())
+                Ok(entries.into_iter().map(|entry| FetchedEntry { entry, message_payload: None }).collect())
             }
         }
     }
