@@ -25,6 +25,12 @@ pub enum Reply {
     Status(u16, String, Vec<(String, String)>),
     /// Accept and say nothing for this long.
     Hang(Duration),
+    /// `200 text/event-stream`, then this chunk over and over until the
+    /// client hangs up (a hostile provider).
+    Endless(String),
+    /// `200 text/event-stream`, then one byte of a never-ending comment
+    /// every interval: no read timeout ever trips.
+    Trickle(Duration),
     /// A recorded response replayed byte for byte: status and body, with
     /// the content type its first bytes show (an event stream or JSON).
     Recorded(u16, Vec<u8>),
@@ -130,6 +136,20 @@ fn write_reply(out: &mut std::net::TcpStream, reply: Reply) -> std::io::Result<(
             out.write_all(format!("{head}\r\n{body}").as_bytes())?;
         }
         Reply::Hang(d) => std::thread::sleep(d),
+        Reply::Endless(chunk) => {
+            out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")?;
+            loop {
+                out.write_all(chunk.as_bytes())?; // ends when the client hangs up
+            }
+        }
+        Reply::Trickle(every) => {
+            out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n:")?;
+            loop {
+                std::thread::sleep(every);
+                out.write_all(b"x")?;
+                out.flush()?;
+            }
+        }
         Reply::Recorded(code, body) => {
             let stream = body.starts_with(b"event:") || body.starts_with(b"data:");
             let kind = if stream { "text/event-stream" } else { "application/json" };

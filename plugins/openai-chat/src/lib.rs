@@ -103,11 +103,10 @@ impl OpenAiChat {
             let detail: String = detail.chars().take(500).collect();
             return Err(("provider", format!("HTTP {status} from {url}: {detail}")));
         }
-        // Server-sent events framed by the same crate as the builtin agent's
-        // providers (eventsource-stream).
-        use eventsource_stream::Eventsource;
+        // Server-sent events framed by the same parser as the builtin
+        // agent's providers: linear, and bounded by its default limits.
         use futures_util::StreamExt;
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = bub_sse::EventStream::new(response.bytes_stream(), bub_sse::Limits::default());
         loop {
             let event = match tokio::time::timeout(self.idle_timeout, events.next()).await {
                 Err(_) => return Err(timeout("reading the stream")),

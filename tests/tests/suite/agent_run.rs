@@ -425,7 +425,7 @@ fn a_hanging_provider_times_out_and_a_broken_stream_fails_clearly() {
     let started = std::time::Instant::now();
     let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
     assert!(!ok);
-    assert!(err.contains("Provider request timed out"), "{err}");
+    assert!(err.contains("Provider call did not finish within 1s"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(8));
 
     let provider = Provider::start(vec![Reply::Sse(vec!["{not json".into()])]);
@@ -437,6 +437,50 @@ fn a_hanging_provider_times_out_and_a_broken_stream_fails_clearly() {
     // The tape stays readable and records the failed run.
     let entries = tape(&home);
     assert_eq!(entries.last().unwrap()["payload"]["data"]["status"], "error");
+}
+
+/// Issue 24 item 2: a provider is a peer. An endless answer stops at
+/// `model_max_output_bytes`, one endless event at `model_max_event_bytes`
+/// (parsed in one pass: the old parser was quadratic in a line's length),
+/// a stream that trickles a byte at a time at the call deadline; each error
+/// names its setting, the process stays small and the tape readable.
+#[test]
+fn endless_huge_and_trickling_streams_are_bounded_and_named() {
+    let ws = workspace();
+    bub_tests::bub_bin();
+    let delta = json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(1000)}}]});
+    let cases = [
+        (
+            Reply::Endless(format!("data: {delta}\n\n")),
+            json!({"model_max_output_bytes": 2_000_000}),
+            "went past 2000000 bytes",
+            "BUB_MODEL_MAX_OUTPUT_BYTES",
+        ),
+        (
+            Reply::Endless("data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx".repeat(100)),
+            json!({"model_max_event_bytes": 100_000}),
+            "went past 100000 bytes",
+            "BUB_MODEL_MAX_EVENT_BYTES",
+        ),
+        (
+            Reply::Trickle(std::time::Duration::from_millis(50)),
+            json!({"model_timeout_seconds": 1}),
+            "did not finish within 1s",
+            "BUB_MODEL_TIMEOUT_SECONDS",
+        ),
+    ];
+    for (reply, settings, what, setting) in cases {
+        let provider = Provider::start(vec![reply]);
+        let home = Home::new();
+        configure(&home, &provider, "openai:m", settings);
+        let started = std::time::Instant::now();
+        let (_, err, ok) = bub(&home, &ws, &["run", "x"]);
+        assert!(!ok, "{setting}: {err}");
+        assert!(err.contains(what) && err.contains(setting), "{setting}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "{setting}");
+        let entries = tape(&home);
+        assert_eq!(entries.last().unwrap()["payload"]["data"]["status"], "error", "{setting}");
+    }
 }
 
 #[test]

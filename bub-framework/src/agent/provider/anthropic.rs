@@ -162,7 +162,7 @@ pub async fn call(
     }
     let body = serde_json::to_vec(&body(client, request)).expect("a JSON value always serializes");
     let resp = http::post(&client.config, &url, &auth, body).await?;
-    let mut events = http::events(resp);
+    let mut events = http::events(&client.config, resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
     let mut usage = Usage::default();

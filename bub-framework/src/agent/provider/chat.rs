@@ -206,7 +206,7 @@ pub async fn call(
     let auth: Vec<(&str, String)> =
         client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
     let resp = http::post(&client.config, &url, &auth, encoded(client, request)).await?;
-    let mut events = http::events(resp);
+    let mut events = http::events(&client.config, resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
     let mut total = Usage::default();

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use super::{ProviderConfig, ProviderError};
 
 /// One server-sent event.
-pub use eventsource_stream::Event as SseEvent;
+pub use bub_sse::Event as SseEvent;
 
 fn retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || status >= 500
@@ -174,23 +174,35 @@ pub async fn post(
     }
 }
 
-/// The response's server-sent events; a read failure mid-stream is an error
-/// (never retried: the stream already opened).
+/// The response's server-sent events, within the call's stream limits; a
+/// read failure mid-stream is an error (never retried: the stream already
+/// opened). An event the server did not close with a blank line is still
+/// dispatched at the end, as Republic's parser does.
 pub fn events(
+    config: &ProviderConfig,
     resp: reqwest::Response,
 ) -> impl futures_util::Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin {
-    use eventsource_stream::Eventsource;
-    // A blank line after the body, so an event the server did not close
-    // with one is still dispatched at the end, as Republic's parser does
-    // (WHATWG SSE would drop it; the Anthropic SDK's recorded fixtures end
-    // that way). A stream that was closed properly gains nothing.
-    let close = futures_util::stream::iter([Ok(bytes::Bytes::from_static(b"\n\n"))]);
-    resp.bytes_stream().chain(close).eventsource().map(|r| {
+    bub_sse::EventStream::new(resp.bytes_stream(), config.stream_limits).map(|r| {
         r.map_err(|e| match e {
-            eventsource_stream::EventStreamError::Transport(t) if t.is_timeout() => ProviderError::Timeout,
-            other => ProviderError::Connection(format!("reading the event stream: {other}")),
+            bub_sse::Error::Transport(t) if t.is_timeout() => ProviderError::Timeout,
+            bub_sse::Error::Transport(t) => ProviderError::Connection(format!("reading the event stream: {t}")),
+            bub_sse::Error::Limit(limit) => ProviderError::TooLarge(limit_text(limit)),
         })
     })
+}
+
+/// What went over a limit, and the setting that raises it.
+fn limit_text(limit: bub_sse::LimitError) -> String {
+    match limit {
+        bub_sse::LimitError::StreamTooLarge { limit } => format!(
+            "the model's answer went past {limit} bytes and was stopped; \
+             the limit is BUB_MODEL_MAX_OUTPUT_BYTES (model_max_output_bytes in config.json)"
+        ),
+        bub_sse::LimitError::EventTooLarge { limit } => format!(
+            "one event of the model's stream went past {limit} bytes and was stopped; \
+             the limit is BUB_MODEL_MAX_EVENT_BYTES (model_max_event_bytes in config.json)"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -210,6 +222,7 @@ mod tests {
             max_retry_delay: Duration::from_secs(60),
             http_timeout: Duration::from_secs(600),
             call_timeout: None,
+            stream_limits: Default::default(),
             clients: Default::default(),
         }
     }

@@ -6,7 +6,7 @@
 //! OpenAI-compatible server), the OpenAI Responses API ([`responses`],
 //! `api_format: "responses"`) and Anthropic Messages ([`anthropic`]). They
 //! share the HTTP layer ([`http`]: Republic's retries and error texts) and
-//! the server-sent-event parsing (the `eventsource-stream` crate). [`echo`]
+//! the server-sent-event parsing (`bub-sse`: linear and bounded). [`echo`]
 //! is an offline model that repeats the user, the default when no model is
 //! configured, so that bub-rs runs its whole agent loop without a network.
 //!
@@ -16,7 +16,7 @@
 //! (`retry-after`, 408/409/429/5xx), over three formats. async-openai types
 //! only OpenAI's own API and owns its retry policy; genai hides the body
 //! behind its own abstractions. The formats are a few hundred lines of
-//! serde_json over reqwest; the event-stream framing comes from a crate.
+//! serde_json over reqwest.
 
 pub mod anthropic;
 pub mod chat;
@@ -155,6 +155,12 @@ pub enum ProviderError {
     /// The provider reported an error inside a stream.
     #[error("Provider error: {0}")]
     Response(String),
+    /// The call went past its deadline (`BUB_MODEL_TIMEOUT_SECONDS`).
+    #[error("Provider call did not finish within {0:?}; the limit is BUB_MODEL_TIMEOUT_SECONDS (model_timeout_seconds in config.json, 0 = none)")]
+    Deadline(std::time::Duration),
+    /// The provider sent more than the call's limits allow.
+    #[error("Provider answer too large: {0}")]
+    TooLarge(String),
     /// The stream ended without its completion signal.
     #[error("Stream ended without a completion signal")]
     Incomplete,
@@ -224,7 +230,7 @@ impl ModelClient {
         };
         // `model_timeout_seconds` bounds the whole call, streaming included.
         match self.config.call_timeout {
-            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Timeout)),
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
             None => call.await,
         }
     }

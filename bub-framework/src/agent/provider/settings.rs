@@ -10,7 +10,9 @@
 //! | custom providers | `BUB_PROVIDERS` (JSON: name → `{type, api_key?, api_base?}`) | `providers` | none |
 //! | max steps | `BUB_MAX_STEPS` (> 0) | `max_steps` | unbounded |
 //! | max tokens | `BUB_MAX_TOKENS` | `max_tokens` | 16384 |
-//! | call timeout | `BUB_MODEL_TIMEOUT_SECONDS` | `model_timeout_seconds` | none |
+//! | call deadline (the whole call, streaming included; 0 = none) | `BUB_MODEL_TIMEOUT_SECONDS` | `model_timeout_seconds` | 900 |
+//! | model output per call, bytes read from the provider | `BUB_MODEL_MAX_OUTPUT_BYTES` | `model_max_output_bytes` | 64 MiB |
+//! | one server-sent event, bytes | `BUB_MODEL_MAX_EVENT_BYTES` | `model_max_event_bytes` | 8 MiB |
 //! | client args | `BUB_CLIENT_ARGS` (JSON: api_format, headers, extra_body, timeout, max_retries, retry_delay, max_retry_delay) | `client_args` | {} |
 //! | completion args | `BUB_COMPLETION_ARGS` (JSON: temperature, top_p, reasoning_effort, tool_choice, extra_body, …) | `completion_args` | {} |
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
@@ -54,8 +56,11 @@ pub struct ModelSettings {
     pub max_steps: Option<u32>,
     /// Output tokens per call.
     pub max_tokens: u64,
-    /// Bound on a whole call.
+    /// Bound on a whole call (`BUB_MODEL_TIMEOUT_SECONDS`, 900; 0 = none).
     pub model_timeout: Option<Duration>,
+    /// What one call may read from the provider
+    /// (`BUB_MODEL_MAX_OUTPUT_BYTES`, `BUB_MODEL_MAX_EVENT_BYTES`).
+    pub stream_limits: bub_sse::Limits,
     /// Provider options.
     pub client_args: Map<String, Value>,
     /// Chat options.
@@ -88,7 +93,8 @@ impl Default for ModelSettings {
             providers: Map::new(),
             max_steps: None,
             max_tokens: 16384,
-            model_timeout: None,
+            model_timeout: Some(DEFAULT_MODEL_TIMEOUT),
+            stream_limits: bub_sse::Limits::default(),
             client_args: Map::new(),
             completion_args: Map::new(),
             command_prefix: ",".into(),
@@ -101,6 +107,11 @@ impl Default for ModelSettings {
         }
     }
 }
+
+/// The default deadline of one model call, streaming included: a stream
+/// that trickles a byte at a time never trips the read timeout, and would
+/// hold its turn (and a gateway slot) forever.
+pub const DEFAULT_MODEL_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Endpoint, credentials and client options of one provider.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,6 +138,8 @@ pub struct ProviderConfig {
     pub http_timeout: Duration,
     /// Bound on a whole call (`model_timeout_seconds`).
     pub call_timeout: Option<Duration>,
+    /// What one call may read from the provider.
+    pub stream_limits: bub_sse::Limits,
     /// The HTTP clients (shared by the clients of one settings value).
     pub clients: super::http::Clients,
 }
@@ -249,9 +262,24 @@ impl ModelSettings {
             }
             s.max_tokens = n as u64;
         }
-        s.model_timeout = number("BUB_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds")?
-            .filter(|n| *n > 0.0)
-            .and_then(bub_abi::time::seconds);
+        if let Some(n) = number("BUB_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds")? {
+            s.model_timeout = (n > 0.0).then(|| bub_abi::time::seconds(n)).flatten();
+        }
+        let bytes = |env: &str, key: &str| -> Result<Option<u64>, String> {
+            match number(env, key)? {
+                Some(n) if n < 1024.0 || n.fract() != 0.0 => {
+                    Err(format!("{env} must be a whole number of bytes, at least 1024, got {n}"))
+                }
+                Some(n) => Ok(Some(n.min(u64::MAX as f64) as u64)),
+                None => Ok(None),
+            }
+        };
+        if let Some(n) = bytes("BUB_MODEL_MAX_OUTPUT_BYTES", "model_max_output_bytes")? {
+            s.stream_limits.max_stream_bytes = n;
+        }
+        if let Some(n) = bytes("BUB_MODEL_MAX_EVENT_BYTES", "model_max_event_bytes")? {
+            s.stream_limits.max_event_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         for (name, key, slot) in [
             ("BUB_CLIENT_ARGS", "client_args", &mut s.client_args),
             ("BUB_COMPLETION_ARGS", "completion_args", &mut s.completion_args),
@@ -358,6 +386,7 @@ impl ModelSettings {
             max_retry_delay: args.get("max_retry_delay").and_then(seconds).unwrap_or(Duration::from_secs(60)),
             http_timeout: args.get("timeout").and_then(seconds).unwrap_or(Duration::from_secs(600)),
             call_timeout: self.model_timeout,
+            stream_limits: self.stream_limits,
             clients: self.clients.clone(),
         };
         Ok(ModelClient { spec: spec.to_owned(), provider, model, config })
@@ -380,6 +409,26 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Issue 24: every model call is bounded by default; 0 lifts the
+    /// deadline, and byte limits below 1 KiB are refused as mistakes.
+    #[test]
+    fn model_calls_are_bounded_by_default_and_the_limits_are_settings() {
+        let s = ModelSettings::from_sources(env(&[]), &Map::new()).unwrap();
+        let c = s.client("openai:m").unwrap().config;
+        assert_eq!(c.call_timeout, Some(DEFAULT_MODEL_TIMEOUT));
+        assert_eq!(c.stream_limits, bub_sse::Limits::default());
+        let s = ModelSettings::from_sources(
+            env(&[("BUB_MODEL_TIMEOUT_SECONDS", "0"), ("BUB_MODEL_MAX_OUTPUT_BYTES", "4096")]),
+            &serde_json::json!({"model_max_event_bytes": 2048}).as_object().unwrap().clone(),
+        )
+        .unwrap();
+        let c = s.client("openai:m").unwrap().config;
+        assert_eq!(c.call_timeout, None);
+        assert_eq!(c.stream_limits, bub_sse::Limits { max_event_bytes: 2048, max_stream_bytes: 4096 });
+        let err = ModelSettings::from_sources(env(&[("BUB_MODEL_MAX_EVENT_BYTES", "10")]), &Map::new()).unwrap_err();
+        assert!(err.contains("BUB_MODEL_MAX_EVENT_BYTES must be a whole number of bytes, at least 1024"), "{err}");
     }
 
     #[test]
