@@ -44,6 +44,15 @@
 //! replies come in order; `process`: run concurrently; `steer`: fold into
 //! the running turn). The address it listens on is logged and written to
 //! the plugin's data folder (`address`), for scripts.
+//!
+//! Bounds (each a config key; over one, the client gets a JSON error that
+//! names it): `max_connections` (256 open at once; more are answered 503
+//! and closed), `header_timeout_seconds` (30: a request's head must arrive
+//! within it, and an idle keep-alive connection is closed after it),
+//! `body_timeout_seconds` (30: the body must arrive within it, else 408),
+//! `max_body_bytes` (1 MiB, else 413).
+
+mod serve;
 
 use std::{
     collections::HashMap,
@@ -56,7 +65,7 @@ use std::{
 };
 
 use axum::{
-    body::Bytes,
+    body::Body,
     extract::State,
     http::{header, HeaderMap, StatusCode},
     response::{
@@ -92,6 +101,7 @@ struct Config {
     sessions: Vec<String>,
     command_prefix: String,
     admission: Admission,
+    limits: serve::Limits,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,6 +121,16 @@ fn text(config: &Map<String, Value>, key: &str) -> Option<String> {
     };
     let unquoted = text.trim_matches(|c| c == '"' || c == '\'' || char::is_whitespace(c));
     (!unquoted.is_empty()).then_some(text)
+}
+
+/// A positive number from the config (a JSON number or its text), or
+/// `default`.
+fn number(config: &Map<String, Value>, key: &str, default: f64) -> Result<f64, BoxError> {
+    let Some(text) = text(config, key) else { return Ok(default) };
+    match text.parse::<f64>() {
+        Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
+        _ => Err(format!("http-channel: {key}={text} must be a number greater than 0").into()),
+    }
 }
 
 /// Whether session `id` matches one of `patterns` (`*` at the end: any rest).
@@ -163,7 +183,18 @@ impl Config {
         let debounce = matches!(config.get("debounce"), Some(Value::Bool(true)))
             || text(config, "debounce").is_some_and(|d| d == "true");
         let command_prefix = text(config, "command_prefix").unwrap_or_else(|| ",".into());
-        Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission })
+        let d = serve::Limits::default();
+        let seconds = |key, default: std::time::Duration| -> Result<std::time::Duration, BoxError> {
+            let n = number(config, key, default.as_secs_f64())?;
+            Ok(std::time::Duration::try_from_secs_f64(n).unwrap_or(std::time::Duration::MAX))
+        };
+        let limits = serve::Limits {
+            max_connections: number(config, "max_connections", d.max_connections as f64)?.min(1e6) as usize,
+            header_timeout: seconds("header_timeout_seconds", d.header_timeout)?,
+            body_timeout: seconds("body_timeout_seconds", d.body_timeout)?,
+            max_body_bytes: number(config, "max_body_bytes", d.max_body_bytes as f64)?.min(1e12) as usize,
+        };
+        Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission, limits })
     }
 }
 
@@ -282,14 +313,7 @@ impl Channel for HttpChannel {
                 .route("/v1/health", get(|| async { "ok" }))
                 .with_state(shared.clone());
             let (stop, stopped) = oneshot::channel::<()>();
-            let task = tokio::spawn(async move {
-                let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                });
-                if let Err(e) = serve.await {
-                    tracing::error!("http channel server failed: {e}");
-                }
-            });
+            let task = tokio::spawn(serve::serve(listener, app, shared.config.limits, stopped));
             *bub_abi::sync::lock(&shared.server) = Some(Server { stop, task });
             tracing::info!("http channel listening on http://{address}");
             Ok(())
@@ -391,7 +415,32 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+/// The body, read within the channel's deadline and size limit.
+async fn read_body(limits: &serve::Limits, body: Body) -> Result<axum::body::Bytes, Response> {
+    match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limits.max_body_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {:?} (the channel's body_timeout_seconds setting)",
+                limits.body_timeout
+            ),
+        )),
+        // `to_bytes` fails for a body over the limit, or one the client cut.
+        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) => {
+            Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the body is larger than {} bytes (the channel's max_body_bytes setting)",
+                    limits.max_body_bytes
+                ),
+            ))
+        }
+        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))),
+    }
+}
+
+async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
     if shared.config.auth {
         let Some(token) = shared.token.get() else {
             return error(StatusCode::UNAUTHORIZED, "the channel has no token yet");
@@ -405,6 +454,10 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
             return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
         }
     }
+    let body = match read_body(&shared.config.limits, body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let request: Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

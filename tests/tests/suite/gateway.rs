@@ -100,6 +100,71 @@ fn http_channel_requires_its_token() {
     });
 }
 
+/// Issue 24 item 2: the channel is reachable by every local user, so what a
+/// peer can hold is bounded: connections (`max_connections`: one over it
+/// gets a JSON 503 and is closed), the time to send a head
+/// (`header_timeout_seconds`, which also closes idle keep-alive
+/// connections), the time and size of a body (`body_timeout_seconds` 408,
+/// `max_body_bytes` 413, both JSON naming their setting; a body is read
+/// only after the token is checked).
+#[test]
+fn http_channel_bounds_connections_heads_and_bodies() {
+    use std::io::{Read, Write};
+    let home = Home::new();
+    http_channel(
+        &home,
+        "http-channel",
+        json!({"max_connections": 4, "header_timeout_seconds": 1, "body_timeout_seconds": 1, "max_body_bytes": 2000}),
+    );
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    let addr = base.trim_start_matches("http://").to_owned();
+    let read_all = |s: &mut std::net::TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    // Four silent connections take every place; the fifth is told why.
+    let mut idle: Vec<_> = (0..4).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = std::net::TcpStream::connect(&addr).unwrap();
+    let answer = read_all(&mut fifth);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("application/json") && answer.contains("max_connections"), "{answer}");
+    // The head deadline closes the silent ones, and the channel serves again.
+    let started = std::time::Instant::now();
+    for s in &mut idle {
+        read_all(s);
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "idle connections closed by header_timeout_seconds");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let url = format!("{base}/v1/messages");
+        // A lower-case scheme is the same scheme (RFC 7235).
+        let ok = client.post(&url).header("authorization", format!("bearer {TOKEN}")).json(&json!({"content": "hi"}));
+        assert_eq!(ok.send().await.unwrap().status().as_u16(), 200);
+        let big = json!({"content": "x".repeat(5000)}).to_string();
+        let refused = client.post(&url).body(big.clone()).send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 401, "no body is read before the token");
+        let large = client.post(&url).bearer_auth(TOKEN).body(big).send().await.unwrap();
+        assert_eq!(large.status().as_u16(), 413);
+        let body: Value = large.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().contains("max_body_bytes"), "{body}");
+    });
+    // A body that never finishes arriving.
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"content\""
+    )
+    .unwrap();
+    let answer = read_all(&mut slow);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout_seconds"), "{answer}");
+}
+
 /// An http channel refuses to listen beyond loopback without a token.
 #[test]
 fn http_channel_refuses_a_public_address_without_a_token() {
