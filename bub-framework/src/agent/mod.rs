@@ -182,7 +182,8 @@ pub struct Agent {
     pub sidecars: Vec<String>,
     /// Steps per run (None: unbounded).
     pub max_steps: Option<u32>,
-    /// Tools run at once (None: all of a response's calls).
+    /// Tools run at once (None: all of a response's calls; from the
+    /// settings, `BUB_MAX_TOOL_CONCURRENCY`, 16 by default).
     pub max_tool_concurrency: Option<usize>,
     /// How long one tool call may run before it fails as timed out
     /// (`BUB_TOOL_TIMEOUT_SECONDS`, default 600; None: forever).
@@ -205,6 +206,7 @@ impl Agent {
     /// An agent with the recorder on its bus and nothing else.
     pub fn new(settings: ModelSettings, store: Store) -> Agent {
         let tool_timeout = settings.tool_timeout;
+        let max_tool_concurrency = settings.max_tool_concurrency;
         let mut events = EventBus::new();
         recorder::subscribe(&mut events);
         Agent {
@@ -219,7 +221,7 @@ impl Agent {
             sections: Vec::new(),
             context: TapeContextSpec::default(),
             sidecars: Vec::new(),
-            max_tool_concurrency: None,
+            max_tool_concurrency,
             tool_timeout,
             events,
             pending: None,

@@ -87,7 +87,10 @@ impl Core {
     }
 
     async fn snapshot(&self, session_id: &str, state: &StateMap) -> TurnSnapshot {
-        let (running, pending) = self.sessions.get(session_id).map_or((0, 0), |s| (s.running, s.pending.len()));
+        // A message waiting for a place under the turn caps is as good as
+        // running: what follows it must follow it.
+        let (running, pending) =
+            self.sessions.get(session_id).map_or((0, 0), |s| (s.running + s.waiting, s.pending.len()));
         let steering_count = match self.framework.get_steering_inbox() {
             Some(inbox) => inbox.message_count(state).await.unwrap_or_else(|e| {
                 tracing::warn!(target: "bub::gateway", "{e}");

@@ -24,6 +24,14 @@ pub struct GatewaySettings {
     /// On SIGINT/SIGTERM, how long running turns may take to finish before
     /// they are cancelled (`BUB_SHUTDOWN_GRACE_SECONDS`, 30; bub-rs only).
     pub shutdown_grace: Duration,
+    /// Turns running at once across the gateway
+    /// (`BUB_MAX_CONCURRENT_TURNS`, 32; bub-rs only). More wait, in the
+    /// order they were admitted.
+    pub max_turns: usize,
+    /// Turns of one session running at once (`BUB_MAX_SESSION_TURNS`, 4;
+    /// bub-rs only). Bub runs every `process` admission at once; a
+    /// session's further messages wait their turn, in order.
+    pub max_session_turns: usize,
 }
 
 impl Default for GatewaySettings {
@@ -35,6 +43,8 @@ impl Default for GatewaySettings {
             active_time_window: Duration::from_secs(60),
             stream_output: false,
             shutdown_grace: Duration::from_secs(30),
+            max_turns: 32,
+            max_session_turns: 4,
         }
     }
 }
@@ -81,6 +91,8 @@ impl GatewaySettings {
             active_time_window: seconds("BUB_ACTIVE_TIME_WINDOW").unwrap_or(d.active_time_window),
             stream_output: flag(env, "BUB_STREAM_OUTPUT").unwrap_or(d.stream_output),
             shutdown_grace: seconds("BUB_SHUTDOWN_GRACE_SECONDS").unwrap_or(d.shutdown_grace),
+            max_turns: count(env, "BUB_MAX_CONCURRENT_TURNS").unwrap_or(d.max_turns),
+            max_session_turns: count(env, "BUB_MAX_SESSION_TURNS").unwrap_or(d.max_session_turns),
         }
     }
 }
@@ -91,6 +103,17 @@ fn seconds(env: &Environment, name: &str) -> Option<Duration> {
         Ok(s) if s.is_finite() && s >= 0.0 => bub_abi::time::seconds(s),
         _ => {
             tracing::warn!(target: "bub::gateway", "{name}={text:?} is not a number of seconds; using the default");
+            None
+        }
+    }
+}
+
+fn count(env: &Environment, name: &str) -> Option<usize> {
+    let text = env.get(name)?;
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Some(n),
+        _ => {
+            tracing::warn!(target: "bub::gateway", "{name}={text:?} is not a whole number of at least 1; using the default");
             None
         }
     }

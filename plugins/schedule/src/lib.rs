@@ -27,7 +27,7 @@ use std::{
 
 use bub_abi::{
     resources::{clients::MessageHandlerClient, Channel, Fut, Tool},
-    types::{ChannelInfo, ChannelRole, Envelope, ToolCallContext, ToolSpec},
+    types::{AdmitAction, AdmitDecision, ChannelInfo, ChannelRole, Envelope, ToolCallContext, ToolSpec, TurnSnapshot},
     BoxError, Object, Plugin, PluginContext,
 };
 use serde::{Deserialize, Serialize};
@@ -468,6 +468,21 @@ impl Channel for ScheduleChannel {
     /// Runs alongside whatever channel the gateway runs.
     fn info(&self) -> impl Fut<ChannelInfo> {
         async { Ok(ChannelInfo { role: ChannelRole::Lifecycle, ..Default::default() }) }
+    }
+
+    /// A session's jobs run one at a time, in the order they fired: a job
+    /// due while the session's last one still runs follows it.
+    fn admit_message(
+        &self,
+        _session_id: String,
+        _message: Envelope,
+        turn: TurnSnapshot,
+    ) -> impl Fut<Option<AdmitDecision>> {
+        let decision = turn.is_running.then(|| AdmitDecision {
+            action: AdmitAction::FollowUp,
+            reason: Some("the session's previous scheduled job is still running".into()),
+        });
+        async move { Ok(decision) }
     }
 
     fn start(&self) -> impl Fut<()> {

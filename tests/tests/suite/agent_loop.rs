@@ -314,12 +314,18 @@ fn dropping_the_stream_cancels_the_run_behaviour_99_100() {
     });
 }
 
+/// Also issue 24: with no limit set, the settings' default
+/// (`BUB_MAX_TOOL_CONCURRENCY`, 16) bounds a response asking for 40 calls.
 #[test]
 fn tools_run_concurrently_up_to_the_limit_behaviour_142() {
-    for (limit, expected) in [(None, 3), (Some(2), 2), (Some(1), 1)] {
-        let calls: Vec<(&str, &str, &str)> = vec![("a", "slow", "{}"), ("b", "slow", "{}"), ("c", "slow", "{}")];
+    for (limit, count, expected) in [(Some(None), 3, 3), (Some(Some(2)), 3, 2), (Some(Some(1)), 3, 1), (None, 40, 16)] {
+        let ids: Vec<String> = (0..count).map(|i| format!("call{i}")).collect();
+        let calls: Vec<(&str, &str, &str)> = ids.iter().map(|id| (id.as_str(), "slow", "{}")).collect();
         let provider = Provider::start(vec![chat::tool_calls("", &calls), chat::text("ok")]);
-        let mut a = agent(&provider).with_max_tool_concurrency(limit).unwrap();
+        let mut a = match limit {
+            Some(limit) => agent(&provider).with_max_tool_concurrency(limit).unwrap(),
+            None => agent(&provider),
+        };
         let (now, peak) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
         let (n, p) = (now.clone(), peak.clone());
         a.add_tool(AgentTool::native(

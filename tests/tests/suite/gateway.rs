@@ -242,6 +242,67 @@ fn a_sessions_turns_run_one_at_a_time_in_order() {
     assert!(gateway.log().contains("admission follow_up session_id=a"), "{}", gateway.log());
 }
 
+/// Issue 24 item 2: turns are capped across the gateway
+/// (`BUB_MAX_CONCURRENT_TURNS`) and per session (`BUB_MAX_SESSION_TURNS`),
+/// even when admission says `process` (Bub would start all nine at once);
+/// what waits runs later, a session's messages in their order.
+#[test]
+fn turn_caps_bound_the_gateway_and_keep_sessions_in_order() {
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({"admission": "process"}));
+    home.scripted(
+        "slow",
+        "",
+        json!({
+            "load_state": {"async": true, "sleep_ms": 150, "trace_arg": 1, "return": null},
+            "save_state": {"trace_arg": 0, "return": null},
+        }),
+    );
+    let env = [("BUB_MAX_CONCURRENT_TURNS", "2"), ("BUB_MAX_SESSION_TURNS", "1")];
+    let mut gateway = GatewayProcess::start(home.path(), &[], &env);
+    let base = gateway.address(home.path(), "http-channel");
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let mut requests = Vec::new();
+        for i in 0..3 {
+            for session in ["a", "b", "c"] {
+                let (client, base) = (client.clone(), base.clone());
+                requests.push(tokio::spawn(async move {
+                    let body = json!({"content": format!("{session}-{i}"), "session_id": session});
+                    (format!("{session}-{i}"), post(&client, &base, body).await)
+                }));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        for r in requests {
+            let (content, (status, body)) = r.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
+        }
+    });
+    let trace = home.trace();
+    let (mut now, mut peak) = (0i32, 0i32);
+    // `slow:load_state:"a"` when a turn's load starts, `slow:save_state:"a"`
+    // when it saves (the `:done` lines are the async hook finishing).
+    for line in trace.iter().filter(|l| l.ends_with('"')) {
+        match line.split(':').nth(1) {
+            Some("load_state") => now += 1,
+            Some("save_state") => now -= 1,
+            _ => {}
+        }
+        peak = peak.max(now);
+    }
+    assert_eq!(peak, 2, "at most BUB_MAX_CONCURRENT_TURNS at once, and that many used: {trace:?}");
+    for session in ["a", "b", "c"] {
+        let calls: Vec<&str> = trace
+            .iter()
+            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
+            .filter_map(|l| l.split(':').nth(1))
+            .collect();
+        assert_eq!(calls, ["load_state", "save_state"].repeat(3), "session {session} overlapped: {calls:?}");
+    }
+}
+
 /// Behaviour 91 and §6.5: `admit_message` → drop discards the message; a
 /// failing `resolve_session` drops it after `on_error(stage="resolve_session")`.
 #[test]

@@ -13,6 +13,7 @@
 //! | call deadline (the whole call, streaming included; 0 = none) | `BUB_MODEL_TIMEOUT_SECONDS` | `model_timeout_seconds` | 900 |
 //! | model output per call, bytes read from the provider | `BUB_MODEL_MAX_OUTPUT_BYTES` | `model_max_output_bytes` | 64 MiB |
 //! | one server-sent event, bytes | `BUB_MODEL_MAX_EVENT_BYTES` | `model_max_event_bytes` | 8 MiB |
+//! | tool calls of one step run at once | `BUB_MAX_TOOL_CONCURRENCY` | `max_tool_concurrency` | 16 (Bub: unbounded) |
 //! | client args | `BUB_CLIENT_ARGS` (JSON: api_format, headers, extra_body, timeout, max_retries, retry_delay, max_retry_delay) | `client_args` | {} |
 //! | completion args | `BUB_COMPLETION_ARGS` (JSON: temperature, top_p, reasoning_effort, tool_choice, extra_body, …) | `completion_args` | {} |
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
@@ -74,6 +75,10 @@ pub struct ModelSettings {
     pub confine_workspace: bool,
     /// Deadline of one tool call (`BUB_TOOL_TIMEOUT_SECONDS`, 600; 0 = none).
     pub tool_timeout: Option<Duration>,
+    /// Tool calls of one step run at once (`BUB_MAX_TOOL_CONCURRENCY`, 16).
+    /// Deliberate difference: Bub starts all of a response's calls at once,
+    /// so a model asking for 1,000 calls opened 1,000 files and processes.
+    pub max_tool_concurrency: Option<usize>,
     /// Tool results of at least 4 × this many characters are spilled to a
     /// sidecar tape (`BUB_SPILL_THRESHOLD`, 4096 "tokens"; 0 = never).
     pub spill_threshold: usize,
@@ -101,12 +106,17 @@ impl Default for ModelSettings {
             command_channels: vec!["cli".into()],
             confine_workspace: false,
             tool_timeout: bub_runtime::settings::seconds(600.0),
+            max_tool_concurrency: Some(DEFAULT_TOOL_CONCURRENCY),
             spill_threshold: 4096,
             env: Environment::default(),
             clients: Default::default(),
         }
     }
 }
+
+/// Tool calls of one step that run at once unless `BUB_MAX_TOOL_CONCURRENCY`
+/// says otherwise.
+pub const DEFAULT_TOOL_CONCURRENCY: usize = 16;
 
 /// The default deadline of one model call, streaming included: a stream
 /// that trickles a byte at a time never trips the read timeout, and would
@@ -320,6 +330,12 @@ impl ModelSettings {
         };
         if let Some(t) = var("BUB_TOOL_TIMEOUT_SECONDS") {
             s.tool_timeout = bub_runtime::settings::parse_seconds(&t, 600.0);
+        }
+        if let Some(n) = number("BUB_MAX_TOOL_CONCURRENCY", "max_tool_concurrency")? {
+            if n < 1.0 || n.fract() != 0.0 {
+                return Err(format!("BUB_MAX_TOOL_CONCURRENCY must be a whole number of at least 1, got {n}"));
+            }
+            s.max_tool_concurrency = Some(n.min(1e6) as usize);
         }
         if let Some(t) = var("BUB_SPILL_THRESHOLD") {
             s.spill_threshold = t.trim().parse().unwrap_or(4096);
