@@ -75,7 +75,8 @@ pub struct Builtin {
 /// framework to ask (its tools' confinement, the cli channel's command
 /// prefix, the models it offers). None is a secret, so they may travel in
 /// its constructor config.
-const OWN_VARIABLES: [&str; 4] = ["BUB_CONFINE_WORKSPACE", "BUB_COMMAND_PREFIX", "BUB_MODEL", "BUB_FALLBACK_MODELS"];
+const OWN_VARIABLES: [&str; 5] =
+    ["BUB_CONFINE_WORKSPACE", "BUB_COMMAND_PREFIX", "BUB_MODEL", "BUB_FALLBACK_MODELS", "BUB_TOOL_MAX_BYTES"];
 
 /// The builtin's constructor config, from the host's settings: the
 /// [`OWN_VARIABLES`] of its resolved environment.
@@ -372,8 +373,15 @@ impl Plugin for Builtin {
     /// `bash`, `bash.output`, `bash.kill`, `fs.read`, `fs.write`, `fs.edit`
     /// and `web.fetch`, in the host's workspace (`bub -w`).
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        let confined = self.model_settings().is_ok_and(|s| s.confine_workspace);
-        let ws = workspace_tools::Workspace { root: self.workspace.clone(), scopes: self.shells.clone(), confined };
+        let settings = self.model_settings().ok();
+        let confined = settings.as_ref().is_some_and(|s| s.confine_workspace);
+        let max_bytes = settings.map_or(workspace_tools::DEFAULT_MAX_BYTES, |s| s.tool_max_bytes);
+        let ws = workspace_tools::Workspace {
+            root: self.workspace.clone(),
+            scopes: self.shells.clone(),
+            confined,
+            max_bytes,
+        };
         Some(ws.objects())
     }
 

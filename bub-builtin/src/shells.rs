@@ -67,14 +67,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ShellScope {
-    /// Starts `cmd` in the background in `cwd`; returns its id.
     /// Starts `cmd` in `cwd`; with `confine`, confined to that workspace.
+    /// Its output is kept up to `max_output` bytes, then a note says it was
+    /// cut (the rest is read and dropped, so the command never blocks on a
+    /// full pipe); returns its id.
     pub fn start(
         &self,
         cmd: &str,
         cwd: &std::path::Path,
         confine: Option<&std::path::Path>,
         session: Option<&str>,
+        max_output: usize,
     ) -> Result<String, BoxError> {
         let mut inner = lock(&self.inner);
         if inner.closed {
@@ -105,15 +108,28 @@ impl ShellScope {
         let reader = rt.spawn(async move {
             let (mut a, mut b) = ([0u8; 4096], [0u8; 4096]);
             let (mut out_open, mut err_open) = (true, true);
+            let keep = |bytes: &[u8]| {
+                let mut kept = lock(&o);
+                let room = max_output.saturating_sub(kept.len());
+                if room == 0 {
+                    return;
+                }
+                kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                if bytes.len() >= room {
+                    let note =
+                        format!("\n[output cut at {max_output} bytes (BUB_TOOL_MAX_BYTES); the command runs on]\n");
+                    kept.extend_from_slice(note.as_bytes());
+                }
+            };
             while out_open || err_open {
                 tokio::select! {
                     n = out.read(&mut a), if out_open => match n {
                         Ok(0) | Err(_) => out_open = false,
-                        Ok(n) => lock(&o).extend_from_slice(&a[..n]),
+                        Ok(n) => keep(&a[..n]),
                     },
                     n = err.read(&mut b), if err_open => match n {
                         Ok(0) | Err(_) => err_open = false,
-                        Ok(n) => lock(&o).extend_from_slice(&b[..n]),
+                        Ok(n) => keep(&b[..n]),
                     },
                 }
             }

@@ -28,6 +28,19 @@ pub struct Workspace {
     pub scopes: Arc<OpenScopes>,
     /// Confined to the workspace (`super::confine`).
     pub confined: bool,
+    /// What a tool reads or keeps at most (`BUB_TOOL_MAX_BYTES`).
+    pub max_bytes: usize,
+}
+
+/// [`Workspace::max_bytes`] when the settings cannot be read.
+pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+
+/// The error for going past [`Workspace::max_bytes`].
+fn too_large(what: &str, max: usize) -> BoxError {
+    format!(
+        "{what} is larger than {max} bytes, the most a tool reads (BUB_TOOL_MAX_BYTES, tool_max_bytes in config.json)"
+    )
+    .into()
 }
 
 /// `path` against the workspace `root`; `confined`, an error if it leads
@@ -185,15 +198,12 @@ impl Tool for WorkspaceTool {
                 }
                 Kind::FsRead => {
                     let path = ws.resolve(&required(&args, "path")?)?;
-                    let text = tokio::fs::read_to_string(&path)
-                        .await
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                     let offset = n(&args, "offset").unwrap_or(0.0) as usize;
-                    let lines = text.lines().skip(offset);
-                    match n(&args, "limit") {
-                        Some(l) => lines.take(l as usize).collect::<Vec<_>>().join("\n"),
-                        None => lines.collect::<Vec<_>>().join("\n"),
-                    }
+                    let limit = n(&args, "limit").map(|l| l as usize);
+                    let max = ws.max_bytes;
+                    tokio::task::spawn_blocking(move || read_lines(&path, offset, limit, max))
+                        .await
+                        .map_err(|e| format!("fs.read failed: {e}"))??
                 }
                 Kind::FsWrite => {
                     let raw = required(&args, "path")?;
@@ -212,7 +222,18 @@ impl Tool for WorkspaceTool {
                     let path = ws.resolve(&raw)?;
                     let (old, new) = (required(&args, "old")?, s(&args, "new").unwrap_or_default());
                     let start = n(&args, "start").unwrap_or(0.0) as usize;
-                    let text = tokio::fs::read_to_string(&path)
+                    let max = ws.max_bytes;
+                    let (file, size) = {
+                        let path = path.clone();
+                        tokio::task::spawn_blocking(move || open_regular(&path))
+                            .await
+                            .map_err(|e| format!("fs.edit failed: {e}"))??
+                    };
+                    if size > max as u64 {
+                        return Err(too_large(&format!("{} ({size} bytes)", path.display()), max));
+                    }
+                    let mut text = String::new();
+                    tokio::io::AsyncReadExt::read_to_string(&mut tokio::fs::File::from_std(file), &mut text)
                         .await
                         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                     let split = text.split_inclusive('\n').take(start).map(str::len).sum::<usize>();
@@ -223,11 +244,99 @@ impl Tool for WorkspaceTool {
                     tokio::fs::write(&path, format!("{head}{}", tail.replace(&old, &new))).await?;
                     format!("edited: {}", resolved(&path).display())
                 }
-                Kind::WebFetch => web_fetch(&args).await?,
+                Kind::WebFetch => web_fetch(&args, ws.max_bytes).await?,
             };
             Ok(Value::String(text))
         }
     }
+}
+
+/// Opens `path` for reading if it is a regular file (without waiting on a
+/// FIFO's writer: opened non-blocking, then checked on the descriptor);
+/// the file and its size.
+fn open_regular(path: &Path) -> Result<(std::fs::File, u64), BoxError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(format!("cannot read {}: it is {what}, not a regular file", path.display()).into());
+    }
+    Ok((file, meta.len()))
+}
+
+/// Lines `offset..offset + limit` of the file at `path` (without their line
+/// ends, joined with `\n`, as Bub's `fs.read`), read as a stream: a line
+/// skipped is never kept, and an answer past `max` bytes is refused, so a
+/// 2 GB file costs one buffer, and its first lines can still be read.
+fn read_lines(path: &Path, offset: usize, limit: Option<usize>, max: usize) -> Result<String, BoxError> {
+    use std::io::BufRead;
+    let (file, _) = open_regular(path)?;
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+    let (mut out, mut line, mut index) = (Vec::new(), Vec::new(), 0usize);
+    let wanted = |i: usize| i >= offset && limit.is_none_or(|l| i - offset < l);
+    loop {
+        let buf = reader.fill_buf().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if buf.is_empty() {
+            break;
+        }
+        let (chunk, ended) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if wanted(index) {
+            line.extend_from_slice(chunk);
+            if out.len() + line.len() > max {
+                let read = format!("lines {offset}.. of {}", path.display());
+                return Err(too_large(&read, max));
+            }
+        }
+        let used = ended.unwrap_or(chunk.len());
+        reader.consume(used);
+        if ended.is_some() {
+            if wanted(index) {
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if index > offset {
+                    out.push(b'\n');
+                }
+                out.append(&mut line);
+            }
+            index += 1;
+            if limit.is_some_and(|l| index >= offset.saturating_add(l)) {
+                return utf8(out, path);
+            }
+        }
+    }
+    // The last line, if the file does not end with one (`str::lines` keeps
+    // its `\r`).
+    if wanted(index) && !line.is_empty() {
+        if index > offset {
+            out.push(b'\n');
+        }
+        out.append(&mut line);
+    }
+    utf8(out, path)
+}
+
+fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String, BoxError> {
+    String::from_utf8(bytes)
+        .map_err(|_| format!("cannot read {}: stream did not contain valid UTF-8", path.display()).into())
 }
 
 /// `path` with links and `..` resolved (it exists: it was just written).
@@ -254,7 +363,7 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>, session: Option<&str>) 
         Some(c) => ws.resolve(&c)?,
         None => ws.root.clone(),
     };
-    let id = scope.start(&command, &cwd, ws.confined.then_some(ws.root.as_path()), session)?;
+    let id = scope.start(&command, &cwd, ws.confined.then_some(ws.root.as_path()), session, ws.max_bytes)?;
     if b(args, "background") {
         return Ok(format!(
             "Shell started, shell_id: {id}\nRetrieve the output with bash_output or terminate it with bash_kill."
@@ -330,7 +439,7 @@ fn bash_output(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxE
     ))
 }
 
-async fn web_fetch(args: &Map<String, Value>) -> Result<String, BoxError> {
+async fn web_fetch(args: &Map<String, Value>, max: usize) -> Result<String, BoxError> {
     let url = required(args, "url")?;
     let timeout = n(args, "timeout").unwrap_or(10.0);
     let timeout = bub_abi::time::seconds_or_zero(timeout).max(Duration::from_millis(100));
@@ -339,11 +448,101 @@ async fn web_fetch(args: &Map<String, Value>) -> Result<String, BoxError> {
     for (k, v) in args.get("headers").and_then(Value::as_object).into_iter().flatten() {
         req = req.header(k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
     }
-    let resp = req.send().await.map_err(|e| format!("GET {url}: {e}"))?;
+    let mut resp = req.send().await.map_err(|e| format!("GET {url}: {e}"))?;
     let status = resp.status();
-    let body = resp.text().await.map_err(|e| format!("GET {url}: {e}"))?;
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_large(&format!("GET {url}: the body ({} bytes)", resp.content_length().unwrap_or(0)), max));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("GET {url}: {e}"))? {
+        if bytes.len() + chunk.len() > max {
+            return Err(too_large(&format!("GET {url}: the body"), max));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     if !status.is_success() {
         return Err(format!("GET {url}: HTTP {status}: {}", body.chars().take(500).collect::<String>()).into());
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fs.read` as it was: the whole file, then `str::lines`.
+    fn whole(text: &str, offset: usize, limit: Option<usize>) -> String {
+        let lines = text.lines().skip(offset);
+        match limit {
+            Some(l) => lines.take(l).collect::<Vec<_>>().join("\n"),
+            None => lines.collect::<Vec<_>>().join("\n"),
+        }
+    }
+
+    /// The streamed read answers what reading the whole file did.
+    #[test]
+    fn streamed_fs_read_answers_as_the_whole_file_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for text in ["", "a", "a\n", "a\r\nb\r\n", "x\n\ny\r", "\n\n", "é\nü\r\n\r\nlast"] {
+            std::fs::write(&path, text).unwrap();
+            for offset in 0..5 {
+                for limit in [None, Some(0), Some(1), Some(2), Some(9)] {
+                    let got = read_lines(&path, offset, limit, 1 << 20).unwrap();
+                    assert_eq!(got, whole(text, offset, limit), "{text:?} offset {offset} limit {limit:?}");
+                }
+            }
+        }
+    }
+
+    /// Issue 24: a 3 GB file costs one buffer. Its first lines can be read;
+    /// an answer past the limit is refused, naming the setting; a FIFO or a
+    /// folder is refused at once (no wait for a writer).
+    #[test]
+    fn huge_files_fifos_and_folders_are_bounded_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge");
+        std::fs::write(&path, "head\nsecond\n").unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(3 << 30).unwrap();
+        assert_eq!(read_lines(&path, 0, Some(2), 1 << 20).unwrap(), "head\nsecond");
+        let err = read_lines(&path, 0, None, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("larger than 1048576 bytes") && err.contains("BUB_TOOL_MAX_BYTES"), "{err}");
+
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = read_lines(&fifo, 0, None, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("a FIFO (named pipe), not a regular file"), "{err}");
+        let err = read_lines(dir.path(), 0, None, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("a directory"), "{err}");
+    }
+
+    /// Issue 24: a body past the limit is refused whether or not the server
+    /// announced its length.
+    #[test]
+    fn web_fetch_refuses_a_body_past_the_limit() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for (i, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.read(&mut [0u8; 4096]);
+                let head = if i == 0 {
+                    "HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n"
+                } else {
+                    "HTTP/1.1 200 OK\r\n\r\n" // no length: read to the end
+                };
+                let _ = stream.write_all(head.as_bytes());
+                let chunk = [b'x'; 65536];
+                while stream.write_all(&chunk).is_ok() {}
+            }
+        });
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let args: Map<String, Value> = serde_json::from_value(json!({"url": url})).unwrap();
+        for _ in 0..2 {
+            let err = rt.block_on(web_fetch(&args, 1 << 20)).unwrap_err().to_string();
+            assert!(err.contains("larger than 1048576 bytes") && err.contains("BUB_TOOL_MAX_BYTES"), "{err}");
+        }
+    }
 }

@@ -353,6 +353,40 @@ fn command_mode_runs_offline_through_the_tool_hooks_behaviour_164_168_171() {
     assert!(audit.contains(r#""tool":"bash""#) && audit.contains(r#""ok":false"#), "{audit}");
 }
 
+/// Issue 24 item 2: the builtin tools keep at most `BUB_TOOL_MAX_BYTES`: a
+/// shell's output is cut with a note (the command runs on), a file read
+/// past the limit is refused naming the setting; a FIFO is refused at once
+/// and `bub run` exits (it used to wait for a writer forever).
+#[test]
+fn builtin_tools_keep_at_most_tool_max_bytes_and_refuse_fifos() {
+    let home = Home::new();
+    let ws = workspace();
+    let env = [("BUB_TOOL_MAX_BYTES", "1048576"), ("BUB_SPILL_THRESHOLD", "0")];
+    let run = |line: &str| {
+        let mut all = vec!["-w", ws.path().to_str().unwrap(), "run", line];
+        all.shrink_to_fit();
+        bub_tests::run_bub_env(&home, &all, &env)
+    };
+    let (out, err, ok) = run(",head -c 3000000 /dev/zero | tr '\\0' x");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("[output cut at 1048576 bytes (BUB_TOOL_MAX_BYTES); the command runs on]"),
+        "{}",
+        &out[out.len().saturating_sub(300)..]
+    );
+    assert!(out.len() < 1_100_000, "{}", out.len());
+    std::fs::write(ws.path().join("big.txt"), "y\n".repeat(1_000_000)).unwrap();
+    let (_, err, ok) = run(",fs.read big.txt");
+    assert!(!ok);
+    assert!(err.contains("larger than 1048576 bytes") && err.contains("BUB_TOOL_MAX_BYTES"), "{err}");
+    assert!(std::process::Command::new("mkfifo").arg(ws.path().join("pipe")).status().unwrap().success());
+    let started = std::time::Instant::now();
+    let (_, err, ok) = run(",fs.read pipe");
+    assert!(!ok);
+    assert!(err.contains("it is a FIFO (named pipe), not a regular file"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
 #[test]
 fn the_model_command_switches_the_sessions_model_behaviour_175() {
     let provider = Provider::start(vec![chat::text("from the other model")]);

@@ -13,6 +13,7 @@
 //! | call deadline (the whole call, streaming included; 0 = none) | `BUB_MODEL_TIMEOUT_SECONDS` | `model_timeout_seconds` | 900 |
 //! | model output per call, bytes read from the provider | `BUB_MODEL_MAX_OUTPUT_BYTES` | `model_max_output_bytes` | 64 MiB |
 //! | one server-sent event, bytes | `BUB_MODEL_MAX_EVENT_BYTES` | `model_max_event_bytes` | 8 MiB |
+//! | what a builtin tool reads or keeps, bytes (`fs.read`'s answer, a file `fs.edit` rewrites, a `web.fetch` body, a shell's output) | `BUB_TOOL_MAX_BYTES` | `tool_max_bytes` | 16 MiB |
 //! | tool calls of one step run at once | `BUB_MAX_TOOL_CONCURRENCY` | `max_tool_concurrency` | 16 (Bub: unbounded) |
 //! | client args | `BUB_CLIENT_ARGS` (JSON: api_format, headers, extra_body, timeout, max_retries, retry_delay, max_retry_delay) | `client_args` | {} |
 //! | completion args | `BUB_COMPLETION_ARGS` (JSON: temperature, top_p, reasoning_effort, tool_choice, extra_body, …) | `completion_args` | {} |
@@ -75,6 +76,9 @@ pub struct ModelSettings {
     pub confine_workspace: bool,
     /// Deadline of one tool call (`BUB_TOOL_TIMEOUT_SECONDS`, 600; 0 = none).
     pub tool_timeout: Option<Duration>,
+    /// What a builtin tool reads or keeps (`BUB_TOOL_MAX_BYTES`, 16 MiB):
+    /// Bub read a 2 GB file or a 1 GiB page whole, and the process aborted.
+    pub tool_max_bytes: usize,
     /// Tool calls of one step run at once (`BUB_MAX_TOOL_CONCURRENCY`, 16).
     /// Deliberate difference: Bub starts all of a response's calls at once,
     /// so a model asking for 1,000 calls opened 1,000 files and processes.
@@ -107,6 +111,7 @@ impl Default for ModelSettings {
             confine_workspace: false,
             tool_timeout: bub_runtime::settings::seconds(600.0),
             max_tool_concurrency: Some(DEFAULT_TOOL_CONCURRENCY),
+            tool_max_bytes: 16 << 20,
             spill_threshold: 4096,
             env: Environment::default(),
             clients: Default::default(),
@@ -289,6 +294,9 @@ impl ModelSettings {
         }
         if let Some(n) = bytes("BUB_MODEL_MAX_EVENT_BYTES", "model_max_event_bytes")? {
             s.stream_limits.max_event_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = bytes("BUB_TOOL_MAX_BYTES", "tool_max_bytes")? {
+            s.tool_max_bytes = usize::try_from(n).unwrap_or(usize::MAX);
         }
         for (name, key, slot) in [
             ("BUB_CLIENT_ARGS", "client_args", &mut s.client_args),
