@@ -24,6 +24,14 @@
 //! server's description and argument schema; a result's text parts are the
 //! tool's output, an error result fails the call with its text.
 //!
+//! Bounds: a stdio server's message over `max_message_bytes` (config,
+//! 16 MiB) fails the call it answers at once, saying so (rmcp alone drops
+//! it and the call waits for its deadline); a server runs in its own
+//! process group, killed whole when it is left out (no answer in time) or
+//! its scope closes, so a server started through `npx` or a shell leaves
+//! nothing behind; a tool whose name is not 1–64 of `A–Z a–z 0–9 _ - .` is
+//! left out with a warning (names reach the model, logs and terminals).
+//!
 //! `bub mcp list [--tools]`, `bub mcp add NAME --command "prog args…"` or
 //! `--url URL`, `bub mcp remove NAME` edit the file (under a lock).
 //!
@@ -51,13 +59,45 @@ use rmcp::{
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+mod output;
 mod tasks;
 
 /// The plugin.
 pub struct Mcp {
     home: PathBuf,
-    timeout: Duration,
+    limits: Limits,
     connected: Arc<Mutex<Vec<Arc<Server>>>>,
+}
+
+/// What a connection may take.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// To start a session and list the tools (`connect_timeout_seconds`).
+    timeout: Duration,
+    /// One message from a stdio server (`max_message_bytes`).
+    max_message: usize,
+}
+
+/// A stdio server's process group, killed whole when dropped.
+struct ServerProcess {
+    child: tokio::process::Child,
+    group: Option<rustix::process::Pid>,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(group) = self.group {
+            // Gone already (ESRCH) is fine.
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Whether a server's tool name is one bub-rs offers: 1–64 of
+/// `A–Z a–z 0–9 _ - .` (the MCP spec's advice), nothing that could move a
+/// terminal's cursor or forge a log line.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
 /// One server's entry in `mcp.json`.
@@ -105,7 +145,7 @@ struct Server {
     peer: rmcp::Peer<RoleClient>,
     tools: Vec<rmcp::model::Tool>,
     /// A stdio server's process, stopped after its session closes.
-    child: tokio::sync::Mutex<Option<tokio::process::Child>>,
+    child: tokio::sync::Mutex<Option<ServerProcess>>,
 }
 
 /// How long a stdio server may take to exit once its input is closed.
@@ -120,7 +160,7 @@ fn safe_environment() -> impl Iterator<Item = (String, String)> {
     SAFE_VARIABLES.iter().filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
 }
 
-async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
+async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Server, String> {
     let task_only = tasks::TaskOnly::default();
     let mut child = None;
     let service = match (&config.command, &config.url) {
@@ -128,12 +168,19 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args).env_clear().envs(safe_environment()).envs(&config.env).kill_on_drop(true);
             cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+            // Its own group: what it starts is killed with it.
+            cmd.process_group(0);
             let mut process = cmd.spawn().map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            let group = process.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32));
             let (Some(stdout), Some(stdin)) = (process.stdout.take(), process.stdin.take()) else {
                 return Err(format!("`{command}` started without pipes"));
             };
-            child = Some(process);
-            let transport = (tasks::TaskScan::new(stdout, task_only.clone()), stdin);
+            child = Some(ServerProcess { child: process, group });
+            let stdout = output::ServerOutput::new(stdout, limits.max_message, task_only.clone(), name);
+            // Our reader already holds lines to `max_message`; rmcp's own
+            // cap must not be lower.
+            let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
+                .with_max_line_length(limits.max_message.saturating_add(1));
             ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
         }
         (None, Some(url)) => {
@@ -145,6 +192,13 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
     let mut tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
     let task_only = task_only.take();
     tools.retain(|tool| {
+        if !valid_tool_name(&tool.name) {
+            tracing::warn!(
+                "mcp: server '{name}', a tool named {:?} is left out: a tool name is 1 to 64 of A-Z a-z 0-9 _ - .",
+                tool.name.chars().take(80).collect::<String>()
+            );
+            return false;
+        }
         let keep = !task_only.contains(tool.name.as_ref());
         if !keep {
             tracing::warn!(
@@ -167,7 +221,8 @@ async fn connect(name: &str, config: &ServerConfig) -> Result<Server, String> {
 
 /// Connects to every configured server at once; the ones that fail are
 /// reported and left out.
-async fn connect_all(home: &Path, timeout: Duration) -> Vec<Arc<Server>> {
+async fn connect_all(home: &Path, limits: Limits) -> Vec<Arc<Server>> {
+    let timeout = limits.timeout;
     let file = match read_file(home) {
         Ok(f) => f,
         Err(e) => {
@@ -181,7 +236,7 @@ async fn connect_all(home: &Path, timeout: Duration) -> Vec<Arc<Server>> {
         .into_iter()
         .map(|(name, config)| {
             tokio::spawn(async move {
-                match tokio::time::timeout(timeout, connect(&name, &config)).await {
+                match tokio::time::timeout(timeout, connect(&name, &config, limits)).await {
                     Ok(Ok(server)) => {
                         tracing::info!("mcp: server '{name}' offers {} tool(s)", server.tools.len());
                         Some(Arc::new(server))
@@ -223,18 +278,24 @@ impl Plugin for Mcp {
                 .filter(|s| *s > 0.0)
                 .ok_or("mcp: connect_timeout_seconds must be a positive number")?,
         };
-        Ok(Mcp {
-            home: ctx.home.clone(),
-            timeout: bub_abi::time::seconds(timeout).unwrap_or(bub_abi::time::MAX),
-            connected: Default::default(),
-        })
+        let max_message = match ctx.config.get("max_message_bytes") {
+            None => 16 << 20,
+            Some(v) => v
+                .as_f64()
+                .or_else(|| v.as_str()?.parse().ok())
+                .filter(|n| *n >= 1024.0)
+                .ok_or("mcp: max_message_bytes must be a number of bytes, at least 1024")?
+                .min(1e12) as usize,
+        };
+        let timeout = bub_abi::time::seconds(timeout).unwrap_or(bub_abi::time::MAX);
+        Ok(Mcp { home: ctx.home.clone(), limits: Limits { timeout, max_message }, connected: Default::default() })
     }
 
     /// Connects to the servers when a scope opens; disconnects when it closes.
     fn provide_lifespan(&self) -> Option<Object> {
         Some(Object::lifespan(Connections {
             home: self.home.clone(),
-            timeout: self.timeout,
+            limits: self.limits,
             connected: self.connected.clone(),
         }))
     }
@@ -254,7 +315,7 @@ impl Plugin for Mcp {
 
     /// `bub mcp list|add|remove`.
     fn register_cli_commands(&self) -> Option<Vec<Object>> {
-        Some(vec![Object::cli_command(McpCommand { home: self.home.clone(), timeout: self.timeout })])
+        Some(vec![Object::cli_command(McpCommand { home: self.home.clone(), limits: self.limits })])
     }
 }
 
@@ -262,15 +323,15 @@ bub_abi::export_plugin!(Mcp);
 
 struct Connections {
     home: PathBuf,
-    timeout: Duration,
+    limits: Limits,
     connected: Arc<Mutex<Vec<Arc<Server>>>>,
 }
 
 impl Lifespan for Connections {
     fn enter(&self) -> impl Fut<()> {
-        let (home, timeout, connected) = (self.home.clone(), self.timeout, self.connected.clone());
+        let (home, limits, connected) = (self.home.clone(), self.limits, self.connected.clone());
         async move {
-            let servers = connect_all(&home, timeout).await;
+            let servers = connect_all(&home, limits).await;
             bub_abi::sync::lock(&connected).extend(servers);
             Ok(())
         }
@@ -286,11 +347,10 @@ impl Lifespan for Connections {
                     }
                 }
                 // Its input is closed now: a stdio server exits on its own,
-                // or is killed after a grace period.
-                if let Some(mut child) = server.child.lock().await.take() {
-                    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_err() {
-                        let _ = child.kill().await;
-                    }
+                // or is killed after a grace period; either way, what it
+                // left running in its group goes with it (on drop).
+                if let Some(mut process) = server.child.lock().await.take() {
+                    let _ = tokio::time::timeout(EXIT_GRACE, process.child.wait()).await;
                 }
             }
             Ok(())
@@ -397,7 +457,7 @@ impl Tool for McpTool {
 
 struct McpCommand {
     home: PathBuf,
-    timeout: Duration,
+    limits: Limits,
 }
 
 /// Changes `mcp.json` under `mcp.json.lock`, replacing it atomically.
@@ -444,12 +504,12 @@ impl Command for McpCommand {
     }
 
     fn run(&self, args: Map<String, Value>) -> impl Fut<Value> {
-        let (home, timeout) = (self.home.clone(), self.timeout);
+        let (home, limits) = (self.home.clone(), self.limits);
         async move {
             let action = arg(&args, "action").unwrap_or_default();
             let name = arg(&args, "name");
             let text = match action.as_str() {
-                "list" => list(&home, timeout, args.get("tools") == Some(&json!(true))).await?,
+                "list" => list(&home, limits, args.get("tools") == Some(&json!(true))).await?,
                 "add" => {
                     let name = name.ok_or("bub mcp add NAME --command \"prog args\" | --url URL")?;
                     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -494,7 +554,7 @@ impl Command for McpCommand {
     }
 }
 
-async fn list(home: &Path, timeout: Duration, tools: bool) -> Result<String, BoxError> {
+async fn list(home: &Path, limits: Limits, tools: bool) -> Result<String, BoxError> {
     let file = read_file(home)?;
     if file.servers.is_empty() {
         return Ok(format!("no MCP servers in {} (add one with `bub mcp add`)", file_of(home).display()));
@@ -508,10 +568,19 @@ async fn list(home: &Path, timeout: Duration, tools: bool) -> Result<String, Box
         };
         out.push(format!("{name}  {target}"));
         if tools {
-            match tokio::time::timeout(timeout, connect(name, config)).await {
+            match tokio::time::timeout(limits.timeout, connect(name, config, limits)).await {
                 Ok(Ok(server)) => {
                     for tool in &server.tools {
-                        out.push(format!("  mcp.{name}_{}  {}", tool.name, tool.description.as_deref().unwrap_or("")));
+                        // A description is the server's text: no control
+                        // characters reach the terminal.
+                        let description: String = tool
+                            .description
+                            .as_deref()
+                            .unwrap_or("")
+                            .chars()
+                            .map(|c| if c.is_control() { ' ' } else { c })
+                            .collect();
+                        out.push(format!("  mcp.{name}_{}  {description}", tool.name));
                     }
                     if let Some(client) = server.client.lock().await.take() {
                         let _ = client.cancel().await;

@@ -79,6 +79,68 @@ fn mcp_servers_tools_run_over_stdio_and_http() {
     assert!(!ok && err.contains("no MCP server 'calc'"), "{err}");
 }
 
+fn hostile_server() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/hostile_server.py");
+    path.to_str().unwrap().to_owned()
+}
+
+/// Whether a process whose command line holds `marker` is alive.
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
+            String::from_utf8_lossy(&c).contains(marker) && !String::from_utf8_lossy(&c).contains("hostile_server")
+        })
+    })
+}
+
+/// Issue 24 item 2, a hostile MCP server: one that answers `initialize`
+/// but never `tools/list` is left out after `connect_timeout_seconds` and
+/// killed with everything it started (its process group); tool names that
+/// are not 1–64 of `A–Z a–z 0–9 _ - .` are left out, descriptions reach the
+/// terminal without control characters; a result over `max_message_bytes`
+/// fails its call at once, saying why (rmcp alone dropped it and the call
+/// waited 600 s for its deadline).
+#[test]
+fn hostile_mcp_servers_are_bounded() {
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 2, "max_message_bytes": 100_000}));
+    let marker = format!("9{}.5", std::process::id());
+    let started = std::time::Instant::now();
+    let add = |name: &str, args: &[&str]| {
+        let mut all = vec!["mcp", "add", name, "--command"];
+        let line = std::iter::once("python3".to_owned())
+            .chain(std::iter::once(hostile_server()))
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        all.push(&line);
+        bub(&home, &all);
+    };
+    add("stuck", &["hang", &marker]);
+    let (out, err, ok) = run_bub(&home, &["run", ",echo still here"]);
+    assert!(ok && out.contains("still here"), "{err}");
+    assert!(err.contains("server 'stuck' is left out: no answer within 2s"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!running(&marker), "the server's grandchild outlived it");
+    bub(&home, &["mcp", "remove", "stuck"]);
+
+    add("h", &["names"]);
+    let (listed, err, ok) = run_bub(&home, &["mcp", "list", "--tools"]);
+    assert!(ok, "{err}");
+    assert!(listed.contains("mcp.h_big") && listed.contains("mcp.h_ok.name-1"), "{listed}");
+    assert!(
+        !listed.contains('\u{1b}') && !listed.contains("two words") && !listed.contains("xxxxxxxxxx"),
+        "{listed:?}"
+    );
+    assert!(err.contains("is left out: a tool name is 1 to 64 of"), "{err}");
+    let started = std::time::Instant::now();
+    let (_, err, ok) = run_bub(&home, &["run", ",mcp.h_big"]);
+    assert!(!ok);
+    assert!(err.contains("larger than 100000 bytes") && err.contains("max_message_bytes"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
 /// The model sees MCP tools with their schemas and calls them like any
 /// tool: `mcp_calc_add {"a": 2, "b": 3}` → "5".
 #[test]
