@@ -131,8 +131,23 @@ pub enum LoadError {
     Shadowed {
         /// Plugin name.
         name: String,
-        /// Where the first one is.
-        first: PathBuf,
+        /// Which plugin came first: its library, or what it is.
+        first: String,
+    },
+    /// Another plugin whose settings variables are the same came first.
+    #[error(
+        "plugin '{name}' would read the settings variables {env}* of plugin '{other}' ({first}); this copy is \
+         ignored. Rename one of them (`bub plugins install --name …`)"
+    )]
+    SettingsTaken {
+        /// Plugin name.
+        name: String,
+        /// The plugin that came first.
+        other: String,
+        /// Where it is.
+        first: String,
+        /// The shared prefix, `BUB_E_M__`.
+        env: String,
     },
 }
 

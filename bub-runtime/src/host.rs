@@ -452,7 +452,7 @@ pub fn env_config(
     name: &str,
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Map<String, serde_json::Value> {
-    let prefix = format!("BUB_{}__", name.to_uppercase().replace('-', "_"));
+    let prefix = env_prefix(name);
     vars.filter_map(|(k, v)| {
         let key = k.to_str()?.strip_prefix(&prefix)?.to_lowercase();
         let text = v.into_string().ok()?;
@@ -462,11 +462,31 @@ pub fn env_config(
     .collect()
 }
 
-/// The record of a plugin whose name an earlier plugin already took.
+/// The prefix of plugin `name`'s settings variables: `BUB_<NAME>__`, upper
+/// case, `-` as `_` (so `e-m` and `e_m` share one).
+pub fn env_prefix(name: &str) -> String {
+    format!("BUB_{}__", name.to_uppercase().replace('-', "_"))
+}
+
+/// The record of a plugin whose name, or settings variables, an earlier
+/// plugin already took.
 fn shadowed(name: &str, path: &Path, taken: &HashMap<String, PathBuf>) -> Option<PluginRecord> {
-    let first = taken.get(name)?;
-    let detail = LoadError::Shadowed { name: name.to_owned(), first: first.clone() }.to_string();
-    Some(PluginRecord::failed(name.to_owned(), Some(path.to_path_buf()), detail))
+    let first = |p: &PathBuf| {
+        if p.as_os_str().is_empty() {
+            "a plugin built into bub".to_owned()
+        } else {
+            p.display().to_string()
+        }
+    };
+    let detail = match taken.get(name) {
+        Some(path) => LoadError::Shadowed { name: name.to_owned(), first: first(path) },
+        None => {
+            let env = env_prefix(name);
+            let (other, path) = taken.iter().find(|(other, _)| env_prefix(other) == env)?;
+            LoadError::SettingsTaken { name: name.to_owned(), other: other.clone(), first: first(path), env }
+        }
+    };
+    Some(PluginRecord::failed(name.to_owned(), Some(path.to_path_buf()), detail.to_string()))
 }
 
 /// Opens (and checks) the library at `path`, then initialises and records it.

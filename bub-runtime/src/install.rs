@@ -311,7 +311,7 @@ impl Installer {
     /// Refuses a name whose settings variables (`BUB_<NAME>__*`, upper case,
     /// `-` as `_`) an installed plugin of another name already reads.
     fn check_env_collision(&self, name: &str) -> Result<(), InstallError> {
-        let key = |n: &str| format!("BUB_{}__", n.to_uppercase().replace('-', "_"));
+        let key = crate::host::env_prefix;
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Ok(()) };
         for entry in entries.flatten() {
             let other = entry.file_name().to_string_lossy().into_owned();

@@ -159,7 +159,10 @@ fn verify_open_file(
 ) -> Result<(), LoadError> {
     use std::io::Seek;
     let Some(expected) = expected.map(str::to_ascii_lowercase) else {
-        return Err(LoadError::Integrity { path: library.to_owned(), detail: "its manifest records no sha256".into() });
+        return Err(LoadError::Integrity {
+            path: library.to_owned(),
+            detail: "has no sha256 recorded in its manifest".into(),
+        });
     };
     let read_error = |e: std::io::Error| LoadError::Integrity {
         path: library.to_owned(),

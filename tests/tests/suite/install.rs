@@ -251,6 +251,26 @@ fn manifests_cannot_claim_forge_or_crash_the_listing() {
     assert!(out.lines().any(|l| l.starts_with("zz-long") && l.contains('…')), "{out}");
 }
 
+/// Issue 24 item 4: hand-copied folders `e-m` and `e_m` would both read
+/// `BUB_E_M__*`: the second is refused and says whose variables they are;
+/// a folder named like the builtin says it is taken by a plugin built into
+/// bub (the message read "taken by ;").
+#[test]
+fn hand_copied_folders_cannot_share_settings_variables_or_the_builtins_name() {
+    let home = Home::new();
+    let root = home.path().join("plugins");
+    bub_tests::install_into(&root, "e-m", &lib("echo-model"), json!({}));
+    bub_tests::install_into(&root, "e_m", &lib("echo-model"), json!({}));
+    bub_tests::install_into(&root, "builtin", &lib("echo-model"), json!({}));
+    let (out, err, ok) = bub(&home, &["plugins", "list"]);
+    assert!(ok, "{err}");
+    let statuses = list(&home);
+    assert!(statuses.contains(&("e-m".to_owned(), "loaded".to_owned())), "{statuses:?}");
+    assert!(statuses.contains(&("e_m".to_owned(), "failed".to_owned())), "{statuses:?}");
+    assert!(out.contains("plugin 'e_m' would read the settings variables BUB_E_M__* of plugin 'e-m'"), "{out}");
+    assert!(out.contains("plugin name 'builtin' is already taken by a plugin built into bub"), "{out}");
+}
+
 /// Issue "reliability" item 4: ten `bub plugins config` processes at once
 /// keep all ten keys (each change is read and written under the plugins
 /// folder's lock).

@@ -37,7 +37,7 @@ fn manifest_without_sha256_is_refused() {
     let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     m.as_object_mut().unwrap().remove("sha256");
     std::fs::write(&path, m.to_string()).unwrap();
-    assert!(detail(&home, "x").contains("records no sha256"));
+    assert!(detail(&home, "x").contains("it has no sha256 recorded in its manifest"));
 }
 
 /// A folder or library writable by group or others is refused, with the chmod to run.
