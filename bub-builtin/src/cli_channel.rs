@@ -77,7 +77,7 @@ impl CliInner {
             if !streamed.is_empty() {
                 let _ = writeln!(out);
             }
-            let _ = writeln!(out, "{content}");
+            let _ = writeln!(out, "{}", bub_runtime::terminal::shown(&content));
         }
         let _ = out.flush();
     }
@@ -94,7 +94,7 @@ impl CliInner {
         bub_abi::sync::lock(&self.streamed).push_str(&delta);
         self.mid_line.store(!delta.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{delta}");
+        let _ = write!(out, "{}", bub_runtime::terminal::shown(&delta));
         let _ = out.flush();
     }
 }
@@ -132,7 +132,7 @@ impl CliInner {
             let _ = writeln!(out);
         }
         for line in lines {
-            let _ = writeln!(out, "{line}");
+            let _ = writeln!(out, "{}", bub_runtime::terminal::shown(&line));
         }
         let _ = out.flush();
     }

@@ -64,6 +64,7 @@ pub mod resources;
 pub mod runtime;
 pub mod settings;
 pub mod source;
+pub mod terminal;
 pub mod testing;
 
 pub use error::{HookFailure, LoadError};

@@ -128,6 +128,8 @@ fn print_result(out: &mut std::fs::File, result: &bub_host::framework::TurnResul
             _ => default.to_owned(),
         };
         let (channel, chat, content) = (field("channel", "stdout"), field("chat_id", "local"), field("content", ""));
+        // The content is the model's or a plugin's: shown, not obeyed.
+        let content = bub_runtime::terminal::shown(&content);
         text.push_str(&format!("[{channel}:{chat}]\n{content}\n"));
     }
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| match e.kind() {

@@ -526,3 +526,15 @@ fn bub_onboard_asks_for_the_model_connection_on_stdin() {
                "client_args": {"api_format": "chat"}, "enabled_channels": "telegram", "stream_output": true})
     );
 }
+
+/// Issue 24 item 4: control characters in a model's answer reach the
+/// terminal escaped (the echo model repeats them): an `ESC [2J` cannot clear
+/// the screen, a bare `\r` cannot hide what came before it.
+#[test]
+fn control_characters_from_the_model_are_shown_escaped() {
+    let home = Home::new();
+    let (out, err, ok) = run_bub(&home, &["run", "look\u{1b}[2J here\rhidden\u{7}"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("look\\u{1b}[2J here\\rhidden\\u{7}"), "{out:?}");
+}
