@@ -9,9 +9,14 @@
 use anyhow::{bail, Result};
 use bub_abi::{
     resources::{Fut, MessageHandler},
+    types::Delivery,
     HookError, Object,
 };
 use serde_json::{json, Value};
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Context;
@@ -37,16 +42,40 @@ enum Event {
 
 /// The message handler handed to `provide_channels`: `handle {message}`
 /// returns when the turn is over; `close {}` ends the chat.
-struct Handler(mpsc::UnboundedSender<Event>);
+///
+/// A message handed over while a turn runs (a plugin's tool forwarding a
+/// message, say) is queued behind that turn and `handle` returns at once:
+/// waiting for its turn from inside the running one would wait forever.
+struct Handler(mpsc::UnboundedSender<Event>, Arc<AtomicBool>);
 
 impl MessageHandler for Handler {
     fn handle(&self, message: Value) -> impl Fut<()> {
-        let tx = self.0.clone();
+        let (tx, busy) = (self.0.clone(), self.1.load(Ordering::SeqCst));
         async move {
             let (done, finished) = oneshot::channel();
             tx.send(Event::Message(message, done)).map_err(|_| HookError::plugin("the chat has ended"))?;
-            let _ = finished.await;
+            if busy {
+                tracing::debug!(target: "bub::chat", "a message handed over during a turn runs after it");
+            } else {
+                let _ = finished.await;
+            }
             Ok(())
+        }
+    }
+
+    fn submit(&self, message: Value) -> impl Fut<Delivery> {
+        let busy = self.1.load(Ordering::SeqCst);
+        let handled = self.handle(message);
+        async move {
+            handled.await?;
+            Ok(match busy {
+                true => Delivery {
+                    status: "queued".into(),
+                    error: Some("a turn is running; this message runs after it".into()),
+                    ..Default::default()
+                },
+                false => Delivery { status: "processed".into(), ..Default::default() },
+            })
         }
     }
 
@@ -72,7 +101,8 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
             _ = interrupted.notified() => bail!("interrupted while opening the session (a plugin's resource did not start)"),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let handler = Object::message_handler(Handler(tx.clone()));
+        let busy = Arc::new(AtomicBool::new(false));
+        let handler = Object::message_handler(Handler(tx.clone(), busy.clone()));
         let body = async {
             let channels = framework.get_channels(&handler)?;
             let Some(cli) = channels.into_iter().find(|c| c.name() == "cli") else {
@@ -95,6 +125,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                     complete_channel_message(m);
                 }
                 let cancelled = interrupted.notified();
+                busy.store(true, Ordering::SeqCst);
                 tokio::select! {
                     // A failed turn was already reported (on_error → the channel).
                     r = framework.process_inbound(&mut message, true) => if let Err(e) = r {
@@ -102,6 +133,7 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                     },
                     _ = cancelled => eprintln!("^C turn cancelled"),
                 }
+                busy.store(false, Ordering::SeqCst);
                 let _ = done.send(());
             }
             framework.bind_channels(Vec::new());

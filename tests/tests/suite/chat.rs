@@ -232,6 +232,35 @@ fn chat_shows_the_agents_stream_and_ctrl_c_cancels_the_run() {
     assert_eq!(finishes[1]["payload"]["data"]["status"], "cancelled");
 }
 
+/// Issue 24 item 4: a plugin that hands a message to the chat's handler
+/// from inside a turn (its `tell` tool) does not deadlock the chat: the
+/// message is queued behind the running turn, which finishes, then it runs.
+#[test]
+fn a_message_handed_over_inside_a_turn_runs_after_it() {
+    use bub_tests::provider::{chat, Provider};
+    let provider = Provider::start(vec![
+        chat::tool_calls("Forwarding.", &[("c1", "tell", r#"{"text": "from the tool [agent]"}"#)]),
+        chat::text("First done."),
+        chat::text("Second done."),
+    ]);
+    let home = Home::new();
+    home.install("sdk", &bub_tests::lib("tp-sdk"), json!({}));
+    let config = json!({"model": "openai:m", "api_base": provider.base_url, "api_key": "k"});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    // "[agent]": the test plugin's own model leaves the turn to the agent.
+    term.send("forward it [agent]\r");
+    let at = term.expect(at, "First done.");
+    term.expect(at, "Second done.");
+    term.send("\x04");
+    assert!(term.wait().success());
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1].body.to_string().contains("told"), "the tool answered: {}", requests[1].body);
+    assert!(requests[2].body.to_string().contains("from the tool"), "{}", requests[2].body);
+}
+
 /// Issue "reliability" item 12: a sync hook blocking the turn's thread
 /// cannot be cancelled, but a second Ctrl-C within 3 s ends bub at once.
 #[test]

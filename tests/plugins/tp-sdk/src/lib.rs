@@ -15,6 +15,8 @@ use serde_json::{Map, Value};
 
 pub struct Sdk {
     name: String,
+    // The host's message handler, from `provide_channels` (for `tell`).
+    handler: std::sync::Arc<std::sync::Mutex<Option<Object>>>,
 }
 
 /// A plugin may read an argument as its own type.
@@ -27,7 +29,7 @@ struct Chat {
 impl Plugin for Sdk {
     fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
         tracing::info!(name = %ctx.name, "tp-sdk initialised");
-        Ok(Sdk { name: ctx.name.clone() })
+        Ok(Sdk { name: ctx.name.clone(), handler: Default::default() })
     }
 
     /// Reads the message as its own struct.
@@ -121,7 +123,13 @@ impl Plugin for Sdk {
 
     /// A tool, written against the typed trait.
     fn provide_tools(&self) -> Option<Vec<Object>> {
-        Some(vec![Object::tool(Upper), Object::tool(TapeNote)])
+        Some(vec![Object::tool(Upper), Object::tool(TapeNote), Object::tool(Tell(self.handler.clone()))])
+    }
+
+    /// No channel of its own: keeps the host's message handler for `tell`.
+    fn provide_channels(&self, message_handler: Object) -> Option<Vec<Object>> {
+        *self.handler.lock().unwrap() = Some(message_handler);
+        None
     }
 }
 
@@ -224,6 +232,27 @@ impl Tool for TapeNote {
             let anchors = tape.invoke("anchors", &serde_json::json!({})).await?;
             let noted = state.invoke("get", &serde_json::json!({"key": "sdk.noted"})).await?;
             Ok(serde_json::json!({"tape": tape.name(), "anchors": anchors, "noted": noted}))
+        }
+    }
+}
+
+/// Hands `text` to the host's message handler from inside a turn, as a
+/// plugin that answers later or forwards a message does.
+struct Tell(std::sync::Arc<std::sync::Mutex<Option<Object>>>);
+
+impl Tool for Tell {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "tell".into(), description: "Sends `text` as a new message".into(), ..Default::default() }
+    }
+
+    fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
+        let handler = self.0.lock().unwrap().clone();
+        async move {
+            let handler = handler.ok_or("no message handler")?;
+            let text = arguments.get("text").cloned().unwrap_or_default();
+            let message = serde_json::json!({"channel": "cli", "content": text});
+            bub_abi::resources::clients::MessageHandlerClient(&handler).handle(&message).await?;
+            Ok(Value::String("told".into()))
         }
     }
 }
