@@ -17,6 +17,7 @@ mod crashes;
 mod deadlines;
 mod dispatch;
 mod examples;
+mod faults;
 mod fidelity;
 mod gateway;
 mod host_api;

@@ -1,0 +1,100 @@
+//! Fault runs under gateway load (issue 24 item 3), for each tape store:
+//! 60 messages over 6 sessions through the HTTP channel, turns slowed to
+//! 300 ms so that the stop lands mid-load, then SIGTERM twice (the second
+//! ends the grace at once) or `kill -9`. Nothing accepted may be lost: every
+//! message is answered or saved to `unprocessed.jsonl` (after a kill, by
+//! the next start, from the dead gateway's journal), and the next gateway
+//! serves every session from its tape. Each run prints its figures
+//! (`FAULT …` lines), gathered in RELIABILITY.md.
+
+use std::time::{Duration, Instant};
+
+use bub_tests::{gateway::GatewayProcess, lib, postgres::Postgres, Home};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "t";
+const SESSIONS: usize = 6;
+const MESSAGES: usize = 60;
+
+async fn post(base: &str, body: Value) -> Option<u16> {
+    let request = reqwest::Client::new().post(format!("{base}/v1/messages")).bearer_auth(TOKEN).json(&body);
+    Some(request.send().await.ok()?.status().as_u16())
+}
+
+/// One run: load, the fault, the count, the restart.
+fn run(store: &str, fault: &str, install_store: &dyn Fn(&Home)) {
+    let home = Home::new();
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": TOKEN}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 300, "return": null}}));
+    install_store(&home);
+    let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sent: Vec<_> = (0..MESSAGES)
+        .map(|i| {
+            let base = base.clone();
+            let body = json!({"content": format!("m{i}"), "session_id": format!("s{}", i % SESSIONS)});
+            rt.spawn(async move { post(&base, body).await })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    let started = Instant::now();
+    if fault == "kill -9" {
+        gateway.signal("KILL");
+    } else {
+        gateway.signal("TERM");
+        std::thread::sleep(Duration::from_millis(200));
+        gateway.signal("TERM");
+    }
+    assert!(gateway.wait(Duration::from_secs(30)).is_some(), "{store}/{fault}: the gateway did not stop");
+    let stopped = started.elapsed();
+    let answered = rt.block_on(async {
+        let mut n = 0;
+        for s in sent {
+            if let Ok(Some(200)) = s.await {
+                n += 1;
+            }
+        }
+        n
+    });
+    // The next start recovers a dead gateway's journal, and serves every
+    // session from its tape.
+    let mut next = GatewayProcess::start(home.path(), &[], &[]);
+    let base = next.address(home.path(), "http-channel");
+    let served = rt.block_on(async {
+        let mut n = 0;
+        for s in 0..SESSIONS {
+            if post(&base, json!({"content": "after", "session_id": format!("s{s}")})).await == Some(200) {
+                n += 1;
+            }
+        }
+        n
+    });
+    let saved = std::fs::read_to_string(home.path().join("gateway/unprocessed.jsonl")).unwrap_or_default();
+    let saved = saved.lines().count();
+    let lost = MESSAGES - (answered + saved).min(MESSAGES);
+    eprintln!(
+        "FAULT store={store} fault={fault:?}: {MESSAGES} sent, {answered} answered, {saved} saved, {lost} lost; \
+         stopped in {stopped:.1?}; {served}/{SESSIONS} sessions served after the restart"
+    );
+    assert_eq!(answered + saved, MESSAGES, "{store}/{fault}: lost messages\n{}", gateway.log());
+    assert_eq!(served, SESSIONS, "{store}/{fault}: sessions not served after the restart\n{}", next.log());
+}
+
+/// The three stores, each stopped both ways.
+#[test]
+fn nothing_accepted_is_lost_when_the_gateway_is_stopped_or_killed_under_load() {
+    let pg = Postgres::start();
+    for fault in ["SIGTERM ×2", "kill -9"] {
+        run("builtin (jsonl)", fault, &|_| {});
+        run("tape-sqlite", fault, &|home| {
+            home.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+        });
+        match &pg {
+            Ok(pg) => run("tape-postgres", fault, &|home| {
+                home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url()}));
+            }),
+            Err(why) => eprintln!("SKIPPED the tape-postgres fault runs: {why}"),
+        }
+    }
+}
