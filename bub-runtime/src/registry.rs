@@ -154,6 +154,9 @@ pub struct Impl {
     pub(crate) label: crate::runtime::watchdog::Label,
     /// Its deadline when async (`RuntimeSettings::hook_timeout`).
     pub deadline: Option<std::time::Duration>,
+    /// A hook without a deadline (the model stage) is named in a warning
+    /// each time this much passes while it runs (the hook timeout).
+    pub slow_warning: Option<std::time::Duration>,
     /// The cap on its value answers (`RuntimeSettings::max_result_bytes`).
     pub max_result_bytes: usize,
 }
@@ -226,6 +229,10 @@ impl Registry {
                         .settings
                         .hook_timeout
                         .filter(|_| !matches!(hook, HookId::RunModel | HookId::RunModelStream)),
+                    slow_warning: self
+                        .settings
+                        .hook_timeout
+                        .filter(|_| matches!(hook, HookId::RunModel | HookId::RunModelStream)),
                     max_result_bytes: self.settings.max_result_bytes,
                 };
                 insert_like_pluggy(&mut self.stored[hook as usize], imp);

@@ -169,9 +169,13 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
             let fut = watchdog::Watched::new(fut, imp);
             // Only where a tokio runtime (with timers) drives us: the
             // benchmarks poll by hand.
-            let deadline = imp.deadline.filter(|_| tokio::runtime::Handle::try_current().is_ok());
+            let timers = tokio::runtime::Handle::try_current().is_ok();
+            let deadline = imp.deadline.filter(|_| timers);
             let ret = match deadline {
-                None => fut.await,
+                None => match imp.slow_warning.filter(|_| timers) {
+                    Some(every) => watchdog::warn_while_slow(fut, imp, every).await,
+                    None => fut.await,
+                },
                 Some(limit) => match tokio::time::timeout(limit, fut).await {
                     Ok(ret) => ret,
                     Err(_) => {

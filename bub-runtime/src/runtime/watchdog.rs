@@ -158,6 +158,27 @@ impl<F: Future + Unpin> Future for Watched<'_, F> {
     }
 }
 
+/// Awaits `fut` (a hook exempt from the deadline: the model stage), naming
+/// it in a warning each time `every` passes, so that a model hook that
+/// never answers is not a silent hang.
+pub(crate) async fn warn_while_slow<F: Future + Unpin>(mut fut: F, imp: &Impl, every: Duration) -> F::Output {
+    let started = Instant::now();
+    loop {
+        match tokio::time::timeout(every, &mut fut).await {
+            Ok(out) => return out,
+            Err(_) => tracing::warn!(
+                target: "bub::hooks",
+                "plugin '{}' has been running hook '{}' for {}s (the model stage has no deadline of its own; \
+                 Ctrl-C cancels the turn; if it never answers, `bub plugins disable {}`)",
+                imp.plugin,
+                imp.hook.name(),
+                started.elapsed().as_secs(),
+                imp.plugin
+            ),
+        }
+    }
+}
+
 fn start_watchdog() {
     epoch();
     // One watchdog for the process (it watches threads, whatever host

@@ -30,6 +30,21 @@ fn a_hanging_async_hook_is_cancelled_and_named() {
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
 }
 
+/// Issue 24 item 2: the model stage has no hook deadline (an agent run is
+/// long), but a plugin's `run_model` that does not answer is named every
+/// `BUB_HOOK_TIMEOUT_SECONDS` instead of hanging silently; it is not
+/// cancelled, and its answer still counts.
+#[test]
+fn a_slow_model_hook_is_named_while_it_runs_and_not_cancelled() {
+    let home = Home::new();
+    home.scripted("slowmodel", "", json!({"run_model": {"async": true, "sleep_ms": 2500, "return": "late answer"}}));
+    let (out, err, ok, _) = bub_with(&home, &[("BUB_HOOK_TIMEOUT_SECONDS", "1")], &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("late answer"), "{out}");
+    assert!(err.contains("plugin 'slowmodel' has been running hook 'run_model' for 1s"), "{err}");
+    assert!(err.contains("plugin 'slowmodel' has been running hook 'run_model' for 2s"), "{err}");
+}
+
 /// A sync hook cannot be cancelled; the watchdog names it while it blocks,
 /// and the turn goes on when it returns.
 #[test]
