@@ -8,6 +8,7 @@
 //  "init": "error" | "panic",                the constructor fails
 //  "hooks": {"<hook>": {
 //     "return": <json>, "raw": "<text>",     answer (raw: verbatim, maybe not JSON)
+//     "repeat": ["text", n],                 answer the text repeated n times (big answers)
 //     "error": "msg", "panic": "msg",        fail
 //     "async": true, "sleep_ms": n,          answer from a tokio future
 //     "spawn_ms": n,                         async: answer at once, leaving a tokio task
@@ -151,6 +152,9 @@ impl Scripted {
         }
         if let Some(msg) = script.get("error").and_then(Value::as_str) {
             return HookReturn::error(HookError::plugin(msg));
+        }
+        if let Some([Value::String(text), Value::Number(n)]) = script.get("repeat").and_then(Value::as_array).map(Vec::as_slice) {
+            return answer(Value::String(text.repeat(n.as_u64().unwrap_or(0) as usize)));
         }
         if let Some(text) = script.get("raw").and_then(Value::as_str) {
             return raw(text);
