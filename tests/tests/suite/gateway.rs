@@ -190,6 +190,31 @@ fn gateway_without_enabled_channels_exits_1() {
     assert!(err.contains("No channels are enabled"), "{err}");
 }
 
+/// `rounds` messages to each of the sessions a, b and c, interleaved and
+/// 5 ms apart (arrival order within a session is the sending order); each
+/// must be answered 200 with its own content.
+fn send_rounds(base: &str, rounds: usize) {
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let mut requests = Vec::new();
+        for i in 0..rounds {
+            for session in ["a", "b", "c"] {
+                let (client, base) = (client.clone(), base.to_owned());
+                requests.push(tokio::spawn(async move {
+                    let body = json!({"content": format!("{session}-{i}"), "session_id": session});
+                    (format!("{session}-{i}"), post(&client, &base, body).await)
+                }));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        for r in requests {
+            let (content, (status, body)) = r.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
+        }
+    });
+}
+
 /// §5 and the load test's invariant, small: messages of one session queue
 /// behind its running turn (the channel's `follow_up` admission) and run in
 /// arrival order; sessions run concurrently; every request gets its own reply.
@@ -208,26 +233,7 @@ fn a_sessions_turns_run_one_at_a_time_in_order() {
     );
     let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
     let base = gateway.address(home.path(), "http-channel");
-    runtime().block_on(async {
-        let client = reqwest::Client::new();
-        let mut requests = Vec::new();
-        for i in 0..4 {
-            for session in ["a", "b", "c"] {
-                let (client, base) = (client.clone(), base.clone());
-                requests.push(tokio::spawn(async move {
-                    let body = json!({"content": format!("{session}-{i}"), "session_id": session});
-                    (format!("{session}-{i}"), post(&client, &base, body).await)
-                }));
-                // Arrival order within a session is the sending order.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        for r in requests {
-            let (content, (status, body)) = r.await.unwrap();
-            assert_eq!(status, 200, "{body}");
-            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
-        }
-    });
+    send_rounds(&base, 4);
     for session in ["a", "b", "c"] {
         let calls: Vec<String> = home
             .trace()
@@ -261,25 +267,7 @@ fn turn_caps_bound_the_gateway_and_keep_sessions_in_order() {
     let env = [("BUB_MAX_CONCURRENT_TURNS", "2"), ("BUB_MAX_SESSION_TURNS", "1")];
     let mut gateway = GatewayProcess::start(home.path(), &[], &env);
     let base = gateway.address(home.path(), "http-channel");
-    runtime().block_on(async {
-        let client = reqwest::Client::new();
-        let mut requests = Vec::new();
-        for i in 0..3 {
-            for session in ["a", "b", "c"] {
-                let (client, base) = (client.clone(), base.clone());
-                requests.push(tokio::spawn(async move {
-                    let body = json!({"content": format!("{session}-{i}"), "session_id": session});
-                    (format!("{session}-{i}"), post(&client, &base, body).await)
-                }));
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        for r in requests {
-            let (content, (status, body)) = r.await.unwrap();
-            assert_eq!(status, 200, "{body}");
-            assert!(body["reply"].as_str().unwrap().ends_with(&content), "{content}: {body}");
-        }
-    });
+    send_rounds(&base, 3);
     let trace = home.trace();
     let (mut now, mut peak) = (0i32, 0i32);
     // `slow:load_state:"a"` when a turn's load starts, `slow:save_state:"a"`
