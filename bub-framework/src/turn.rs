@@ -64,8 +64,9 @@ impl Framework {
         // 4. the model stage, with save_state in its `finally`.
         let mut events = Vec::new();
         let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output, &mut events).await;
-        let saved_output = model.as_ref().ok().cloned().unwrap_or_default();
-        rt.save_state(&session_id, &state, message(), &saved_output).await?;
+        // Borrowed: a big answer is not copied for save_state.
+        let saved_output = model.as_ref().map(String::as_str).unwrap_or_default();
+        rt.save_state(&session_id, &state, message(), saved_output).await?;
         let model_output = model?;
 
         // 6. render_outbound: batches concatenated; none → one default outbound.

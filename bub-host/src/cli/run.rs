@@ -116,23 +116,31 @@ fn keep_stdout_for_host() -> Result<std::fs::File> {
 }
 
 fn print_result(out: &mut std::fs::File, result: &bub_host::framework::TurnResult, json: bool) -> Result<()> {
-    use std::io::Write;
-    let mut text = String::new();
-    if json {
-        text = serde_json::to_string_pretty(result)? + "\n";
-    }
-    for outbound in result.outbounds.iter().filter(|_| !json) {
-        let field = |k: &str, default: &str| match outbound.get(k) {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) if !v.is_null() => v.to_string(),
-            _ => default.to_owned(),
-        };
-        let (channel, chat, content) = (field("channel", "stdout"), field("chat_id", "local"), field("content", ""));
-        // The content is the model's or a plugin's: shown, not obeyed.
-        let content = bub_runtime::terminal::shown(&content);
-        text.push_str(&format!("[{channel}:{chat}]\n{content}\n"));
-    }
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| match e.kind() {
+    use std::{borrow::Cow, io::Write};
+    let write = |out: &mut std::fs::File| -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(out);
+        if json {
+            serde_json::to_writer_pretty(&mut out, result)?;
+            out.write_all(b"\n")?;
+            return out.flush();
+        }
+        for outbound in &result.outbounds {
+            // Written from where they are: a big answer is not copied again.
+            let field = |k: &str, default: &'static str| -> Cow<'_, str> {
+                match outbound.get(k) {
+                    Some(Value::String(s)) => Cow::Borrowed(s),
+                    Some(v) if !v.is_null() => Cow::Owned(v.to_string()),
+                    _ => Cow::Borrowed(default),
+                }
+            };
+            writeln!(out, "[{}:{}]", field("channel", "stdout"), field("chat_id", "local"))?;
+            // The content is the model's or a plugin's: shown, not obeyed.
+            out.write_all(bub_runtime::terminal::shown(&field("content", "")).as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    };
+    write(out).map_err(|e| match e.kind() {
         // A reader that went away is not an error (`bub run … | head`).
         std::io::ErrorKind::BrokenPipe => anyhow::Error::new(e),
         _ => anyhow::Error::new(e).context("cannot write the output"),
