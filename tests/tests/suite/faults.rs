@@ -61,15 +61,30 @@ fn run(store: &str, fault: &str, install_store: &dyn Fn(&Home)) {
     // session from its tape.
     let mut next = GatewayProcess::start(home.path(), &[], &[]);
     let base = next.address(home.path(), "http-channel");
-    let served = rt.block_on(async {
-        let mut n = 0;
+    // Each session gets three tries, 2 s apart (a dead gateway's database
+    // connection may hold its session lock until the server notices); every
+    // answer is kept and shown when one was not 200.
+    let after = Instant::now();
+    let statuses: Vec<Vec<Option<u16>>> = rt.block_on(async {
+        let mut out = Vec::new();
         for s in 0..SESSIONS {
-            if post(&base, json!({"content": "after", "session_id": format!("s{s}")})).await == Some(200) {
-                n += 1;
+            let mut tries = Vec::new();
+            for _ in 0..3 {
+                let status = post(&base, json!({"content": "after", "session_id": format!("s{s}")})).await;
+                tries.push(status);
+                if status == Some(200) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
             }
+            out.push(tries);
         }
-        n
+        out
     });
+    let served = statuses.iter().filter(|t| t.last() == Some(&Some(200))).count();
+    if statuses.iter().any(|t| t.len() > 1) {
+        eprintln!("FAULT store={store} fault={fault:?}: answers after the restart, per session: {statuses:?}");
+    }
     let saved = std::fs::read_to_string(home.path().join("gateway/unprocessed.jsonl")).unwrap_or_default();
     let saved = saved.lines().count();
     let lost = MESSAGES - (answered + saved).min(MESSAGES);
@@ -78,7 +93,13 @@ fn run(store: &str, fault: &str, install_store: &dyn Fn(&Home)) {
          stopped in {stopped:.1?}; {served}/{SESSIONS} sessions served after the restart"
     );
     assert_eq!(answered + saved, MESSAGES, "{store}/{fault}: lost messages\n{}", gateway.log());
-    assert_eq!(served, SESSIONS, "{store}/{fault}: sessions not served after the restart\n{}", next.log());
+    assert_eq!(
+        served,
+        SESSIONS,
+        "{store}/{fault}: sessions not served after the restart ({statuses:?} in {:?})\n{}",
+        after.elapsed(),
+        next.log()
+    );
 }
 
 /// The three stores, each stopped both ways.
