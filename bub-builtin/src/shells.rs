@@ -145,6 +145,14 @@ impl ShellScope {
         Ok(id)
     }
 
+    /// A shell's exit code (outer None: still running), without its output.
+    pub fn status(&self, id: &str) -> Result<Option<Option<i32>>, BoxError> {
+        let inner = lock(&self.inner);
+        let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+        let status = *lock(&shell.status);
+        Ok(status)
+    }
+
     /// A shell's output so far and its exit code (outer None: still running).
     pub fn output(&self, id: &str) -> Result<(String, Option<Option<i32>>), BoxError> {
         let inner = lock(&self.inner);

@@ -375,6 +375,12 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>, session: Option<&str>) 
     // A cancelled turn drops this future: its foreground shell goes too.
     let mut guard = Foreground { scope: scope.clone(), id: id.clone(), armed: true };
     loop {
+        // The status alone while it runs: copying the output every 10 ms
+        // made a long run's polling cost grow with what it printed.
+        if scope.status(&id)?.is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
         let (output, status) = scope.output(&id)?;
         if let Some(code) = status {
             guard.armed = false;
