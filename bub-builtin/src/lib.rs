@@ -375,7 +375,8 @@ impl Plugin for Builtin {
     fn provide_tools(&self) -> Option<Vec<Object>> {
         let settings = self.model_settings().ok();
         let confined = settings.as_ref().is_some_and(|s| s.confine_workspace);
-        let max_bytes = settings.map_or(workspace_tools::DEFAULT_MAX_BYTES, |s| s.tool_max_bytes);
+        let max_bytes =
+            settings.map_or(bub_framework::agent::provider::settings::DEFAULT_TOOL_MAX_BYTES, |s| s.tool_max_bytes);
         let ws = workspace_tools::Workspace {
             root: self.workspace.clone(),
             scopes: self.shells.clone(),

@@ -32,9 +32,6 @@ pub struct Workspace {
     pub max_bytes: usize,
 }
 
-/// [`Workspace::max_bytes`] when the settings cannot be read.
-pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
-
 /// The error for going past [`Workspace::max_bytes`].
 fn too_large(what: &str, max: usize) -> BoxError {
     format!(
@@ -312,10 +309,7 @@ fn read_lines(path: &Path, offset: usize, limit: Option<usize>, max: usize) -> R
                 if line.last() == Some(&b'\r') {
                     line.pop();
                 }
-                if index > offset {
-                    out.push(b'\n');
-                }
-                out.append(&mut line);
+                push_line(&mut out, &mut line, index > offset);
             }
             index += 1;
             if limit.is_some_and(|l| index >= offset.saturating_add(l)) {
@@ -326,12 +320,17 @@ fn read_lines(path: &Path, offset: usize, limit: Option<usize>, max: usize) -> R
     // The last line, if the file does not end with one (`str::lines` keeps
     // its `\r`).
     if wanted(index) && !line.is_empty() {
-        if index > offset {
-            out.push(b'\n');
-        }
-        out.append(&mut line);
+        push_line(&mut out, &mut line, index > offset);
     }
     utf8(out, path)
+}
+
+/// Moves a finished `line` into `out`, after a `\n` unless it is the first.
+fn push_line(out: &mut Vec<u8>, line: &mut Vec<u8>, after_another: bool) {
+    if after_another {
+        out.push(b'\n');
+    }
+    out.append(line);
 }
 
 fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String, BoxError> {

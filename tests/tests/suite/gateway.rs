@@ -190,6 +190,33 @@ fn gateway_without_enabled_channels_exits_1() {
     assert!(err.contains("No channels are enabled"), "{err}");
 }
 
+/// A plugin that makes every turn slow (150 ms in `load_state`), so turns
+/// overlap if they can, and traces `slow:load_state:"<session>"` when a
+/// turn starts and `slow:save_state:"<session>"` when it saves.
+fn slow_traced_turns(home: &Home) {
+    home.scripted(
+        "slow",
+        "",
+        json!({
+            "load_state": {"async": true, "sleep_ms": 150, "trace_arg": 1, "return": null},
+            "save_state": {"trace_arg": 0, "return": null},
+        }),
+    );
+}
+
+/// Each of the sessions a, b and c ran `rounds` turns, one after another
+/// (its load and save alternate in the trace of [`slow_traced_turns`]).
+fn each_session_ran_in_turn(trace: &[String], rounds: usize) {
+    for session in ["a", "b", "c"] {
+        let calls: Vec<&str> = trace
+            .iter()
+            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
+            .filter_map(|l| l.split(':').nth(1))
+            .collect();
+        assert_eq!(calls, ["load_state", "save_state"].repeat(rounds), "session {session} overlapped: {calls:?}");
+    }
+}
+
 /// `rounds` messages to each of the sessions a, b and c, interleaved and
 /// 5 ms apart (arrival order within a session is the sending order); each
 /// must be answered 200 with its own content.
@@ -222,28 +249,11 @@ fn send_rounds(base: &str, rounds: usize) {
 fn a_sessions_turns_run_one_at_a_time_in_order() {
     let home = Home::new();
     http_channel(&home, "http-channel", json!({}));
-    // Slow turns (150 ms in load_state) make the overlap visible.
-    home.scripted(
-        "slow",
-        "",
-        json!({
-            "load_state": {"async": true, "sleep_ms": 150, "trace_arg": 1, "return": null},
-            "save_state": {"trace_arg": 0, "return": null},
-        }),
-    );
+    slow_traced_turns(&home);
     let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
     let base = gateway.address(home.path(), "http-channel");
     send_rounds(&base, 4);
-    for session in ["a", "b", "c"] {
-        let calls: Vec<String> = home
-            .trace()
-            .into_iter()
-            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
-            .map(|l| l.split(':').nth(1).unwrap().to_owned())
-            .collect();
-        let expected: Vec<&str> = ["load_state", "save_state"].repeat(4);
-        assert_eq!(calls, expected, "session {session} overlapped: {calls:?}");
-    }
+    each_session_ran_in_turn(&home.trace(), 4);
     // The log shows the queueing.
     assert!(gateway.log().contains("admission follow_up session_id=a"), "{}", gateway.log());
 }
@@ -256,14 +266,7 @@ fn a_sessions_turns_run_one_at_a_time_in_order() {
 fn turn_caps_bound_the_gateway_and_keep_sessions_in_order() {
     let home = Home::new();
     http_channel(&home, "http-channel", json!({"admission": "process"}));
-    home.scripted(
-        "slow",
-        "",
-        json!({
-            "load_state": {"async": true, "sleep_ms": 150, "trace_arg": 1, "return": null},
-            "save_state": {"trace_arg": 0, "return": null},
-        }),
-    );
+    slow_traced_turns(&home);
     let env = [("BUB_MAX_CONCURRENT_TURNS", "2"), ("BUB_MAX_SESSION_TURNS", "1")];
     let mut gateway = GatewayProcess::start(home.path(), &[], &env);
     let base = gateway.address(home.path(), "http-channel");
@@ -281,14 +284,7 @@ fn turn_caps_bound_the_gateway_and_keep_sessions_in_order() {
         peak = peak.max(now);
     }
     assert_eq!(peak, 2, "at most BUB_MAX_CONCURRENT_TURNS at once, and that many used: {trace:?}");
-    for session in ["a", "b", "c"] {
-        let calls: Vec<&str> = trace
-            .iter()
-            .filter(|l| l.ends_with(&format!(":\"{session}\"")))
-            .filter_map(|l| l.split(':').nth(1))
-            .collect();
-        assert_eq!(calls, ["load_state", "save_state"].repeat(3), "session {session} overlapped: {calls:?}");
-    }
+    each_session_ran_in_turn(&trace, 3);
 }
 
 /// Behaviour 91 and §6.5: `admit_message` → drop discards the message; a

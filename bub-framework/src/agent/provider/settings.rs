@@ -111,13 +111,17 @@ impl Default for ModelSettings {
             confine_workspace: false,
             tool_timeout: bub_runtime::settings::seconds(600.0),
             max_tool_concurrency: Some(DEFAULT_TOOL_CONCURRENCY),
-            tool_max_bytes: 16 << 20,
+            tool_max_bytes: DEFAULT_TOOL_MAX_BYTES,
             spill_threshold: 4096,
             env: Environment::default(),
             clients: Default::default(),
         }
     }
 }
+
+/// What a builtin tool reads or keeps unless `BUB_TOOL_MAX_BYTES` says
+/// otherwise: 16 MiB.
+pub const DEFAULT_TOOL_MAX_BYTES: usize = 16 << 20;
 
 /// Tool calls of one step that run at once unless `BUB_MAX_TOOL_CONCURRENCY`
 /// says otherwise.
