@@ -8,6 +8,12 @@ mod cli;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // An isolated plugin's process: before anything reads the environment
+    // or a `.env` (it gets only what its plugin is configured with).
+    if std::env::args_os().nth(1).is_some_and(|a| a == bub_host::isolation::RUNNER_ARG) {
+        cli::init_logging(0);
+        return bub_host::isolation::child_main();
+    }
     quiet_output_errors();
     // Before any thread starts: the variables join the process's, for the
     // settings and for every command the tools run.

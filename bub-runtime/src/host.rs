@@ -350,7 +350,7 @@ fn load_source(
         },
         PluginSource::Folder(dir) => {
             let manifest = manifest.unwrap_or_else(|| Manifest::read(&dir));
-            load_folder(fallback_name, &dir, manifest, loading, &settings.plugin_env)
+            load_folder(fallback_name, &dir, manifest, loading, settings)
         }
     }
 }
@@ -360,10 +360,10 @@ fn load_folder(
     dir: &Path,
     manifest: Result<Manifest, LoadError>,
     loading: &Loading<'_>,
-    plugin_env: &[(OsString, OsString)],
+    settings: &RuntimeSettings,
 ) -> Vec<PluginRecord> {
     let Loading { taken, replaced, app_config, places, parents_checked } = *loading;
-    let manifest = match manifest {
+    let mut manifest = match manifest {
         Ok(m) => m,
         Err(e) => return vec![PluginRecord::failed(fallback_name, Some(dir.to_path_buf()), e.to_string())],
     };
@@ -415,7 +415,7 @@ fn load_folder(
         }
         Err(e) => return vec![PluginRecord::failed(manifest.name, Some(path), e.to_string())],
     };
-    let mut config = manifest.config;
+    let mut config = std::mem::take(&mut manifest.config);
     match app_config.get(&manifest.name) {
         Some(serde_json::Value::Object(section)) => crate::runtime::special::deep_merge(&mut config, section.clone()),
         None => {}
@@ -432,7 +432,13 @@ fn load_folder(
             manifest.name
         ),
     }
-    config.extend(env_config(&manifest.name, plugin_env.iter().cloned()));
+    config.extend(env_config(&manifest.name, settings.plugin_env.iter().cloned()));
+    if let Some(isolation) = manifest.isolated() {
+        // Checked above as any library is; its own process checks it again
+        // and runs it, so nothing of it runs here.
+        drop(file);
+        return load_isolated(manifest.name.clone(), dir, path, manifest.sha256.clone(), config, places, isolation, settings);
+    }
     // dlopen runs the library's constructors: plugin code too.
     let label = crate::runtime::watchdog::Label::new(manifest.name.as_str().into(), "loading");
     let opened = {
@@ -442,6 +448,52 @@ fn load_folder(
     match opened {
         Ok(lib) => register_library(manifest.name, Some(path), lib, &config, places),
         Err(e) => vec![PluginRecord::failed(manifest.name, Some(path), e.to_string())],
+    }
+}
+
+/// Starts an isolated plugin (see [`crate::isolation`]); its records, or
+/// one failed record saying why it did not start.
+#[allow(clippy::too_many_arguments)]
+fn load_isolated(
+    name: String,
+    dir: &Path,
+    path: PathBuf,
+    sha256: Option<String>,
+    config: Map<String, serde_json::Value>,
+    places: &Places,
+    isolation: &crate::isolation::Isolation,
+    settings: &RuntimeSettings,
+) -> Vec<PluginRecord> {
+    let program = match settings.plugin_runner.clone().map(Ok).unwrap_or_else(std::env::current_exe) {
+        Ok(p) => p,
+        Err(e) => {
+            let detail = format!("it is isolated, but this program's path is unknown ({e}) to run it in; set RuntimeSettings::plugin_runner");
+            return vec![PluginRecord::failed(name, Some(path), detail)];
+        }
+    };
+    let wanted = crate::isolation::BASE_ENV.iter().copied().chain(isolation.env.iter().map(String::as_str));
+    let env = wanted
+        .filter_map(|k| settings.environment.get(k).map(|v| (OsString::from(k), OsString::from(v))))
+        .collect();
+    let spec = crate::isolation::supervisor::Spec {
+        name: name.clone(),
+        dir: dir.to_path_buf(),
+        library: path.clone(),
+        sha256,
+        config,
+        places: places.clone(),
+        isolation: isolation.clone(),
+        program,
+        env,
+        sync_limit: settings.hook_timeout.unwrap_or(std::time::Duration::from_secs(300)),
+    };
+    match crate::isolation::supervisor::load(spec) {
+        Ok(records) => records,
+        Err(why) => {
+            let mut record = PluginRecord::failed(name.clone(), Some(path), format!("isolated plugin '{name}': {why}"));
+            record.isolated = true;
+            vec![record]
+        }
     }
 }
 
@@ -519,6 +571,7 @@ fn register_library(
         hooks: None,
         instance: bub_abi::abi::Instance::NONE,
         member_of: None,
+        isolated: false,
         claims: true,
     };
     // The plugin's constructor is plugin code: a crash in it is named.

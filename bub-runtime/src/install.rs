@@ -271,6 +271,8 @@ impl Installer {
             config: previous.as_ref().map(|m| m.config.clone()).unwrap_or_default(),
             replaces: lib.replaces().into_iter().filter(|r| crate::manifest::valid_name(r) && *r != name).collect(),
             source: Some(source),
+            // Kept across a reinstall, as its config is.
+            isolation: previous.as_ref().and_then(|m| m.isolation.clone()),
         };
         manifest.write(stage)?;
 
@@ -370,6 +372,16 @@ impl Installer {
     /// Replaces the configuration of installed plugin `name`.
     pub fn set_config(&self, name: &str, config: serde_json::Map<String, Value>) -> Result<Manifest, InstallError> {
         self.update_config(name, |c| *c = config)
+    }
+
+    /// Changes the manifest of installed plugin `name` with `change`, read
+    /// and written under the folder's lock.
+    pub fn update_manifest(&self, name: &str, change: impl FnOnce(&mut Manifest)) -> Result<Manifest, InstallError> {
+        let _lock = self.lock()?;
+        let mut manifest = self.manifest(name)?;
+        change(&mut manifest);
+        manifest.write(&self.plugin_dir(name)?)?;
+        Ok(manifest)
     }
 
     /// Changes the configuration of installed plugin `name` with `change`,

@@ -56,6 +56,7 @@ pub mod host;
 mod host_services;
 pub mod install;
 pub mod integrity;
+pub mod isolation;
 #[allow(unsafe_code)]
 pub mod loader;
 pub mod manifest;

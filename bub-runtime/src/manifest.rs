@@ -42,6 +42,17 @@ pub struct Manifest {
     /// Where it was installed from (`bub plugins update` fetches it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::source::Source>,
+    /// Whether (and how) it runs in a process of its own
+    /// (`bub plugins install --isolated`, `bub plugins config NAME isolated=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::Isolation>,
+}
+
+impl Manifest {
+    /// Its isolation, when enabled.
+    pub fn isolated(&self) -> Option<&crate::isolation::Isolation> {
+        self.isolation.as_ref().filter(|i| i.enabled)
+    }
 }
 
 fn yes() -> bool {

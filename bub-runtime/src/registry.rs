@@ -82,6 +82,8 @@ pub struct PluginRecord {
     pub(crate) instance: Instance,
     /// The plugin set (library plugin) this plugin is a member of (ABI 2.3).
     pub member_of: Option<String>,
+    /// Whether it runs in a process of its own (`crate::isolation`).
+    pub isolated: bool,
     // Whether it claims its name (a folder whose manifest names another
     // plugin does not).
     pub(crate) claims: bool,
@@ -111,6 +113,7 @@ impl PluginRecord {
             hooks: None,
             instance: Instance::NONE,
             member_of: None,
+            isolated: false,
             claims: true,
         }
     }

@@ -34,6 +34,10 @@ pub struct RuntimeSettings {
     /// never from the process. Empty unless given ([`from_env`](Self::from_env),
     /// [`from_vars`](Self::from_vars)).
     pub environment: Environment,
+    /// The program an isolated plugin runs in (`<it> __plugin-runner`):
+    /// `None` = this executable, which is `bub` for the binary; an
+    /// embedder or a test sets the path of a `bub` binary.
+    pub plugin_runner: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeSettings {
@@ -45,6 +49,7 @@ impl Default for RuntimeSettings {
             max_result_bytes: MAX_RESULT_BYTES,
             plugin_env: Vec::new(),
             environment: Environment::default(),
+            plugin_runner: None,
         }
     }
 }

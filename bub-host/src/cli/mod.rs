@@ -160,7 +160,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-fn init_logging(verbose: u8) {
+pub(crate) fn init_logging(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",

@@ -60,8 +60,26 @@ pub(crate) extern "C" fn call_rest(instance: Instance, hook: RStr<'_>, args: Val
     }
 }
 
+/// Where `call_rest` goes for an instance no registry of this process
+/// holds: an isolated plugin's runner forwards it to its host.
+type Fallback = fn(Instance, &str, Value) -> Option<FfiFuture<HookReturn>>;
+
+static FALLBACK: std::sync::OnceLock<Fallback> = std::sync::OnceLock::new();
+
+/// Sets the [`Fallback`] (once per process).
+pub(crate) fn set_fallback(fallback: Fallback) {
+    let _ = FALLBACK.set(fallback);
+}
+
 fn start(instance: Instance, hook_name: &str, args: Value) -> Result<FfiFuture<HookReturn>, HookError> {
     let entry = bub_abi::sync::read(instances()).get(&(instance.0 as usize)).cloned();
+    if entry.is_none() {
+        if let Some(fallback) = FALLBACK.get() {
+            if let Some(fut) = fallback(instance, hook_name, args.clone()) {
+                return Ok(fut);
+            }
+        }
+    }
     let (registry, caller) = entry
         .and_then(|(r, i)| Some((r.upgrade()?, i)))
         .ok_or_else(|| error("call_rest: pass the plugin instance the host registered (`self` inside a hook)"))?;

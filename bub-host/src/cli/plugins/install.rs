@@ -10,12 +10,19 @@ use bub_host::{install::Installed, source::Source};
 
 use crate::cli::Context;
 
-pub fn run(ctx: &Context, source: &str, name: Option<&str>) -> Result<()> {
+pub fn run(ctx: &Context, source: &str, name: Option<&str>, isolated: bool) -> Result<()> {
     let source = Source::parse(source)?;
     if !matches!(source, Source::Path { .. }) {
         eprintln!("fetching {source} and building it in release (this runs its build scripts as you)…");
     }
-    report(&ctx.installer().install_from(&source, name)?);
+    let installer = ctx.installer();
+    let mut installed = installer.install_from(&source, name)?;
+    if isolated {
+        installed.manifest = installer.update_manifest(&installed.manifest.name, |m| {
+            m.isolation.get_or_insert_with(Default::default).enabled = true;
+        })?;
+    }
+    report(&installed);
     Ok(())
 }
 
@@ -76,6 +83,9 @@ fn report(installed: &Installed) {
         println!("  from {source}");
     }
     println!("  into {}", installed.dir.display());
+    if m.isolated().is_some() {
+        println!("  isolated: it runs in a process of its own");
+    }
     if !m.enabled {
         println!("  (kept disabled, as before; `bub plugins enable {}` to load it)", m.name);
     }

@@ -27,6 +27,7 @@ pub(super) fn to_json(p: &PluginRecord) -> Value {
         "status": p.status.as_str(),
         "detail": detail,
         "member_of": p.member_of,
+        "isolated": p.isolated,
         "python": p.member_of.is_some() && p.description.starts_with("python: "),
     })
 }
@@ -145,6 +146,11 @@ fn list(ctx: &Context, as_json: bool) -> Result<()> {
             PluginStatus::Failed { detail } => writeln!(out, "    error: {}", printable(detail, 4096))?,
             PluginStatus::Replaced { by } => writeln!(out, "    replaced by {}", printable(by, 64))?,
             _ => {}
+        }
+        if p.isolated && p.member_of.is_none() {
+            let status = bub_host::isolation::Status::read(&ctx.home, &p.name).and_then(|s| s.summary());
+            let status = status.map(|s| format!("; {}", printable(&s, 4096))).unwrap_or_default();
+            writeln!(out, "    isolated: runs in a process of its own{status}")?;
         }
     }
     Ok(())

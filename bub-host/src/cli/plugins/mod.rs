@@ -39,6 +39,10 @@ pub enum PluginsCommand {
         /// Install a Python Bub plugin into the python bridge's venv.
         #[arg(long, conflicts_with = "name")]
         python: bool,
+        /// Run it in a process of its own: a crash or a hang in it fails only its calls in flight,
+        /// and it is started again (see `bub plugins config NAME isolated.…` for its limits).
+        #[arg(long, conflicts_with = "python")]
+        isolated: bool,
     },
     /// Fetch, build and install plugins again from their recorded sources (all, or the one named).
     Update {
@@ -62,6 +66,11 @@ pub enum PluginsCommand {
     },
     /// Show or change the configuration kept in a plugin's manifest
     /// (`$BUB_HOME/config.json` and `BUB_<NAME>__<KEY>` variables override it).
+    ///
+    /// `isolated=true` runs the plugin in a process of its own; `isolated.memory_mb=512`,
+    /// `isolated.cpu_seconds`, `isolated.open_files`, `isolated.max_restarts`,
+    /// `isolated.env=NAME,NAME` (variables it may see), `isolated.max_message_mb` and
+    /// `isolated.ping_timeout_seconds` set its limits.
     Config {
         /// The plugin's name.
         name: String,
@@ -85,7 +94,7 @@ pub fn run(ctx: &Context, cmd: &PluginsCommand) -> Result<()> {
     match cmd {
         PluginsCommand::List { json } => super::probe::guarded(ctx, || list::run(ctx, *json)),
         PluginsCommand::Install { source, python: true, .. } => install::python(ctx, source),
-        PluginsCommand::Install { source, name, .. } => install::run(ctx, source, name.as_deref()),
+        PluginsCommand::Install { source, name, isolated, .. } => install::run(ctx, source, name.as_deref(), *isolated),
         PluginsCommand::Update { name } => install::update(ctx, name.as_deref()),
         PluginsCommand::Remove { name } => remove::run(ctx, name),
         PluginsCommand::Enable { name } => toggle::run(ctx, name, true),

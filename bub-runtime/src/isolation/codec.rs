@@ -1,0 +1,182 @@
+//! Host values across the connection, and the objects inside them.
+//!
+//! A value is written as its JSON; a live object in it (ABI 2.2: a tool's
+//! `context.tape`, an object in the turn state) is lent to the other side
+//! and written as the marker `{"$bub_isolated_object": id, "kind", "name"}`.
+//! The reader turns each marker back into a live object: a
+//! [`RemoteObject`] whose methods are requests to the lender. A value with
+//! no marker in its text (nearly all of them) is parsed by the host's own
+//! JSON reader in one pass.
+
+use std::sync::Arc;
+
+use bub_abi::{
+    abi::ErrorKind,
+    sdk::object::{ObjectFuture, ObjectImpl, ValueFuture},
+    HookError, Object, Value, ValueKind, ValueRef,
+};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::value::RawValue;
+
+use super::{
+    peer::Peer,
+    wire::{Answer, Message, ObjRef},
+};
+
+const MARKER: &str = "$bub_isolated_object";
+
+struct Enc<'a> {
+    v: ValueRef<'a>,
+    peer: &'a Arc<Peer>,
+}
+
+impl Serialize for Enc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.v;
+        match v.kind() {
+            ValueKind::Null => s.serialize_unit(),
+            ValueKind::Bool => s.serialize_bool(v.as_bool().unwrap_or(false)),
+            ValueKind::Int => s.serialize_i64(v.as_i64().unwrap_or(0)),
+            ValueKind::UInt => s.serialize_u64(v.as_u64().unwrap_or(0)),
+            ValueKind::Float => s.serialize_f64(v.as_f64().unwrap_or(0.0)),
+            ValueKind::Str => s.serialize_str(v.as_str().unwrap_or("")),
+            ValueKind::Array => {
+                let mut seq = s.serialize_seq(Some(v.len()))?;
+                for item in v.items() {
+                    seq.serialize_element(&Enc { v: item, peer: self.peer })?;
+                }
+                seq.end()
+            }
+            ValueKind::Object => {
+                if let Some(object) = v.live_object() {
+                    let r = self.peer.export(object.into_handle());
+                    let mut map = s.serialize_map(Some(3))?;
+                    map.serialize_entry(MARKER, &r.id)?;
+                    map.serialize_entry("kind", &r.kind)?;
+                    map.serialize_entry("name", &r.name)?;
+                    return map.end();
+                }
+                let mut map = s.serialize_map(Some(v.len()))?;
+                for (k, item) in v.entries() {
+                    map.serialize_entry(k, &Enc { v: item, peer: self.peer })?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// `v` as raw JSON, its live objects lent to the other side.
+pub(crate) fn encode(v: ValueRef<'_>, peer: &Arc<Peer>) -> Box<RawValue> {
+    let text = serde_json::to_string(&Enc { v, peer }).unwrap_or_else(|_| "null".into());
+    // What serde_json wrote is JSON.
+    RawValue::from_string(text).unwrap_or_else(|_| RawValue::from_string("null".into()).expect("null is JSON"))
+}
+
+/// Raw JSON read back as a host value; markers become live objects of the
+/// sender.
+pub(crate) fn decode(raw: &RawValue, peer: &Arc<Peer>) -> Result<Value, HookError> {
+    let text = raw.get();
+    if !text.contains(MARKER) {
+        return Value::from_json(text);
+    }
+    let tree: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| HookError::new(ErrorKind::TYPE, format!("not valid JSON: {e}")))?;
+    build(&tree, peer)
+}
+
+fn build(v: &serde_json::Value, peer: &Arc<Peer>) -> Result<Value, HookError> {
+    Ok(match v {
+        serde_json::Value::Array(items) => {
+            let mut out = Value::array();
+            for item in items {
+                out.push(build(item, peer)?);
+            }
+            out
+        }
+        serde_json::Value::Object(map) => {
+            if let Some(id) = map.get(MARKER).and_then(|i| i.as_u64()) {
+                let text = |k: &str| map.get(k).and_then(|s| s.as_str()).unwrap_or_default().to_owned();
+                let object = RemoteObject::object(peer, ObjRef { id, kind: text("kind"), name: text("name") });
+                return Value::from_live_object(&object);
+            }
+            let mut out = Value::object();
+            for (k, item) in map {
+                out.insert(k, build(item, peer)?);
+            }
+            out
+        }
+        scalar => Value::from(scalar),
+    })
+}
+
+/// An object of the other side: each method call is a request to it; the
+/// last handle dropped releases it there.
+pub(crate) struct RemoteObject {
+    peer: Arc<Peer>,
+    id: u64,
+    kind: String,
+    name: String,
+}
+
+impl RemoteObject {
+    /// The live object for `r`, an object of `peer`'s other side.
+    pub fn object(peer: &Arc<Peer>, r: ObjRef) -> Object {
+        Object::new(RemoteObject { peer: peer.clone(), id: r.id, kind: r.kind, name: r.name })
+    }
+}
+
+impl Drop for RemoteObject {
+    fn drop(&mut self) {
+        if self.peer.closed().is_none() {
+            self.peer.send(&Message::Release(self.id));
+        }
+    }
+}
+
+impl ObjectImpl for RemoteObject {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn invoke(&self, method: &str, args: serde_json::Value) -> ObjectFuture {
+        let fut = self.invoke_value(method, Value::from(&args));
+        Box::pin(async move { fut.await?.deserialize().map_err(|e| HookError::new(ErrorKind::TYPE, e.to_string())) })
+    }
+
+    fn invoke_value(&self, method: &str, args: Value) -> ValueFuture {
+        let args = encode(args.as_ref(), &self.peer);
+        let (object, method) = (self.id, method.to_owned());
+        let (id, rx) = self.peer.request(|id| Message::Invoke { id, object, method, args });
+        let guard = Forget { peer: self.peer.clone(), id };
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
+            drop(guard);
+            match answer? {
+                Answer::Value(raw) => decode(&raw, &peer),
+                Answer::None => Ok(Value::null()),
+                Answer::Error(kind, message) => Err(HookError::new(ErrorKind(kind), message)),
+                Answer::Object(_) | Answer::Objects(_) => {
+                    Err(HookError::new(ErrorKind::TYPE, "an object method answered an object, not a value"))
+                }
+            }
+        })
+    }
+}
+
+/// Stops waiting for a request whose future was dropped.
+pub(crate) struct Forget {
+    pub peer: Arc<Peer>,
+    pub id: u64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.peer.forget(self.id);
+    }
+}
