@@ -437,7 +437,16 @@ fn load_folder(
         // Checked above as any library is; its own process checks it again
         // and runs it, so nothing of it runs here.
         drop(file);
-        return load_isolated(manifest.name.clone(), dir, path, manifest.sha256.clone(), config, places, isolation, settings);
+        return load_isolated(
+            manifest.name.clone(),
+            dir,
+            path,
+            manifest.sha256.clone(),
+            config,
+            places,
+            isolation,
+            settings,
+        );
     }
     // dlopen runs the library's constructors: plugin code too.
     let label = crate::runtime::watchdog::Label::new(manifest.name.as_str().into(), "loading");
@@ -472,9 +481,8 @@ fn load_isolated(
         }
     };
     let wanted = crate::isolation::BASE_ENV.iter().copied().chain(isolation.env.iter().map(String::as_str));
-    let env = wanted
-        .filter_map(|k| settings.environment.get(k).map(|v| (OsString::from(k), OsString::from(v))))
-        .collect();
+    let env =
+        wanted.filter_map(|k| settings.environment.get(k).map(|v| (OsString::from(k), OsString::from(v)))).collect();
     let spec = crate::isolation::supervisor::Spec {
         name: name.clone(),
         dir: dir.to_path_buf(),

@@ -82,9 +82,19 @@ pub fn main() -> ExitCode {
     forward_call_rest(&peer, &loaded);
     let tasks: Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>> = Arc::default();
     let serving = peer.clone();
-    peer::serve(&peer, stream, move |message| match message {
+    let _ = peer::serve(&peer, stream, move |message| match message {
         Message::Call { id, member, hook, args, state, object, sync } => {
-            let task = serving.runtime.spawn(call(serving.clone(), loaded.clone(), id, member, hook, args, state, object, sync));
+            let task = serving.runtime.spawn(call(
+                serving.clone(),
+                loaded.clone(),
+                id,
+                member,
+                hook,
+                args,
+                state,
+                object,
+                sync,
+            ));
             let tasks2 = tasks.clone();
             bub_abi::sync::lock(&tasks).insert(id, task.abort_handle());
             // Forgotten when it ends (a finished task's abort handle is inert).
@@ -224,7 +234,15 @@ async fn call(
         };
         slot(&call)
     };
-    let answer = outcome_answer(ret, &peer).await;
+    let answer = match ret.into_outcome(bub_abi::value::own_table()) {
+        // Under sync dispatch a pending answer is dropped unpolled, as the
+        // host does in process; the host then warns as it would.
+        bub_abi::abi::Outcome::Pending(fut) if sync => {
+            drop(fut);
+            Answer::Pending
+        }
+        outcome => outcome_answer(outcome, &peer).await,
+    };
     peer.send(&Message::Reply { id, answer });
 }
 
@@ -242,7 +260,8 @@ fn forward_call_rest(peer: &Arc<Peer>, loaded: &Arc<Vec<Loaded>>) {
         let peer = peer.clone();
         Some(bub_abi::async_ffi::FutureExt::into_ffi(async move {
             let guard = codec::Forget { peer: peer.clone(), id };
-            let answer = rx.await.unwrap_or_else(|_| Err(bub_abi::HookError::new(ErrorKind::CLOSED, "the host went away")));
+            let answer =
+                rx.await.unwrap_or_else(|_| Err(bub_abi::HookError::new(ErrorKind::CLOSED, "the host went away")));
             drop(guard);
             super::supervisor::into_return(answer, &peer)
         }))

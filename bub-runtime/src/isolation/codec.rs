@@ -161,7 +161,7 @@ impl ObjectImpl for RemoteObject {
                 Answer::Value(raw) => decode(&raw, &peer),
                 Answer::None => Ok(Value::null()),
                 Answer::Error(kind, message) => Err(HookError::new(ErrorKind(kind), message)),
-                Answer::Object(_) | Answer::Objects(_) => {
+                Answer::Object(_) | Answer::Objects(_) | Answer::Pending => {
                     Err(HookError::new(ErrorKind::TYPE, "an object method answered an object, not a value"))
                 }
             }

@@ -134,7 +134,10 @@ impl Isolation {
     pub fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), String> {
         let number = || {
             value.as_u64().or_else(|| value.as_str().and_then(|s| s.parse().ok())).ok_or_else(|| {
-                format!("isolated.{key} takes a whole number of {}, not {value}", if key == "memory_mb" || key == "max_message_mb" { "MiB" } else { "units" })
+                format!(
+                    "isolated.{key} takes a whole number of {}, not {value}",
+                    if key == "memory_mb" || key == "max_message_mb" { "MiB" } else { "units" }
+                )
             })
         };
         match key {
@@ -146,19 +149,24 @@ impl Isolation {
             "ping_timeout_seconds" => self.ping_timeout_seconds = Some(number()?),
             "env" => {
                 self.env = match value {
-                    serde_json::Value::Array(items) => {
-                        items.iter().map(|i| i.as_str().map(str::to_owned).ok_or("env takes names")).collect::<Result<_, _>>()?
+                    serde_json::Value::Array(items) => items
+                        .iter()
+                        .map(|i| i.as_str().map(str::to_owned).ok_or("env takes names"))
+                        .collect::<Result<_, _>>()?,
+                    serde_json::Value::String(s) => {
+                        s.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect()
                     }
-                    serde_json::Value::String(s) => s.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
-                    _ => return Err("isolated.env takes a list of variable names (env=OPENAI_API_KEY,HTTPS_PROXY)".into()),
+                    _ => {
+                        return Err(
+                            "isolated.env takes a list of variable names (env=OPENAI_API_KEY,HTTPS_PROXY)".into()
+                        )
+                    }
                 }
             }
-            other => {
-                return Err(format!(
-                    "isolated.{other} is not an isolation setting (memory_mb, cpu_seconds, open_files, max_restarts, env, \
+            other => return Err(format!(
+                "isolated.{other} is not an isolation setting (memory_mb, cpu_seconds, open_files, max_restarts, env, \
                      max_message_mb, ping_timeout_seconds)"
-                ))
-            }
+            )),
         }
         Ok(())
     }

@@ -63,7 +63,12 @@ pub(crate) struct Peer {
 
 impl Peer {
     /// A peer writing to `stream` (its writer thread starts here).
-    pub fn new(label: String, stream: &UnixStream, cap: usize, runtime: tokio::runtime::Handle) -> std::io::Result<Arc<Peer>> {
+    pub fn new(
+        label: String,
+        stream: &UnixStream,
+        cap: usize,
+        runtime: tokio::runtime::Handle,
+    ) -> std::io::Result<Arc<Peer>> {
         let (frames, queue) = mpsc::channel::<Vec<u8>>();
         let mut out = stream.try_clone()?;
         std::thread::Builder::new().name("bub-isolation-writer".into()).spawn(move || {
@@ -210,7 +215,13 @@ impl Peer {
     }
 
     /// Runs `method` of lent object `object` for the other side's request `id`.
-    pub fn serve_invoke(self: &Arc<Self>, id: u64, object: u64, method: String, args: Box<serde_json::value::RawValue>) {
+    pub fn serve_invoke(
+        self: &Arc<Self>,
+        id: u64,
+        object: u64,
+        method: String,
+        args: Box<serde_json::value::RawValue>,
+    ) {
         let handle = bub_abi::sync::lock(&self.exports).get(&object).cloned();
         let peer = self.clone();
         self.runtime.spawn(async move {
@@ -233,8 +244,8 @@ impl Peer {
 }
 
 /// Reads messages from `stream` until it ends, handing each to `handle`
-/// (replies complete their waiters first); then closes the peer with the
-/// reason and returns it.
+/// (replies complete their waiters first); returns why it ended. The
+/// caller closes the peer, with what it then knows (how the process ended).
 pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut(Message)) -> String {
     let mut reader = std::io::BufReader::with_capacity(64 << 10, stream);
     let why = loop {
@@ -246,6 +257,5 @@ pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut
             Err(e) => break e.to_string(),
         }
     };
-    peer.close(why.clone());
     why
 }

@@ -20,6 +20,10 @@ pub(crate) fn spawn(program: &Path, stream: UnixStream, env: &[(OsString, OsStri
         .arg(super::RUNNER_ARG)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
+        // bub's allocator (mimalloc) reserves 1 GiB of address space up
+        // front; without that reservation the memory limit (RLIMIT_AS)
+        // measures what the plugin uses (32 MB at rest instead of 1 GB).
+        .env("MIMALLOC_ARENA_RESERVE", "0")
         .stdin(Stdio::from(fd))
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -94,11 +98,13 @@ impl Status {
     /// Writes it (owner-only, atomically); a failure is logged.
     pub(crate) fn write(&self, home: &Path, name: &str) {
         let path = Status::path(home, name);
-        let result = path
-            .parent()
-            .map(|dir| bub_abi::files::create_private_dir(dir))
-            .unwrap_or(Ok(()))
-            .and_then(|()| crate::install::write_atomically(&path, &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n")));
+        let result =
+            path.parent().map(|dir| bub_abi::files::create_private_dir(dir)).unwrap_or(Ok(())).and_then(|()| {
+                crate::install::write_atomically(
+                    &path,
+                    &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"),
+                )
+            });
         if let Err(e) = result {
             tracing::debug!(target: "bub::isolation", "cannot write {}: {e}", path.display());
         }

@@ -188,7 +188,9 @@ impl Supervisor {
         let fail = |child: &mut std::process::Child, why: String| -> String {
             let _ = child.kill();
             match child.wait() {
-                Ok(status) if why.contains("closed") => format!("its process {} while loading it", process::describe(status)),
+                Ok(status) if why.contains("closed") => {
+                    format!("its process {} while loading it", process::describe(status))
+                }
                 _ => why,
             }
         };
@@ -204,8 +206,9 @@ impl Supervisor {
             }
             Err(e) => return Err(fail(&mut child, e)),
         };
-        let peer = Peer::new(self.label(), &host_end, self.limits.max_message_bytes, service_runtime().handle().clone())
-            .map_err(|e| format!("cannot start its writer: {e}"))?;
+        let peer =
+            Peer::new(self.label(), &host_end, self.limits.max_message_bytes, service_runtime().handle().clone())
+                .map_err(|e| format!("cannot start its writer: {e}"))?;
         let pid = child.id();
         {
             let mut inner = bub_abi::sync::lock(&self.inner);
@@ -232,8 +235,13 @@ impl Supervisor {
                 };
                 // The socket ended: the process is ending (or broke the
                 // protocol, or was killed by us): reap it and say how.
+                let broke = !why.starts_with("the connection closed") && !why.starts_with("reading failed");
+                if broke {
+                    let _ = child.kill();
+                }
                 let status = wait_briefly(&mut child);
                 let how = match status {
+                    _ if broke => format!("broke the protocol ({why}) and was killed"),
                     Some(s) => process::describe(s),
                     None => format!("stopped answering ({why}) and was killed"),
                 };
@@ -327,7 +335,8 @@ impl Supervisor {
             inner.status.stopped = Some(why);
         } else {
             // 0.1 s, 0.2 s, 0.4 s, … at most 30 s.
-            let backoff = Duration::from_millis(100u64.saturating_mul(1 << n.saturating_sub(1).min(9))).min(Duration::from_secs(30));
+            let backoff = Duration::from_millis(100u64.saturating_mul(1 << n.saturating_sub(1).min(9)))
+                .min(Duration::from_secs(30));
             inner.not_before = Some(now + backoff);
         }
         inner.status.last_crash = Some(message);
@@ -384,7 +393,13 @@ impl Supervisor {
             let answer = peer.request_blocking(make, self.spec.sync_limit);
             if let Err(e) = &answer {
                 if peer.closed().is_none() {
-                    self.kill(&peer, format!("{hook} (a sync hook) did not answer within {:.0} s", self.spec.sync_limit.as_secs_f64()));
+                    self.kill(
+                        &peer,
+                        format!(
+                            "{hook} (a sync hook) did not answer within {:.0} s",
+                            self.spec.sync_limit.as_secs_f64()
+                        ),
+                    );
                     return HookReturn::error(HookError::new(e.kind, peer.closed().unwrap_or_default()));
                 }
             }
@@ -394,7 +409,8 @@ impl Supervisor {
         let cancel = Cancel { peer: peer.clone(), id };
         HookReturn::pending(
             async move {
-                let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
+                let answer =
+                    rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
                 drop(cancel);
                 into_return(answer, &peer)
             }
@@ -428,10 +444,12 @@ pub(crate) fn into_return(answer: Result<Answer, HookError>, peer: &Arc<Peer>) -
             Err(e) => HookReturn::error(e),
         },
         Ok(Answer::Object(r)) => HookReturn::object(RemoteObject::object(peer, r).into_handle()),
-        Ok(Answer::Objects(list)) => {
-            HookReturn::objects(list.into_iter().map(|r| RemoteObject::object(peer, r).into_handle()).collect::<RVec<_>>())
-        }
+        Ok(Answer::Objects(list)) => HookReturn::objects(
+            list.into_iter().map(|r| RemoteObject::object(peer, r).into_handle()).collect::<RVec<_>>(),
+        ),
         Ok(Answer::Error(kind, message)) => HookReturn::error(HookError::new(ErrorKind(kind), message)),
+        // Dropped unpolled by the runtime, which warns as for any plugin.
+        Ok(Answer::Pending) => HookReturn::pending(async { HookReturn::NONE }.into_ffi()),
     }
 }
 
@@ -454,8 +472,13 @@ fn handle(peer: &Arc<Peer>, sup: &Weak<Supervisor>, message: Message) {
                     (None, _) => Answer::Error(ErrorKind::ERROR.0, format!("call_rest: no registration {member}")),
                     (_, Err(e)) => Answer::Error(e.kind.0, e.message.into_string()),
                     (Some(instance), Ok(args)) => {
-                        let ret = crate::runtime::rest::call_rest(instance, abi_stable::std_types::RStr::from_str(&hook), args).await;
-                        outcome_answer(ret, &peer).await
+                        let ret = crate::runtime::rest::call_rest(
+                            instance,
+                            abi_stable::std_types::RStr::from_str(&hook),
+                            args,
+                        )
+                        .await;
+                        outcome_answer(ret.into_outcome(bub_abi::value::own_table()), &peer).await
                     }
                 };
                 peer.send(&Message::Reply { id, answer });
@@ -468,17 +491,17 @@ fn handle(peer: &Arc<Peer>, sup: &Weak<Supervisor>, message: Message) {
 }
 
 /// A hook return as an answer to the other side, awaited if pending.
-pub(crate) async fn outcome_answer(ret: HookReturn, peer: &Arc<Peer>) -> Answer {
-    let mut ret = ret;
+pub(crate) async fn outcome_answer(outcome: Outcome, peer: &Arc<Peer>) -> Answer {
+    let mut outcome = outcome;
     loop {
-        return match ret.into_outcome(bub_abi::value::own_table()) {
+        return match outcome {
             Outcome::None => Answer::None,
             Outcome::Value(v) => Answer::Value(codec::encode(v.as_ref(), peer)),
             Outcome::Object(o) => Answer::Object(peer.export(o)),
             Outcome::Objects(list) => Answer::Objects(list.into_iter().map(|o| peer.export(o)).collect()),
             Outcome::Error(e) => Answer::Error(e.kind.0, e.message.into_string()),
             Outcome::Pending(fut) => {
-                ret = fut.await;
+                outcome = fut.await.into_outcome(bub_abi::value::own_table());
                 continue;
             }
         };

@@ -37,6 +37,8 @@ pub(crate) enum Answer {
     Objects(Vec<ObjRef>),
     /// A failure: an `ErrorKind` and its message.
     Error(u8, String),
+    /// A sync call answered a future, dropped unpolled.
+    Pending,
 }
 
 /// One registration an isolated library makes: the library itself, or a

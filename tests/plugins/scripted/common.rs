@@ -16,8 +16,11 @@
 //     "block_ms": n,                         (sync) block the calling thread first
 //     "panic_in_future": "msg",
 //     "print": "text",                       println! it (to the process's stdout)
+//     "env_var": "NAME",                     answer the variable's value (null when unset)
 //     "crash": "abort" | "segfault" | "exit" | "stack_overflow",  take the process down
 //                                          (also as "init": …)
+//     "crash_every": [n, "segfault"],        crash on every n-th call (of any hook so
+//                                          scripted) in this process
 //     "connect": "127.0.0.1:port",           async: send a line over TCP, return the reply
 //     "set_state": {k: v}, "get_state": "k", write / read the live turn state
 //     "echo_arg": i,                         return argument i as received
@@ -100,6 +103,17 @@ impl Scripted {
         }
         if let Some(how) = script.get("crash").and_then(Value::as_str) {
             crash(how);
+        }
+        if let Some([n, how]) = script.get("crash_every").and_then(Value::as_array).map(Vec::as_slice) {
+            // Counted per process: a restarted (isolated) plugin counts anew.
+            static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let seen = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if seen % n.as_u64().unwrap_or(1).max(1) == 0 {
+                crash(how.as_str().unwrap_or("abort"));
+            }
+        }
+        if let Some(name) = script.get("env_var").and_then(Value::as_str) {
+            return answer(std::env::var(name).map(Value::String).unwrap_or(Value::Null));
         }
         if let Some(text) = script.get("print").and_then(Value::as_str) {
             // What a careless plugin does: write to the process's stdout.

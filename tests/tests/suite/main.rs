@@ -22,6 +22,7 @@ mod fidelity;
 mod gateway;
 mod host_api;
 mod install;
+mod isolation;
 mod loading;
 mod mcp;
 mod openai;

@@ -28,7 +28,8 @@ pub fn run(ctx: &Context, name: &str, set: &[String], unset: &[String]) -> Resul
             changes.push((key.to_owned(), value));
         }
     }
-    let unset_isolation: Vec<&String> = unset.iter().filter(|k| *k == "isolated" || k.starts_with("isolated.")).collect();
+    let unset_isolation: Vec<&String> =
+        unset.iter().filter(|k| *k == "isolated" || k.starts_with("isolated.")).collect();
     if !isolation.is_empty() || !unset_isolation.is_empty() {
         let mut problem = None;
         let manifest = installer.update_manifest(name, |current| {
