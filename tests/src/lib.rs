@@ -200,6 +200,15 @@ impl Home {
         self.install(name, &lib(package), config)
     }
 
+    /// Runs installed plugin `name` in a process of its own: its
+    /// manifest's `isolation` becomes `settings` (`{"enabled": true, …}`).
+    pub fn isolate(&self, name: &str, settings: Value) {
+        let manifest = self.path().join("plugins").join(name).join("plugin.json");
+        let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+        m["isolation"] = settings;
+        std::fs::write(&manifest, m.to_string()).unwrap();
+    }
+
     /// Points the agent at a model server: `config.json` with `model`, a
     /// key, `api_base` and the keys of `extra` (an object).
     pub fn use_model(&self, model: &str, api_base: &str, extra: Value) {

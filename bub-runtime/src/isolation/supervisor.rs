@@ -19,7 +19,7 @@ use abi_stable::std_types::{ROption, RVec};
 use bub_abi::{
     abi::{DispatchMode, HookCall, HookMarker, HookReturn, HookSlot, Instance, Outcome},
     async_ffi::FutureExt,
-    ErrorKind, HookError, HookId, HOOK_COUNT,
+    ErrorKind, HookError, HookId, Value, ValueRef, HOOK_COUNT,
 };
 
 use super::{
@@ -71,6 +71,8 @@ pub(crate) struct Supervisor {
     spec: Spec,
     limits: Limits,
     inner: Mutex<Inner>,
+    /// Held while a process starts: one start at a time.
+    starting: Mutex<()>,
     /// The registrations of its first start (the slots the registry holds).
     registrations: OnceLock<Vec<Registration>>,
     /// This side's instance of each registration, in the same order.
@@ -101,6 +103,7 @@ pub(crate) fn load(spec: Spec) -> Result<Vec<crate::PluginRecord>, String> {
         spec,
         limits,
         inner: Mutex::new(Inner::default()),
+        starting: Mutex::new(()),
         registrations: OnceLock::new(),
         instances: OnceLock::new(),
     });
@@ -255,25 +258,39 @@ impl Supervisor {
         Ok((peer, abi_version, registrations))
     }
 
-    /// The running process's connection, starting it again if it ended
-    /// (after its backoff, within its restart limit).
-    fn peer(self: &Arc<Self>) -> Result<Arc<Peer>, HookError> {
-        let mut inner = bub_abi::sync::lock(&self.inner);
-        if let Some(p) = inner.peer.as_ref().filter(|p| p.closed().is_none()) {
-            return Ok(p.clone());
-        }
+    /// The running process's connection, if it runs.
+    fn live(&self) -> Option<Arc<Peer>> {
+        bub_abi::sync::lock(&self.inner).peer.clone().filter(|p| p.closed().is_none())
+    }
+
+    /// When the next start may be tried (after a crash's backoff), or why
+    /// it never will.
+    fn next_start(&self) -> Result<Option<Instant>, HookError> {
+        let inner = bub_abi::sync::lock(&self.inner);
         if let Some(why) = &inner.stopped {
             return Err(HookError::new(ErrorKind::CLOSED, format!("{} is stopped: {why}", self.label())));
         }
-        if let Some(t) = inner.not_before.filter(|t| *t > Instant::now()) {
+        Ok(inner.not_before.filter(|t| *t > Instant::now()))
+    }
+
+    /// The running process's connection, starting it again if it ended
+    /// (after its backoff, within its restart limit). Blocks while it starts.
+    fn peer(self: &Arc<Self>) -> Result<Arc<Peer>, HookError> {
+        if let Some(p) = self.live() {
+            return Ok(p);
+        }
+        let _one_at_a_time = bub_abi::sync::lock(&self.starting);
+        if let Some(p) = self.live() {
+            return Ok(p);
+        }
+        if let Some(t) = self.next_start()? {
             let wait = t.saturating_duration_since(Instant::now());
             return Err(HookError::new(
                 ErrorKind::CLOSED,
                 format!("{} is restarting after a crash (next try in {:.1} s)", self.label(), wait.as_secs_f64()),
             ));
         }
-        inner.status.restarts += 1;
-        drop(inner);
+        bub_abi::sync::lock(&self.inner).status.restarts += 1;
         let started = self.start();
         let mut inner = bub_abi::sync::lock(&self.inner);
         match started {
@@ -334,9 +351,11 @@ impl Supervisor {
             inner.stopped = Some(why.clone());
             inner.status.stopped = Some(why);
         } else {
-            // 0.1 s, 0.2 s, 0.4 s, … at most 30 s.
-            let backoff = Duration::from_millis(100u64.saturating_mul(1 << n.saturating_sub(1).min(9)))
-                .min(Duration::from_secs(30));
+            // 0.1 s, 0.2 s, 0.4 s, … at most 30 s, by the crashes of the
+            // last minute: a plugin that crashes now and then comes back at
+            // once, one that crashes in a loop backs off.
+            let recent = inner.crashes.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(60)).count() as u32;
+            let backoff = Duration::from_millis(100u64 << recent.saturating_sub(1).min(9)).min(Duration::from_secs(30));
             inner.not_before = Some(now + backoff);
         }
         inner.status.last_crash = Some(message);
@@ -378,44 +397,117 @@ impl Supervisor {
         });
     }
 
-    /// Forwards one hook call to the process.
+    /// Forwards one hook call to the process. While the process is being
+    /// started again after a crash, an async call waits for it (its
+    /// backoff, then the start, off the caller's thread); a sync one waits
+    /// at most [`SYNC_RESTART_WAIT`].
     fn call(self: &Arc<Self>, member: usize, hook: HookId, call: &HookCall<'_>) -> HookReturn {
-        let peer = match self.peer() {
-            Ok(p) => p,
-            Err(e) => return HookReturn::error(e),
-        };
-        let args: Vec<_> = call.args.iter().map(|v| codec::encode(*v, &peer)).collect();
-        let state = call.state.map(|s| peer.export_state(s.clone())).into_option();
-        let object = call.object.map(|o| peer.export(o.clone())).into_option();
         let sync = call.mode == DispatchMode::Sync || hook.kind().is_sync_only();
+        let args: Vec<ValueRef<'_>> = call.args.iter().copied().collect();
+        let (state, object) = (call.state.into_option(), call.object.into_option());
+        if let Some(peer) = self.live() {
+            return self.send(&peer, member, hook, &args, state, object, sync);
+        }
+        if sync {
+            if let Ok(Some(t)) = self.next_start() {
+                let wait = t.saturating_duration_since(Instant::now());
+                if wait <= SYNC_RESTART_WAIT {
+                    std::thread::sleep(wait);
+                }
+            }
+            return match self.peer() {
+                Ok(peer) => self.send(&peer, member, hook, &args, state, object, sync),
+                Err(e) => HookReturn::error(e),
+            };
+        }
+        // Owned copies (values are shared, not copied) for the wait.
+        let values: Vec<Value> = args.iter().map(|v| ValueRef::to_owned(*v)).collect();
+        let (state, object) = (state.cloned(), object.cloned());
+        let sup = self.clone();
+        HookReturn::pending(
+            async move {
+                let peer = match sup.wait_for_start().await {
+                    Ok(p) => p,
+                    Err(e) => return HookReturn::error(e),
+                };
+                let args: Vec<ValueRef<'_>> = values.iter().map(Value::as_ref).collect();
+                let ret = sup.send(&peer, member, hook, &args, state.as_ref(), object.as_ref(), false);
+                match ret.into_outcome(bub_abi::value::own_table()) {
+                    Outcome::Pending(fut) => fut.await,
+                    other => outcome_return(other),
+                }
+            }
+            .into_ffi(),
+        )
+    }
+
+    /// The process, once its backoff passed and it started (async).
+    async fn wait_for_start(self: &Arc<Self>) -> Result<Arc<Peer>, HookError> {
+        if let Some(t) = self.next_start()? {
+            tokio::time::sleep_until(t.into()).await;
+        }
+        let sup = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt
+                .spawn_blocking(move || sup.peer())
+                .await
+                .unwrap_or_else(|_| Err(HookError::new(ErrorKind::PANIC, "starting the plugin's process panicked"))),
+            Err(_) => sup.peer(),
+        }
+    }
+
+    /// Sends one call to `peer`; its answer, or a pending future of it.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        self: &Arc<Self>,
+        peer: &Arc<Peer>,
+        member: usize,
+        hook: HookId,
+        args: &[ValueRef<'_>],
+        state: Option<&bub_abi::abi::StateHandle>,
+        object: Option<&bub_abi::abi::ObjectHandle>,
+        sync: bool,
+    ) -> HookReturn {
+        let args: Vec<_> = args.iter().map(|v| codec::encode(*v, peer)).collect();
+        let state = state.map(|s| peer.export_state(s.clone()));
+        let object = object.map(|o| peer.export(o.clone()));
         let make = |id| Message::Call { id, member, hook: hook.name().to_owned(), args, state, object, sync };
         if sync {
             let answer = peer.request_blocking(make, self.spec.sync_limit);
             if let Err(e) = &answer {
                 if peer.closed().is_none() {
-                    self.kill(
-                        &peer,
-                        format!(
-                            "{hook} (a sync hook) did not answer within {:.0} s",
-                            self.spec.sync_limit.as_secs_f64()
-                        ),
-                    );
+                    self.kill(peer, format!("{hook} (a sync hook) did not answer within {:.0} s", self.spec.sync_limit.as_secs_f64()));
                     return HookReturn::error(HookError::new(e.kind, peer.closed().unwrap_or_default()));
                 }
             }
-            return into_return(answer, &peer);
+            return into_return(answer, peer);
         }
         let (id, rx) = peer.request(make);
         let cancel = Cancel { peer: peer.clone(), id };
+        let peer = peer.clone();
         HookReturn::pending(
             async move {
-                let answer =
-                    rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
+                let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
                 drop(cancel);
                 into_return(answer, &peer)
             }
             .into_ffi(),
         )
+    }
+}
+
+/// How long a sync call waits for a crashed plugin's backoff.
+const SYNC_RESTART_WAIT: Duration = Duration::from_secs(2);
+
+/// An outcome back as a return.
+fn outcome_return(outcome: Outcome) -> HookReturn {
+    match outcome {
+        Outcome::None => HookReturn::NONE,
+        Outcome::Value(v) => HookReturn::value(v),
+        Outcome::Object(o) => HookReturn::object(o),
+        Outcome::Objects(list) => HookReturn::objects(list),
+        Outcome::Error(e) => HookReturn::error(e),
+        Outcome::Pending(fut) => HookReturn::pending(fut),
     }
 }
 

@@ -21,6 +21,44 @@ fn isolate(dir: &Path, settings: Value) {
     std::fs::write(&manifest, m.to_string()).unwrap();
 }
 
+/// Behaviour of a real channel plugin, isolated: `bub gateway` with the
+/// HTTP channel in a process of its own (its channel object and the
+/// message handler it calls cross the connection both ways) answers
+/// messages as in process, sessions keep their tapes, and a crashing
+/// isolated plugin in the turn does not take the channel down.
+#[test]
+fn the_gateway_serves_through_an_isolated_http_channel() {
+    let home = Home::new();
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": "t"}));
+    home.isolate("http-channel", json!({"enabled": true}));
+    let started = Instant::now();
+    let mut gateway = bub_tests::gateway::GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    eprintln!("up at {:?}", started.elapsed());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let post = |content: &str| {
+        let request = reqwest::Client::new()
+            .post(format!("{base}/v1/messages"))
+            .bearer_auth("t")
+            .json(&json!({"content": content, "session_id": "s1"}));
+        rt.block_on(async { 
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        })
+    };
+    let (status, body) = post("hello isolated");
+    assert_eq!(status, 200, "{body}\n{}", gateway.log());
+    assert!(body.contains("hello isolated"), "{body}");
+    let (status, body) = post("and again");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("and again"), "{body}");
+    eprintln!("served at {:?}", started.elapsed());
+    drop(gateway);
+    eprintln!("stopped at {:?}", started.elapsed());
+    let (out, _, _) = run_bub(&home, &["plugins", "list"]);
+    assert!(out.contains("isolated: runs in a process of its own"), "{out}");
+}
+
 /// A host over the home's plugins whose isolated ones run in `bub`.
 fn host(home: &Home, env: &[(&str, &str)]) -> Host {
     let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> =
