@@ -163,10 +163,12 @@ impl Isolation {
                     }
                 }
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "isolated.{other} is not an isolation setting (memory_mb, cpu_seconds, open_files, max_restarts, env, \
                      max_message_mb, ping_timeout_seconds)"
-            )),
+            ))
+            }
         }
         Ok(())
     }

@@ -354,7 +354,8 @@ impl Supervisor {
             // 0.1 s, 0.2 s, 0.4 s, … at most 30 s, by the crashes of the
             // last minute: a plugin that crashes now and then comes back at
             // once, one that crashes in a loop backs off.
-            let recent = inner.crashes.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(60)).count() as u32;
+            let recent =
+                inner.crashes.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(60)).count() as u32;
             let backoff = Duration::from_millis(100u64 << recent.saturating_sub(1).min(9)).min(Duration::from_secs(30));
             inner.not_before = Some(now + backoff);
         }
@@ -476,7 +477,13 @@ impl Supervisor {
             let answer = peer.request_blocking(make, self.spec.sync_limit);
             if let Err(e) = &answer {
                 if peer.closed().is_none() {
-                    self.kill(peer, format!("{hook} (a sync hook) did not answer within {:.0} s", self.spec.sync_limit.as_secs_f64()));
+                    self.kill(
+                        peer,
+                        format!(
+                            "{hook} (a sync hook) did not answer within {:.0} s",
+                            self.spec.sync_limit.as_secs_f64()
+                        ),
+                    );
                     return HookReturn::error(HookError::new(e.kind, peer.closed().unwrap_or_default()));
                 }
             }
@@ -487,7 +494,8 @@ impl Supervisor {
         let peer = peer.clone();
         HookReturn::pending(
             async move {
-                let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
+                let answer =
+                    rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
                 drop(cancel);
                 into_return(answer, &peer)
             }

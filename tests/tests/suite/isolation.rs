@@ -41,7 +41,7 @@ fn the_gateway_serves_through_an_isolated_http_channel() {
             .post(format!("{base}/v1/messages"))
             .bearer_auth("t")
             .json(&json!({"content": content, "session_id": "s1"}));
-        rt.block_on(async { 
+        rt.block_on(async {
             let r = request.send().await.unwrap();
             (r.status().as_u16(), r.text().await.unwrap())
         })
