@@ -19,8 +19,7 @@ fn host(home: &Home, isolated: bool, is_async: bool) -> Host {
     if isolated {
         home.isolate("p000", json!({"enabled": true}));
     }
-    let mut settings = RuntimeSettings::default();
-    settings.plugin_runner = Some(bub_bin_release());
+    let settings = RuntimeSettings { plugin_runner: Some(bub_bin_release()), ..Default::default() };
     let host = HostBuilder::new().settings(settings).home(home.path()).discovered(&home.search()).build();
     assert!(host.registry().plugins().iter().all(|p| p.status == PluginStatus::Loaded));
     host

@@ -269,7 +269,7 @@ thread_local! {
 pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut(Message)) -> String {
     IS_READER.with(|r| r.set(true));
     let mut reader = std::io::BufReader::with_capacity(64 << 10, stream);
-    let why = loop {
+    loop {
         match wire::read(&mut reader, peer.cap) {
             Ok(Message::Reply { id, answer }) => peer.complete(id, answer),
             Ok(Message::Invoke { id, object, method, args }) => peer.serve_invoke(id, object, method, args),
@@ -277,6 +277,5 @@ pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut
             Ok(other) => handle(other),
             Err(e) => break e.to_string(),
         }
-    };
-    why
+    }
 }

@@ -98,13 +98,9 @@ impl Status {
     /// Writes it (owner-only, atomically); a failure is logged.
     pub(crate) fn write(&self, home: &Path, name: &str) {
         let path = Status::path(home, name);
-        let result =
-            path.parent().map(|dir| bub_abi::files::create_private_dir(dir)).unwrap_or(Ok(())).and_then(|()| {
-                crate::install::write_atomically(
-                    &path,
-                    &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"),
-                )
-            });
+        let result = path.parent().map(bub_abi::files::create_private_dir).unwrap_or(Ok(())).and_then(|()| {
+            crate::install::write_atomically(&path, &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"))
+        });
         if let Err(e) = result {
             tracing::debug!(target: "bub::isolation", "cannot write {}: {e}", path.display());
         }

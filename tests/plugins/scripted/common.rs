@@ -108,7 +108,7 @@ impl Scripted {
             // Counted per process: a restarted (isolated) plugin counts anew.
             static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let seen = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if seen % n.as_u64().unwrap_or(1).max(1) == 0 {
+            if seen.is_multiple_of(n.as_u64().unwrap_or(1).max(1)) {
                 crash(how.as_str().unwrap_or("abort"));
             }
         }

@@ -21,16 +21,18 @@ fn isolate(dir: &Path, settings: Value) {
     std::fs::write(&manifest, m.to_string()).unwrap();
 }
 
-/// Behaviour of a real channel plugin, isolated: `bub gateway` with the
-/// HTTP channel in a process of its own (its channel object and the
-/// message handler it calls cross the connection both ways) answers
-/// messages as in process, sessions keep their tapes, and a crashing
-/// isolated plugin in the turn does not take the channel down.
+/// Real plugins, isolated: `bub gateway` with the HTTP channel and the
+/// SQLite tape store each in a process of its own (the channel object and
+/// the message handler it calls cross the connection both ways; the store
+/// is a host object whose methods are requests) answers messages as in
+/// process, and leaves no process behind.
 #[test]
 fn the_gateway_serves_through_an_isolated_http_channel() {
     let home = Home::new();
     home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": "t"}));
     home.isolate("http-channel", json!({"enabled": true}));
+    home.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    home.isolate("tape-sqlite", json!({"enabled": true}));
     let started = Instant::now();
     let mut gateway = bub_tests::gateway::GatewayProcess::start(home.path(), &[], &[]);
     let base = gateway.address(home.path(), "http-channel");
@@ -52,9 +54,28 @@ fn the_gateway_serves_through_an_isolated_http_channel() {
     let (status, body) = post("and again");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("and again"), "{body}");
-    eprintln!("served at {:?}", started.elapsed());
+    // The turns went to the isolated store's database.
+    let db = home.path().join("data/tape-sqlite/tapes.sqlite3");
+    assert!(std::fs::metadata(&db).map(|m| m.len() > 0).unwrap_or(false), "no tape database at {}", db.display());
+    // Its plugins' processes end with it.
+    let pid = gateway.pid().unwrap();
+    let children: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(children.len(), 2, "one process per isolated plugin: {children:?}");
     drop(gateway);
-    eprintln!("stopped at {:?}", started.elapsed());
+    let gone = |c: &String| {
+        std::fs::read_to_string(format!("/proc/{c}/cmdline")).map_or(true, |l| !l.contains("__plugin-runner"))
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !children.iter().all(gone) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(children.iter().all(gone), "a plugin process outlived the gateway");
+    eprintln!("served and stopped in {:?}", started.elapsed());
     let (out, _, _) = run_bub(&home, &["plugins", "list"]);
     assert!(out.contains("isolated: runs in a process of its own"), "{out}");
 }
