@@ -8,7 +8,11 @@
 //! no marker in its text (nearly all of them) is parsed by the host's own
 //! JSON reader in one pass.
 
-use std::sync::Arc;
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+};
 
 use bub_abi::{
     abi::ErrorKind,
@@ -110,26 +114,47 @@ fn build(v: &serde_json::Value, peer: &Arc<Peer>) -> Result<Value, HookError> {
     })
 }
 
+/// Finds an object again in a restarted process (see [`RemoteObject::revivable`]):
+/// the new process and the object's id there.
+pub(crate) type Revive =
+    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(Arc<Peer>, u64), HookError>> + Send>> + Send + Sync>;
+
 /// An object of the other side: each method call is a request to it; the
 /// last handle dropped releases it there.
 pub(crate) struct RemoteObject {
-    peer: Arc<Peer>,
-    id: u64,
+    /// The process it lives in and its id there (changed by a revival).
+    at: Arc<Mutex<(Arc<Peer>, u64)>>,
     kind: String,
     name: String,
+    revive: Option<Revive>,
 }
 
 impl RemoteObject {
     /// The live object for `r`, an object of `peer`'s other side.
     pub fn object(peer: &Arc<Peer>, r: ObjRef) -> Object {
-        Object::new(RemoteObject { peer: peer.clone(), id: r.id, kind: r.kind, name: r.name })
+        let at = Arc::new(Mutex::new((peer.clone(), r.id)));
+        Object::new(RemoteObject { at, kind: r.kind, name: r.name, revive: None })
+    }
+
+    /// Like [`object`](Self::object), for an object a plugin's provider
+    /// hook answered (a tape store, a steering inbox, tools): when that
+    /// process has ended, the next method call asks the restarted process
+    /// for it again with `revive`, so the host's handle keeps working.
+    pub fn revivable(peer: &Arc<Peer>, r: ObjRef, revive: Revive) -> Object {
+        let at = Arc::new(Mutex::new((peer.clone(), r.id)));
+        Object::new(RemoteObject { at, kind: r.kind, name: r.name, revive: Some(revive) })
+    }
+
+    fn current(&self) -> (Arc<Peer>, u64) {
+        bub_abi::sync::lock(&self.at).clone()
     }
 }
 
 impl Drop for RemoteObject {
     fn drop(&mut self) {
-        if self.peer.closed().is_none() {
-            self.peer.send(&Message::Release(self.id));
+        let (peer, id) = self.current();
+        if peer.closed().is_none() {
+            peer.send(&Message::Release(id));
         }
     }
 }
@@ -149,23 +174,40 @@ impl ObjectImpl for RemoteObject {
     }
 
     fn invoke_value(&self, method: &str, args: Value) -> ValueFuture {
-        let args = encode(args.as_ref(), &self.peer);
-        let (object, method) = (self.id, method.to_owned());
-        let (id, rx) = self.peer.request(|id| Message::Invoke { id, object, method, args });
-        let guard = Forget { peer: self.peer.clone(), id };
-        let peer = self.peer.clone();
+        let (peer, object) = self.current();
+        let revive = match (&self.revive, peer.closed()) {
+            (Some(revive), Some(_)) => Some(revive()),
+            _ => None,
+        };
+        let method = method.to_owned();
+        let at = self.at.clone();
         Box::pin(async move {
-            let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
-            drop(guard);
-            match answer? {
-                Answer::Value(raw) => decode(&raw, &peer),
-                Answer::None => Ok(Value::null()),
-                Answer::Error(kind, message) => Err(HookError::new(ErrorKind(kind), message)),
-                Answer::Object(_) | Answer::Objects(_) | Answer::Pending => {
-                    Err(HookError::new(ErrorKind::TYPE, "an object method answered an object, not a value"))
+            let (peer, object) = match revive {
+                None => (peer, object),
+                Some(revive) => {
+                    let revived = revive.await?;
+                    *bub_abi::sync::lock(&at) = revived.clone();
+                    revived
                 }
-            }
+            };
+            call(&peer, object, method, args).await
         })
+    }
+}
+
+async fn call(peer: &Arc<Peer>, object: u64, method: String, args: Value) -> Result<Value, HookError> {
+    let args = encode(args.as_ref(), peer);
+    let (id, rx) = peer.request(|id| Message::Invoke { id, object, method, args });
+    let guard = Forget { peer: peer.clone(), id };
+    let answer = rx.await.unwrap_or_else(|_| Err(HookError::new(ErrorKind::CLOSED, "the connection ended")));
+    drop(guard);
+    match answer? {
+        Answer::Value(raw) => decode(&raw, peer),
+        Answer::None => Ok(Value::null()),
+        Answer::Error(kind, message) => Err(HookError::new(ErrorKind(kind), message)),
+        Answer::Object(_) | Answer::Objects(_) | Answer::Pending => {
+            Err(HookError::new(ErrorKind::TYPE, "an object method answered an object, not a value"))
+        }
     }
 }
 

@@ -442,6 +442,72 @@ impl Supervisor {
         )
     }
 
+    /// A reply to one of the host's calls as a return; the objects a
+    /// provider hook answers can be revived in a restarted process.
+    fn answer_of(
+        self: &Arc<Self>,
+        member: usize,
+        hook: HookId,
+        answer: Result<Answer, HookError>,
+        peer: &Arc<Peer>,
+    ) -> HookReturn {
+        if !REVIVABLE.contains(&hook) {
+            return into_return(answer, peer);
+        }
+        let revivable = |r: wire::ObjRef, index: usize| {
+            let sup = Arc::downgrade(self);
+            let revive: codec::Revive = Box::new(move || {
+                let sup = sup.clone();
+                Box::pin(async move {
+                    let sup = sup.upgrade().ok_or_else(|| HookError::new(ErrorKind::CLOSED, "the host is gone"))?;
+                    sup.find_again(member, hook, index).await
+                })
+            });
+            RemoteObject::revivable(peer, r, revive).into_handle()
+        };
+        match answer {
+            Ok(Answer::Object(r)) => HookReturn::object(revivable(r, 0)),
+            Ok(Answer::Objects(list)) => {
+                HookReturn::objects(list.into_iter().enumerate().map(|(i, r)| revivable(r, i)).collect::<RVec<_>>())
+            }
+            other => into_return(other, peer),
+        }
+    }
+
+    /// Calls provider hook `hook` again in the running (restarted)
+    /// process; the id of its `index`-th object there.
+    async fn find_again(
+        self: &Arc<Self>,
+        member: usize,
+        hook: HookId,
+        index: usize,
+    ) -> Result<(Arc<Peer>, u64), HookError> {
+        let peer = self.wait_for_start().await?;
+        let name = hook.name().to_owned();
+        let (_, rx) = peer.request(|id| Message::Call {
+            id,
+            member,
+            hook: name,
+            args: Vec::new(),
+            state: None,
+            object: None,
+            sync: true,
+        });
+        let gone = || {
+            HookError::new(
+                ErrorKind::CLOSED,
+                format!("{}: after its restart, {hook} no longer answers this object", self.label()),
+            )
+        };
+        let found = match rx.await.map_err(|_| gone())?? {
+            Answer::Object(r) if index == 0 => r,
+            Answer::Objects(list) => list.into_iter().nth(index).ok_or_else(gone)?,
+            _ => return Err(gone()),
+        };
+        tracing::info!(target: "bub::isolation", "{}: its {hook} object was found again in its restarted process", self.label());
+        Ok((peer, found.id))
+    }
+
     /// The process, once its backoff passed and it started (async).
     async fn wait_for_start(self: &Arc<Self>) -> Result<Arc<Peer>, HookError> {
         if let Some(t) = self.next_start()? {
@@ -487,7 +553,7 @@ impl Supervisor {
                     return HookReturn::error(HookError::new(e.kind, peer.closed().unwrap_or_default()));
                 }
             }
-            return into_return(answer, peer);
+            return self.answer_of(member, hook, answer, peer);
         }
         let (id, rx) = peer.request(make);
         let cancel = Cancel { peer: peer.clone(), id };
@@ -503,6 +569,19 @@ impl Supervisor {
         )
     }
 }
+
+/// Provider hooks without arguments whose objects a restarted process is
+/// asked for again ([`Supervisor::answer_of`]): objects the host only
+/// calls (stores, the steering inbox, tools, the tape context). Channels
+/// and lifespans are started or entered once by the host, so a new one
+/// would not be; an environment or a stream belongs to one call.
+const REVIVABLE: &[HookId] = &[
+    HookId::ProvideTapeStore,
+    HookId::ProvideSteeringInbox,
+    HookId::ProvideTools,
+    HookId::BuildTapeContext,
+    HookId::ProvideTapeSidecar,
+];
 
 /// How long a sync call waits for a crashed plugin's backoff.
 const SYNC_RESTART_WAIT: Duration = Duration::from_secs(2);

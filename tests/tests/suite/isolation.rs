@@ -308,3 +308,33 @@ fn isolation_is_set_by_install_and_config() {
     let (out, _, _) = run_bub(&home, &["plugins", "list"]);
     assert!(!out.contains("isolated"), "{out}");
 }
+
+/// A tape store (or tools, the steering inbox) from an isolated plugin
+/// outlives a crash of its process: the host's handle asks the restarted
+/// process for it again on its next call. A stream or a channel is not
+/// revived: its call failed with the crash.
+#[test]
+fn a_store_from_an_isolated_plugin_comes_back_after_a_crash() {
+    let home = Home::new();
+    let dir = home.scripted(
+        "store",
+        "",
+        json!({
+            "provide_tape_store": {"object": {"kind": "tape_store", "methods": {"list_tapes": {"return": ["t1"]}}}},
+            "resolve_session": {"crash": "segfault"},
+        }),
+    );
+    isolate(&dir, json!({"enabled": true}));
+    let host = host(&home, &[]);
+    let rt = host.runtime();
+    let store =
+        rt.call_first_sync(HookId::ProvideTapeStore, &CallArgs::provide_tape_store().unwrap()).unwrap().unwrap();
+    let store = store.object().unwrap();
+    assert_eq!(block_on(store.invoke("list_tapes", &json!({}))).unwrap(), json!(["t1"]));
+    assert!(resolve(&host).unwrap_err().contains("SIGSEGV"));
+    // The same handle, after the crash (waits out the backoff).
+    assert_eq!(block_on(store.invoke("list_tapes", &json!({}))).unwrap(), json!(["t1"]));
+    assert_eq!(block_on(store.invoke("list_tapes", &json!({}))).unwrap(), json!(["t1"]));
+    let provided = home.trace().iter().filter(|l| l.ends_with(":provide_tape_store")).count();
+    assert_eq!(provided, 2, "asked once at first, once in the restarted process: {:?}", home.trace());
+}
