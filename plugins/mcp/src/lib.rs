@@ -26,7 +26,10 @@
 //!
 //! Bounds: a stdio server's message over `max_message_bytes` (config,
 //! 16 MiB) fails the call it answers at once, saying so (rmcp alone drops
-//! it and the call waits for its deadline); a server runs in its own
+//! it and the call waits for its deadline); a streamable-HTTP server's
+//! answer (a JSON body or one SSE event) over it closes the connection
+//! (rmcp's own limits, set to ours) and fails the call naming the setting;
+//! a server runs in its own
 //! process group, killed whole when it is left out (no answer in time) or
 //! its scope closes, so a server started through `npx` or a shell leaves
 //! nothing behind; a tool whose name is not 1–64 of `A–Z a–z 0–9 _ - .` is
@@ -146,6 +149,9 @@ struct Server {
     tools: Vec<rmcp::model::Tool>,
     /// A stdio server's process, stopped after its session closes.
     child: tokio::sync::Mutex<Option<ServerProcess>>,
+    /// For an HTTP server: the cap on one answer (rmcp closes the
+    /// transport on a bigger one, without saying why).
+    http_cap: Option<usize>,
 }
 
 /// How long a stdio server may take to exit once its input is closed.
@@ -184,7 +190,13 @@ async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Se
             ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
         }
         (None, Some(url)) => {
-            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            // rmcp's own limits (16 MiB per SSE event and per JSON body by
+            // default) set to ours, so both transports cap the same.
+            let config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .max_sse_event_size(limits.max_message)
+                    .max_json_response_size(limits.max_message);
+            let transport = StreamableHttpClientTransport::from_config(config);
             ().serve(transport).await.map_err(|e| format!("{url} did not start an MCP session: {e}"))?
         }
         _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
@@ -216,6 +228,7 @@ async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Se
         peer,
         tools,
         child: tokio::sync::Mutex::new(child),
+        http_cap: config.url.as_ref().map(|_| limits.max_message),
     })
 }
 
@@ -421,6 +434,7 @@ impl Tool for McpTool {
     fn call(&self, arguments: Map<String, Value>) -> impl Fut<Value> {
         let (peer, name) = (self.server.peer.clone(), self.tool.name.to_string());
         let server = self.server.name.clone();
+        let http_cap = self.server.http_cap;
         async move {
             let params = CallToolRequestParams::new(name.clone()).with_arguments(arguments);
             let result = peer.call_tool(params).await.map_err(|e| {
@@ -430,6 +444,15 @@ impl Tool for McpTool {
                     rmcp::ServiceError::McpError(d) if d.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND => {
                         "; the server may run this tool only as an MCP task, which bub-rs does not support"
                     }
+                    rmcp::ServiceError::TransportClosed => match http_cap {
+                        Some(cap) => {
+                            return format!(
+                                "MCP server '{server}', tool {name}: the connection closed; an answer larger than \
+                                 {cap} bytes closes it (the mcp plugin's max_message_bytes setting)"
+                            )
+                        }
+                        None => "",
+                    },
                     _ => "",
                 };
                 format!("MCP server '{server}', tool {name}: {e}{hint}")

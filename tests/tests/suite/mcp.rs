@@ -281,3 +281,22 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     assert!(text.contains("PATH"), "{text}");
     assert!(no_secret_in(&text), "the npm server saw bub's secrets: {text}");
 }
+
+/// Issue 24 item 2: a streamable-HTTP server's answer over
+/// `max_message_bytes` fails its call, as a stdio server's does (rmcp's
+/// own HTTP limits are set to the plugin's); a smaller one passes.
+#[test]
+fn an_http_mcp_answer_over_max_message_bytes_fails_its_call() {
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10, "max_message_bytes": 20_000}));
+    let http = HttpServer::start();
+    bub(&home, &["mcp", "add", "web", "--url", &http.1]);
+    let small = "s".repeat(1000);
+    assert!(bub(&home, &["run", &format!(",mcp.web_echo text={small}")]).contains(&small));
+    let big = "b".repeat(60_000);
+    let started = std::time::Instant::now();
+    let (out, err, ok) = run_bub(&home, &["run", &format!(",mcp.web_echo text={big}")]);
+    assert!(!ok && !out.contains(&big), "{err}");
+    assert!(err.contains("larger than 20000 bytes") && err.contains("max_message_bytes"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "the call waited for its deadline");
+}

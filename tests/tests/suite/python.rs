@@ -354,3 +354,35 @@ fn a_bub_schedule_job_fires_a_turn_through_the_gateway() {
     assert!(added.is_some() && asked > added, "the job was added, then its turn asked the model: {lines:#?}");
     assert!(home.path().join("jobs.json").exists(), "bub-schedule keeps its jobs in the home");
 }
+
+/// Issue 24 item 1: the python bridge isolated. The bridge is a plugin
+/// set; in a process of its own every Python plugin behind it is still a
+/// plugin of its own (listed by name, with its markers), and a turn runs
+/// through their hooks with the live state as in process. The probe reads
+/// its settings from the environment, so they are named in `isolated.env`.
+#[test]
+fn the_python_bridge_runs_isolated_with_its_plugins_behind_it() {
+    let Some(venv) = python::venv_or_skip("the_python_bridge_runs_isolated") else { return };
+    let home = home_with(venv, false);
+    home.isolate("python-bridge", json!({"enabled": true, "env": ["BUB_PROBE_TRACE", "BUB_PROBE_MODEL"]}));
+    let (out, err, ok) = bub(&home, &["plugins", "list", "--json"], &[]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).expect("json list");
+    let rows = list.as_array().expect("array");
+    let bridge = rows.iter().find(|r| r["name"] == "python-bridge").unwrap();
+    assert_eq!(bridge["isolated"], true, "{bridge}");
+    let members: Vec<&str> =
+        rows.iter().filter(|r| r["member_of"] == "python-bridge").filter_map(|r| r["name"].as_str()).collect();
+    for expected in ["probe", "courier", "schedule"] {
+        assert!(members.contains(&expected), "{expected} missing from {members:?}\n{err}");
+    }
+    let (out, err, ok) = bub(&home, &["run", "py:hello"], &[("BUB_PROBE_MODEL", "1")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("python says: [probe] hello (count 1, loop True, task True)"), "{out}\n{err}");
+    let trace = home.trace();
+    let pos = |needle: &str| {
+        trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))
+    };
+    assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself: {trace:#?}");
+    assert!(pos("build_prompt") < pos("run_model seen=True n=1"));
+}
