@@ -264,7 +264,7 @@ async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
             }
             Err(e) => json!({"sidecar": name, "reason": "tape.reset", "status": "error", "error": e}),
         };
-        cx.tape.event("sidecar.archive", data, context_false()).await?;
+        cx.tape.record_event("sidecar.archive", data, context_false()).await?;
     }
     Ok(json!({"message": format!("Archived: {}", main.display())}))
 }
@@ -359,7 +359,7 @@ pub(crate) async fn set_session_setting(
     use bub_framework::agent::session_settings;
     let value = value.into();
     cx.state.set(key, &value).map_err(|e| AgentError::value(e.to_string()))?;
-    cx.tape.event(&session_settings::event_name(key), json!({ key: value }), Map::new()).await?;
+    cx.tape.record_event(&session_settings::event_name(key), json!({ key: value }), Map::new()).await?;
     Ok(())
 }
 
@@ -435,7 +435,7 @@ async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         }
     }
     if !loaded.is_empty() {
-        cx.tape.event("tool.loaded", json!({"names": loaded}), Map::new()).await?;
+        cx.tape.record_event("tool.loaded", json!({"names": loaded}), Map::new()).await?;
     }
     Ok(json!({"tools": tools, "unknown": unknown}))
 }

@@ -85,20 +85,20 @@ pub async fn spill(tape: &RunTape, text: &str, tool: &str, run_id: &str, limit: 
     let written: Result<usize, AgentError> = async {
         let chunks = utf8_chunks(text);
         for (i, chunk) in chunks.iter().enumerate() {
-            tape.append_to(&side, entry("anchor", json!({"name": format!("spill/{handle}/chunk/{i}")}), Map::new()))
+            tape.record_to(&side, entry("anchor", json!({"name": format!("spill/{handle}/chunk/{i}")}), Map::new()))
                 .await?;
             let mut meta = Map::new();
             meta.insert("spill_handle".into(), json!(handle));
             meta.insert("spill_chunk".into(), json!(i));
-            tape.append_to(&side, entry("tool_result", json!({"results": [chunk]}), meta)).await?;
+            tape.record_to(&side, entry("tool_result", json!({"results": [chunk]}), meta)).await?;
         }
-        tape.append_to(&side, entry("anchor", json!({"name": format!("spill/{handle}/manifest")}), Map::new())).await?;
+        tape.record_to(&side, entry("anchor", json!({"name": format!("spill/{handle}/manifest")}), Map::new())).await?;
         let mut meta = Map::new();
         meta.insert("spill_handle".into(), json!(handle));
         meta.insert("run_id".into(), json!(run_id));
         let data = json!({"handle": handle, "chunks": chunks.len(), "bytes": bytes, "chars": text.chars().count(),
             "lines": text.matches('\n').count() + 1, "tool": tool});
-        tape.append_to(&side, entry("event", json!({"name": "spill.manifest", "data": data}), meta)).await?;
+        tape.record_to(&side, entry("event", json!({"name": "spill.manifest", "data": data}), meta)).await?;
         Ok(chunks.len())
     }
     .await;
@@ -107,7 +107,7 @@ pub async fn spill(tape: &RunTape, text: &str, tool: &str, run_id: &str, limit: 
     match written {
         Ok(chunks) => {
             let data = json!({"status": "ok", "handle": handle, "bytes": bytes, "chunks": chunks, "tool": tool});
-            if let Err(e) = tape.event("spill.write", data, meta).await {
+            if let Err(e) = tape.record_event("spill.write", data, meta).await {
                 tracing::warn!(target: "bub::spill", "spill write event failed run_id={run_id} error={e}");
             }
             Ok(format!(
@@ -121,7 +121,7 @@ pub async fn spill(tape: &RunTape, text: &str, tool: &str, run_id: &str, limit: 
             tracing::warn!(target: "bub::spill", "tool result spill failed tool={tool} error={e}");
             let data =
                 json!({"status": "error", "handle": handle, "bytes": bytes, "tool": tool, "error": e.to_string()});
-            let _ = tape.event("spill.write", data, meta).await;
+            let _ = tape.record_event("spill.write", data, meta).await;
             Ok(format!("[tool output truncated: {} bytes; spill storage failed]\n{}", thousands(bytes), preview(text)))
         }
     }

@@ -26,30 +26,30 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
             for (k, v) in metadata.iter() {
                 data[k] = v.clone();
             }
-            tape.event("loop.start", data, none()).await?;
+            tape.record_event("loop.start", data, none()).await?;
         }
         Event::StepStarted { step, prompt } => {
             let prompt = prompt.as_ref().map(bub_abi::prompt::to_part_dicts);
-            tape.event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
+            tape.record_event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
         }
         Event::StepFinished { step, status, elapsed_ms, error, .. } => {
             let mut data = json!({"step": step, "elapsed_ms": elapsed_ms, "status": status.as_str(), "date": now()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
-            tape.event("loop.step", data, none()).await?;
+            tape.record_event("loop.step", data, none()).await?;
         }
         Event::RunFinished { status, steps, elapsed_ms, error } => {
             let mut data = json!({"status": status.as_str(), "steps": steps, "elapsed_ms": elapsed_ms, "date": now()});
             if let Some(e) = error {
                 data["error"] = json!(e);
             }
-            tape.event("loop.finish", data, none()).await?;
+            tape.record_event("loop.finish", data, none()).await?;
         }
         Event::CommandFinished { line, name, status, elapsed_ms, output } => {
             let data = json!({"raw": line, "name": name, "status": status.as_str(), "elapsed_ms": elapsed_ms,
                 "output": output, "date": now()});
-            tape.event("command", data, none()).await?;
+            tape.record_event("command", data, none()).await?;
         }
         Event::ChatFinished(chat) => record_chat(tape, chat).await?,
         _ => {}
@@ -66,13 +66,13 @@ async fn record_chat(tape: &RunTape, chat: &ChatFinished) -> Result<(), AgentErr
         m
     };
     if let Some(system) = &chat.system_prompt {
-        tape.append("system", json!({"content": system}), meta()).await?;
+        tape.record("system", json!({"content": system}), meta()).await?;
     }
     if let Some(e) = &chat.context_error {
-        tape.append("error", e.clone(), meta()).await?;
+        tape.record("error", e.clone(), meta()).await?;
     }
     for m in &chat.new_messages {
-        tape.append("message", m.clone(), meta()).await?;
+        tape.record("message", m.clone(), meta()).await?;
     }
     if chat.context_error.is_none() {
         if !chat.tool_calls.is_empty() {
@@ -81,19 +81,19 @@ async fn record_chat(tape: &RunTape, chat: &ChatFinished) -> Result<(), AgentErr
             for (k, v) in &chat.assistant_fields {
                 payload[k] = v.clone();
             }
-            tape.append("tool_call", payload, meta()).await?;
-            tape.append("tool_result", json!({"results": chat.tool_results.clone().unwrap_or_default()}), meta())
+            tape.record("tool_call", payload, meta()).await?;
+            tape.record("tool_result", json!({"results": chat.tool_results.clone().unwrap_or_default()}), meta())
                 .await?;
         } else {
             let mut payload = json!({"role": "assistant", "content": chat.response_text.clone().unwrap_or_default()});
             for (k, v) in &chat.assistant_fields {
                 payload[k] = v.clone();
             }
-            tape.append("message", payload, meta()).await?;
+            tape.record("message", payload, meta()).await?;
         }
     }
     if let Some(e) = &chat.error {
-        tape.append("error", e.clone(), meta()).await?;
+        tape.record("error", e.clone(), meta()).await?;
     }
     let failed = chat.error.is_some() || chat.context_error.is_some();
     let mut run = json!({"status": if failed { "error" } else { "ok" }, "model": chat.model});
@@ -103,6 +103,6 @@ async fn record_chat(tape: &RunTape, chat: &ChatFinished) -> Result<(), AgentErr
     if let Some(p) = &chat.provider {
         run["provider"] = json!(p);
     }
-    tape.event("run", run, meta()).await?;
+    tape.record_event("run", run, meta()).await?;
     Ok(())
 }

@@ -232,6 +232,33 @@ impl RunTape {
         self.append("event", json!({"name": name, "data": data}), meta).await
     }
 
+    /// Appends to the main tape, answering nothing: the entry moves into
+    /// the run's overlay (or the store) without a copy. A 60 MB prompt is
+    /// recorded three times per run (`loop.start`, `loop.step.start`, the
+    /// user message); a copy of each for the answer doubled that.
+    pub async fn record(&self, kind: &str, payload: Value, meta: Map<String, Value>) -> Result<(), AgentError> {
+        self.record_to(&self.name.clone(), entry(kind, payload, meta)).await
+    }
+
+    /// [`record`](Self::record)s an event entry `{name, data}`.
+    pub async fn record_event(&self, name: &str, data: Value, meta: Map<String, Value>) -> Result<(), AgentError> {
+        self.record("event", json!({"name": name, "data": data}), meta).await
+    }
+
+    /// [`append_to`](Self::append_to) without the answer (and its copy).
+    pub async fn record_to(&self, tape: &str, mut entry: TapeEntry) -> Result<(), AgentError> {
+        strip_media(&mut entry.payload);
+        if !self.managed.iter().any(|t| t == tape) {
+            self.store.append(tape, &entry).await?;
+            return Ok(());
+        }
+        let mut overlay = self.overlay.lock().await;
+        let o = overlay.entry(tape.to_owned()).or_default();
+        entry.id = o.entries.last().map_or(1, |e| e.id + 1);
+        o.entries.push(entry);
+        Ok(())
+    }
+
     /// Appends to `tape` (managed tapes go to the overlay).
     pub async fn append_to(&self, tape: &str, mut entry: TapeEntry) -> Result<TapeEntry, AgentError> {
         strip_media(&mut entry.payload);
@@ -293,8 +320,8 @@ impl RunTape {
         if let Some(s) = &state {
             payload["state"] = s.clone();
         }
-        self.append("anchor", payload, Map::new()).await?;
-        self.event("handoff", json!({"name": name, "state": state.unwrap_or(json!({}))}), Map::new()).await?;
+        self.record("anchor", payload, Map::new()).await?;
+        self.record_event("handoff", json!({"name": name, "state": state.unwrap_or(json!({}))}), Map::new()).await?;
         Ok(())
     }
 
@@ -344,7 +371,7 @@ impl RunTape {
             } else {
                 json!({"sidecar": name, "status": "ok", "reason": "tape.reset"})
             };
-            self.event("sidecar.reset", data, meta).await?;
+            self.record_event("sidecar.reset", data, meta).await?;
         }
         Ok(())
     }
