@@ -225,9 +225,11 @@ impl Home {
     }
 
     /// A host over this home's installed plugins only: dispatch tests must
-    /// not see the builtin's answers.
+    /// not see the builtin's answers. Isolated plugins run in the `bub`
+    /// binary the tests built (this test binary is no plugin runner).
     pub fn host(&self) -> Host {
-        bub_host::HostBuilder::new().discovered(&self.search()).build()
+        let settings = bub_host::RuntimeSettings { plugin_runner: Some(bub_bin()), ..Default::default() };
+        bub_host::HostBuilder::new().settings(settings).home(self.path()).discovered(&self.search()).build()
     }
 
     /// A host as `bub` builds it: the builtin, then the installed plugins.

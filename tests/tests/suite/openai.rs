@@ -122,6 +122,32 @@ fn streams_chat_completions() {
     );
 }
 
+/// Issue 24 item 1: the same plugin isolated. Its stream is an object of
+/// its process; each `next` is a request to it, and the events, the
+/// request and an HTTP error's reason are the same as in process.
+#[test]
+fn an_isolated_model_plugin_streams_the_same() {
+    let (addr, server) = serve("sse");
+    let home = Home::new();
+    install(&home, &addr, 5000);
+    home.isolate("openai", json!({"enabled": true}));
+    let got = events(&home, &addr);
+    let (head, _) = server.join().unwrap();
+    assert!(head.starts_with("POST /v1/chat/completions HTTP/1.1"), "{head}");
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[3], ("final".to_owned(), json!({"ok": true, "text": "Hello!"})));
+
+    let (addr, server) = serve("401");
+    let home = Home::new();
+    install(&home, &addr, 5000);
+    home.isolate("openai", json!({"enabled": true}));
+    let (got, error) = events_or_error(&home, &addr);
+    server.join().unwrap();
+    assert!(got.is_empty(), "{got:?}");
+    let msg = error.expect("the stream fails");
+    assert!(msg.contains("provider: HTTP 401") && msg.contains("invalid api key"), "{msg}");
+}
+
 /// An HTTP error ends the stream with the reason, so the turn fails (issue
 /// "reliability" item 14: not an empty answer and exit 0).
 #[test]
