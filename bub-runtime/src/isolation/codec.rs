@@ -119,40 +119,101 @@ fn build(v: &serde_json::Value, peer: &Arc<Peer>) -> Result<Value, HookError> {
 pub(crate) type Revive =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(Arc<Peer>, u64), HookError>> + Send>> + Send + Sync>;
 
+/// Methods that put an object in service (a store entered for a scope, a
+/// channel started): replayed, in order, on the object found again in a
+/// restarted process. Their counterparts take it out of service.
+const INTO_SERVICE: &[&str] = &["enter", "start"];
+const OUT_OF_SERVICE: &[&str] = &["exit", "stop"];
+
 /// An object of the other side: each method call is a request to it; the
 /// last handle dropped releases it there.
 pub(crate) struct RemoteObject {
+    inner: Arc<Remote>,
+}
+
+/// A remote object's state, shared with the supervisor for objects it
+/// revives on its own (a started channel, which nothing else would call).
+pub(crate) struct Remote {
     /// The process it lives in and its id there (changed by a revival).
-    at: Arc<Mutex<(Arc<Peer>, u64)>>,
+    at: Mutex<(Arc<Peer>, u64)>,
     kind: String,
     name: String,
     revive: Option<Revive>,
+    /// The calls that put it in service, to replay after a revival.
+    service: Mutex<Vec<(String, Value)>>,
+    /// One revival at a time.
+    reviving: tokio::sync::Mutex<()>,
 }
 
 impl RemoteObject {
     /// The live object for `r`, an object of `peer`'s other side.
     pub fn object(peer: &Arc<Peer>, r: ObjRef) -> Object {
-        let at = Arc::new(Mutex::new((peer.clone(), r.id)));
-        Object::new(RemoteObject { at, kind: r.kind, name: r.name, revive: None })
+        Object::new(RemoteObject { inner: Remote::new(peer, r, None) })
     }
 
     /// Like [`object`](Self::object), for an object a plugin's provider
-    /// hook answered (a tape store, a steering inbox, tools): when that
-    /// process has ended, the next method call asks the restarted process
-    /// for it again with `revive`, so the host's handle keeps working.
-    pub fn revivable(peer: &Arc<Peer>, r: ObjRef, revive: Revive) -> Object {
-        let at = Arc::new(Mutex::new((peer.clone(), r.id)));
-        Object::new(RemoteObject { at, kind: r.kind, name: r.name, revive: Some(revive) })
+    /// hook answered (a tape store, a steering inbox, tools, channels):
+    /// when that process has ended, the object is found again in the
+    /// restarted process with `revive` (on its next method call, or by
+    /// the supervisor through the `Weak` answered here) and what put it in
+    /// service (`enter`, `start`) is called again, so the host's handle
+    /// keeps working.
+    pub fn revivable(peer: &Arc<Peer>, r: ObjRef, revive: Revive) -> (Object, std::sync::Weak<Remote>) {
+        let inner = Remote::new(peer, r, Some(revive));
+        let weak = Arc::downgrade(&inner);
+        (Object::new(RemoteObject { inner }), weak)
+    }
+}
+
+impl Remote {
+    fn new(peer: &Arc<Peer>, r: ObjRef, revive: Option<Revive>) -> Arc<Remote> {
+        Arc::new(Remote {
+            at: Mutex::new((peer.clone(), r.id)),
+            kind: r.kind,
+            name: r.name,
+            revive,
+            service: Mutex::new(Vec::new()),
+            reviving: tokio::sync::Mutex::new(()),
+        })
     }
 
     fn current(&self) -> (Arc<Peer>, u64) {
         bub_abi::sync::lock(&self.at).clone()
     }
+
+    /// Whether it was put in service and not taken out.
+    pub fn in_service(&self) -> bool {
+        !bub_abi::sync::lock(&self.service).is_empty()
+    }
+
+    /// Where it lives now: found again (and put back in service) if its
+    /// process ended and it can be.
+    pub async fn live(&self) -> Result<(Arc<Peer>, u64), HookError> {
+        let (peer, id) = self.current();
+        let Some(revive) = self.revive.as_ref().filter(|_| peer.closed().is_some()) else { return Ok((peer, id)) };
+        let _one = self.reviving.lock().await;
+        let (peer, id) = self.current();
+        if peer.closed().is_none() {
+            return Ok((peer, id)); // revived meanwhile
+        }
+        let (peer, id) = revive().await?;
+        let replay = bub_abi::sync::lock(&self.service).clone();
+        for (method, args) in replay {
+            call(&peer, id, method.clone(), args).await.map_err(|e| {
+                HookError::new(
+                    e.kind,
+                    format!("{}: putting it back in service ({method}) failed: {}", self.kind, e.message),
+                )
+            })?;
+        }
+        *bub_abi::sync::lock(&self.at) = (peer.clone(), id);
+        Ok((peer, id))
+    }
 }
 
 impl Drop for RemoteObject {
     fn drop(&mut self) {
-        let (peer, id) = self.current();
+        let (peer, id) = self.inner.current();
         if peer.closed().is_none() {
             peer.send(&Message::Release(id));
         }
@@ -161,11 +222,11 @@ impl Drop for RemoteObject {
 
 impl ObjectImpl for RemoteObject {
     fn kind(&self) -> &str {
-        &self.kind
+        &self.inner.kind
     }
 
     fn name(&self) -> String {
-        self.name.clone()
+        self.inner.name.clone()
     }
 
     fn invoke(&self, method: &str, args: serde_json::Value) -> ObjectFuture {
@@ -174,23 +235,18 @@ impl ObjectImpl for RemoteObject {
     }
 
     fn invoke_value(&self, method: &str, args: Value) -> ValueFuture {
-        let (peer, object) = self.current();
-        let revive = match (&self.revive, peer.closed()) {
-            (Some(revive), Some(_)) => Some(revive()),
-            _ => None,
-        };
         let method = method.to_owned();
-        let at = self.at.clone();
+        let inner = self.inner.clone();
         Box::pin(async move {
-            let (peer, object) = match revive {
-                None => (peer, object),
-                Some(revive) => {
-                    let revived = revive.await?;
-                    *bub_abi::sync::lock(&at) = revived.clone();
-                    revived
-                }
-            };
-            call(&peer, object, method, args).await
+            let (peer, object) = inner.live().await?;
+            let kept = (inner.revive.is_some() && INTO_SERVICE.contains(&method.as_str())).then(|| args.clone());
+            let answer = call(&peer, object, method.clone(), args).await?;
+            if let Some(args) = kept {
+                bub_abi::sync::lock(&inner.service).push((method, args));
+            } else if OUT_OF_SERVICE.contains(&method.as_str()) {
+                bub_abi::sync::lock(&inner.service).clear();
+            }
+            Ok(answer)
         })
     }
 }

@@ -73,6 +73,8 @@ pub(crate) struct Supervisor {
     inner: Mutex<Inner>,
     /// Held while a process starts: one start at a time.
     starting: Mutex<()>,
+    /// Channels it answered: started again in a restarted process.
+    eager: Mutex<Vec<Weak<codec::Remote>>>,
     /// The registrations of its first start (the slots the registry holds).
     registrations: OnceLock<Vec<Registration>>,
     /// This side's instance of each registration, in the same order.
@@ -104,6 +106,7 @@ pub(crate) fn load(spec: Spec) -> Result<Vec<crate::PluginRecord>, String> {
         limits,
         inner: Mutex::new(Inner::default()),
         starting: Mutex::new(()),
+        eager: Mutex::new(Vec::new()),
         registrations: OnceLock::new(),
         instances: OnceLock::new(),
     });
@@ -332,6 +335,32 @@ impl Supervisor {
         let restart = "bub starts it again on its next call";
         tracing::error!(target: "bub::isolation", "{}: {message}; the calls in flight failed; {restart}", self.label());
         peer.close(format!("{message}; {restart}"));
+        if current {
+            self.restart_channels();
+        }
+    }
+
+    /// After a crash: its channels that were started come back at once
+    /// (after the backoff), in a restarted process: no call would bring
+    /// them back, since it is they that bring calls.
+    fn restart_channels(&self) {
+        let channels: Vec<Arc<codec::Remote>> = {
+            let mut eager = bub_abi::sync::lock(&self.eager);
+            eager.retain(|w| w.strong_count() > 0);
+            eager.iter().filter_map(Weak::upgrade).filter(|c| c.in_service()).collect()
+        };
+        if channels.is_empty() {
+            return;
+        }
+        let label = self.label();
+        service_runtime().spawn(async move {
+            for channel in channels {
+                match channel.live().await {
+                    Ok(_) => tracing::info!(target: "bub::isolation", "{label}: a channel of it was started again"),
+                    Err(e) => tracing::error!(target: "bub::isolation", "{label}: a channel of it could not be started again: {}", e.message),
+                }
+            }
+        });
     }
 
     fn record_crash(&self, inner: &mut Inner, message: String) {
@@ -448,6 +477,7 @@ impl Supervisor {
         self: &Arc<Self>,
         member: usize,
         hook: HookId,
+        object_arg: Option<bub_abi::abi::ObjectHandle>,
         answer: Result<Answer, HookError>,
         peer: &Arc<Peer>,
     ) -> HookReturn {
@@ -456,14 +486,19 @@ impl Supervisor {
         }
         let revivable = |r: wire::ObjRef, index: usize| {
             let sup = Arc::downgrade(self);
+            let object_arg = object_arg.clone();
             let revive: codec::Revive = Box::new(move || {
-                let sup = sup.clone();
+                let (sup, object_arg) = (sup.clone(), object_arg.clone());
                 Box::pin(async move {
                     let sup = sup.upgrade().ok_or_else(|| HookError::new(ErrorKind::CLOSED, "the host is gone"))?;
-                    sup.find_again(member, hook, index).await
+                    sup.find_again(member, hook, object_arg, index).await
                 })
             });
-            RemoteObject::revivable(peer, r, revive).into_handle()
+            let (object, remote) = RemoteObject::revivable(peer, r, revive);
+            if hook == HookId::ProvideChannels {
+                bub_abi::sync::lock(&self.eager).push(remote);
+            }
+            object.into_handle()
         };
         match answer {
             Ok(Answer::Object(r)) => HookReturn::object(revivable(r, 0)),
@@ -480,17 +515,19 @@ impl Supervisor {
         self: &Arc<Self>,
         member: usize,
         hook: HookId,
+        object_arg: Option<bub_abi::abi::ObjectHandle>,
         index: usize,
     ) -> Result<(Arc<Peer>, u64), HookError> {
         let peer = self.wait_for_start().await?;
         let name = hook.name().to_owned();
+        let object = object_arg.map(|o| peer.export(o));
         let (_, rx) = peer.request(|id| Message::Call {
             id,
             member,
             hook: name,
             args: Vec::new(),
             state: None,
-            object: None,
+            object,
             sync: true,
         });
         let gone = || {
@@ -537,6 +574,7 @@ impl Supervisor {
     ) -> HookReturn {
         let args: Vec<_> = args.iter().map(|v| codec::encode(*v, peer)).collect();
         let state = state.map(|s| peer.export_state(s.clone()));
+        let object_arg = object.cloned();
         let object = object.map(|o| peer.export(o.clone()));
         let make = |id| Message::Call { id, member, hook: hook.name().to_owned(), args, state, object, sync };
         if sync {
@@ -553,7 +591,7 @@ impl Supervisor {
                     return HookReturn::error(HookError::new(e.kind, peer.closed().unwrap_or_default()));
                 }
             }
-            return self.answer_of(member, hook, answer, peer);
+            return self.answer_of(member, hook, object_arg, answer, peer);
         }
         let (id, rx) = peer.request(make);
         let cancel = Cancel { peer: peer.clone(), id };
@@ -570,12 +608,15 @@ impl Supervisor {
     }
 }
 
-/// Provider hooks without arguments whose objects a restarted process is
-/// asked for again ([`Supervisor::answer_of`]): objects the host only
-/// calls (stores, the steering inbox, tools, the tape context). Channels
-/// and lifespans are started or entered once by the host, so a new one
-/// would not be; an environment or a stream belongs to one call.
+/// Provider hooks whose objects a restarted process is asked for again
+/// ([`Supervisor::answer_of`]), with the calls that put them in service
+/// replayed (a store's `enter`, a channel's `start`): stores, the steering
+/// inbox, tools, the tape context, sidecars, and channels (started again
+/// by the supervisor itself after a crash: nothing else calls them). A
+/// lifespan is the scope's own; an environment or a stream belongs to one
+/// call.
 const REVIVABLE: &[HookId] = &[
+    HookId::ProvideChannels,
     HookId::ProvideTapeStore,
     HookId::ProvideSteeringInbox,
     HookId::ProvideTools,

@@ -338,3 +338,51 @@ fn a_store_from_an_isolated_plugin_comes_back_after_a_crash() {
     let provided = home.trace().iter().filter(|l| l.ends_with(":provide_tape_store")).count();
     assert_eq!(provided, 2, "asked once at first, once in the restarted process: {:?}", home.trace());
 }
+
+/// An isolated channel whose process dies (here SIGKILL, as the OOM killer
+/// would) is started again by the gateway at once, on its configured
+/// address: the next request is served.
+#[test]
+fn an_isolated_channel_is_started_again_after_its_process_dies() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let home = Home::new();
+    home.install("http-channel", &lib("http-channel"), json!({"bind": format!("127.0.0.1:{port}"), "token": "t"}));
+    home.isolate("http-channel", json!({"enabled": true}));
+    let mut gateway = bub_tests::gateway::GatewayProcess::start(home.path(), &[], &[]);
+    let base = gateway.address(home.path(), "http-channel");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let post = |content: &str| {
+        let request = reqwest::Client::new()
+            .post(format!("{base}/v1/messages"))
+            .bearer_auth("t")
+            .json(&json!({"content": content, "session_id": "s1"}));
+        rt.block_on(async {
+            match request.send().await {
+                Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+                Err(e) => (0, e.to_string()),
+            }
+        })
+    };
+    assert_eq!(post("before").0, 200);
+    let pid = gateway.pid().unwrap();
+    let child: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .next()
+        .expect("the channel's process");
+    assert!(std::process::Command::new("kill").args(["-KILL", &child]).status().unwrap().success());
+    let until = Instant::now() + Duration::from_secs(10);
+    let (status, body) = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let (status, body) = post("after");
+        if status == 200 || Instant::now() > until {
+            break (status, body);
+        }
+    };
+    assert_eq!(status, 200, "{body}\n{}", gateway.log());
+    assert!(body.contains("after"), "{body}");
+    assert!(gateway.log().contains("a channel of it was started again"), "{}", gateway.log());
+    assert!(gateway.wait(Duration::from_millis(10)).is_none(), "the gateway went down");
+}
