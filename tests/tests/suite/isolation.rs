@@ -3,23 +3,12 @@
 //! fails only the calls in flight, names the plugin, and the plugin is
 //! started again.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use bub_abi::{HookId, TurnState};
 use bub_host::{CallArgs, Host, HostBuilder, RuntimeSettings};
 use bub_tests::{block_on, bub_bin, lib, message, run_bub, Home};
 use serde_json::{json, Value};
-
-/// Marks the installed plugin in `dir` isolated, with `settings`.
-fn isolate(dir: &Path, settings: Value) {
-    let manifest = dir.join("plugin.json");
-    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    m["isolation"] = settings;
-    std::fs::write(&manifest, m.to_string()).unwrap();
-}
 
 /// Real plugins, isolated: `bub gateway` with the HTTP channel and the
 /// SQLite tape store each in a process of its own (the channel object and
@@ -38,16 +27,7 @@ fn the_gateway_serves_through_an_isolated_http_channel() {
     let base = gateway.address(home.path(), "http-channel");
     eprintln!("up at {:?}", started.elapsed());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let post = |content: &str| {
-        let request = reqwest::Client::new()
-            .post(format!("{base}/v1/messages"))
-            .bearer_auth("t")
-            .json(&json!({"content": content, "session_id": "s1"}));
-        rt.block_on(async {
-            let r = request.send().await.unwrap();
-            (r.status().as_u16(), r.text().await.unwrap())
-        })
-    };
+    let post = |content: &str| post(&rt, &base, content);
     let (status, body) = post("hello isolated");
     assert_eq!(status, 200, "{body}\n{}", gateway.log());
     assert!(body.contains("hello isolated"), "{body}");
@@ -59,12 +39,7 @@ fn the_gateway_serves_through_an_isolated_http_channel() {
     assert!(std::fs::metadata(&db).map(|m| m.len() > 0).unwrap_or(false), "no tape database at {}", db.display());
     // Its plugins' processes end with it.
     let pid = gateway.pid().unwrap();
-    let children: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-        .collect();
+    let children = children(pid);
     assert_eq!(children.len(), 2, "one process per isolated plugin: {children:?}");
     drop(gateway);
     let gone = |c: &String| {
@@ -90,6 +65,31 @@ fn host(home: &Home, env: &[(&str, &str)]) -> Host {
     HostBuilder::new().settings(settings).home(home.path()).discovered(&home.search()).build()
 }
 
+/// One message to session `s1` through the HTTP channel at `base` (token
+/// `t`): the status (0 when the request failed) and the body.
+fn post(rt: &tokio::runtime::Runtime, base: &str, content: &str) -> (u16, String) {
+    let request = reqwest::Client::new()
+        .post(format!("{base}/v1/messages"))
+        .bearer_auth("t")
+        .json(&json!({"content": content, "session_id": "s1"}));
+    rt.block_on(async {
+        match request.send().await {
+            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    })
+}
+
+/// The child processes of process `pid`.
+fn children(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect()
+}
+
 fn resolve(host: &Host) -> Result<Option<String>, String> {
     let args = CallArgs::resolve_session(&message("42")).unwrap();
     block_on(host.runtime().call_first(HookId::ResolveSession, &args))
@@ -105,8 +105,8 @@ fn resolve(host: &Host) -> Result<Option<String>, String> {
 fn an_isolated_plugin_answers_as_it_does_in_process() {
     let run = |isolated: bool| {
         let home = Home::new();
-        let a = home.scripted("1-low", "", json!({"resolve_session": {"return": "low"}}));
-        let b = home.scripted(
+        home.scripted("1-low", "", json!({"resolve_session": {"return": "low"}}));
+        home.scripted(
             "2-mid",
             "first",
             json!({
@@ -116,10 +116,10 @@ fn an_isolated_plugin_answers_as_it_does_in_process() {
                 "provide_tape_store": {"object": {"kind": "tape_store", "methods": {"list_tapes": {"return": ["t1", "t2"]}}}},
             }),
         );
-        let c = home.scripted("3-sync", "", json!({"system_prompt": {"return": "sync"}}));
+        home.scripted("3-sync", "", json!({"system_prompt": {"return": "sync"}}));
         if isolated {
-            for dir in [&a, &b, &c] {
-                isolate(dir, json!({"enabled": true}));
+            for name in ["1-low", "2-mid", "3-sync"] {
+                home.isolate(name, json!({"enabled": true}));
             }
         }
         let host = host(&home, &[]);
@@ -165,8 +165,8 @@ fn a_crash_in_an_isolated_plugin_fails_only_that_call_and_it_comes_back() {
         ("exit", "exited with status 3"),
     ] {
         let home = Home::new();
-        let dir = home.scripted("crasher", "", json!({"resolve_session": {"crash_every": [2, how], "return": "ok"}}));
-        isolate(&dir, json!({"enabled": true}));
+        home.scripted("crasher", "", json!({"resolve_session": {"crash_every": [2, how], "return": "ok"}}));
+        home.isolate("crasher", json!({"enabled": true}));
         let host = host(&home, &[]);
         assert_eq!(resolve(&host).unwrap().as_deref(), Some("ok"), "{how}");
         let err = resolve(&host).unwrap_err();
@@ -190,8 +190,8 @@ fn a_crash_in_an_isolated_plugin_fails_only_that_call_and_it_comes_back() {
 #[test]
 fn an_isolated_plugin_that_keeps_crashing_is_stopped() {
     let home = Home::new();
-    let dir = home.scripted("crasher", "", json!({"resolve_session": {"crash": "abort"}}));
-    isolate(&dir, json!({"enabled": true, "max_restarts": 1}));
+    home.scripted("crasher", "", json!({"resolve_session": {"crash": "abort"}}));
+    home.isolate("crasher", json!({"enabled": true, "max_restarts": 1}));
     let host = host(&home, &[]);
     for _ in 0..2 {
         let err = resolve(&host).unwrap_err();
@@ -231,9 +231,8 @@ fn an_isolated_plugin_that_crashes_while_loading_is_a_failed_plugin() {
 #[test]
 fn a_hung_isolated_plugin_is_killed_and_started_again() {
     let home = Home::new();
-    let dir =
-        home.scripted("hangs", "", json!({"system_prompt": {"block_ms": 600000}, "resolve_session": {"return": "ok"}}));
-    isolate(&dir, json!({"enabled": true, "ping_timeout_seconds": 1}));
+    home.scripted("hangs", "", json!({"system_prompt": {"block_ms": 600000}, "resolve_session": {"return": "ok"}}));
+    home.isolate("hangs", json!({"enabled": true, "ping_timeout_seconds": 1}));
     let host = host(&home, &[]);
     let started = Instant::now();
     let err = host
@@ -263,16 +262,16 @@ fn a_hung_isolated_plugin_is_killed_and_started_again() {
 #[test]
 fn an_isolated_plugin_gets_only_its_variables_and_its_memory() {
     let home = Home::new();
-    let secret = home.scripted("secret", "", json!({"resolve_session": {"env_var": "OPENAI_API_KEY"}}));
-    isolate(&secret, json!({"enabled": true}));
+    home.scripted("secret", "", json!({"resolve_session": {"env_var": "OPENAI_API_KEY"}}));
+    home.isolate("secret", json!({"enabled": true}));
     let env = [("OPENAI_API_KEY", "sk-host"), ("PATH", "/usr/bin:/bin")];
     assert_eq!(resolve(&host(&home, &env)).unwrap(), None, "the key leaked into the child");
-    isolate(&secret, json!({"enabled": true, "env": ["OPENAI_API_KEY"]}));
+    home.isolate("secret", json!({"enabled": true, "env": ["OPENAI_API_KEY"]}));
     assert_eq!(resolve(&host(&home, &env)).unwrap().as_deref(), Some("sk-host"));
 
     let home = Home::new();
-    let big = home.scripted("big", "", json!({"resolve_session": {"repeat": ["x", 700_000_000]}}));
-    isolate(&big, json!({"enabled": true, "memory_mb": 400}));
+    home.scripted("big", "", json!({"resolve_session": {"repeat": ["x", 700_000_000]}}));
+    home.isolate("big", json!({"enabled": true, "memory_mb": 400}));
     let host = host(&home, &[]);
     let err = resolve(&host).unwrap_err();
     assert!(err.contains("big") && err.contains("killed by SIGABRT"), "{err}");
@@ -311,12 +310,12 @@ fn isolation_is_set_by_install_and_config() {
 
 /// A tape store (or tools, the steering inbox) from an isolated plugin
 /// outlives a crash of its process: the host's handle asks the restarted
-/// process for it again on its next call. A stream or a channel is not
-/// revived: its call failed with the crash.
+/// process for it again on its next call (channels: see below). A stream
+/// is not revived: its call failed with the crash.
 #[test]
 fn a_store_from_an_isolated_plugin_comes_back_after_a_crash() {
     let home = Home::new();
-    let dir = home.scripted(
+    home.scripted(
         "store",
         "",
         json!({
@@ -324,7 +323,7 @@ fn a_store_from_an_isolated_plugin_comes_back_after_a_crash() {
             "resolve_session": {"crash": "segfault"},
         }),
     );
-    isolate(&dir, json!({"enabled": true}));
+    home.isolate("store", json!({"enabled": true}));
     let host = host(&home, &[]);
     let rt = host.runtime();
     let store =
@@ -351,27 +350,10 @@ fn an_isolated_channel_is_started_again_after_its_process_dies() {
     let mut gateway = bub_tests::gateway::GatewayProcess::start(home.path(), &[], &[]);
     let base = gateway.address(home.path(), "http-channel");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let post = |content: &str| {
-        let request = reqwest::Client::new()
-            .post(format!("{base}/v1/messages"))
-            .bearer_auth("t")
-            .json(&json!({"content": content, "session_id": "s1"}));
-        rt.block_on(async {
-            match request.send().await {
-                Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-                Err(e) => (0, e.to_string()),
-            }
-        })
-    };
+    let post = |content: &str| post(&rt, &base, content);
     assert_eq!(post("before").0, 200);
     let pid = gateway.pid().unwrap();
-    let child: String = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-        .next()
-        .expect("the channel's process");
+    let child = children(pid).pop().expect("the channel's process");
     assert!(std::process::Command::new("kill").args(["-KILL", &child]).status().unwrap().success());
     let until = Instant::now() + Duration::from_secs(10);
     let (status, body) = loop {
