@@ -302,6 +302,11 @@ fn isolation_is_set_by_install_and_config() {
     assert!(manifest["config"].get("isolated").is_none(), "{manifest}");
     let (out, _, _) = run_bub(&home, &["plugins", "list"]);
     assert!(out.contains("isolated: runs in a process of its own"), "{out}");
+    let (out, _, _) = run_bub(&home, &["plugins", "info", "iso"]);
+    assert!(
+        out.contains("isolated:     in a process of its own (memory 512 MiB, at most 5 restarts in 10 min, env A B)"),
+        "{out}"
+    );
     let (_, err, ok) = run_bub(&home, &["plugins", "config", "iso", "isolated=false"]);
     assert!(ok, "{err}");
     let (out, _, _) = run_bub(&home, &["plugins", "list"]);

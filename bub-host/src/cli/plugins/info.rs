@@ -54,6 +54,13 @@ pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
         if !m.config.is_empty() {
             writeln!(out, "config:       {}", Value::Object(m.config.clone()))?;
         }
+        if let Some(iso) = m.isolated() {
+            let limits = iso_limits(iso);
+            writeln!(out, "isolated:     in a process of its own ({limits})")?;
+            if let Some(status) = bub_host::isolation::Status::read(&ctx.home, name).and_then(|s| s.summary()) {
+                writeln!(out, "              {}", printable(&status, 4096))?;
+            }
+        }
     }
     if hooks.is_empty() {
         writeln!(out, "hooks:        (none loaded)")?;
@@ -70,4 +77,19 @@ pub fn run(ctx: &Context, name: &str, as_json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An isolated plugin's limits in words, defaults filled in.
+fn iso_limits(iso: &bub_host::isolation::Isolation) -> String {
+    use bub_host::isolation::{DEFAULT_MAX_RESTARTS, DEFAULT_MEMORY_MB};
+    let memory = match iso.memory_mb.unwrap_or(DEFAULT_MEMORY_MB) {
+        0 => "no memory limit".to_owned(),
+        mb => format!("memory {mb} MiB"),
+    };
+    let cpu = match iso.cpu_seconds.unwrap_or(0) {
+        0 => String::new(),
+        s => format!(", cpu {s} s"),
+    };
+    let env = if iso.env.is_empty() { String::new() } else { format!(", env {}", iso.env.join(" ")) };
+    format!("{memory}{cpu}, at most {} restarts in 10 min{env}", iso.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS))
 }
