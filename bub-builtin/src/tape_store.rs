@@ -235,8 +235,8 @@ impl FileTapeStore {
         all.insert(path, parsed);
     }
 
-    /// Appends `entries` under the tape file's exclusive lock, in one write
-    /// and one sync: ids follow the file's last id, read under that lock.
+    /// Appends `entries` under the tape file's exclusive lock, with one
+    /// sync: ids follow the file's last id, read under that lock.
     fn append_locked(&self, path: &Path, entries: &mut [TapeEntry]) -> Result<(), BoxError> {
         use std::io::{Read, Seek, SeekFrom};
         // Conversations are secrets: tapes are owner-only (0700 / 0600).
@@ -258,17 +258,22 @@ impl FileTapeStore {
             None if tail_start > 0 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
             None => 0,
         };
-        let mut buf = Vec::new();
+        // Written through a 1 MiB buffer, not built whole first (a run with
+        // a 60 MB prompt made a 240 MB buffer): the lock keeps other
+        // writers out meanwhile, and a crash mid-write leaves a torn last
+        // line, which readers skip and the next append starts after.
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut file);
         // A torn last line (no newline) must not swallow this entry.
         if tail.last().is_some_and(|b| *b != b'\n') {
-            buf.push(b'\n');
+            out.write_all(b"\n")?;
         }
         for (i, entry) in entries.iter_mut().enumerate() {
             entry.id = last + 1 + i as u64;
-            serde_json::to_writer(&mut buf, &*entry)?;
-            buf.push(b'\n');
+            serde_json::to_writer(&mut out, &*entry)?;
+            out.write_all(b"\n")?;
         }
-        file.write_all(&buf)?;
+        out.flush()?;
+        drop(out);
         file.sync_data()?;
         Ok(())
     }

@@ -353,6 +353,42 @@ impl TapeStore {
         }
         Ok(out)
     }
+    /// As [`append_many`](Self::append_many) for a caller that needs only
+    /// how many were stored: the store's answer (every entry again, with
+    /// its payload) is counted, not read into entries — for a run with a
+    /// big prompt, a copy of all of it fewer.
+    pub async fn append_many_counted(&self, tape: &str, entries: &[TapeEntry]) -> Result<usize, ResourceError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        const METHOD: &str = "append_many";
+        let failed = |error: bub_abi::HookError| ResourceError {
+            plugin: self.0.plugin().to_owned(),
+            kind: Self::KIND,
+            name: self.0.name().to_owned(),
+            method: METHOD,
+            error,
+        };
+        let mut args = bub_abi::Value::object();
+        args.insert("tape", tape);
+        args.insert("entries", bub_abi::Value::from_serialize(entries).map_err(failed)?);
+        match self.0.object().invoke_value(METHOD, args).await {
+            Ok(answer) if answer.as_ref().is_array() && answer.as_ref().len() == entries.len() => Ok(entries.len()),
+            Ok(answer) => Err(failed(bub_abi::HookError::new(
+                bub_abi::ErrorKind::TYPE,
+                format!("stored {} of {} entries", answer.as_ref().len(), entries.len()),
+            ))),
+            // A store built before ABI 2.1: one by one.
+            Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => {
+                for entry in entries {
+                    self.append(tape, entry).await?;
+                }
+                Ok(entries.len())
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
     /// Appends an entry; returns it with its id.
     pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).append(tape, entry).await)
