@@ -631,34 +631,49 @@ fn member_record(set: &PluginRecord, member: bub_abi::abi::MemberPlugin) -> Plug
     record.version = member.version.as_str().to_owned();
     record.abi_version = set.abi_version.clone();
     record.description = member.description.as_str().to_owned();
-    if !crate::manifest::valid_name(&name) || name == "builtin" {
+    if let Some(detail) = member_name_problem(&set.name, &name) {
         record.name = crate::manifest::printable(&name, 64);
-        record.status = PluginStatus::Failed {
-            detail: format!(
-                "plugin set {} names a member {:?}: a plugin name uses 1 to 64 letters, digits, '-', '_' or '.'",
-                set.name,
-                crate::manifest::printable(&name, 64)
-            ),
-        };
+        record.status = PluginStatus::Failed { detail };
         record.claims = false;
         return record;
     }
+    let slots = member_slots(&set.name, &member);
+    record.hooks = Some(Hooks::Slots(Arc::new(slots)));
+    record.instance = member.instance;
+    record.status = PluginStatus::Loaded;
+    record
+}
+
+/// Why a plugin set may not register a member named `name`, if it may not
+/// (here, and for an isolated set, in the host of its process).
+pub(crate) fn member_name_problem(set: &str, name: &str) -> Option<String> {
+    (!crate::manifest::valid_name(name) || name == "builtin").then(|| {
+        format!(
+            "plugin set {set} names a member {:?}: a plugin name uses 1 to 64 letters, digits, '-', '_' or '.'",
+            crate::manifest::printable(name, 64)
+        )
+    })
+}
+
+/// A set member's hook slots, by the hooks' names; an implementation of a
+/// hook this bub does not know is left out and logged.
+pub(crate) fn member_slots(
+    set: &str,
+    member: &bub_abi::abi::MemberPlugin,
+) -> [bub_abi::abi::HookSlot; bub_abi::HOOK_COUNT] {
     let mut slots = [bub_abi::abi::HookSlot::EMPTY; bub_abi::HOOK_COUNT];
     for hook in member.hooks.iter() {
         match bub_abi::HookId::from_name(hook.hook.as_str()) {
             Some(id) => slots[id as usize] = hook.slot,
             None => tracing::warn!(
                 target: "bub::plugin",
-                "plugin {name} (of {}): this bub has no hook {:?}; that implementation is left out (update bub)",
-                set.name,
+                "plugin {} (of {set}): this bub has no hook {:?}; that implementation is left out (update bub)",
+                crate::manifest::printable(member.name.as_str(), 64),
                 crate::manifest::printable(hook.hook.as_str(), 64)
             ),
         }
     }
-    record.hooks = Some(Hooks::Slots(Arc::new(slots)));
-    record.instance = member.instance;
-    record.status = PluginStatus::Loaded;
-    record
+    slots
 }
 
 /// A host with its plugins loaded and registered.

@@ -330,22 +330,10 @@ impl TapeStore {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        let stored = self.0.context(self.0.client(TapeStoreClient).append_many(tape, entries).await)?;
         // An older store answers "unsupported", read as nothing stored.
-        if stored.len() == entries.len() {
+        let stored = self.0.context(self.0.client(TapeStoreClient).append_many(tape, entries).await)?;
+        if self.all_stored(stored.len(), entries.len())? {
             return Ok(stored);
-        }
-        if !stored.is_empty() {
-            return Err(ResourceError {
-                plugin: self.0.plugin().to_owned(),
-                kind: Self::KIND,
-                name: self.0.name().to_owned(),
-                method: "append_many",
-                error: bub_abi::HookError::new(
-                    bub_abi::ErrorKind::TYPE,
-                    format!("stored {} of {} entries", stored.len(), entries.len()),
-                ),
-            });
         }
         let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -353,6 +341,7 @@ impl TapeStore {
         }
         Ok(out)
     }
+
     /// As [`append_many`](Self::append_many) for a caller that needs only
     /// how many were stored: the store's answer (every entry again, with
     /// its payload) is counted, not read into entries — for a run with a
@@ -362,31 +351,42 @@ impl TapeStore {
             return Ok(0);
         }
         const METHOD: &str = "append_many";
-        let failed = |error: bub_abi::HookError| ResourceError {
-            plugin: self.0.plugin().to_owned(),
-            kind: Self::KIND,
-            name: self.0.name().to_owned(),
-            method: METHOD,
-            error,
-        };
+        let failed = |error: bub_abi::HookError| self.0.context::<usize>(Err(MethodError { method: METHOD, error }));
         let mut args = bub_abi::Value::object();
         args.insert("tape", tape);
-        args.insert("entries", bub_abi::Value::from_serialize(entries).map_err(failed)?);
-        match self.0.object().invoke_value(METHOD, args).await {
-            Ok(answer) if answer.as_ref().is_array() && answer.as_ref().len() == entries.len() => Ok(entries.len()),
-            Ok(answer) => Err(failed(bub_abi::HookError::new(
-                bub_abi::ErrorKind::TYPE,
-                format!("stored {} of {} entries", answer.as_ref().len(), entries.len()),
-            ))),
-            // A store built before ABI 2.1: one by one.
-            Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => {
-                for entry in entries {
-                    self.append(tape, entry).await?;
-                }
-                Ok(entries.len())
+        match bub_abi::Value::from_serialize(entries) {
+            Ok(list) => args.insert("entries", list),
+            Err(e) => return failed(e),
+        };
+        let stored = match self.0.object().invoke_value(METHOD, args).await {
+            Ok(answer) if answer.as_ref().is_array() => answer.as_ref().len(),
+            Ok(_) => {
+                let e = bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, "unexpected result: not a list of entries");
+                return failed(e);
             }
-            Err(e) => Err(failed(e)),
+            Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => 0,
+            Err(e) => return failed(e),
+        };
+        if !self.all_stored(stored, entries.len())? {
+            for entry in entries {
+                self.append(tape, entry).await?;
+            }
         }
+        Ok(entries.len())
+    }
+
+    /// What an `append_many` answer of `stored` entries means for `wanted`:
+    /// all stored (`true`); nothing (`false`: a store built before ABI 2.1,
+    /// which the caller then fills one by one); or part, an error.
+    fn all_stored(&self, stored: usize, wanted: usize) -> Result<bool, ResourceError> {
+        if stored == wanted {
+            return Ok(true);
+        }
+        if stored == 0 {
+            return Ok(false);
+        }
+        let error = bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, format!("stored {stored} of {wanted} entries"));
+        self.0.context(Err(MethodError { method: "append_many", error }))
     }
 
     /// Appends an entry; returns it with its id.

@@ -14,7 +14,7 @@ use std::{
 
 use abi_stable::std_types::RSlice;
 use bub_abi::{
-    abi::{DispatchMode, HookCall, HookReturn, HookSlot, Instance},
+    abi::{DispatchMode, HookCall, HookReturn, Instance},
     ErrorKind, HookId, Value, ValueRef,
 };
 
@@ -84,24 +84,16 @@ pub fn main() -> ExitCode {
     let serving = peer.clone();
     let _ = peer::serve(&peer, stream, move |message| match message {
         Message::Call { id, member, hook, args, state, object, sync } => {
-            let task = serving.runtime.spawn(call(
-                serving.clone(),
-                loaded.clone(),
-                id,
-                member,
-                hook,
-                args,
-                state,
-                object,
-                sync,
-            ));
-            let tasks2 = tasks.clone();
-            bub_abi::sync::lock(&tasks).insert(id, task.abort_handle());
-            // Forgotten when it ends (a finished task's abort handle is inert).
-            serving.runtime.spawn(async move {
-                let _ = task.await;
-                bub_abi::sync::lock(&tasks2).remove(&id);
+            let fut = call(serving.clone(), loaded.clone(), id, member, hook, args, state, object, sync);
+            // Under the lock until its abort handle is kept: the task forgets
+            // it when it ends, which cannot come first.
+            let mut running = bub_abi::sync::lock(&tasks);
+            let tasks = tasks.clone();
+            let task = serving.runtime.spawn(async move {
+                fut.await;
+                bub_abi::sync::lock(&tasks).remove(&id);
             });
+            running.insert(id, task.abort_handle());
         }
         Message::Cancel(id) => {
             if let Some(task) = bub_abi::sync::lock(&tasks).remove(&id) {
@@ -157,40 +149,41 @@ fn load(init: &Init) -> Result<LoadedAll, String> {
     let places = Places { home: init.home.clone().into(), workspace: init.workspace.clone().into() };
     let instance = crate::loader::initialise(&lib, &init.name, &init.config, &places).map_err(|e| e.to_string())?;
     let members = crate::loader::members(&lib, instance).map_err(|e| e.to_string())?;
-    let table = lib.module.hooks();
-    let hooks_of = |slot_of: &dyn Fn(HookId) -> HookSlot| -> Vec<(String, u8, bool)> {
-        HookId::ALL
-            .iter()
-            .filter_map(|&h| {
-                let slot = slot_of(h);
-                slot.call.is_some().then(|| (h.name().to_owned(), slot.marker as u8, slot.is_async))
-            })
-            .collect()
-    };
+    // As the host registers them: the library's own table, or (a set) its
+    // members' slots and none of its own.
+    let mut loaded = vec![Loaded {
+        instance,
+        hooks: if members.is_empty() { Some(Hooks::Table(lib.module.hooks())) } else { None },
+    }];
     let mut registrations = vec![Registration {
         name: init.name.clone(),
         version: lib.version().to_owned(),
         description: lib.description().to_owned(),
-        hooks: if members.is_empty() { hooks_of(&|h| table.slot(h)) } else { Vec::new() },
+        hooks: hooks_of(loaded[0].hooks.as_ref()),
     }];
-    let mut loaded =
-        vec![Loaded { instance, hooks: if members.is_empty() { Some(Hooks::Table(table)) } else { None } }];
     for member in members {
-        let mut slots = [HookSlot::EMPTY; bub_abi::HOOK_COUNT];
-        for hook in member.hooks.iter() {
-            if let Some(id) = HookId::from_name(hook.hook.as_str()) {
-                slots[id as usize] = hook.slot;
-            }
-        }
+        let hooks = Some(Hooks::Slots(Arc::new(crate::host::member_slots(&init.name, &member))));
         registrations.push(Registration {
             name: member.name.as_str().to_owned(),
             version: member.version.as_str().to_owned(),
             description: member.description.as_str().to_owned(),
-            hooks: hooks_of(&|h| slots[h as usize]),
+            hooks: hooks_of(hooks.as_ref()),
         });
-        loaded.push(Loaded { instance: member.instance, hooks: Some(Hooks::Slots(Arc::new(slots))) });
+        loaded.push(Loaded { instance: member.instance, hooks });
     }
     Ok((lib.abi_version().to_owned(), registrations, loaded))
+}
+
+/// The hooks `hooks` implements, as a registration lists them.
+fn hooks_of(hooks: Option<&Hooks>) -> Vec<(String, u8, bool)> {
+    let Some(hooks) = hooks else { return Vec::new() };
+    HookId::ALL
+        .iter()
+        .filter_map(|&h| {
+            let slot = hooks.slot(h);
+            slot.call.is_some().then(|| (h.name().to_owned(), slot.marker as u8, slot.is_async))
+        })
+        .collect()
 }
 
 /// Runs one call of the host and sends its answer.

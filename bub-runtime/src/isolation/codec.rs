@@ -37,13 +37,9 @@ struct Enc<'a> {
 impl Serialize for Enc<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let v = self.v;
+        // Containers are walked here (a live object may be inside); a
+        // scalar serializes as the value itself does.
         match v.kind() {
-            ValueKind::Null => s.serialize_unit(),
-            ValueKind::Bool => s.serialize_bool(v.as_bool().unwrap_or(false)),
-            ValueKind::Int => s.serialize_i64(v.as_i64().unwrap_or(0)),
-            ValueKind::UInt => s.serialize_u64(v.as_u64().unwrap_or(0)),
-            ValueKind::Float => s.serialize_f64(v.as_f64().unwrap_or(0.0)),
-            ValueKind::Str => s.serialize_str(v.as_str().unwrap_or("")),
             ValueKind::Array => {
                 let mut seq = s.serialize_seq(Some(v.len()))?;
                 for item in v.items() {
@@ -66,6 +62,7 @@ impl Serialize for Enc<'_> {
                 }
                 map.end()
             }
+            _ => v.serialize(s),
         }
     }
 }

@@ -49,7 +49,7 @@ impl Waiter {
 pub(crate) struct Peer {
     /// "isolated plugin 'name'", for messages.
     pub label: String,
-    frames: mpsc::Sender<(Vec<u8>, ())>,
+    frames: mpsc::Sender<Vec<u8>>,
     /// The socket, shared with the writer thread.
     out: Arc<Mutex<UnixStream>>,
     next_id: AtomicU64,
@@ -74,12 +74,12 @@ impl Peer {
         cap: usize,
         runtime: tokio::runtime::Handle,
     ) -> std::io::Result<Arc<Peer>> {
-        let (frames, queue) = mpsc::channel::<(Vec<u8>, ())>();
+        let (frames, queue) = mpsc::channel::<Vec<u8>>();
         // One lock for both ways of writing: a frame is written whole.
         let out = Arc::new(Mutex::new(stream.try_clone()?));
         let queued = out.clone();
         std::thread::Builder::new().name("bub-isolation-writer".into()).spawn(move || {
-            for (frame, ()) in queue {
+            for frame in queue {
                 let mut stream = bub_abi::sync::lock(&queued);
                 if wire::write(&mut *stream, &frame).is_err() {
                     // The reader sees the same end and closes the peer.
@@ -106,7 +106,7 @@ impl Peer {
     pub fn send(&self, message: &Message) {
         let frame = wire::encode(message);
         if IS_READER.with(|r| r.get()) {
-            let _ = self.frames.send((frame, ()));
+            let _ = self.frames.send(frame);
         } else {
             let mut out = bub_abi::sync::lock(&self.out);
             let _ = wire::write(&mut *out, &frame);
@@ -266,7 +266,7 @@ thread_local! {
 /// Reads messages from `stream` until it ends, handing each to `handle`
 /// (replies complete their waiters first); returns why it ended. The
 /// caller closes the peer, with what it then knows (how the process ended).
-pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut(Message)) -> String {
+pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut(Message)) -> wire::FrameError {
     IS_READER.with(|r| r.set(true));
     let mut reader = std::io::BufReader::with_capacity(64 << 10, stream);
     loop {
@@ -275,7 +275,7 @@ pub(crate) fn serve(peer: &Arc<Peer>, stream: UnixStream, mut handle: impl FnMut
             Ok(Message::Invoke { id, object, method, args }) => peer.serve_invoke(id, object, method, args),
             Ok(Message::Release(id)) => peer.release(id),
             Ok(other) => handle(other),
-            Err(e) => break e.to_string(),
+            Err(e) => break e,
         }
     }
 }

@@ -84,7 +84,6 @@ pub(crate) struct Supervisor {
 #[derive(Default)]
 struct Inner {
     peer: Option<Arc<Peer>>,
-    pid: Option<u32>,
     crashes: VecDeque<Instant>,
     not_before: Option<Instant>,
     stopped: Option<String>,
@@ -135,9 +134,9 @@ pub(crate) fn load(spec: Spec) -> Result<Vec<crate::PluginRecord>, String> {
         record.isolated = true;
         if i > 0 {
             record.member_of = Some(set.clone());
-            if !crate::manifest::valid_name(&record.name) || record.name == "builtin" {
-                record.status =
-                    crate::PluginStatus::Failed { detail: format!("plugin set {set} names an invalid member") };
+            if let Some(detail) = crate::host::member_name_problem(&set, &reg.name) {
+                record.name = crate::manifest::printable(&reg.name, 64);
+                record.status = crate::PluginStatus::Failed { detail };
                 record.claims = false;
                 records.push(record);
                 continue;
@@ -146,11 +145,10 @@ pub(crate) fn load(spec: Spec) -> Result<Vec<crate::PluginRecord>, String> {
         let mut slots = [HookSlot::EMPTY; HOOK_COUNT];
         for (hook, marker, is_async) in &reg.hooks {
             if let Some(id) = HookId::from_name(hook) {
-                let marker = match marker {
-                    1 => HookMarker::TryFirst,
-                    2 => HookMarker::TryLast,
-                    _ => HookMarker::Normal,
-                };
+                let marker = [HookMarker::TryFirst, HookMarker::TryLast]
+                    .into_iter()
+                    .find(|m| *m as u8 == *marker)
+                    .unwrap_or(HookMarker::Normal);
                 slots[id as usize] = HookSlot { call: ROption::RSome(slot_of(id)), marker, is_async: *is_async };
             }
         }
@@ -183,20 +181,20 @@ impl Supervisor {
             data_dir: text(&places.data_dir(&self.spec.name)),
             limits: self.limits,
         };
-        let handshake = (|| -> Result<Message, String> {
+        let handshake = (|| -> Result<Message, wire::FrameError> {
             let mut stream = &host_end;
-            wire::write(&mut stream, &wire::encode(&Message::Init(Box::new(init)))).map_err(|e| e.to_string())?;
-            host_end.set_read_timeout(Some(LOAD_LIMIT)).map_err(|e| e.to_string())?;
-            let answer = wire::read(&mut stream, self.limits.max_message_bytes).map_err(|e| e.to_string());
+            wire::write(&mut stream, &wire::encode(&Message::Init(Box::new(init)))).map_err(wire::FrameError::Io)?;
+            host_end.set_read_timeout(Some(LOAD_LIMIT)).map_err(wire::FrameError::Io)?;
+            let answer = wire::read(&mut stream, self.limits.max_message_bytes);
             let _ = host_end.set_read_timeout(None);
             answer
         })();
-        let fail = |child: &mut std::process::Child, why: String| -> String {
+        // Killed (and reaped) before its failure is told: the exit status
+        // says how it ended when it ended by itself.
+        let mut fail = |why: String, ended_by_itself: bool| -> String {
             let _ = child.kill();
             match child.wait() {
-                Ok(status) if why.contains("closed") => {
-                    format!("its process {} while loading it", process::describe(status))
-                }
+                Ok(status) if ended_by_itself => format!("its process {} while loading it", process::describe(status)),
                 _ => why,
             }
         };
@@ -206,11 +204,14 @@ impl Supervisor {
                 let _ = child.wait();
                 return Err(why);
             }
-            Ok(other) => return Err(fail(&mut child, format!("its process answered {other:?} to loading"))),
-            Err(e) if e.contains("Resource temporarily unavailable") || e.contains("timed out") => {
-                return Err(fail(&mut child, format!("it did not load within {} s", LOAD_LIMIT.as_secs())))
+            Ok(other) => return Err(fail(format!("its process answered {other:?} to loading"), false)),
+            Err(e) if e.is_timeout() => {
+                return Err(fail(format!("it did not load within {} s", LOAD_LIMIT.as_secs()), false))
             }
-            Err(e) => return Err(fail(&mut child, e)),
+            Err(e) => {
+                let ended = matches!(e, wire::FrameError::Closed);
+                return Err(fail(e.to_string(), ended));
+            }
         };
         let peer =
             Peer::new(self.label(), &host_end, self.limits.max_message_bytes, service_runtime().handle().clone())
@@ -218,7 +219,6 @@ impl Supervisor {
         let pid = child.id();
         {
             let mut inner = bub_abi::sync::lock(&self.inner);
-            inner.pid = Some(pid);
             inner.status.host_pid = std::process::id();
             inner.status.pid = Some(pid);
             inner.status.started_at = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
@@ -241,7 +241,7 @@ impl Supervisor {
                 };
                 // The socket ended: the process is ending (or broke the
                 // protocol, or was killed by us): reap it and say how.
-                let broke = !why.starts_with("the connection closed") && !why.starts_with("reading failed");
+                let broke = !why.is_hang_up();
                 if broke {
                     let _ = child.kill();
                 }
@@ -327,7 +327,6 @@ impl Supervisor {
         let at = humantime::format_rfc3339_seconds(SystemTime::now());
         let message = format!("its process {why} at {at}");
         if current {
-            inner.pid = None;
             inner.status.pid = None;
             self.record_crash(&mut inner, message.clone());
         }
@@ -396,7 +395,7 @@ impl Supervisor {
     fn kill(&self, peer: &Arc<Peer>, why: String) {
         let inner = bub_abi::sync::lock(&self.inner);
         let current = inner.peer.as_ref().is_some_and(|p| Arc::ptr_eq(p, peer));
-        let pid = inner.pid.filter(|_| current);
+        let pid = inner.status.pid.filter(|_| current);
         drop(inner);
         tracing::error!(target: "bub::isolation", "{}: {why}; killing its process", self.label());
         peer.close(format!("killed by bub: {why}"));
@@ -417,8 +416,7 @@ impl Supervisor {
         let _ = std::thread::Builder::new().name("bub-isolation-ping".into()).spawn(move || loop {
             std::thread::sleep((limit / 3).max(Duration::from_millis(200)));
             let Some(sup) = sup.upgrade() else { return };
-            let peer = bub_abi::sync::lock(&sup.inner).peer.clone();
-            let Some(peer) = peer.filter(|p| p.closed().is_none()) else { continue };
+            let Some(peer) = sup.live() else { continue };
             if let Err(e) = peer.request_blocking(Message::Ping, limit) {
                 if peer.closed().is_none() {
                     sup.kill(&peer, format!("it answered no ping for {} s ({})", limit.as_secs(), e.message));
@@ -433,10 +431,10 @@ impl Supervisor {
     /// at most [`SYNC_RESTART_WAIT`].
     fn call(self: &Arc<Self>, member: usize, hook: HookId, call: &HookCall<'_>) -> HookReturn {
         let sync = call.mode == DispatchMode::Sync || hook.kind().is_sync_only();
-        let args: Vec<ValueRef<'_>> = call.args.iter().copied().collect();
+        let args = call.args.as_slice();
         let (state, object) = (call.state.into_option(), call.object.into_option());
         if let Some(peer) = self.live() {
-            return self.send(&peer, member, hook, &args, state, object, sync);
+            return self.send(&peer, member, hook, args, state, object, sync);
         }
         if sync {
             if let Ok(Some(t)) = self.next_start() {
@@ -446,7 +444,7 @@ impl Supervisor {
                 }
             }
             return match self.peer() {
-                Ok(peer) => self.send(&peer, member, hook, &args, state, object, sync),
+                Ok(peer) => self.send(&peer, member, hook, args, state, object, sync),
                 Err(e) => HookReturn::error(e),
             };
         }

@@ -145,6 +145,19 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+impl FrameError {
+    /// Whether the peer simply went away (closed, or its end failed), as
+    /// opposed to sending something it must not.
+    pub(crate) fn is_hang_up(&self) -> bool {
+        matches!(self, FrameError::Closed | FrameError::Io(_))
+    }
+
+    /// Whether a read timeout (`set_read_timeout`) ran out.
+    pub(crate) fn is_timeout(&self) -> bool {
+        matches!(self, FrameError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    }
+}
+
 /// Reads one message (at most `cap` bytes).
 pub(crate) fn read(r: &mut impl Read, cap: usize) -> Result<Message, FrameError> {
     let mut len = [0u8; 4];
