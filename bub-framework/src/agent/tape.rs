@@ -254,30 +254,30 @@ impl RunTape {
     }
 
     /// [`append_to`](Self::append_to) without the answer (and its copy).
-    pub async fn record_to(&self, tape: &str, mut entry: TapeEntry) -> Result<(), AgentError> {
-        strip_media(&mut entry.payload);
-        if !self.managed.iter().any(|t| t == tape) {
-            self.store.append(tape, &entry).await?;
-            return Ok(());
-        }
-        let mut overlay = self.overlay.lock().await;
-        let o = overlay.entry(tape.to_owned()).or_default();
-        entry.id = o.entries.last().map_or(1, |e| e.id + 1);
-        o.entries.push(entry);
-        Ok(())
+    pub async fn record_to(&self, tape: &str, entry: TapeEntry) -> Result<(), AgentError> {
+        self.put(tape, entry, false).await.map(drop)
     }
 
     /// Appends to `tape` (managed tapes go to the overlay).
-    pub async fn append_to(&self, tape: &str, mut entry: TapeEntry) -> Result<TapeEntry, AgentError> {
+    pub async fn append_to(&self, tape: &str, entry: TapeEntry) -> Result<TapeEntry, AgentError> {
+        // `put` answers the entry whenever it is asked to.
+        Ok(self.put(tape, entry, true).await?.unwrap_or_default())
+    }
+
+    /// Stores `entry` in `tape` (a managed tape: in the run's overlay); with
+    /// `answer`, a copy of it as stored (with its id) for the caller.
+    async fn put(&self, tape: &str, mut entry: TapeEntry, answer: bool) -> Result<Option<TapeEntry>, AgentError> {
         strip_media(&mut entry.payload);
         if !self.managed.iter().any(|t| t == tape) {
-            return self.store.append(tape, &entry).await;
+            let stored = self.store.append(tape, &entry).await?;
+            return Ok(answer.then_some(stored));
         }
         let mut overlay = self.overlay.lock().await;
         let o = overlay.entry(tape.to_owned()).or_default();
         entry.id = o.entries.last().map_or(1, |e| e.id + 1);
-        o.entries.push(entry.clone());
-        Ok(entry)
+        let copy = answer.then(|| entry.clone());
+        o.entries.push(entry);
+        Ok(copy)
     }
 
     /// Entries of `query.tape` as the run sees them: the parent's (unless

@@ -19,6 +19,11 @@ fn home_with(venv: &Path, echo: bool) -> Home {
     home
 }
 
+/// Where the first trace line starting with `needle` is (it must be there).
+fn position(trace: &[String], needle: &str) -> usize {
+    trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))
+}
+
 /// `bub` in `home`, tracing the tests' plugins into the home's trace file,
 /// with no outer venv (the bridge's own `venv` setting applies).
 fn bub(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (String, String, bool) {
@@ -78,9 +83,7 @@ fn a_turn_runs_through_python_hooks_with_live_state() {
     assert!(ok, "{err}");
     assert!(out.contains("python says: [probe] hello (count 1, loop True, task True)"), "{out}\n{err}");
     let trace = home.trace();
-    let pos = |needle: &str| {
-        trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))
-    };
+    let pos = |needle: &str| position(&trace, needle);
     assert!(pos("resolve_session") < pos("load_state probe:local"));
     assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself");
     assert!(pos("build_prompt") < pos("run_model seen=True n=1"), "a key set by build_prompt is seen");
@@ -380,9 +383,7 @@ fn the_python_bridge_runs_isolated_with_its_plugins_behind_it() {
     assert!(ok, "{err}");
     assert!(out.contains("python says: [probe] hello (count 1, loop True, task True)"), "{out}\n{err}");
     let trace = home.trace();
-    let pos = |needle: &str| {
-        trace.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("no {needle:?} in {trace:#?}"))
-    };
+    let pos = |needle: &str| position(&trace, needle);
     assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself: {trace:#?}");
     assert!(pos("build_prompt") < pos("run_model seen=True n=1"));
 }
