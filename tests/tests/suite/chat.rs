@@ -284,3 +284,35 @@ fn chat_second_ctrl_c_exits_even_when_a_sync_hook_hangs() {
     assert_eq!(status.code(), Some(130));
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Issue 24 item 4: a 100 KB line typed key by key (a paste in a terminal
+/// without bracketed paste) reaches the turn whole, and the line editor
+/// writes output linear in its length. rustyline 19 repainted the prompt and
+/// the whole line each time a row filled: ~50 MB at this width, over a
+/// minute in a real terminal (vendor/rustyline/PATCHED.md).
+#[test]
+fn a_long_line_typed_key_by_key_is_not_repainted_at_every_row() {
+    let home = Home::new();
+    home.install("echo", &lib("echo-model"), json!({}));
+    let mut term = Terminal::open(&home);
+    let at = term.expect(0, "> ");
+    let line: String = (0..10_000).map(|i| format!("{:09} ", i % 1_000_000_000)).collect::<String>() + "END-OF-LINE";
+    // Key by key: no bracketed-paste markers, so each byte is one key.
+    for chunk in line.as_bytes().chunks(512) {
+        term.send(std::str::from_utf8(chunk).unwrap());
+    }
+    let typed = term.screen.lock().unwrap().len();
+    term.send("\r");
+    // The answer echoes the line: it reached the turn whole.
+    let end = term.expect(at, &format!("{}\r\n", &line[line.len() - 200..]));
+    let screen = term.screen.lock().unwrap().clone();
+    assert!(screen[at..].contains(&line), "the line did not reach the turn whole");
+    // The editor's echo of the typed line: ~1 byte per key, plus a newline
+    // and a carriage return per row (was ~50 MB: the line once per row).
+    let written = end.max(typed) - at;
+    assert!(written < 4 * line.len(), "{written} bytes written for a {}-byte line", line.len());
+    // Ctrl-D at the next prompt (input typed before it may be flushed).
+    term.expect(end, "> ");
+    term.send("\x04");
+    assert!(term.wait().success());
+}
