@@ -31,9 +31,10 @@ use std::{
 };
 
 use bub_abi::{
-    resources::{Fut, TapeStore},
+    resources::{FetchedEntries, Fut, TapeStore},
+    tape::EntryView,
     types::{TapeEntry, TapeQuery},
-    BoxError,
+    BoxError, Value,
 };
 use tokio::sync::Mutex;
 
@@ -61,7 +62,65 @@ struct Parsed {
     guard: Vec<u8>,
     /// Lines read so far (for the line numbers of warnings).
     lines: usize,
-    entries: Vec<TapeEntry>,
+    entries: Vec<Stored>,
+}
+
+/// One entry read from a tape: the host value `fetch_all` hands out, and
+/// what selecting it reads.
+struct Stored {
+    id: u64,
+    kind: Box<str>,
+    value: Value,
+}
+
+impl Stored {
+    /// From a line in the shape the store writes (`id`, `kind`, `payload`,
+    /// `meta`, `date`, in that order, of those types): parsed straight
+    /// into a host value. Any other readable line is read as a
+    /// `TapeEntry` and built from it, so every answer has that shape.
+    fn parse(line: &[u8]) -> Result<Stored, String> {
+        if let Some(stored) =
+            std::str::from_utf8(line).ok().and_then(|text| Value::from_json(text).ok()).and_then(Stored::canonical)
+        {
+            return Ok(stored);
+        }
+        let entry: TapeEntry = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+        Stored::from_entry(&entry).map_err(|e| e.to_string())
+    }
+
+    fn canonical(value: Value) -> Option<Stored> {
+        const SHAPE: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
+        let v = value.as_ref();
+        if !v.is_object() || v.len() != SHAPE.len() || !v.entries().map(|(k, _)| k).eq(SHAPE) {
+            return None;
+        }
+        let (id, kind) = (v.get("id")?.as_u64()?, v.get("kind")?.as_str()?);
+        let typed = v.get("payload")?.is_object() && v.get("meta")?.is_object() && v.get("date")?.as_str().is_some();
+        typed.then(|| Stored { id, kind: kind.into(), value: value.clone() })
+    }
+
+    fn from_entry(entry: &TapeEntry) -> Result<Stored, bub_abi::HookError> {
+        Ok(Stored { id: entry.id, kind: entry.kind.as_str().into(), value: Value::from_serialize(entry)? })
+    }
+
+    fn entry(&self) -> Result<TapeEntry, BoxError> {
+        Ok(self.value.deserialize()?)
+    }
+}
+
+impl EntryView for Stored {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+    fn anchor_name(&self) -> Option<&str> {
+        self.value.as_ref().get("payload")?.get("name")?.as_str()
+    }
+    fn date(&self) -> &str {
+        self.value.as_ref().get("date").and_then(|d| d.as_str()).unwrap_or_default()
+    }
 }
 
 /// How many bytes before the parsed offset are compared on the next read.
@@ -127,7 +186,7 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(tape, |_| 0, |_| true)
+        self.read_from(tape, |_| 0, |_| true, |entries| entries.iter().map(|e| e.entry()).collect())?
     }
 
     /// How many bytes of `tape`'s file were not parsed yet (all of it when
@@ -139,38 +198,50 @@ impl FileTapeStore {
         len.saturating_sub(parsed)
     }
 
-    /// The entries `query` can select: those after its `after_id` and its
-    /// anchor (the anchor itself kept, so that `try_select` still finds
-    /// it), of its kinds. Only those are copied out of what was parsed: the agent reads
-    /// what was appended since its last step, or what follows the last
-    /// anchor, so a step costs the same on a long tape as on a short one.
-    fn candidates(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(
-            &query.tape,
-            |parsed| {
-                let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
-                let rest = &parsed[after..];
-                let anchor = match query.between_anchors {
-                    Some(_) => None,
-                    None => rest.iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
-                };
-                after + anchor.unwrap_or(0)
-            },
-            |e| {
-                // Anchors stay: `try_select` looks for them.
-                query.kinds.is_empty() || e.kind == "anchor" || query.kinds.contains(&e.kind)
-            },
-        )
+    /// What `query` selects, as host values when it can be selected by the
+    /// fields kept beside them (any query but a text search).
+    ///
+    /// Only the entries it can select are looked at: those after its
+    /// `after_id` and its anchor (the anchor itself kept, so that selection
+    /// still finds it), of its kinds. The agent reads what was appended
+    /// since its last step, or what follows the last anchor, so a step
+    /// costs the same on a long tape as on a short one.
+    fn select(&self, query: &TapeQuery) -> Result<FetchedEntries, BoxError> {
+        let start = |parsed: &[Stored]| {
+            let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
+            let rest = &parsed[after..];
+            let anchor = match query.between_anchors {
+                Some(_) => None,
+                None => rest.iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
+            };
+            after + anchor.unwrap_or(0)
+        };
+        // Anchors stay: selection looks for them.
+        let keep =
+            |e: &Stored| query.kinds.is_empty() || &*e.kind == "anchor" || query.kinds.iter().any(|k| *k == *e.kind);
+        self.read_from(&query.tape, start, keep, |candidates| {
+            match bub_abi::tape::select_positions(&candidates, query)? {
+                Some(positions) => {
+                    Ok(FetchedEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
+                }
+                None => {
+                    let entries = candidates.iter().map(|e| e.entry()).collect::<Result<Vec<_>, _>>()?;
+                    Ok(FetchedEntries::Entries(bub_abi::tape::try_select(entries, query)?))
+                }
+            }
+        })?
     }
 
-    /// The readable entries `keep` keeps, from the index `start` picks in
-    /// what was parsed (plus a torn last line that happens to parse).
-    fn read_from(
+    /// `finish` of the readable entries `keep` keeps, from the index
+    /// `start` picks in what was parsed (plus a torn last line that happens
+    /// to parse): it borrows them, nothing is copied.
+    fn read_from<R>(
         &self,
         tape: &str,
-        start: impl FnOnce(&[TapeEntry]) -> usize,
-        keep: impl Fn(&TapeEntry) -> bool,
-    ) -> Result<Vec<TapeEntry>, BoxError> {
+        start: impl FnOnce(&[Stored]) -> usize,
+        keep: impl Fn(&Stored) -> bool,
+        finish: impl FnOnce(Vec<&Stored>) -> R,
+    ) -> Result<R, BoxError> {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
@@ -178,7 +249,7 @@ impl FileTapeStore {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bub_abi::sync::lock(&self.parsed).remove(&path);
-                return Ok(Vec::new());
+                return Ok(finish(Vec::new()));
             }
             Err(e) => return Err(failed(&e).into()),
         };
@@ -219,10 +290,9 @@ impl FileTapeStore {
             parse_line(&mut torn, &tail[complete..], parsed.lines + 1, &path);
         }
         let from = start(&parsed.entries).min(parsed.entries.len());
-        // Filtered before they are copied: a query for events or anchors
-        // copies those alone.
-        let mut out: Vec<TapeEntry> = parsed.entries[from..].iter().filter(|e| keep(e)).cloned().collect();
-        out.append(&mut torn);
+        // Filtered before they are looked at: a query for events or anchors
+        // sees those alone.
+        let out = finish(parsed.entries[from..].iter().filter(|e| keep(e)).chain(&torn).collect());
         self.keep(path, parsed);
         Ok(out)
     }
@@ -281,11 +351,11 @@ impl FileTapeStore {
 
 /// Parses one tape line into `out`; a blank line is nothing, an
 /// unreadable one is skipped with a warning.
-fn parse_line(out: &mut Vec<TapeEntry>, line: &[u8], number: usize, path: &Path) {
+fn parse_line(out: &mut Vec<Stored>, line: &[u8], number: usize, path: &Path) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
-    match serde_json::from_slice::<TapeEntry>(line) {
+    match Stored::parse(line) {
         Ok(entry) => out.push(entry),
         Err(e) => tracing::warn!(
             target: "bub::tape",
@@ -343,12 +413,22 @@ impl TapeStore for FileTapeStore {
     }
 
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>> {
+        let answer = self.fetch_all_answer(query);
+        async move {
+            match answer.await? {
+                FetchedEntries::Entries(entries) => Ok(entries),
+                FetchedEntries::Values(values) => {
+                    Ok(values.iter().map(Value::deserialize).collect::<Result<_, _>>()?)
+                }
+            }
+        }
+    }
+
+    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<FetchedEntries> {
         let this = self.clone();
         let unparsed_bytes = self.unparsed_bytes(&query.tape);
         async move {
-            let read = move || -> Result<Vec<TapeEntry>, BoxError> {
-                Ok(bub_abi::tape::try_select(this.candidates(&query)?, &query)?)
-            };
+            let read = move || this.select(&query);
             // A long unparsed stretch (a tape's first read, a big append by
             // another process) is parsed on the blocking pool, not on a
             // runtime worker that other sessions' turns are waiting for.
@@ -396,11 +476,20 @@ mod tests {
         format!("{{\"id\":{id},\"kind\":\"message\",\"payload\":{{\"content\":\"{content}\"}},\"date\":\"d\"}}\n")
     }
 
-    /// Issue 23: a query copies only what it can select (after `after_id`,
-    /// after its anchor, of its kinds) and still answers as `try_select`
-    /// over the whole tape: anchors stay for the anchor fields.
+    /// The entries of an answer, read back.
+    fn answered(answer: super::FetchedEntries) -> Vec<bub_abi::types::TapeEntry> {
+        match answer {
+            super::FetchedEntries::Entries(entries) => entries,
+            super::FetchedEntries::Values(values) => values.iter().map(|v| v.deserialize().unwrap()).collect(),
+        }
+    }
+
+    /// Issue 23: a query looks only at what it can select (after
+    /// `after_id`, after its anchor, of its kinds) and still answers as
+    /// `try_select` over the whole tape: anchors stay for the anchor
+    /// fields. Lines in the store's own shape and others (no `meta`) alike.
     #[test]
-    fn queries_copy_only_what_they_select_and_answer_alike() {
+    fn queries_look_only_at_what_they_select_and_answer_alike() {
         use bub_abi::types::TapeQuery;
         let dir = tempfile::tempdir().unwrap();
         let store = FileTapeStore::new(dir.path());
@@ -414,8 +503,10 @@ mod tests {
             (6, "event", ""),
             (7, "message", ""),
         ] {
-            text +=
-                &format!("{{\"id\":{id},\"kind\":\"{kind}\",\"payload\":{{\"name\":\"{name}\"}},\"date\":\"d\"}}\n");
+            let meta = if id % 2 == 0 { "" } else { "\"meta\":{}," };
+            text += &format!(
+                "{{\"id\":{id},\"kind\":\"{kind}\",\"payload\":{{\"name\":\"{name}\"}},{meta}\"date\":\"2026-12-0{id}\"}}\n"
+            );
         }
         std::fs::write(dir.path().join("t.jsonl"), text).unwrap();
         let queries = [
@@ -424,14 +515,42 @@ mod tests {
             serde_json::json!({"tape": "t", "kinds": ["message"], "after_anchor": "a", "after_id": 4}),
             serde_json::json!({"tape": "t", "after_id": 1, "last_anchor": true}),
             serde_json::json!({"tape": "t", "after_id": 5, "after_anchor": "b"}),
+            serde_json::json!({"tape": "t", "between_dates": ["2026-12-02", "2026-12-04"], "limit": 2}),
+            serde_json::json!({"tape": "t", "query": "a", "last_anchor": false}),
         ];
         for q in queries {
             let q: TapeQuery = serde_json::from_value(q).unwrap();
             let whole = bub_abi::tape::try_select(store.read("t").unwrap(), &q).unwrap();
-            let copied = bub_abi::tape::try_select(store.candidates(&q).unwrap(), &q).unwrap();
-            assert_eq!(copied, whole, "{q:?}");
+            assert_eq!(answered(store.select(&q).unwrap()), whole, "{q:?}");
             assert!(!whole.is_empty(), "{q:?}");
         }
+        let missing: TapeQuery =
+            serde_json::from_value(serde_json::json!({"tape": "t", "between_anchors": ["a", "zz"]})).unwrap();
+        assert!(store.select(&missing).is_err(), "an anchor the tape lacks fails the query");
+    }
+
+    /// Issue 23: what the store parsed once it hands out as shared host
+    /// values; a line not in its shape is answered in that shape.
+    #[test]
+    fn answers_share_the_parsed_entries() {
+        use bub_abi::types::TapeQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileTapeStore::new(dir.path());
+        let text = "{\"id\":1,\"kind\":\"message\",\"payload\":{\"content\":\"hi\"},\"meta\":{},\"date\":\"d\"}\n\
+                    {\"kind\":\"message\",\"id\":2,\"payload\":{\"content\":\"there\"},\"extra\":1}\n";
+        std::fs::write(dir.path().join("t.jsonl"), text).unwrap();
+        let q: TapeQuery = serde_json::from_value(serde_json::json!({"tape": "t"})).unwrap();
+        let values = |answer| match answer {
+            super::FetchedEntries::Values(v) => v,
+            super::FetchedEntries::Entries(_) => panic!("expected host values"),
+        };
+        let (first, second) = (values(store.select(&q).unwrap()), values(store.select(&q).unwrap()));
+        let content =
+            |v: &bub_abi::Value| v.as_ref().get("payload").unwrap().get("content").unwrap().as_str().unwrap().as_ptr();
+        assert_eq!(content(&first[0]), content(&second[0]), "the same node, not a copy");
+        let keys: Vec<&str> = second[1].as_ref().entries().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["id", "kind", "payload", "meta", "date"]);
+        assert_eq!(second[1].as_ref().get("payload").unwrap().get("content").unwrap().as_str(), Some("there"));
     }
 
     fn ids(store: &FileTapeStore) -> Vec<u64> {

@@ -158,6 +158,14 @@ pub trait TapeStore: Send + Sync + 'static {
     fn reset(&self, tape: String) -> impl Fut<()>;
     /// The entries `query` selects, in order.
     fn fetch_all(&self, query: TapeQuery) -> impl Fut<Vec<TapeEntry>>;
+    /// What `fetch_all` answers the host: by default the entries of
+    /// [`fetch_all`](Self::fetch_all). A store that keeps its entries as
+    /// host values (built once, when it reads them) may answer those
+    /// instead ([`FetchedEntries::Values`], each in [`TapeEntry`]'s shape):
+    /// they are shared with the host, not serialized again per read.
+    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<FetchedEntries> {
+        async move { Ok(FetchedEntries::Entries(self.fetch_all(query).await?)) }
+    }
     /// Appends `entry` (the store assigns its id) and returns it as stored;
     /// it is durable when this returns.
     fn append(&self, tape: String, entry: TapeEntry) -> impl Fut<TapeEntry>;
@@ -184,6 +192,18 @@ pub trait TapeStore: Send + Sync + 'static {
         let _ = error;
         async { Ok(()) }
     }
+}
+
+/// A tape store's answer to `fetch_all` ([`TapeStore::fetch_all_answer`]).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum FetchedEntries {
+    /// Entries, serialized for the host.
+    Entries(Vec<TapeEntry>),
+    /// Entries the store holds as host values, each a map in
+    /// [`TapeEntry`]'s shape (`id`, `kind`, `payload`, `meta`, `date`):
+    /// handed over as handles, nothing copied.
+    Values(Vec<crate::Value>),
 }
 
 /// Messages steering a running turn (`provide_steering_inbox`).
@@ -406,8 +426,12 @@ pub fn unsupported(kind: &str, method: &str, known: &[&str]) -> ObjectFuture {
 // cannot drift apart. `opt` marks a method an object may lack: the client
 // reads the `UNSUPPORTED` answer as "nothing to do".
 macro_rules! protocol {
+    // The object side calls the trait method of the same name, or the one
+    // given after `=>` (whose answer serializes as the declared type).
+    (@call $this:ident, $method:ident; $($a:ident),*) => { $this.$method($($a),*) };
+    (@call $this:ident, $method:ident, $via:ident; $($a:ident),*) => { $this.$via($($a),*) };
     ($(#[$doc:meta])* $Adapter:ident<$T:ident: $Bound:path>, $Client:ident, $kind:expr, |$this:ident| $name:expr,
-     [$($method:ident($($a:ident: $aty:ty),*) -> $ret:ty $(, $opt:ident)?;)*]) => {
+     [$($method:ident($($a:ident: $aty:ty),*) -> $ret:ty $(, $opt:ident)? $(=> $via:ident)?;)*]) => {
         struct $Adapter<$T>(Arc<$T>);
 
         impl<$T: $Bound> ObjectImpl for $Adapter<$T> {
@@ -434,7 +458,7 @@ macro_rules! protocol {
                 match method {
                     $(stringify!($method) => Box::pin(async move {
                         $(let $a: $aty = arg_value(&_args, $kind, stringify!($method), stringify!($a))?;)*
-                        reply_value(_this.$method($($a),*).await)
+                        reply_value(protocol!(@call _this, $method $(, $via)?; $($a),*).await)
                     }),)*
                     other => {
                         let unsupported = unsupported($kind, other, &[$(stringify!($method)),*]);
@@ -529,7 +553,7 @@ protocol!(
     TapeStoreObject<T: TapeStore>, TapeStoreClient, kinds::TAPE_STORE, |_s| String::new(), [
     list_tapes() -> Vec<String>;
     reset(tape: String) -> ();
-    fetch_all(query: TapeQuery) -> Vec<TapeEntry>;
+    fetch_all(query: TapeQuery) -> Vec<TapeEntry> => fetch_all_answer;
     append(tape: String, entry: TapeEntry) -> TapeEntry;
     append_many(tape: String, entries: Vec<TapeEntry>) -> Vec<TapeEntry>, opt;
     enter() -> (), opt;

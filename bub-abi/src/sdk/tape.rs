@@ -37,14 +37,57 @@ impl From<QueryError> for crate::HookError {
     }
 }
 
+/// What selection reads of an entry: a [`TapeEntry`], or a store's own
+/// record of one (the builtin store keeps its entries as host values and
+/// selects among them without reading them back into `TapeEntry`s).
+pub trait EntryView {
+    /// The entry's id.
+    fn id(&self) -> u64;
+    /// Its kind (`message`, `anchor`, …).
+    fn kind(&self) -> &str;
+    /// An anchor's name (`payload.name`); None when it has none.
+    fn anchor_name(&self) -> Option<&str>;
+    /// Its date, as stored.
+    fn date(&self) -> &str;
+}
+
+impl<T: EntryView + ?Sized> EntryView for &T {
+    fn id(&self) -> u64 {
+        (**self).id()
+    }
+    fn kind(&self) -> &str {
+        (**self).kind()
+    }
+    fn anchor_name(&self) -> Option<&str> {
+        (**self).anchor_name()
+    }
+    fn date(&self) -> &str {
+        (**self).date()
+    }
+}
+
+impl EntryView for TapeEntry {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+    fn anchor_name(&self) -> Option<&str> {
+        self.payload.get("name").and_then(|v| v.as_str())
+    }
+    fn date(&self) -> &str {
+        &self.date
+    }
+}
+
 /// Whether `e` is an anchor that `query`'s `last_anchor` (any anchor) or
 /// `after_anchor` (one of that name) selects the entries after; the last
 /// such anchor starts the selection. One predicate for every place that
 /// cuts a tape there: stores, the agent's fork and its kept context.
-pub fn starts_after(e: &TapeEntry, query: &TapeQuery) -> bool {
-    e.kind == "anchor"
-        && (query.last_anchor
-            || query.after_anchor.as_deref().is_some_and(|n| e.payload.get("name").and_then(|v| v.as_str()) == Some(n)))
+pub fn starts_after<E: EntryView + ?Sized>(e: &E, query: &TapeQuery) -> bool {
+    e.kind() == "anchor"
+        && (query.last_anchor || query.after_anchor.as_deref().is_some_and(|n| e.anchor_name() == Some(n)))
 }
 
 /// [`try_select`], with an unanswerable query selecting nothing.
@@ -59,25 +102,54 @@ pub fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
 /// first, one entry per distinct text, 20 by default, matching entries whose
 /// text contains it (case-insensitive) or fuzzily matches it
 /// ([`crate::fuzzy`]); without one, the first `limit` entries.
-pub fn try_select(mut entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
-    if let Some(after) = query.after_id {
-        entries.retain(|e| e.id > after);
+pub fn try_select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
+    let kept = matching(&entries, query)?;
+    let mut next = kept.iter().copied().peekable();
+    let out = entries.into_iter().enumerate().filter_map(|(i, e)| {
+        (next.peek() == Some(&i)).then(|| {
+            next.next();
+            e
+        })
+    });
+    if let Some(q) = &query.query {
+        return Ok(search(out.collect::<Vec<_>>().into_iter(), q, query.limit.unwrap_or(20)));
     }
-    let anchor =
-        |e: &TapeEntry, name: &str| e.kind == "anchor" && e.payload.get("name").and_then(|v| v.as_str()) == Some(name);
+    // The first `limit` entries (Bub's `sliced[:limit]`).
+    Ok(out.take(query.limit.unwrap_or(usize::MAX)).collect())
+}
+
+/// The positions in `entries` that `query` selects, in order, as
+/// [`try_select`] selects them; None for a text query (`query.query`),
+/// which reads payloads: answer it with [`try_select`].
+pub fn select_positions<E: EntryView>(entries: &[E], query: &TapeQuery) -> Result<Option<Vec<usize>>, QueryError> {
+    if query.query.is_some() {
+        return Ok(None);
+    }
+    let mut kept = matching(entries, query)?;
+    kept.truncate(query.limit.unwrap_or(usize::MAX));
+    Ok(Some(kept))
+}
+
+/// Every position `query` selects, before its text search and its limit.
+fn matching<E: EntryView>(entries: &[E], query: &TapeQuery) -> Result<Vec<usize>, QueryError> {
+    let after: Vec<usize> = match query.after_id {
+        Some(after) => (0..entries.len()).filter(|&i| entries[i].id() > after).collect(),
+        None => (0..entries.len()).collect(),
+    };
+    let at = |k: usize| &entries[after[k]];
+    let anchor = |e: &E, name: &str| e.kind() == "anchor" && e.anchor_name() == Some(name);
     let (start, end) = if let Some((first, last)) = &query.between_anchors {
-        let from =
-            entries.iter().rposition(|e| anchor(e, first)).ok_or_else(|| QueryError::AnchorNotFound(first.clone()))?;
-        let to = entries[from + 1..]
-            .iter()
-            .position(|e| anchor(e, last))
-            .map(|i| i + from + 1)
+        let from = (0..after.len())
+            .rposition(|k| anchor(at(k), first))
+            .ok_or_else(|| QueryError::AnchorNotFound(first.clone()))?;
+        let to = (from + 1..after.len())
+            .find(|&k| anchor(at(k), last))
             .ok_or_else(|| QueryError::AnchorNotFound(last.clone()))?;
         (from + 1, to)
     } else if query.last_anchor || query.after_anchor.is_some() {
-        (entries.iter().rposition(|e| starts_after(e, query)).map_or(0, |i| i + 1), entries.len())
+        ((0..after.len()).rposition(|k| starts_after(at(k), query)).map_or(0, |k| k + 1), after.len())
     } else {
-        (0, entries.len())
+        (0, after.len())
     };
     let dates = match &query.between_dates {
         Some((from, to)) => {
@@ -90,17 +162,15 @@ pub fn try_select(mut entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<
         None => None,
     };
     let in_dates =
-        |e: &TapeEntry| dates.is_none_or(|(from, to)| boundary(&e.date, false).is_ok_and(|at| from <= at && at <= to));
-    let out = entries
-        .into_iter()
-        .take(end)
-        .skip(start)
-        .filter(|e| (query.kinds.is_empty() || query.kinds.contains(&e.kind)) && in_dates(e));
-    if let Some(q) = &query.query {
-        return Ok(search(out, q, query.limit.unwrap_or(20)));
-    }
-    // The first `limit` entries (Bub's `sliced[:limit]`).
-    Ok(out.take(query.limit.unwrap_or(usize::MAX)).collect())
+        |e: &E| dates.is_none_or(|(from, to)| boundary(e.date(), false).is_ok_and(|at| from <= at && at <= to));
+    Ok(after[start..end]
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let e = &entries[i];
+            (query.kinds.is_empty() || query.kinds.iter().any(|k| k == e.kind())) && in_dates(e)
+        })
+        .collect())
 }
 
 /// Bub's `FuzzyFileTapeStore._filter_entries`: newest first, each distinct
