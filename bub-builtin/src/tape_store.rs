@@ -31,7 +31,7 @@ use std::{
 };
 
 use bub_abi::{
-    resources::{FetchedEntries, Fut, TapeStore},
+    resources::{Fut, TapeEntries, TapeStore},
     tape::EntryView,
     types::{TapeEntry, TapeQuery},
     BoxError, Value,
@@ -154,7 +154,7 @@ impl FileTapeStore {
 
     /// Appends `entries` under the tape's locks, the write and sync on the
     /// blocking pool when a tokio runtime is current (inline otherwise).
-    async fn append_entries(&self, path: PathBuf, mut entries: Vec<TapeEntry>) -> Result<Vec<TapeEntry>, BoxError> {
+    async fn append_entries<E: Appendable>(&self, path: PathBuf, mut entries: Vec<E>) -> Result<Vec<E>, BoxError> {
         let lock = self.tape_lock(&path);
         let _writing = lock.lock().await;
         let failed = |e: &dyn std::fmt::Display| format!("cannot append to tape {}: {e}", path.display());
@@ -206,7 +206,7 @@ impl FileTapeStore {
     /// still finds it), of its kinds. The agent reads what was appended
     /// since its last step, or what follows the last anchor, so a step
     /// costs the same on a long tape as on a short one.
-    fn select(&self, query: &TapeQuery) -> Result<FetchedEntries, BoxError> {
+    fn select(&self, query: &TapeQuery) -> Result<TapeEntries, BoxError> {
         let start = |parsed: &[Stored]| {
             let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
             let rest = &parsed[after..];
@@ -222,11 +222,11 @@ impl FileTapeStore {
         self.read_from(&query.tape, start, keep, |candidates| {
             match bub_abi::tape::select_positions(&candidates, query)? {
                 Some(positions) => {
-                    Ok(FetchedEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
+                    Ok(TapeEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
                 }
                 None => {
                     let entries = candidates.iter().map(|e| e.entry()).collect::<Result<Vec<_>, _>>()?;
-                    Ok(FetchedEntries::Entries(bub_abi::tape::try_select(entries, query)?))
+                    Ok(TapeEntries::Entries(bub_abi::tape::try_select(entries, query)?))
                 }
             }
         })?
@@ -307,7 +307,7 @@ impl FileTapeStore {
 
     /// Appends `entries` under the tape file's exclusive lock, with one
     /// sync: ids follow the file's last id, read under that lock.
-    fn append_locked(&self, path: &Path, entries: &mut [TapeEntry]) -> Result<(), BoxError> {
+    fn append_locked<E: Appendable>(&self, path: &Path, entries: &mut [E]) -> Result<(), BoxError> {
         use std::io::{Read, Seek, SeekFrom};
         // Conversations are secrets: tapes are owner-only (0700 / 0600).
         bub_abi::files::create_private_dir(&self.dir)?;
@@ -338,7 +338,7 @@ impl FileTapeStore {
             out.write_all(b"\n")?;
         }
         for (i, entry) in entries.iter_mut().enumerate() {
-            entry.id = last + 1 + i as u64;
+            entry.set_id(last + 1 + i as u64)?;
             serde_json::to_writer(&mut out, &*entry)?;
             out.write_all(b"\n")?;
         }
@@ -347,6 +347,62 @@ impl FileTapeStore {
         file.sync_data()?;
         Ok(())
     }
+}
+
+/// An entry the store writes: a `TapeEntry`, or a host value in its
+/// shape (what the host sends; written and answered back uncopied).
+trait Appendable: serde::Serialize + Send + 'static {
+    /// Gives the entry the id the store assigned.
+    fn set_id(&mut self, id: u64) -> Result<(), BoxError>;
+}
+
+impl Appendable for TapeEntry {
+    fn set_id(&mut self, id: u64) -> Result<(), BoxError> {
+        self.id = id;
+        Ok(())
+    }
+}
+
+impl Appendable for Value {
+    fn set_id(&mut self, id: u64) -> Result<(), BoxError> {
+        *self = self.as_ref().with("id", id);
+        Ok(())
+    }
+}
+
+/// `entry` in `TapeEntry`'s shape (`id, kind, payload, meta, date`, in
+/// that order; a missing date is `now`), sharing its parts: a value that
+/// is not an entry is refused as reading it into a `TapeEntry` refuses it.
+fn entry_value(entry: &Value, now: &str) -> Result<Value, BoxError> {
+    let v = entry.as_ref();
+    let part = |key: &str| v.get(key).filter(|p| !p.is_null());
+    let canonical = v.is_object()
+        && part("id").is_none_or(|id| id.as_u64().is_some())
+        && part("kind").is_some_and(|k| k.as_str().is_some())
+        && part("payload").is_none_or(|p| p.is_object())
+        && part("meta").is_none_or(|m| m.is_object())
+        && part("date").is_none_or(|d| d.as_str().is_some());
+    if !canonical {
+        // The same error a `TapeEntry` argument would have given.
+        let entry: TapeEntry = entry.deserialize()?;
+        return Ok(Value::from_serialize(&entry)?);
+    }
+    let mut out = Value::object();
+    out.insert("id", part("id").and_then(|id| id.as_u64()).unwrap_or(0));
+    if let Some(kind) = part("kind") {
+        out.insert_ref("kind", kind);
+    }
+    for key in ["payload", "meta"] {
+        match part(key) {
+            Some(p) => out.insert_ref(key, p),
+            None => out.insert(key, Value::object()),
+        };
+    }
+    match part("date").filter(|d| d.as_str() != Some("")) {
+        Some(date) => out.insert_ref("date", date),
+        None => out.insert("date", now),
+    };
+    Ok(out)
 }
 
 /// Parses one tape line into `out`; a blank line is nothing, an
@@ -416,15 +472,13 @@ impl TapeStore for FileTapeStore {
         let answer = self.fetch_all_answer(query);
         async move {
             match answer.await? {
-                FetchedEntries::Entries(entries) => Ok(entries),
-                FetchedEntries::Values(values) => {
-                    Ok(values.iter().map(Value::deserialize).collect::<Result<_, _>>()?)
-                }
+                TapeEntries::Entries(entries) => Ok(entries),
+                TapeEntries::Values(values) => Ok(values.iter().map(Value::deserialize).collect::<Result<_, _>>()?),
             }
         }
     }
 
-    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<FetchedEntries> {
+    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<TapeEntries> {
         let this = self.clone();
         let unparsed_bytes = self.unparsed_bytes(&query.tape);
         async move {
@@ -464,6 +518,23 @@ impl TapeStore for FileTapeStore {
             this.append_entries(path, entries).await
         }
     }
+
+    /// As `append_many`, on the host's values as they came: each is put
+    /// into `TapeEntry`'s shape by sharing its parts, written, and answered
+    /// back with its id, never read into a `TapeEntry` (a run with a 60 MB
+    /// prompt held it twice more that way).
+    fn append_many_values(&self, tape: String, entries: Vec<Value>) -> impl Fut<TapeEntries> {
+        let this = self.clone();
+        async move {
+            let path = this.path(&tape)?;
+            if entries.is_empty() {
+                return Ok(TapeEntries::Values(entries));
+            }
+            let now = bub_abi::tape::now();
+            let entries = entries.iter().map(|e| entry_value(e, &now)).collect::<Result<Vec<_>, _>>()?;
+            Ok(TapeEntries::Values(this.append_entries(path, entries).await?))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -477,10 +548,10 @@ mod tests {
     }
 
     /// The entries of an answer, read back.
-    fn answered(answer: super::FetchedEntries) -> Vec<bub_abi::types::TapeEntry> {
+    fn answered(answer: super::TapeEntries) -> Vec<bub_abi::types::TapeEntry> {
         match answer {
-            super::FetchedEntries::Entries(entries) => entries,
-            super::FetchedEntries::Values(values) => values.iter().map(|v| v.deserialize().unwrap()).collect(),
+            super::TapeEntries::Entries(entries) => entries,
+            super::TapeEntries::Values(values) => values.iter().map(|v| v.deserialize().unwrap()).collect(),
         }
     }
 
@@ -541,8 +612,8 @@ mod tests {
         std::fs::write(dir.path().join("t.jsonl"), text).unwrap();
         let q: TapeQuery = serde_json::from_value(serde_json::json!({"tape": "t"})).unwrap();
         let values = |answer| match answer {
-            super::FetchedEntries::Values(v) => v,
-            super::FetchedEntries::Entries(_) => panic!("expected host values"),
+            super::TapeEntries::Values(v) => v,
+            super::TapeEntries::Entries(_) => panic!("expected host values"),
         };
         let (first, second) = (values(store.select(&q).unwrap()), values(store.select(&q).unwrap()));
         let content =
@@ -551,6 +622,46 @@ mod tests {
         let keys: Vec<&str> = second[1].as_ref().entries().map(|(k, _)| k).collect();
         assert_eq!(keys, ["id", "kind", "payload", "meta", "date"]);
         assert_eq!(second[1].as_ref().get("payload").unwrap().get("content").unwrap().as_str(), Some("there"));
+    }
+
+    /// Issue 24 (memory of a big run): the host's values are written as
+    /// `append_many` writes the same entries, answered back with their
+    /// ids and sharing their payloads; a value that is not an entry is
+    /// refused as a `TapeEntry` argument would be.
+    #[test]
+    fn appended_values_are_written_as_entries_and_answered_uncopied() {
+        use bub_abi::{resources::TapeStore, types::TapeEntry, Value};
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileTapeStore::new(dir.path());
+        let entries: Vec<TapeEntry> = serde_json::from_value(serde_json::json!([
+            {"kind": "message", "payload": {"role": "user", "content": "hi"}, "meta": {"run": 1}, "date": "d1"},
+            {"kind": "event", "payload": {"name": "loop.step", "data": {"n": 1.5}}, "date": "d2"},
+        ]))
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(store.append_many("typed".into(), entries.clone())).unwrap();
+        let values: Vec<Value> = entries.iter().map(|e| Value::from_serialize(e).unwrap()).collect();
+        let answer = rt.block_on(store.append_many_values("hosted".into(), values.clone())).unwrap();
+        let typed = std::fs::read_to_string(dir.path().join("typed.jsonl")).unwrap();
+        let hosted = std::fs::read_to_string(dir.path().join("hosted.jsonl")).unwrap();
+        assert_eq!(hosted, typed);
+        let super::TapeEntries::Values(answer) = answer else { panic!("expected host values") };
+        let ids: Vec<u64> = answer.iter().map(|v| v.as_ref().get("id").unwrap().as_u64().unwrap()).collect();
+        assert_eq!(ids, [1, 2]);
+        let content = |v: &Value| v.as_ref().get("payload").unwrap().get("content").unwrap().as_str().unwrap().as_ptr();
+        assert_eq!(content(&answer[0]), content(&values[0]), "the payload is shared, not copied");
+        // No date: the store's; no meta: `{}`.
+        let bare = Value::from_serialize(&serde_json::json!({"kind": "event", "payload": {}})).unwrap();
+        rt.block_on(store.append_many_values("hosted".into(), vec![bare])).unwrap();
+        let last = store.read("hosted").unwrap().pop().unwrap();
+        assert_eq!((last.id, last.meta.len(), last.date.is_empty()), (3, 0, false));
+        // Not an entry: refused, nothing written.
+        let wrong = Value::from_serialize(&serde_json::json!({"kind": 7})).unwrap();
+        let Err(err) = rt.block_on(store.append_many_values("hosted".into(), vec![wrong])) else {
+            panic!("a value that is not an entry was stored")
+        };
+        assert!(err.to_string().contains("kind") || err.to_string().contains("invalid type"), "{err}");
+        assert_eq!(store.read("hosted").unwrap().len(), 3);
     }
 
     fn ids(store: &FileTapeStore) -> Vec<u64> {

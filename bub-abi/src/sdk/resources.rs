@@ -161,10 +161,10 @@ pub trait TapeStore: Send + Sync + 'static {
     /// What `fetch_all` answers the host: by default the entries of
     /// [`fetch_all`](Self::fetch_all). A store that keeps its entries as
     /// host values (built once, when it reads them) may answer those
-    /// instead ([`FetchedEntries::Values`], each in [`TapeEntry`]'s shape):
+    /// instead ([`TapeEntries::Values`], each in [`TapeEntry`]'s shape):
     /// they are shared with the host, not serialized again per read.
-    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<FetchedEntries> {
-        async move { Ok(FetchedEntries::Entries(self.fetch_all(query).await?)) }
+    fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<TapeEntries> {
+        async move { Ok(TapeEntries::Entries(self.fetch_all(query).await?)) }
     }
     /// Appends `entry` (the store assigns its id) and returns it as stored;
     /// it is durable when this returns.
@@ -183,6 +183,19 @@ pub trait TapeStore: Send + Sync + 'static {
             Ok(stored)
         }
     }
+    /// What `append_many` does with the entries as the host sent them:
+    /// host values in [`TapeEntry`]'s shape, handed over as handles. By
+    /// default they are read into `TapeEntry`s for
+    /// [`append_many`](Self::append_many). A store that writes JSON may
+    /// write them as they are and answer them back with their ids
+    /// ([`TapeEntries::Values`]): a run with a big prompt is then not
+    /// copied twice more on its way to the store.
+    fn append_many_values(&self, tape: String, entries: Vec<crate::Value>) -> impl Fut<TapeEntries> {
+        async move {
+            let entries = entries.iter().map(crate::Value::deserialize).collect::<Result<Vec<TapeEntry>, _>>()?;
+            Ok(TapeEntries::Entries(self.append_many(tape, entries).await?))
+        }
+    }
     /// Setup, when the scope enters the store.
     fn enter(&self) -> impl Fut<()> {
         async { Ok(()) }
@@ -194,10 +207,11 @@ pub trait TapeStore: Send + Sync + 'static {
     }
 }
 
-/// A tape store's answer to `fetch_all` ([`TapeStore::fetch_all_answer`]).
+/// Tape entries a store answers `fetch_all` or `append_many` with
+/// ([`TapeStore::fetch_all_answer`], [`TapeStore::append_many_values`]).
 #[derive(Serialize)]
 #[serde(untagged)]
-pub enum FetchedEntries {
+pub enum TapeEntries {
     /// Entries, serialized for the host.
     Entries(Vec<TapeEntry>),
     /// Entries the store holds as host values, each a map in
@@ -426,12 +440,20 @@ pub fn unsupported(kind: &str, method: &str, known: &[&str]) -> ObjectFuture {
 // cannot drift apart. `opt` marks a method an object may lack: the client
 // reads the `UNSUPPORTED` answer as "nothing to do".
 macro_rules! protocol {
-    // The object side calls the trait method of the same name, or the one
-    // given after `=>` (whose answer serializes as the declared type).
-    (@call $this:ident, $method:ident; $($a:ident),*) => { $this.$method($($a),*) };
-    (@call $this:ident, $method:ident, $via:ident; $($a:ident),*) => { $this.$via($($a),*) };
+    // The object side calls the trait method of the same name with the
+    // declared arguments, or the one given after `=>` with its own (the
+    // same names, read as other types: host values kept as handles, say);
+    // either answer serializes as the declared type.
+    (@answer $this:ident, $args:ident, $kind:expr, $method:ident($($a:ident: $aty:ty),*)) => {{
+        $(let $a: $aty = arg_value(&$args, $kind, stringify!($method), stringify!($a))?;)*
+        reply_value($this.$method($($a),*).await)
+    }};
+    (@answer $this:ident, $args:ident, $kind:expr, $method:ident($($a:ident: $aty:ty),*) => $via:ident($($va:ident: $vaty:ty),*)) => {{
+        $(let $va: $vaty = arg_value(&$args, $kind, stringify!($method), stringify!($va))?;)*
+        reply_value($this.$via($($va),*).await)
+    }};
     ($(#[$doc:meta])* $Adapter:ident<$T:ident: $Bound:path>, $Client:ident, $kind:expr, |$this:ident| $name:expr,
-     [$($method:ident($($a:ident: $aty:ty),*) -> $ret:ty $(, $opt:ident)? $(=> $via:ident)?;)*]) => {
+     [$($method:ident($($a:ident: $aty:ty),*) -> $ret:ty $(, $opt:ident)? $(=> $via:ident($($va:ident: $vaty:ty),*))?;)*]) => {
         struct $Adapter<$T>(Arc<$T>);
 
         impl<$T: $Bound> ObjectImpl for $Adapter<$T> {
@@ -457,8 +479,7 @@ macro_rules! protocol {
                 let _this = self.0.clone();
                 match method {
                     $(stringify!($method) => Box::pin(async move {
-                        $(let $a: $aty = arg_value(&_args, $kind, stringify!($method), stringify!($a))?;)*
-                        reply_value(protocol!(@call _this, $method $(, $via)?; $($a),*).await)
+                        protocol!(@answer _this, _args, $kind, $method($($a: $aty),*) $(=> $via($($va: $vaty),*))?)
                     }),)*
                     other => {
                         let unsupported = unsupported($kind, other, &[$(stringify!($method)),*]);
@@ -553,9 +574,10 @@ protocol!(
     TapeStoreObject<T: TapeStore>, TapeStoreClient, kinds::TAPE_STORE, |_s| String::new(), [
     list_tapes() -> Vec<String>;
     reset(tape: String) -> ();
-    fetch_all(query: TapeQuery) -> Vec<TapeEntry> => fetch_all_answer;
+    fetch_all(query: TapeQuery) -> Vec<TapeEntry> => fetch_all_answer(query: TapeQuery);
     append(tape: String, entry: TapeEntry) -> TapeEntry;
-    append_many(tape: String, entries: Vec<TapeEntry>) -> Vec<TapeEntry>, opt;
+    append_many(tape: String, entries: Vec<TapeEntry>) -> Vec<TapeEntry>, opt
+        => append_many_values(tape: String, entries: Vec<crate::Value>);
     enter() -> (), opt;
     exit(error: Option<ErrorInfo>) -> (), opt;
 ]);
