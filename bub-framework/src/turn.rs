@@ -59,11 +59,10 @@ impl Framework {
 
         // 3. build_prompt: the first non-None answer; falsy → the content.
         let content = self.prompt_for(message(), inbound, &session_id, &state).await?;
-        let legacy = prompt::to_legacy_prompt(&content);
 
         // 4. the model stage, with save_state in its `finally`.
         let mut events = Vec::new();
-        let model = self.model_stage(inbound, &legacy, &session_id, &state, stream_output, &mut events).await;
+        let model = self.model_stage(inbound, &content, &session_id, &state, stream_output, &mut events).await;
         // Borrowed: a big answer is not copied for save_state.
         let saved_output = model.as_ref().map(String::as_str).unwrap_or_default();
         rt.save_state(&session_id, &state, message(), saved_output).await?;
@@ -212,14 +211,16 @@ impl Framework {
     async fn model_stage(
         &self,
         inbound: &Envelope,
-        legacy: &Value,
+        content: &[Value],
         session_id: &str,
         state: &TurnState,
         stream_output: bool,
         events: &mut Vec<StreamEvent>,
     ) -> Result<String, FrameworkError> {
         let rt = &self.runtime;
-        let args = CallArgs::run_model(legacy, &session_id.to_owned(), state)?;
+        // The hook's legacy prompt lives in its arguments only: a big prompt
+        // is not held a second time through the model stage.
+        let args = CallArgs::run_model(&prompt::to_legacy_prompt(content), &session_id.to_owned(), state)?;
         // Streaming: the bound channel sees the events as they come.
         let channel = if stream_output { rt.bound_channel(inbound) } else { None };
         let output = match rt.select_model(stream_output).map(|s| s.hook) {
@@ -265,8 +266,8 @@ impl Framework {
                     details: None,
                 };
                 rt.notify_error("run_model", &error, Some(inbound)).await;
-                match legacy {
-                    Value::String(s) => s.clone(),
+                match prompt::to_legacy_prompt(content) {
+                    Value::String(s) => s,
                     _ => content_of(inbound),
                 }
             }

@@ -190,21 +190,70 @@ impl CallRequest {
     }
 }
 
-/// The JSON text of a list whose items are `parts` (each zero or more
-/// comma-separated JSON values, as [`Message::wire`] keeps them).
-pub fn join_array<'a>(parts: impl IntoIterator<Item = std::borrow::Cow<'a, str>>) -> String {
-    // Sized first: a long context's text is copied once, not regrown.
-    let parts: Vec<_> = parts.into_iter().filter(|p| !p.is_empty()).collect();
-    let mut out = String::with_capacity(2 + parts.iter().map(|p| p.len() + 1).sum::<usize>());
-    out.push('[');
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(part);
+/// A JSON list whose items are `parts` (each zero or more comma-separated
+/// JSON values, as [`Message::wire`] keeps them), written straight into the
+/// request body: the parts are never joined into a string of their own, so
+/// a long context is copied once, not twice.
+pub struct JsonArray<'a>(Vec<std::borrow::Cow<'a, str>>);
+
+impl<'a> JsonArray<'a> {
+    /// The list of `parts` (empty parts are skipped).
+    pub fn new(parts: impl IntoIterator<Item = std::borrow::Cow<'a, str>>) -> JsonArray<'a> {
+        JsonArray(parts.into_iter().filter(|p| !p.is_empty()).collect())
     }
-    out.push(']');
-    out
+
+    /// The length of its JSON text.
+    pub fn len(&self) -> usize {
+        2 + self.0.iter().map(|p| p.len() + 1).sum::<usize>().saturating_sub(1)
+    }
+
+    /// Whether it has no items.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Appends its JSON text to `out`.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, part) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(part.as_bytes());
+        }
+        out.push(b']');
+    }
+}
+
+impl std::fmt::Display for JsonArray<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = Vec::with_capacity(self.len());
+        self.write_to(&mut out);
+        f.write_str(std::str::from_utf8(&out).expect("the parts are text"))
+    }
+}
+
+/// `value`'s JSON text in a string of exactly its size. A string grown as
+/// it is written ends up to twice the text's size, and holds the old and
+/// the new buffer at each doubling: for a message of tens of megabytes
+/// that is the turn's peak. Counting first costs a second walk of the
+/// value, once per message (its wire form is kept).
+pub fn json_text(value: &impl serde::Serialize) -> String {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("JSON values always serialize");
+    let mut out = Vec::with_capacity(count.0);
+    serde_json::to_writer(&mut out, value).expect("JSON values always serialize");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 #[cfg(test)]
@@ -231,7 +280,17 @@ mod tests {
     #[test]
     fn arrays_join_their_parts_and_skip_empty_ones() {
         let parts = ["1", "", "2,3"].map(std::borrow::Cow::Borrowed);
-        assert_eq!(join_array(parts), "[1,2,3]");
-        assert_eq!(join_array(Vec::new()), "[]");
+        let array = JsonArray::new(parts);
+        assert_eq!((array.to_string().as_str(), array.len()), ("[1,2,3]", 7));
+        let empty = JsonArray::new(Vec::new());
+        assert_eq!((empty.to_string().as_str(), empty.len()), ("[]", 2));
+    }
+
+    #[test]
+    fn json_text_is_exactly_sized() {
+        let value = json!({"role": "user", "content": "x".repeat(100_000), "n": [1, 2.5, null]});
+        let text = json_text(&value);
+        assert_eq!(text, value.to_string());
+        assert_eq!(text.capacity(), text.len());
     }
 }

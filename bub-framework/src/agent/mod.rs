@@ -144,7 +144,7 @@ impl AgentError {
 #[derive(Clone)]
 pub struct PromptContext {
     /// The step's prompt (`[]` on continuation steps).
-    pub prompt: Vec<Value>,
+    pub prompt: Arc<[Value]>,
     /// The turn state.
     pub state: bub_abi::TurnState,
     /// The model-facing tool names of the step.

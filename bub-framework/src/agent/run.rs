@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use super::{
     command, context,
     events::{ChatFinished, Event, EventContext, Status},
-    message::{CallRequest, Message},
+    message::{CallRequest, Message, Shared},
     provider::{Delta, ModelRequest, ModelResponse, ProviderError, ToolDef},
     tape::RunTape,
     tools::{self, Exposure, PlannedCall},
@@ -134,7 +134,9 @@ struct Run {
     cx: EventContext,
     model: String,
     options: Map<String, Value>,
-    prompt: Vec<Value>,
+    // Shared by the steps, their prompt contexts and events: a big prompt
+    // is held once here, not once per holder.
+    prompt: Arc<[Value]>,
     steps: AtomicU32,
     started: Instant,
     // The last provider call's usage (for StepFinished and continue_prompt).
@@ -189,7 +191,9 @@ impl Agent {
             prompt: user_content(&prompt),
             metadata: options.metadata.clone(),
         };
-        if let Err(e) = self.events.emit(&mut started, &cx).await {
+        let emitted = self.events.emit(&mut started, &cx).await;
+        drop(started);
+        if let Err(e) = emitted {
             tape.merge().await?;
             return Err(e);
         }
@@ -204,7 +208,7 @@ impl Agent {
             cx,
             model,
             options: call_options,
-            prompt,
+            prompt: prompt.into(),
             steps: AtomicU32::new(0),
             started: Instant::now(),
             usage: Default::default(),
@@ -351,7 +355,7 @@ async fn drive(run: Arc<Run>, tx: Tx) {
 
 async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
     let agent = &run.agent;
-    let mut next_prompt = Some(run.prompt.clone());
+    let mut next_prompt: Option<Arc<[Value]>> = Some(run.prompt.clone());
     let mut auto_handoff = 1;
     let mut step = 0;
     loop {
@@ -361,8 +365,11 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         }
         run.steps.store(step, Ordering::SeqCst);
         let started = Instant::now();
+        // Dropped once emitted: its copy of the prompt is not kept through
+        // the step.
         let mut ev = Event::StepStarted { step, prompt: next_prompt.as_deref().map(user_content) };
         agent.events.emit(&mut ev, &run.cx).await?;
+        drop(ev);
         let elapsed = || started.elapsed().as_millis() as u64;
         let should_continue = match one_step(run, next_prompt.clone(), tx).await {
             Ok(c) => c,
@@ -376,7 +383,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     elapsed_ms: elapsed(),
                     error: Some(e.to_string()),
                     next_prompt: None,
-                    prompt: next_prompt.clone(),
+                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
                     usage: run.last_usage(),
                 };
                 agent.events.emit(&mut ev, &run.cx).await?;
@@ -390,7 +397,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     elapsed_ms: elapsed(),
                     error: Some(e.to_string()),
                     next_prompt: None,
-                    prompt: next_prompt.clone(),
+                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
                     usage: run.last_usage(),
                 };
                 agent.events.emit(&mut ev, &run.cx).await?;
@@ -408,7 +415,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                 elapsed_ms: elapsed(),
                 error: None,
                 next_prompt: None,
-                prompt: next_prompt.clone(),
+                prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
                 usage: run.last_usage(),
             };
             agent.events.emit(&mut ev, &run.cx).await?;
@@ -420,12 +427,12 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
             elapsed_ms: elapsed(),
             error: None,
             next_prompt: None,
-            prompt: next_prompt.clone(),
+            prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
             usage: run.last_usage(),
         };
         agent.events.emit(&mut ev, &run.cx).await?;
         next_prompt = match ev {
-            Event::StepFinished { next_prompt, .. } => next_prompt,
+            Event::StepFinished { next_prompt, .. } => next_prompt.map(Arc::from),
             _ => None,
         };
         if agent.max_steps.is_some_and(|max| step >= max) {
@@ -486,14 +493,14 @@ async fn step_tools<'a>(agent: &'a Agent, cx: &EventContext) -> Result<Vec<&'a t
         .collect())
 }
 
-async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool, AgentError> {
+async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bool, AgentError> {
     let agent = &run.agent;
     let cx = &run.cx;
     // 1–2. Tools, then the system prompt (before steering is drained).
     let offered = step_tools(agent, cx).await?;
     let tool_names: Vec<String> = offered.iter().map(|t| t.model_name()).collect();
     let pcx = PromptContext {
-        prompt: prompt.clone().unwrap_or_default(),
+        prompt: prompt.clone().unwrap_or_else(|| Arc::from([])),
         state: cx.state.clone(),
         tools: tool_names.clone(),
         model: run.model.clone(),
@@ -506,6 +513,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
             }
         }
     }
+    drop(pcx);
     let system = (!blocks.is_empty()).then(|| blocks.join("\n\n"));
     // 3. Pending (steering) messages.
     let mut pending = Event::MessagesPending { messages: Vec::new() };
@@ -543,7 +551,10 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
         messages.push(Message::new(json!({"role": "system", "content": s})));
     }
     messages.extend(history);
-    messages.extend(new_messages.iter().cloned().map(Message::new));
+    // Shared with the request, not copied into it: the recorder takes them
+    // back once the provider is done (`given_back`).
+    let new_messages: Vec<Shared> = new_messages.into_iter().map(Message::new).collect();
+    messages.extend(new_messages.iter().cloned());
     // 6. LLMCallStarted.
     let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
     let request = CallRequest {
@@ -562,7 +573,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
             run_id,
             model: request.model.clone(),
             system_prompt: system,
-            new_messages,
+            new_messages: given_back(new_messages),
             response_text: Some(d.text.clone()),
             ..Default::default()
         };
@@ -621,7 +632,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
             run_id,
             model: model.clone(),
             system_prompt: system,
-            new_messages,
+            new_messages: given_back(new_messages),
             response_text: Some(text.clone()),
             usage: Some(usage),
             provider,
@@ -659,7 +670,7 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
         run_id,
         model: model.clone(),
         system_prompt: system,
-        new_messages,
+        new_messages: given_back(new_messages),
         response_text: Some(text).filter(|t| !t.is_empty()),
         tool_calls: calls_json.clone(),
         tool_results: Some(results.clone()),
@@ -672,6 +683,12 @@ async fn one_step(run: &Run, prompt: Option<Vec<Value>>, tx: &Tx) -> Result<bool
     let _ = tx.send(Ok(event("tool_result", json!({"tool_results": results}))));
     let _ = tx.send(Ok(event("final", json!({"ok": true, "tool_calls": calls_json, "tool_results": results}))));
     Ok(true)
+}
+
+/// The JSON of messages shared with a request: moved out when the request
+/// is gone (the usual case), copied when something still holds them.
+fn given_back(messages: Vec<Shared>) -> Vec<Value> {
+    messages.into_iter().map(|m| Arc::try_unwrap(m).map_or_else(|m| m.json().clone(), Message::into_json)).collect()
 }
 
 /// A prompt's user content: one string when it is a single text.

@@ -521,3 +521,49 @@ fn a_hanging_tool_times_out_as_a_tool_failure() {
         json!({"tool_results": [{"kind": "tool", "message": "Tool 'stuck' timed out after 0.2 seconds."}]})
     );
 }
+
+/// A big prompt is held once through a step (issue 24, hook answer
+/// memory): every system-prompt section reads the same prompt, not a copy
+/// each; the request's new user message is the one the recorder is given
+/// back, not a copy of it. The contents are still right (behaviours 115,
+/// 117, 124).
+#[test]
+fn a_step_shares_its_prompt_with_sections_and_gives_its_messages_back_behaviour_115_117_124() {
+    let provider = Provider::start(vec![chat::text("ok")]);
+    let mut a = agent(&provider);
+    let seen: Arc<Mutex<Vec<(&'static str, usize)>>> = Arc::default();
+    let address = |v: &Value| v.as_str().expect("text content").as_ptr() as usize;
+    for section in ["first section", "second section"] {
+        let s = seen.clone();
+        a.sections.push(Arc::new(move |pcx: bub_host::agent::PromptContext| {
+            s.lock().unwrap().push((section, address(&pcx.prompt[0])));
+            Box::pin(async { Ok(None) })
+        }));
+    }
+    let s = seen.clone();
+    a.events.on(
+        Filter::Any,
+        handler(move |event, _cx| {
+            match event {
+                Event::LlmCallStarted { request, .. } => {
+                    let last = request.messages.last().expect("the prompt's message");
+                    s.lock().unwrap().push(("request", address(&last["content"])));
+                }
+                Event::ChatFinished(chat) => {
+                    s.lock().unwrap().push(("recorded", address(&chat.new_messages[0]["content"])));
+                }
+                _ => {}
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    let prompt = "a big prompt ".repeat(1000);
+    let (events, error) = run(a, &prompt);
+    assert_eq!(error, None);
+    assert_eq!(events.last().unwrap().1, json!({"ok": true, "text": "ok"}));
+    assert_eq!(provider.requests()[0].body["messages"].as_array().unwrap().last().unwrap()["content"], json!(prompt));
+    let seen = seen.lock().unwrap().clone();
+    let at = |what: &str| seen.iter().find(|(w, _)| *w == what).unwrap_or_else(|| panic!("no {what}: {seen:?}")).1;
+    assert_eq!(at("first section"), at("second section"), "each section was given its own copy of the prompt");
+    assert_eq!(at("request"), at("recorded"), "the recorder was given a copy of the request's message");
+}

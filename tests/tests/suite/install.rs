@@ -570,6 +570,18 @@ fn install_a_crate_from_the_registry() {
     .unwrap();
     let vendor = scratch.path().join("vendor");
     let cargo = || std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // The workspace's versions, and every one of them in cargo's cache:
+    // vendoring takes the crates of every platform, and a build on this
+    // one never downloads some of them (a fresh machine's cache lacks
+    // them). Fetched from the registry once; already cached, no request.
+    std::fs::copy(workspace().join("Cargo.lock"), stub.join("Cargo.lock")).unwrap();
+    let status = cargo()
+        .args(["fetch", "--quiet", "--manifest-path"])
+        .arg(stub.join("Cargo.toml"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo fetch (the crates.io registry must be reachable, or its crates cached)");
     let status = cargo()
         .args(["vendor", "--offline", "--quiet", "--manifest-path"])
         .arg(stub.join("Cargo.toml"))

@@ -7,9 +7,9 @@ use serde_json::{json, Map, Value};
 
 use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
-    ModelResponse, ProviderError, ToolCallFragments, Usage, SPLICED,
+    ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{join_array, WireForm};
+use crate::agent::message::{json_text, JsonArray, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -133,7 +133,7 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
     let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
     let repaired = repair_tool_calls(&request.messages);
-    let messages = join_array(repaired.iter().map(|m| m.wire(form, |j| message(j, kind).to_string())));
+    let messages = JsonArray::new(repaired.iter().map(|m| m.wire(form, |j| json_text(&message(j, kind)))));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("messages".into(), json!(SPLICED));
@@ -172,7 +172,7 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     apply_extra_body(client, request, &mut body);
-    encode(&body, &[("messages", &messages), ("tools", &tools)])
+    encode(&body, &[("messages", Spliced::Array(&messages)), ("tools", Spliced::Text(&tools))])
 }
 
 fn usage(u: &Value, into: &mut Usage) {

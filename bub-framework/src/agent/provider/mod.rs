@@ -30,7 +30,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::message::{Message, Shared};
+use super::message::{JsonArray, Message, Shared};
 
 pub use self::settings::{ModelSettings, ProviderConfig};
 
@@ -263,12 +263,29 @@ pub(crate) fn splice_tools<T: Serialize>(body: &mut Map<String, Value>, tools: V
     serde_json::to_string(&tools).expect("tools always serialize")
 }
 
-/// `body` as JSON bytes, with each `(key, text)` of `spliced` written as is
-/// for `key` while it holds the [`SPLICED`] placeholder (the messages,
-/// joined from their kept wire forms; the tools, written from their shared
-/// schemas).
-pub(crate) fn encode(body: &Map<String, Value>, spliced: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(spliced.iter().map(|(_, text)| text.len()).sum::<usize>() + 512);
+/// What [`encode`] writes for a key holding the [`SPLICED`] placeholder.
+pub(crate) enum Spliced<'a> {
+    /// JSON text, as is (the tools, written from their shared schemas).
+    Text(&'a str),
+    /// A list written from its parts (the messages, from their kept wire
+    /// forms).
+    Array(&'a JsonArray<'a>),
+}
+
+impl Spliced<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Spliced::Text(t) => t.len(),
+            Spliced::Array(a) => a.len(),
+        }
+    }
+}
+
+/// `body` as JSON bytes, with each `(key, spliced)` written for `key` while
+/// it holds the [`SPLICED`] placeholder. The buffer is sized first, so the
+/// messages are copied once, into it.
+pub(crate) fn encode(body: &Map<String, Value>, spliced: &[(&str, Spliced<'_>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(spliced.iter().map(|(_, s)| s.len()).sum::<usize>() + 512);
     out.push(b'{');
     for (i, (k, v)) in body.iter().enumerate() {
         if i > 0 {
@@ -277,7 +294,8 @@ pub(crate) fn encode(body: &Map<String, Value>, spliced: &[(&str, &str)]) -> Vec
         serde_json::to_writer(&mut out, k).expect("a string always serializes");
         out.push(b':');
         match spliced.iter().find(|(key, _)| key == k).filter(|_| v.as_str() == Some(SPLICED)) {
-            Some((_, text)) => out.extend_from_slice(text.as_bytes()),
+            Some((_, Spliced::Text(text))) => out.extend_from_slice(text.as_bytes()),
+            Some((_, Spliced::Array(array))) => array.write_to(&mut out),
             None => serde_json::to_writer(&mut out, v).expect("a JSON value always serializes"),
         }
     }

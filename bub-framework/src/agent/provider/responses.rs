@@ -6,9 +6,9 @@ use serde_json::{json, Map, Value};
 
 use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
-    ModelResponse, ProviderError, ToolCallFragments, Usage, SPLICED,
+    ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{join_array, Shared, WireForm};
+use crate::agent::message::{json_text, JsonArray, Shared, WireForm};
 
 fn input_part(p: &Value, role: &str) -> Value {
     let text_type = if role == "assistant" { "output_text" } else { "input_text" };
@@ -71,11 +71,15 @@ fn items(m: &Value) -> Vec<Value> {
     items
 }
 
-/// The `input` list of the neutral messages as JSON text, from each
-/// message's kept wire form.
-fn input(messages: &[Shared]) -> String {
-    let items_text = |m: &Value| items(m).iter().map(Value::to_string).collect::<Vec<_>>().join(",");
-    join_array(repair_tool_calls(messages).iter().map(|m| m.wire(WireForm::Responses, items_text)))
+/// The `input` list of the neutral messages, from each message's kept wire
+/// form (its items, comma-separated).
+fn input(repaired: &[Shared]) -> JsonArray<'_> {
+    let items_text = |m: &Value| match items(m).as_slice() {
+        // One item (a user message): its text is the part, not copied again.
+        [one] => json_text(one),
+        several => several.iter().map(json_text).collect::<Vec<_>>().join(","),
+    };
+    JsonArray::new(repaired.iter().map(|m| m.wire(WireForm::Responses, items_text)))
 }
 
 /// The request body.
@@ -95,7 +99,8 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("input".into(), json!(SPLICED));
-    let input = input(&request.messages);
+    let repaired = repair_tool_calls(&request.messages);
+    let input = input(&repaired);
     #[derive(serde::Serialize)]
     struct Tool<'a> {
         r#type: &'static str,
@@ -125,7 +130,7 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     }
     body.insert("stream".into(), json!(true));
     apply_extra_body(client, request, &mut body);
-    Ok(encode(&body, &[("input", &input), ("tools", &tools)]))
+    Ok(encode(&body, &[("input", Spliced::Array(&input)), ("tools", Spliced::Text(&tools))]))
 }
 
 fn usage(u: &Value) -> Usage {
