@@ -342,22 +342,31 @@ impl TapeStore {
         Ok(out)
     }
 
-    /// As [`append_many`](Self::append_many) for a caller that needs only
-    /// how many were stored: the store's answer (every entry again, with
-    /// its payload) is counted, not read into entries — for a run with a
-    /// big prompt, a copy of all of it fewer.
-    pub async fn append_many_counted(&self, tape: &str, entries: &[TapeEntry]) -> Result<usize, ResourceError> {
+    /// As [`append_many`](Self::append_many) for a caller that gives the
+    /// entries up and needs only how many were stored. Each entry is
+    /// written into the host list and dropped as it goes, so the entries
+    /// are held once, not twice (for a run with a big prompt, its flush's
+    /// peak); the store's answer (every entry again) is counted, not read.
+    /// A store that cannot append many gets them one by one, read back
+    /// from that list.
+    pub async fn append_many_counted(&self, tape: &str, entries: Vec<TapeEntry>) -> Result<usize, ResourceError> {
         if entries.is_empty() {
             return Ok(0);
         }
         const METHOD: &str = "append_many";
         let failed = |error: bub_abi::HookError| self.0.context::<usize>(Err(MethodError { method: METHOD, error }));
+        let wanted = entries.len();
+        let mut list = bub_abi::Value::array();
+        for entry in entries {
+            match bub_abi::Value::from_serialize(&entry) {
+                Ok(v) => list.push(v),
+                Err(e) => return failed(e),
+            };
+        }
         let mut args = bub_abi::Value::object();
         args.insert("tape", tape);
-        match bub_abi::Value::from_serialize(entries) {
-            Ok(list) => args.insert("entries", list),
-            Err(e) => return failed(e),
-        };
+        // Shared, not copied: the list stays ours for the fallback.
+        args.insert_ref("entries", list.as_ref());
         let stored = match self.0.object().invoke_value(METHOD, args).await {
             Ok(answer) if answer.as_ref().is_array() => answer.as_ref().len(),
             Ok(_) => {
@@ -367,12 +376,16 @@ impl TapeStore {
             Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => 0,
             Err(e) => return failed(e),
         };
-        if !self.all_stored(stored, entries.len())? {
-            for entry in entries {
-                self.append(tape, entry).await?;
+        if !self.all_stored(stored, wanted)? {
+            for item in list.as_ref().items() {
+                let entry: TapeEntry = match item.deserialize() {
+                    Ok(e) => e,
+                    Err(e) => return failed(bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, e.to_string())),
+                };
+                self.append(tape, &entry).await?;
             }
         }
-        Ok(entries.len())
+        Ok(wanted)
     }
 
     /// What an `append_many` answer of `stored` entries means for `wanted`:

@@ -104,10 +104,10 @@ impl Store {
     }
 
     /// [`append_many`](Self::append_many), answering how many were stored.
-    pub async fn append_many_counted(&self, tape: &str, entries: &[TapeEntry]) -> Result<usize, AgentError> {
+    pub async fn append_many_counted(&self, tape: &str, entries: Vec<TapeEntry>) -> Result<usize, AgentError> {
         match self {
             Store::Host(s) => s.append_many_counted(tape, entries).await.map_err(AgentError::store),
-            Store::Memory(_) => Ok(self.append_many(tape, entries).await?.len()),
+            Store::Memory(_) => Ok(self.append_many(tape, &entries).await?.len()),
         }
     }
 
@@ -417,8 +417,9 @@ impl RunTape {
             self.store.reset(tape).await?;
         }
         // At once: one sync for the run instead of one per entry; the
-        // stored entries the store answers are only counted.
-        self.store.append_many_counted(tape, &o.entries).await?;
+        // entries are given up as they are sent, and the stored entries
+        // the store answers are only counted.
+        self.store.append_many_counted(tape, o.entries).await?;
         Ok(())
     }
 }

@@ -228,7 +228,9 @@ impl Scripted {
 
     // {"kind": k, "name": n, "methods": {"<m>": {"return": v, "error": "msg"}}}:
     // every call is traced as "<plugin>:<name or kind>.<method>", `exit` with
-    // the error it was told ("…exit(none)" / "…exit(<message>)").
+    // the error it was told ("…exit(none)" / "…exit(<message>)"), a method
+    // scripted `"trace_args": true` with its arguments ("…append({…})").
+    // Also "unsupported": true, "echo_args": true, "sleep_ms": n.
     fn object(&self, spec: &Value) -> Object {
         Object::new(ScriptedObject {
             plugin: self.name.clone(),
@@ -267,11 +269,14 @@ impl ObjectImpl for ScriptedObject {
         if method == "stream_event" {
             line = format!("{line}({}:{})", args["event"]["kind"].as_str().unwrap_or("?"), args["event"]["data"]);
         }
+        let script = self.methods.get(method).cloned().unwrap_or(Value::Null);
+        if script.get("trace_args") == Some(&Value::Bool(true)) {
+            line = format!("{line}({args})");
+        }
         if let Some(path) = &self.trace {
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("trace file");
             writeln!(f, "{}:{line}", self.plugin).expect("trace write");
         }
-        let script = self.methods.get(method).cloned().unwrap_or(Value::Null);
         Box::pin(async move {
             if let Some(ms) = script.get("sleep_ms").and_then(Value::as_u64) {
                 tokio::time::sleep(Duration::from_millis(ms)).await;

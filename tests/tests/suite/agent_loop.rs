@@ -567,3 +567,42 @@ fn a_step_shares_its_prompt_with_sections_and_gives_its_messages_back_behaviour_
     assert_eq!(at("first section"), at("second section"), "each section was given its own copy of the prompt");
     assert_eq!(at("request"), at("recorded"), "the recorder was given a copy of the request's message");
 }
+
+/// A run's flush gives its entries up as it sends them (issue 24, hook
+/// answer memory); a store that cannot append many (one built before ABI
+/// 2.1) still gets every entry, in order, one by one, read back from the
+/// list it was offered (behaviour 105: the fork is merged).
+#[test]
+fn a_run_is_flushed_entry_by_entry_to_a_store_without_append_many_behaviour_105() {
+    use bub_host::agent::RunTape;
+    let home = bub_tests::Home::new();
+    let stored = json!({"id": 1, "kind": "event", "payload": {}, "meta": {}, "date": "2026-12-03T00:00:00Z"});
+    home.scripted(
+        "old-store",
+        "",
+        json!({"provide_tape_store": {"object": {"kind": "tape_store", "name": "store", "methods": {
+            "append_many": {"unsupported": true},
+            "append": {"trace_args": true, "return": stored},
+        }}}}),
+    );
+    let fw = bub_host::framework::Framework::new(&home.host(), "/ws");
+    block_on(fw.scoped(|fw| async move {
+        let store = fw.get_tape_store().expect("the plugin's store");
+        let run = RunTape::fork(Store::Host(store), "t", &[], true);
+        for n in 1..=3 {
+            run.record_event("step", json!({"n": n, "text": "x".repeat(1000)}), Map::new()).await.unwrap();
+        }
+        run.merge().await.unwrap();
+        Ok(())
+    }))
+    .unwrap();
+    let appended: Vec<Value> = home
+        .trace()
+        .iter()
+        .filter_map(|l| l.strip_prefix("old-store:store.append("))
+        .map(|args| serde_json::from_str::<Value>(args.strip_suffix(')').unwrap()).unwrap())
+        .collect();
+    let data: Vec<&Value> = appended.iter().map(|a| &a["entry"]["payload"]["data"]).collect();
+    assert_eq!(data, [1, 2, 3].map(|n| json!({"n": n, "text": "x".repeat(1000)})).iter().collect::<Vec<_>>());
+    assert!(appended.iter().all(|a| a["tape"] == "t" && a["entry"]["kind"] == "event"), "{appended:?}");
+}
