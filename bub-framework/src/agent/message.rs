@@ -22,6 +22,10 @@ pub struct Message {
     json: Value,
     hosted: OnceLock<bub_abi::Value>,
     wire: OnceLock<(WireForm, Box<str>)>,
+    // False for a step's new message: sent once, then read back from the
+    // tape as another message, so its wire text is written straight into
+    // the body and never kept.
+    keep_wire: bool,
 }
 
 /// Which encoding a kept wire form is (a message is sent in one format per
@@ -42,13 +46,19 @@ pub type Shared = Arc<Message>;
 impl Message {
     /// A message from its JSON.
     pub fn new(json: Value) -> Shared {
-        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new() })
+        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new(), keep_wire: true })
+    }
+
+    /// A message sent once (a step's new user message): its wire text is
+    /// written into the request body as it is encoded, never kept.
+    pub fn sent_once(json: Value) -> Shared {
+        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new(), keep_wire: false })
     }
 
     /// A message from its JSON and the same message as a host value
     /// (a tape payload's node, as its store answered it).
     pub fn with_hosted(json: Value, hosted: bub_abi::Value) -> Shared {
-        Arc::new(Message { json, hosted: OnceLock::from(hosted), wire: OnceLock::new() })
+        Arc::new(Message { json, hosted: OnceLock::from(hosted), wire: OnceLock::new(), keep_wire: true })
     }
 
     /// Messages from JSON values.
@@ -80,6 +90,23 @@ impl Message {
         self.hosted.get_or_init(|| bub_abi::Value::from_serialize(&self.json).expect("JSON always serializes"))
     }
 
+    /// The message's part of a request's list in `form`: its kept wire
+    /// text (written by `write` the first time, at its exact size), or,
+    /// for a message [sent once](Message::sent_once), `write` itself, run
+    /// into the body when it is encoded. `write` must write the same text
+    /// each time it runs (it is run twice: to measure, then to write).
+    pub fn wire_part<'a, W>(&'a self, form: WireForm, write: W) -> Part<'a>
+    where
+        W: Fn(&Value, &mut dyn std::io::Write) -> std::io::Result<()> + 'a,
+    {
+        if self.keep_wire {
+            return Part::Text(self.wire(form, |json| written(|out| write(json, out))));
+        }
+        let mut count = Count(0);
+        write(&self.json, &mut count).expect("counting never fails");
+        Part::Direct { len: count.0, write: Box::new(move |out| write(&self.json, out)) }
+    }
+
     /// The message's wire text in `form`, built by `encode` the first time.
     /// A message sent in another form before is encoded afresh each time.
     pub fn wire(&self, form: WireForm, encode: impl FnOnce(&Value) -> String) -> std::borrow::Cow<'_, str> {
@@ -96,7 +123,12 @@ impl Message {
 
 impl Clone for Message {
     fn clone(&self) -> Self {
-        Message { json: self.json.clone(), hosted: self.hosted.clone(), wire: self.wire.clone() }
+        Message {
+            json: self.json.clone(),
+            hosted: self.hosted.clone(),
+            wire: self.wire.clone(),
+            keep_wire: self.keep_wire,
+        }
     }
 }
 
@@ -194,12 +226,43 @@ impl CallRequest {
 /// JSON values, as [`Message::wire`] keeps them), written straight into the
 /// request body: the parts are never joined into a string of their own, so
 /// a long context is copied once, not twice.
-pub struct JsonArray<'a>(Vec<std::borrow::Cow<'a, str>>);
+pub struct JsonArray<'a>(Vec<Part<'a>>);
+
+/// One part of a [`JsonArray`]: zero or more comma-separated JSON values.
+pub enum Part<'a> {
+    /// Text (a kept wire form, or one made for this request).
+    Text(std::borrow::Cow<'a, str>),
+    /// Written into the body when it is encoded, `len` bytes.
+    Direct {
+        /// The length it writes.
+        len: usize,
+        /// Writes it.
+        write: WritePart<'a>,
+    },
+}
+
+/// What writes a [`Part::Direct`].
+pub type WritePart<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + 'a>;
+
+impl Part<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Text(t) => t.len(),
+            Part::Direct { len, .. } => *len,
+        }
+    }
+}
+
+impl<'a> From<std::borrow::Cow<'a, str>> for Part<'a> {
+    fn from(text: std::borrow::Cow<'a, str>) -> Part<'a> {
+        Part::Text(text)
+    }
+}
 
 impl<'a> JsonArray<'a> {
     /// The list of `parts` (empty parts are skipped).
-    pub fn new(parts: impl IntoIterator<Item = std::borrow::Cow<'a, str>>) -> JsonArray<'a> {
-        JsonArray(parts.into_iter().filter(|p| !p.is_empty()).collect())
+    pub fn new<P: Into<Part<'a>>>(parts: impl IntoIterator<Item = P>) -> JsonArray<'a> {
+        JsonArray(parts.into_iter().map(Into::into).filter(|p| p.len() > 0).collect())
     }
 
     /// The length of its JSON text.
@@ -219,7 +282,14 @@ impl<'a> JsonArray<'a> {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(part.as_bytes());
+            match part {
+                Part::Text(t) => out.extend_from_slice(t.as_bytes()),
+                Part::Direct { len, write } => {
+                    let start = out.len();
+                    write(out).expect("writing into memory never fails");
+                    debug_assert_eq!(out.len() - start, *len, "a part wrote another length than it measured");
+                }
+            }
         }
         out.push(b']');
     }
@@ -239,21 +309,30 @@ impl std::fmt::Display for JsonArray<'_> {
 /// that is the turn's peak. Counting first costs a second walk of the
 /// value, once per message (its wire form is kept).
 pub fn json_text(value: &impl serde::Serialize) -> String {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    written(|out| serde_json::to_writer(out, value).map_err(std::io::Error::other))
+}
+
+/// What `write` writes, in a string of exactly its size (see
+/// [`json_text`]); `write` runs twice and writes JSON (UTF-8).
+pub fn written(write: impl Fn(&mut dyn std::io::Write) -> std::io::Result<()>) -> String {
     let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).expect("JSON values always serialize");
+    write(&mut count).expect("counting never fails");
     let mut out = Vec::with_capacity(count.0);
-    serde_json::to_writer(&mut out, value).expect("JSON values always serialize");
-    String::from_utf8(out).expect("serde_json writes UTF-8")
+    write(&mut out).expect("writing into memory never fails");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// A writer that only counts.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -282,8 +361,27 @@ mod tests {
         let parts = ["1", "", "2,3"].map(std::borrow::Cow::Borrowed);
         let array = JsonArray::new(parts);
         assert_eq!((array.to_string().as_str(), array.len()), ("[1,2,3]", 7));
-        let empty = JsonArray::new(Vec::new());
+        let empty = JsonArray::new(Vec::<Part>::new());
         assert_eq!((empty.to_string().as_str(), empty.len()), ("[]", 2));
+    }
+
+    #[test]
+    fn a_message_sent_once_is_written_into_the_body_and_not_kept() {
+        let write =
+            |j: &Value, out: &mut dyn std::io::Write| serde_json::to_writer(out, j).map_err(std::io::Error::other);
+        let once = Message::sent_once(json!({"role": "user", "content": "big"}));
+        let kept = Message::new(json!({"role": "user", "content": "small"}));
+        let array = JsonArray::new([kept.wire_part(WireForm::Chat, write), once.wire_part(WireForm::Chat, write)]);
+        assert!(matches!(array.0[1], Part::Direct { len: 31, .. }));
+        let mut body = Vec::new();
+        array.write_to(&mut body);
+        assert_eq!(body.len(), array.len());
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            r#"[{"role":"user","content":"small"},{"role":"user","content":"big"}]"#
+        );
+        assert!(once.wire.get().is_none(), "a message sent once keeps no wire text");
+        assert_eq!(kept.wire.get().map(|(_, t)| &**t), Some(r#"{"role":"user","content":"small"}"#));
     }
 
     #[test]

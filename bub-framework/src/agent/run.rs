@@ -553,7 +553,8 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     messages.extend(history);
     // Shared with the request, not copied into it: the recorder takes them
     // back once the provider is done (`given_back`).
-    let new_messages: Vec<Shared> = new_messages.into_iter().map(Message::new).collect();
+    // Sent once: their wire text goes straight into the body, not kept.
+    let new_messages: Vec<Shared> = new_messages.into_iter().map(Message::sent_once).collect();
     messages.extend(new_messages.iter().cloned());
     // 6. LLMCallStarted.
     let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);

@@ -2,6 +2,8 @@
 //! (spec §6.4, §6.5): the format every OpenAI-compatible server speaks
 //! (vLLM, Ollama, llama.cpp, DeepSeek, OpenRouter, …).
 
+use std::borrow::Cow;
+
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
@@ -9,7 +11,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{json_text, JsonArray, WireForm};
+use crate::agent::message::{JsonArray, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -65,8 +67,10 @@ fn part(p: &Value) -> Value {
     }
 }
 
-fn content(c: &Value) -> Value {
-    match c {
+// Borrowed when it is a string already: a big message is written from
+// where it is, not copied first.
+fn content(c: &Value) -> Cow<'_, Value> {
+    Cow::Owned(match c {
         Value::Array(parts)
             if parts.iter().all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")) =>
         {
@@ -74,13 +78,23 @@ fn content(c: &Value) -> Value {
         }
         Value::Array(parts) => Value::Array(parts.iter().map(part).collect()),
         Value::Null => Value::String(String::new()),
-        Value::String(_) => c.clone(),
+        Value::String(_) => return Cow::Borrowed(c),
         other => Value::String(other.to_string()),
-    }
+    })
+}
+
+/// A message in chat-completions form, borrowing from the neutral one
+/// (fields in the order `json!` would give them).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ChatMessage<'a> {
+    Built(Value),
+    Tool { role: &'static str, tool_call_id: Cow<'a, Value>, content: Cow<'a, Value> },
+    Plain { role: &'a str, content: Cow<'a, Value> },
 }
 
 /// One neutral message in chat-completions form.
-fn message(m: &Value, kind: &str) -> Value {
+fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
     let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
     match role {
         "assistant" => {
@@ -110,14 +124,14 @@ fn message(m: &Value, kind: &str) -> Value {
                     out["reasoning_content"] = json!(r);
                 }
             }
-            out
+            ChatMessage::Built(out)
         }
-        "tool" => json!({
-            "role": "tool",
-            "tool_call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
-            "content": content(m.get("content").unwrap_or(&Value::Null)),
-        }),
-        _ => json!({"role": role, "content": content(m.get("content").unwrap_or(&Value::Null))}),
+        "tool" => ChatMessage::Tool {
+            role: "tool",
+            tool_call_id: m.get("tool_call_id").map_or(Cow::Owned(Value::Null), Cow::Borrowed),
+            content: content(m.get("content").unwrap_or(&Value::Null)),
+        },
+        _ => ChatMessage::Plain { role, content: content(m.get("content").unwrap_or(&Value::Null)) },
     }
 }
 
@@ -133,7 +147,9 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
     let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
     let repaired = repair_tool_calls(&request.messages);
-    let messages = JsonArray::new(repaired.iter().map(|m| m.wire(form, |j| json_text(&message(j, kind)))));
+    let messages = JsonArray::new(repaired.iter().map(|m| {
+        m.wire_part(form, move |j, out| serde_json::to_writer(out, &message(j, kind)).map_err(std::io::Error::other))
+    }));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("messages".into(), json!(SPLICED));
