@@ -397,8 +397,9 @@ impl Plugin for Builtin {
     ) -> Result<Option<Object>, BoxError> {
         let Some(framework) = bub_framework::Framework::of(&state) else { return Ok(None) };
         let content = bub_abi::prompt::to_content(&prompt)?;
-        drop(prompt); // not held through the run: a big prompt is held by the agent alone
-                      // A failing command fails here (Bub raises from `start()`).
+        // Not held through the run: a big prompt is held by the agent alone.
+        drop(prompt);
+        // A failing command fails here (Bub raises from `start()`).
         let mut run =
             crate::agent::run_stream(&framework, &session_id, content, state).await.map_err(|e| e.explained())?;
         let (tx, stream) = bub_abi::ModelStream::channel(64);
@@ -430,7 +431,8 @@ impl Plugin for Builtin {
     ) -> Result<Option<String>, BoxError> {
         let Some(framework) = bub_framework::Framework::of(&state) else { return Ok(None) };
         let content = bub_abi::prompt::to_content(&prompt)?;
-        drop(prompt); // not held through the run: a big prompt is held by the agent alone
+        // Not held through the run: a big prompt is held by the agent alone.
+        drop(prompt);
         let run = crate::agent::run_stream(&framework, &session_id, content, state).await.map_err(|e| e.explained())?;
         let (events, error) = run.collect().await;
         if let Some(e) = error {

@@ -551,9 +551,9 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         messages.push(Message::new(json!({"role": "system", "content": s})));
     }
     messages.extend(history);
-    // Shared with the request, not copied into it: the recorder takes them
-    // back once the provider is done (`given_back`).
-    // Sent once: their wire text goes straight into the body, not kept.
+    // Shared with the request, not copied into it (the recorder takes them
+    // back once the provider is done, `given_back`), and sent once: their
+    // wire text goes straight into the body, not kept.
     let new_messages: Vec<Shared> = new_messages.into_iter().map(Message::sent_once).collect();
     messages.extend(new_messages.iter().cloned());
     // 6. LLMCallStarted.
