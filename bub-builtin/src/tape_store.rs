@@ -186,7 +186,7 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(tape, |_| 0, |_| true, |entries| entries.iter().map(|e| e.entry()).collect())?
+        self.read_from(tape, |_| 0, |_| true, usize::MAX, |entries| entries.iter().map(|e| e.entry()).collect())?
     }
 
     /// How many bytes of `tape`'s file were not parsed yet (all of it when
@@ -207,19 +207,29 @@ impl FileTapeStore {
     /// since its last step, or what follows the last anchor, so a step
     /// costs the same on a long tape as on a short one.
     fn select(&self, query: &TapeQuery) -> Result<TapeEntries, BoxError> {
+        let after_anchor = query.last_anchor || query.after_anchor.is_some();
+        let by_anchor = after_anchor || query.between_anchors.is_some();
         let start = |parsed: &[Stored]| {
             let after = query.after_id.map_or(0, |a| parsed.iter().rposition(|e| e.id <= a).map_or(0, |i| i + 1));
-            let rest = &parsed[after..];
-            let anchor = match query.between_anchors {
-                Some(_) => None,
-                None => rest.iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
+            // Only a query that starts after an anchor looks for one: any
+            // other (the agent's "is there an anchor yet?") would walk the
+            // whole tape for nothing, every turn.
+            let anchor = match after_anchor {
+                true => parsed[after..].iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
+                false => None,
             };
             after + anchor.unwrap_or(0)
         };
-        // Anchors stay: selection looks for them.
-        let keep =
-            |e: &Stored| query.kinds.is_empty() || &*e.kind == "anchor" || query.kinds.iter().any(|k| *k == *e.kind);
-        self.read_from(&query.tape, start, keep, |candidates| {
+        // Anchors stay when selection looks for them.
+        let keep = |e: &Stored| {
+            query.kinds.is_empty() || (by_anchor && &*e.kind == "anchor") || query.kinds.iter().any(|k| *k == *e.kind)
+        };
+        // Without anchors, dates or a text search to select by, the answer
+        // is the first `limit` candidates: the rest are never looked at
+        // (`limit: 1` answers from the tape's first entries, however long).
+        let plain = !by_anchor && query.between_dates.is_none() && query.query.is_none();
+        let take = query.limit.filter(|_| plain).unwrap_or(usize::MAX);
+        self.read_from(&query.tape, start, keep, take, |candidates| {
             match bub_abi::tape::select_positions(&candidates, query)? {
                 Some(positions) => {
                     Ok(TapeEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
@@ -240,6 +250,7 @@ impl FileTapeStore {
         tape: &str,
         start: impl FnOnce(&[Stored]) -> usize,
         keep: impl Fn(&Stored) -> bool,
+        take: usize,
         finish: impl FnOnce(Vec<&Stored>) -> R,
     ) -> Result<R, BoxError> {
         use std::os::unix::fs::{FileExt, MetadataExt};
@@ -292,7 +303,7 @@ impl FileTapeStore {
         let from = start(&parsed.entries).min(parsed.entries.len());
         // Filtered before they are looked at: a query for events or anchors
         // sees those alone.
-        let out = finish(parsed.entries[from..].iter().filter(|e| keep(e)).chain(&torn).collect());
+        let out = finish(parsed.entries[from..].iter().filter(|e| keep(e)).chain(&torn).take(take).collect());
         self.keep(path, parsed);
         Ok(out)
     }
@@ -314,18 +325,34 @@ impl FileTapeStore {
         let mut file = bub_abi::files::open_private_append(path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         let len = file.metadata()?.len();
-        // The last complete line holding an id, from the tail (a whole read
-        // only when the tail holds none).
-        let tail_start = len.saturating_sub(64 * 1024);
-        file.seek(SeekFrom::Start(tail_start))?;
-        let mut tail = Vec::new();
-        file.read_to_end(&mut tail)?;
+        // The last complete line holding an id, from the tail: its last 4
+        // KiB (a few entries), then 64 KiB, then the whole tape only when
+        // those hold none. Reading 64 KiB at once made every append of a
+        // long session cost a 64 KiB read and buffer.
         let last_id = |bytes: &[u8]| {
             bytes.split(|b| *b == b'\n').rev().find_map(|l| serde_json::from_slice::<IdOnly>(l).ok()).map(|e| e.id)
         };
-        let last = match last_id(&tail) {
+        let mut tail = Vec::new();
+        let mut last = None;
+        for window in [4 * 1024, 64 * 1024] {
+            let tail_start = len.saturating_sub(window);
+            file.seek(SeekFrom::Start(tail_start))?;
+            tail.clear();
+            file.read_to_end(&mut tail)?;
+            // The window's first line may be cut: only what follows its
+            // first newline is a whole line (unless it starts the file).
+            let whole = match tail_start {
+                0 => &tail[..],
+                _ => tail.iter().position(|b| *b == b'\n').map_or(&tail[..0], |i| &tail[i + 1..]),
+            };
+            last = last_id(whole);
+            if last.is_some() || tail_start == 0 {
+                break;
+            }
+        }
+        let last = match last {
             Some(id) => id,
-            None if tail_start > 0 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
+            None if len > 64 * 1024 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
             None => 0,
         };
         // Written through a 1 MiB buffer, not built whole first (a run with

@@ -53,7 +53,9 @@ fn main() {
         &plugins,
         "http-channel",
         &lib_release("http-channel"),
-        json!({"bind": "127.0.0.1:0", "token": "load"}),
+        // Every message is its own client connection, all open at once:
+        // above the channel's default cap of 256 (which answers 503).
+        json!({"bind": "127.0.0.1:0", "token": "load", "max_connections": messages + sessions}),
     );
     let trace = home.path().join("trace.log");
     install_into(

@@ -173,6 +173,34 @@ pub struct CallRequest {
     pub tool_names: Vec<String>,
     /// Output token limit.
     pub max_tokens: Option<u64>,
+    /// The last [`hosted`](CallRequest::hosted) form, reused while the
+    /// request still reads the same.
+    pub(crate) hosted_cache: HostedCache,
+}
+
+/// A request's last host value: `before_llm_call` and `after_llm_call` get
+/// the same one instead of a list of every context message built twice
+/// per step. The fields are public, so it is checked before reuse (each
+/// message's node is compared by address first: O(1) per message).
+#[derive(Default)]
+pub(crate) struct HostedCache(std::sync::Mutex<Option<bub_abi::Value>>);
+
+impl Clone for HostedCache {
+    fn clone(&self) -> Self {
+        HostedCache(std::sync::Mutex::new(bub_abi::sync::lock(&self.0).clone()))
+    }
+}
+
+impl PartialEq for HostedCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for HostedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostedCache")
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -189,6 +217,10 @@ impl CallRequest {
     /// message's node is its kept one, so the cost is a pointer per message
     /// after the first request that carried it.
     pub fn hosted(&self) -> bub_abi::Value {
+        let mut cache = bub_abi::sync::lock(&self.hosted_cache.0);
+        if let Some(kept) = cache.as_ref().filter(|kept| self.reads_as(kept.as_ref())) {
+            return kept.clone();
+        }
         let r = HostedRequest {
             run_id: &self.run_id,
             model: &self.model,
@@ -196,7 +228,23 @@ impl CallRequest {
             tool_names: &self.tool_names,
             max_tokens: self.max_tokens,
         };
-        bub_abi::Value::from_serialize(&r).expect("a request always serializes")
+        let hosted = bub_abi::Value::from_serialize(&r).expect("a request always serializes");
+        *cache = Some(hosted.clone());
+        hosted
+    }
+
+    /// Whether `kept` (an earlier [`hosted`](Self::hosted)) still reads as
+    /// this request.
+    fn reads_as(&self, kept: bub_abi::ValueRef<'_>) -> bool {
+        let text = |key: &str| kept.get(key).and_then(|v| v.as_str());
+        let (Some(messages), Some(tools)) = (kept.get("messages"), kept.get("tool_names")) else { return false };
+        text("run_id") == Some(self.run_id.as_str())
+            && text("model") == Some(self.model.as_str())
+            && kept.get("max_tokens").and_then(|v| v.as_u64()) == self.max_tokens
+            && tools.len() == self.tool_names.len()
+            && tools.items().zip(&self.tool_names).all(|(a, b)| a.as_str() == Some(b.as_str()))
+            && messages.len() == self.messages.len()
+            && messages.items().zip(&self.messages).all(|(a, m)| a == m.hosted().as_ref())
     }
 
     /// As Bub's `LLMCallRequest` (the messages copied).
@@ -218,6 +266,7 @@ impl CallRequest {
             messages: Message::all(r.messages),
             tool_names: r.tool_names,
             max_tokens: r.max_tokens,
+            hosted_cache: HostedCache::default(),
         }
     }
 }
@@ -340,6 +389,37 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Behaviour 117: `before_llm_call` and `after_llm_call` see the same
+    /// request; it is built once while unchanged, and afresh once changed.
+    #[test]
+    fn a_request_is_hosted_once_while_it_reads_the_same() {
+        let mut request = CallRequest {
+            run_id: "run-20261203T000000000000Z".into(),
+            model: "openai:gpt".into(),
+            messages: Message::all(vec![json!({"role": "user", "content": "hi"})]),
+            tool_names: vec!["fs_read".into()],
+            max_tokens: Some(100),
+            hosted_cache: Default::default(),
+        };
+        let address = |h: &bub_abi::Value| h.as_ref().get("run_id").and_then(|r| r.as_str()).map(str::as_ptr);
+        let first = request.hosted();
+        assert_eq!(address(&request.hosted()), address(&first), "built again though unchanged");
+        assert_eq!(first.deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), request.to_abi());
+        request.messages.push(Message::new(json!({"role": "assistant", "content": "hello"})));
+        assert_eq!(request.hosted().deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), request.to_abi());
+        Arc::make_mut(&mut request.messages[0]).json_mut()["content"] = json!("changed");
+        assert_eq!(request.hosted().deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), request.to_abi());
+        for change in [
+            |r: &mut CallRequest| r.model = "openai:other".into(),
+            |r: &mut CallRequest| r.max_tokens = None,
+            |r: &mut CallRequest| r.tool_names.clear(),
+            |r: &mut CallRequest| r.run_id = "run-2".into(),
+        ] {
+            change(&mut request);
+            assert_eq!(request.hosted().deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), request.to_abi());
+        }
+    }
 
     #[test]
     fn a_changed_message_drops_its_kept_forms_and_others_keep_theirs() {

@@ -564,6 +564,7 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         messages,
         tool_names: tool_names.clone(),
         max_tokens: Some(max_tokens),
+        hosted_cache: Default::default(),
     };
     let mut started = Event::LlmCallStarted { request, decision: None };
     agent.events.emit(&mut started, cx).await?;

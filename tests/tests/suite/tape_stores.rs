@@ -362,6 +362,25 @@ fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
         assert!(bad.to_string().contains("Invalid ISO date or datetime: ''."), "{name}: {bad}");
         assert_eq!(ids(json!({"tape": "q", "query": "kubernets"})).await?, [1], "{name}: a typo still matches");
         assert_eq!(ids(json!({"tape": "q", "query": "RELEASE", "kinds": ["message"]})).await?, [5], "{name}");
+        // Limits, with and without what selects by anchor or date (the
+        // builtin store stops at the limit when nothing else selects).
+        assert_eq!(ids(json!({"tape": "q", "kinds": ["anchor"], "limit": 1})).await?, [2], "{name}");
+        assert_eq!(ids(json!({"tape": "q", "kinds": ["message"], "limit": 2})).await?, [1, 3], "{name}");
+        assert_eq!(ids(json!({"tape": "q", "limit": 2})).await?, [1, 2], "{name}");
+        assert_eq!(ids(json!({"tape": "q", "kinds": ["message"], "last_anchor": true})).await?, [5], "{name}");
+        let between = json!({"tape": "q", "kinds": ["message"], "between_anchors": ["a", "b"], "limit": 1});
+        assert_eq!(ids(between).await?, [3], "{name}");
+        let dated =
+            json!({"tape": "q", "kinds": ["message"], "between_dates": ["2026-11-02", "2026-11-06"], "limit": 1});
+        assert_eq!(ids(dated).await?, [3], "{name}");
+        // Ids go on after lines longer than the tail an append reads first
+        // (4 KiB), and than its second try (64 KiB).
+        let long =
+            |n: usize| entry("message", json!({"role": "user", "content": "x".repeat(n)}), "2026-11-06T10:00:00Z");
+        for e in [long(5_000), long(70_000), long(10)] {
+            store.append_many("q", &[e]).await?;
+        }
+        assert_eq!(ids(json!({"tape": "q", "after_id": 5})).await?, [6, 7, 8], "{name}");
         Ok(())
     });
 }
