@@ -277,7 +277,7 @@ unsafe fn take(p: *const c_void) -> Node {
 /// The inner value of a node a builder holds: in place when held alone
 /// (which it is while being built), else a copy (`Arc::make_mut`). One
 /// uniqueness check: `get_mut` first and then again to borrow was two
-/// compare-exchanges per push or insert, a third of what one costs.
+/// compare-exchanges per push or insert.
 #[inline]
 fn inner_mut<T: Clone>(arc: &mut Arc<T>) -> &mut T {
     Arc::make_mut(arc)
