@@ -214,9 +214,10 @@ impl FileTapeStore {
             // Only a query that starts after an anchor looks for one: any
             // other (the agent's "is there an anchor yet?") would walk the
             // whole tape for nothing, every turn.
-            let anchor = match after_anchor {
-                true => parsed[after..].iter().rposition(|e| bub_abi::tape::starts_after(e, query)),
-                false => None,
+            let anchor = if after_anchor {
+                parsed[after..].iter().rposition(|e| bub_abi::tape::starts_after(e, query))
+            } else {
+                None
             };
             after + anchor.unwrap_or(0)
         };

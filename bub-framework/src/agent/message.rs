@@ -18,6 +18,7 @@ use serde_json::Value;
 
 /// One context message in Bub's neutral shape (`{role, content, …}`),
 /// with the forms built from it so far.
+#[derive(Clone)]
 pub struct Message {
     json: Value,
     hosted: OnceLock<bub_abi::Value>,
@@ -117,17 +118,6 @@ impl Message {
                 let (_, text) = self.wire.get_or_init(|| (form, encode(&self.json).into_boxed_str()));
                 std::borrow::Cow::Borrowed(text)
             }
-        }
-    }
-}
-
-impl Clone for Message {
-    fn clone(&self) -> Self {
-        Message {
-            json: self.json.clone(),
-            hosted: self.hosted.clone(),
-            wire: self.wire.clone(),
-            keep_wire: self.keep_wire,
         }
     }
 }
