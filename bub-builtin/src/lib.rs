@@ -294,7 +294,8 @@ impl Plugin for Builtin {
 
     /// JSONL files under `<home>/tapes`.
     fn provide_tape_store(&self) -> Option<Object> {
-        Some(Object::tape_store(tape_store::FileTapeStore::new(self.home.join("tapes"))))
+        let store = tape_store::FileTapeStore::new(self.home.join("tapes"));
+        Some(Object::tape_store(store.with_cache_bytes(tape_cache_bytes(&self.environment))))
     }
 
     /// The background shells of the scope.
@@ -478,4 +479,17 @@ impl WithBuiltin for bub_runtime::HostBuilder {
 pub fn discover(search: &bub_runtime::discovery::SearchPath) -> bub_runtime::Host {
     use bub_runtime::HostBuilder;
     HostBuilder::new().builtin().discovered(search).build()
+}
+
+/// `BUB_TAPE_CACHE_MB`: how much tape text the builtin store keeps parsed
+/// (see [`tape_store::DEFAULT_CACHE_BYTES`]).
+fn tape_cache_bytes(env: &bub_runtime::settings::Environment) -> u64 {
+    let Some(text) = env.get("BUB_TAPE_CACHE_MB") else { return tape_store::DEFAULT_CACHE_BYTES };
+    match text.trim().parse::<u64>() {
+        Ok(mb) => mb.saturating_mul(1 << 20),
+        Err(_) => {
+            tracing::warn!(target: "bub::tape", "BUB_TAPE_CACHE_MB={text:?} is not a whole number of megabytes; using 16");
+            tape_store::DEFAULT_CACHE_BYTES
+        }
+    }
 }

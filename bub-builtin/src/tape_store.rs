@@ -48,7 +48,51 @@ pub struct FileTapeStore {
     // hold a thread.
     writing: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
     // What was parsed of each tape read (see the module docs).
-    parsed: Arc<std::sync::Mutex<HashMap<PathBuf, Parsed>>>,
+    parsed: Arc<std::sync::Mutex<ParsedTapes>>,
+    // Bytes of tape text kept parsed (see `with_cache_bytes`).
+    cache_bytes: u64,
+}
+
+/// The parsed tapes a store keeps, least recently read dropped first past
+/// [`PARSED_TAPES`] tapes or the store's `cache_bytes` of tape text.
+#[derive(Default)]
+struct ParsedTapes {
+    tapes: HashMap<PathBuf, Parsed>,
+    /// Sum of the kept tapes' `offset`s.
+    bytes: u64,
+    /// Read counter: a tape's `used` is the count at its last read.
+    clock: u64,
+}
+
+impl ParsedTapes {
+    fn offset(&self, path: &Path) -> Option<u64> {
+        self.tapes.get(path).map(|p| p.offset)
+    }
+
+    fn remove(&mut self, path: &Path) -> Option<Parsed> {
+        let p = self.tapes.remove(path)?;
+        self.bytes -= p.offset;
+        Some(p)
+    }
+
+    /// Keeps `parsed` as the most recently read tape, then drops the least
+    /// recently read others until within `max_tapes` and `max_bytes` (the
+    /// tape just read stays, however long: its next read is one step away).
+    fn keep(&mut self, path: PathBuf, mut parsed: Parsed, max_tapes: usize, max_bytes: u64) {
+        self.clock += 1;
+        parsed.used = self.clock;
+        self.bytes += parsed.offset;
+        if let Some(old) = self.tapes.insert(path, parsed) {
+            self.bytes -= old.offset;
+        }
+        while self.tapes.len() > max_tapes.max(1) || (self.bytes > max_bytes && self.tapes.len() > 1) {
+            let oldest = self.tapes.iter().min_by_key(|(_, p)| p.used).map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => drop(self.remove(&k)),
+                None => break,
+            }
+        }
+    }
 }
 
 /// The entries parsed from a tape file, and how to tell that the file is
@@ -63,6 +107,8 @@ struct Parsed {
     /// Lines read so far (for the line numbers of warnings).
     lines: usize,
     entries: Vec<Stored>,
+    /// [`ParsedTapes::clock`] at its last read.
+    used: u64,
 }
 
 /// One entry read from a tape: the host value `fetch_all` hands out, and
@@ -128,13 +174,33 @@ const GUARD: u64 = 64;
 /// From how many unparsed bytes a read goes to the blocking pool.
 const BLOCKING_READ: u64 = 64 * 1024;
 /// How many tapes' parsed entries a store keeps (a gateway serves many
-/// sessions; past this the cache starts afresh).
+/// sessions; past this the least recently read are dropped).
 const PARSED_TAPES: usize = 128;
+
+/// How many bytes of tape text a store keeps parsed unless told otherwise
+/// ([`FileTapeStore::with_cache_bytes`]; the builtin reads
+/// `BUB_TAPE_CACHE_MB`). Parsed entries take about 4× their text (1,000
+/// entries of 260 bytes took 1.09 MB), so without a byte bound 128 long
+/// sessions could hold gigabytes. A tape dropped is parsed again in full
+/// on its next read.
+pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 
 impl FileTapeStore {
     /// A store in `dir` (created on first append).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileTapeStore { dir: dir.into(), writing: Default::default(), parsed: Default::default() }
+        FileTapeStore {
+            dir: dir.into(),
+            writing: Default::default(),
+            parsed: Default::default(),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+
+    /// The same store keeping at most `bytes` of tape text parsed (the
+    /// tape read last is kept whatever its length).
+    pub fn with_cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
+        self
     }
 
     /// The folder.
@@ -194,7 +260,7 @@ impl FileTapeStore {
     fn unparsed_bytes(&self, tape: &str) -> u64 {
         let Ok(path) = self.path(tape) else { return 0 };
         let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else { return 0 };
-        let parsed = bub_abi::sync::lock(&self.parsed).get(&path).map_or(0, |p| p.offset);
+        let parsed = bub_abi::sync::lock(&self.parsed).offset(&path).unwrap_or(0);
         len.saturating_sub(parsed)
     }
 
@@ -279,7 +345,7 @@ impl FileTapeStore {
         };
         let mut parsed = match cached {
             Some(p) if still(&p) => p,
-            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new() },
+            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new(), used: 0 },
         };
         let mut torn = Vec::new();
         if len > parsed.offset {
@@ -310,11 +376,7 @@ impl FileTapeStore {
     }
 
     fn keep(&self, path: PathBuf, parsed: Parsed) {
-        let mut all = bub_abi::sync::lock(&self.parsed);
-        if all.len() >= PARSED_TAPES {
-            all.clear();
-        }
-        all.insert(path, parsed);
+        bub_abi::sync::lock(&self.parsed).keep(path, parsed, PARSED_TAPES, self.cache_bytes);
     }
 
     /// Appends `entries` under the tape file's exclusive lock, with one
@@ -581,6 +643,42 @@ mod tests {
             super::TapeEntries::Entries(entries) => entries,
             super::TapeEntries::Values(values) => values.iter().map(|v| v.deserialize().unwrap()).collect(),
         }
+    }
+
+    /// Bounded resources: the parsed tapes kept are bounded by count and
+    /// by bytes of tape text, the least recently read dropped first, and
+    /// the tape just read is kept however long it is.
+    #[test]
+    fn parsed_tapes_are_bounded_by_count_and_bytes_least_recently_read_first() {
+        use super::{Parsed, ParsedTapes};
+        let parsed =
+            |offset: u64| Parsed { dev: 0, ino: 0, offset, guard: Vec::new(), lines: 0, entries: Vec::new(), used: 0 };
+        let mut cache = ParsedTapes::default();
+        let names = |c: &ParsedTapes| {
+            let mut n: Vec<String> = c.tapes.keys().map(|k| k.display().to_string()).collect();
+            n.sort();
+            n
+        };
+        for name in ["a", "b", "c"] {
+            cache.keep(name.into(), parsed(10), 3, 100);
+        }
+        // "a" read again: "b" is now the least recently read.
+        let a = cache.remove("a".as_ref()).unwrap();
+        cache.keep("a".into(), a, 3, 100);
+        cache.keep("d".into(), parsed(10), 3, 100);
+        assert_eq!(names(&cache), ["a", "c", "d"]);
+        assert_eq!(cache.bytes, 30);
+        // Over the byte bound (110 > 100): the oldest go until it fits.
+        cache.keep("e".into(), parsed(80), 3, 100);
+        assert_eq!(names(&cache), ["a", "d", "e"]);
+        assert_eq!(cache.bytes, 100);
+        // A tape longer than the bound alone stays.
+        cache.keep("f".into(), parsed(500), 3, 100);
+        assert_eq!(names(&cache), ["f"]);
+        assert_eq!(cache.bytes, 500);
+        // Kept again under the same name: counted once.
+        cache.keep("f".into(), parsed(40), 3, 100);
+        assert_eq!(cache.bytes, 40);
     }
 
     /// Issue 23: a query looks only at what it can select (after

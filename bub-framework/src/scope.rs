@@ -143,7 +143,10 @@ impl Framework {
         if inner.store.is_none() {
             return ContextCache::new();
         }
-        inner.contexts.get_or_insert_with(ContextCache::new).clone()
+        inner
+            .contexts
+            .get_or_insert_with(|| ContextCache::with_budget(ContextCache::budget(&self.settings().environment)))
+            .clone()
     }
 
     /// The scope's steering inbox; `None` outside a scope.

@@ -11,7 +11,7 @@
 //! the same bytes as `agent_bench.py` writes) before the run starts: the
 //! cost of a step as the context grows (issue 23).
 //!
-//! `BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] cargo run --release -p bub-tests --example agent_bench [RUNS]`
+//! `BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] [MEMORY=0] cargo run --release -p bub-tests --example agent_bench [RUNS]`
 
 use bub_host::WithBuiltin as _;
 use bub_host::{builtin::agent as bub, discovery::SearchPath, framework::Framework, HostBuilder};
@@ -30,10 +30,15 @@ fn cpu_seconds() -> f64 {
 }
 
 fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// A `/proc/self/status` figure in KiB (`VmRSS:`, `VmHWM:` for the peak).
+fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
@@ -119,12 +124,17 @@ fn main() {
         println!(
             "{}",
             json!({"impl": "rust", "tape_entries": tape_entries, "runs": runs, "steps": runs * STEPS,
-                   "cpu_us_per_step": (cpu / steps * 1e7).round() / 10.0, "wall_us_per_step": (wall / steps * 1e7).round() / 10.0})
+                   "cpu_us_per_step": (cpu / steps * 1e7).round() / 10.0, "wall_us_per_step": (wall / steps * 1e7).round() / 10.0,
+                   "rss_kib": rss_kib(), "peak_rss_kib": status_kib("VmHWM:")})
         );
         scope.exit(None).await.unwrap();
     });
 
-    // Memory: a 1,000-entry tape (500 user/assistant exchanges) read back as context.
+    // Memory: a 1,000-entry tape (500 user/assistant exchanges) read back as
+    // context. `MEMORY=0` skips it (profiles of the steps alone).
+    if std::env::var("MEMORY").is_ok_and(|m| m == "0") {
+        return;
+    }
     rt.block_on(async {
         let scope = fw.running().await.unwrap();
         let store = fw.get_tape_store().unwrap();

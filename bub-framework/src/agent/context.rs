@@ -64,8 +64,9 @@ async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
 /// What the agent keeps of the session tapes between the steps and turns
 /// of one framework (see the module docs): their context messages and
 /// their session settings. Bounded: past [`ContextCache::TAPES`] tapes, or
-/// [`ContextCache::MESSAGES`] context messages in all, it starts afresh (a
-/// gateway serving many long sessions re-reads rather than grows).
+/// [`ContextCache::budget`] of context in all, the least recently
+/// read tapes are dropped (a gateway serving many long sessions re-reads
+/// rather than grows).
 pub struct ContextCache {
     pub(crate) contexts: Folds<Selector>,
     pub(crate) settings: Folds<Map<String, Value>>,
@@ -74,7 +75,7 @@ pub struct ContextCache {
 impl Default for ContextCache {
     fn default() -> Self {
         ContextCache {
-            contexts: Folds::new(Self::TAPES, Self::MESSAGES, |s: &Selector| s.messages.len()),
+            contexts: Folds::new(Self::TAPES, Self::DEFAULT_BUDGET, |s: &Selector| s.bytes),
             settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
         }
     }
@@ -89,8 +90,36 @@ impl std::fmt::Debug for ContextCache {
 impl ContextCache {
     /// How many tapes' contexts (and settings) are kept.
     pub const TAPES: usize = 128;
-    /// How many context messages are kept in all.
-    pub const MESSAGES: usize = 200_000;
+    /// What each kept message weighs beside three times its JSON text:
+    /// its kept forms (JSON, host value, wire text) and their allocations.
+    /// Measured: 1,000 messages of ~150 bytes took 1.33 MB.
+    pub const MESSAGE_OVERHEAD: usize = 768;
+
+    /// How much the kept contexts may weigh in all (about their memory)
+    /// unless `BUB_CONTEXT_CACHE_MB` says otherwise. It was 200,000
+    /// messages of any size: 128 sessions holding a 60 MB prompt each
+    /// could keep gigabytes.
+    pub const DEFAULT_BUDGET: usize = 128 << 20;
+
+    /// The budget `env` sets (`BUB_CONTEXT_CACHE_MB`), else the default.
+    pub fn budget(env: &bub_runtime::settings::Environment) -> usize {
+        let Some(text) = env.get("BUB_CONTEXT_CACHE_MB") else { return Self::DEFAULT_BUDGET };
+        match text.trim().parse::<usize>() {
+            Ok(mb) => mb.saturating_mul(1 << 20),
+            Err(_) => {
+                tracing::warn!(target: "bub::tape", "BUB_CONTEXT_CACHE_MB={text:?} is not a whole number of megabytes; using 128");
+                Self::DEFAULT_BUDGET
+            }
+        }
+    }
+
+    /// A new, empty cache of at most `budget` (see [`Self::budget`]).
+    pub fn with_budget(budget: usize) -> Arc<ContextCache> {
+        Arc::new(ContextCache {
+            contexts: Folds::new(Self::TAPES, budget, |s: &Selector| s.bytes),
+            settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
+        })
+    }
 
     /// A new, empty cache.
     pub fn new() -> Arc<ContextCache> {
@@ -124,6 +153,9 @@ pub fn select(entries: &[TapeEntry]) -> Vec<Shared> {
 pub struct Selector {
     messages: Vec<Shared>,
     last_calls: Vec<Value>,
+    /// What the messages weigh in a [`ContextCache`] (see
+    /// [`ContextCache::budget`]).
+    bytes: usize,
 }
 
 impl Selector {
@@ -132,7 +164,6 @@ impl Selector {
         if e.meta.get("context") == Some(&Value::Bool(false)) {
             return;
         }
-        let out = &mut self.messages;
         match e.kind.as_str() {
             "message" => self.push_message(Value::Object(e.payload.clone()), None),
             "tool_call" => {
@@ -148,23 +179,28 @@ impl Selector {
                         m[k] = v.clone();
                     }
                 }
-                out.push(Message::new(m));
+                self.add(Message::new(m));
             }
             "tool_result" => {
                 let results = e.payload.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                for (call, result) in self.last_calls.iter().zip(results) {
-                    out.push(Message::new(json!({
-                        "role": "tool",
-                        "tool_call_id": call.get("id").cloned().unwrap_or_default(),
-                        "name": call.get("name").cloned().unwrap_or_default(),
-                        "content": tool_message_content(result),
-                    })));
+                let answers: Vec<Shared> = (self.last_calls.iter().zip(results))
+                    .map(|(call, result)| {
+                        Message::new(json!({
+                            "role": "tool",
+                            "tool_call_id": call.get("id").cloned().unwrap_or_default(),
+                            "name": call.get("name").cloned().unwrap_or_default(),
+                            "content": tool_message_content(result),
+                        }))
+                    })
+                    .collect();
+                for m in answers {
+                    self.add(m);
                 }
             }
             "anchor" => {
                 let name = e.payload.get("name").and_then(Value::as_str).unwrap_or("");
                 let state = e.payload.get("state").cloned().unwrap_or(json!({}));
-                out.push(Message::new(
+                self.add(Message::new(
                     json!({"role": "assistant", "content": format!("[Anchor created: {name}]: {state}")}),
                 ));
             }
@@ -195,17 +231,32 @@ impl Selector {
             Some(calls) => m["tool_calls"] = Value::Array(calls.iter().map(upgrade_call).collect()),
             None => {
                 if let Some(hosted) = hosted {
-                    self.messages.push(Message::with_hosted(m, hosted.clone()));
+                    self.add(Message::with_hosted(m, hosted.clone()));
                     return;
                 }
             }
         }
-        self.messages.push(Message::new(m));
+        self.add(Message::new(m));
+    }
+
+    fn add(&mut self, m: Shared) {
+        self.bytes += 3 * json_bytes(m.json()) + ContextCache::MESSAGE_OVERHEAD;
+        self.messages.push(m);
     }
 
     /// The messages so far.
     pub fn messages(&self) -> &[Shared] {
         &self.messages
+    }
+}
+
+/// About the length of `v` as JSON text (strings without their escapes).
+fn json_bytes(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => a.iter().map(|x| json_bytes(x) + 1).sum::<usize>() + 2,
+        Value::Object(o) => o.iter().map(|(k, x)| k.len() + 4 + json_bytes(x)).sum::<usize>() + 2,
+        _ => 8,
     }
 }
 
@@ -281,5 +332,28 @@ mod tests {
             FetchedEntry { entry: head(json!({})), message_payload: Some(hosted) }.payload_map(),
             *plain.as_object().unwrap()
         );
+    }
+
+    /// Bounded resources: a selector weighs its messages' text (three
+    /// times, plus a fixed overhead each), so the context cache's budget is
+    /// in bytes, not in messages of any size.
+    #[test]
+    fn a_selector_weighs_its_messages_text() {
+        let mut selector = Selector::default();
+        let small = TapeEntry {
+            kind: "message".into(),
+            payload: json!({"role": "user", "content": "hi"}).as_object().unwrap().clone(),
+            ..Default::default()
+        };
+        selector.push(&small);
+        let one = selector.bytes;
+        assert!((ContextCache::MESSAGE_OVERHEAD..ContextCache::MESSAGE_OVERHEAD + 200).contains(&one), "{one}");
+        let big = TapeEntry {
+            kind: "message".into(),
+            payload: json!({"role": "user", "content": "x".repeat(1 << 20)}).as_object().unwrap().clone(),
+            ..Default::default()
+        };
+        selector.push(&big);
+        assert!(selector.bytes - one > 3 << 20, "{}", selector.bytes);
     }
 }

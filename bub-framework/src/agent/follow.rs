@@ -35,16 +35,30 @@ impl Stamp {
 struct Kept<S> {
     last: Stamp,
     state: S,
+    /// The folds' clock at its last put (least recently used go first).
+    used: u64,
 }
 
 /// One fold per key (a tape, and what is read of it), bounded: past `tapes`
-/// folds, or `weight` over `budget` in all, it starts afresh, so a gateway
-/// serving many long sessions re-reads rather than grows.
+/// folds, or `weight` over `budget` in all, the least recently used are
+/// dropped, so a gateway serving many long sessions re-reads the oldest
+/// rather than grows (or drops them all at once and re-reads every one).
 pub(crate) struct Folds<S> {
-    kept: std::sync::Mutex<HashMap<String, Kept<S>>>,
+    kept: std::sync::Mutex<Kepts<S>>,
     tapes: usize,
     budget: usize,
     weight: fn(&S) -> usize,
+}
+
+struct Kepts<S> {
+    all: HashMap<String, Kept<S>>,
+    clock: u64,
+}
+
+impl<S> Default for Kepts<S> {
+    fn default() -> Self {
+        Kepts { all: HashMap::new(), clock: 0 }
+    }
 }
 
 /// How a fold treats one entry.
@@ -74,7 +88,7 @@ impl<S: Clone + Default> Folds<S> {
     ) -> Result<S, AgentError> {
         // Taken out while it is brought up to date: a concurrent read of
         // the same tape (two runs of one session) reads in full instead.
-        let taken = bub_abi::sync::lock(&self.kept).remove(&key);
+        let taken = bub_abi::sync::lock(&self.kept).all.remove(&key);
         if let Some(mut kept) = taken {
             let since = TapeQuery {
                 tape: full.tape.clone(),
@@ -107,21 +121,64 @@ impl<S: Clone + Default> Folds<S> {
         // Empty (the tape ends with the anchor, or holds nothing): nothing
         // to resume from, so the next read is a full one again.
         if let Some(last) = entries.last() {
-            self.put(key, Kept { last: Stamp::of(&last.entry), state: state.clone() });
+            self.put(key, Kept { last: Stamp::of(&last.entry), state: state.clone(), used: 0 });
         }
         Ok(state)
     }
 
-    fn put(&self, key: String, kept: Kept<S>) {
+    fn put(&self, key: String, mut kept: Kept<S>) {
         let weight = (self.weight)(&kept.state);
         if weight > self.budget {
             return;
         }
-        let mut all = bub_abi::sync::lock(&self.kept);
-        let held: usize = all.values().map(|k| (self.weight)(&k.state)).sum();
-        if all.len() >= self.tapes || held + weight > self.budget {
-            all.clear();
+        let mut kepts = bub_abi::sync::lock(&self.kept);
+        kepts.clock += 1;
+        kept.used = kepts.clock;
+        let mut held: usize = kepts.all.values().map(|k| (self.weight)(&k.state)).sum();
+        while kepts.all.len() >= self.tapes.max(1) || held + weight > self.budget {
+            let Some(oldest) = kepts.all.iter().min_by_key(|(_, k)| k.used).map(|(k, _)| k.clone()) else { break };
+            if let Some(dropped) = kepts.all.remove(&oldest) {
+                held -= (self.weight)(&dropped.state);
+            }
         }
-        all.insert(key, kept);
+        kepts.all.insert(key, kept);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bounded resources (issue 23): folds past the tape count or the
+    /// weight budget drop the least recently used first, not all at once.
+    #[tokio::test]
+    async fn folds_drop_the_least_recently_used_past_their_bounds() {
+        let store = Store::memory();
+        for tape in ["a", "b", "c", "d"] {
+            let entry = TapeEntry { kind: "message".into(), ..Default::default() };
+            store.append(tape, &entry).await.unwrap();
+        }
+        // Each fold weighs 10 per entry folded: the budget holds 3 of them.
+        let folds: Folds<usize> = Folds::new(3, 30, |n| n * 10);
+        let follow = |tape: &'static str| {
+            let (folds, store) = (&folds, &store);
+            async move {
+                let full = TapeQuery { tape: tape.into(), ..Default::default() };
+                folds.follow(store, tape.into(), &full, |_| Step::Push, |n, _| *n += 1).await.unwrap()
+            }
+        };
+        let kept = |folds: &Folds<usize>| {
+            let mut k: Vec<String> = bub_abi::sync::lock(&folds.kept).all.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        for tape in ["a", "b", "c"] {
+            assert_eq!(follow(tape).await, 1);
+        }
+        assert_eq!(kept(&folds), ["a", "b", "c"]);
+        // "a" read again: "b" is the least recently used when "d" comes.
+        follow("a").await;
+        follow("d").await;
+        assert_eq!(kept(&folds), ["a", "c", "d"]);
     }
 }
