@@ -122,11 +122,14 @@ struct Stored {
 impl Stored {
     /// From a line in the shape the store writes (`id`, `kind`, `payload`,
     /// `meta`, `date`, in that order, of those types): parsed straight
-    /// into a host value. Any other readable line is read as a
+    /// into a host value, its payload and meta kept as text until read
+    /// (the agent passes most payloads on as they are). Any other readable line is read as a
     /// `TapeEntry` and built from it, so every answer has that shape.
     fn parse(line: &[u8]) -> Result<Stored, String> {
-        if let Some(stored) =
-            std::str::from_utf8(line).ok().and_then(|text| Value::from_json(text).ok()).and_then(Stored::canonical)
+        if let Some(stored) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| Value::from_json_shallow(text).ok())
+            .and_then(Stored::canonical)
         {
             return Ok(stored);
         }

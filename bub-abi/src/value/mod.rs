@@ -190,6 +190,20 @@ impl<'a> ValueRef<'a> {
         }
     }
 
+    /// The JSON text of a list or map not parsed yet (kept as text by
+    /// [`Value::from_json_shallow`]), for a reader that wants it as JSON
+    /// anyway: parsing it into its own type once is cheaper than walking
+    /// host nodes built from it. `None` for every other value.
+    #[doc(hidden)]
+    pub fn lazy_json(self) -> Option<&'a str> {
+        if !same_table(self.vt, tree::own_vtable()) {
+            return None;
+        }
+        // SAFETY: a node of this copy's own table is a `tree::Node`, alive
+        // for 'a, and so is its text.
+        unsafe { &*(self.node as *const tree::Node) }.lazy_text()
+    }
+
     /// Whether this is `null`.
     pub fn is_null(self) -> bool {
         self.kind() == ValueKind::Null
@@ -469,6 +483,23 @@ impl Value {
         }
     }
 
+    /// As [`from_json`](Self::from_json), with the lists and maps inside a
+    /// top-level map kept as their text until something looks inside them
+    /// (for the host's own readers of stored JSON lines: a tape entry's
+    /// payload that is only passed on is never parsed). In a plugin it is
+    /// `from_json`.
+    #[doc(hidden)]
+    pub fn from_json_shallow(text: &str) -> Result<Value, HookError> {
+        let vt = vtable();
+        if !same_table(vt, tree::own_vtable()) {
+            return Value::from_json(text);
+        }
+        match tree::parse_shallow(text) {
+            Ok(node) => Ok(Value { node: tree::into_raw(node), vt }),
+            Err(e) => Err(HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {e}"))),
+        }
+    }
+
     /// Builds a host value from any `Serialize` (a [`Value`] inside is
     /// taken as a handle, uncopied).
     pub fn from_serialize<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, HookError> {
@@ -672,6 +703,38 @@ mod tests {
         assert_eq!(a.index(2).unwrap().as_i64(), Some(-2));
         assert_eq!(r.entries().map(|(k, _)| k).collect::<Vec<_>>(), ["b", "a", "c"]);
         assert!(Value::from_json("{").is_err());
+    }
+
+    /// Issue 23: a stored line's lists and maps stay text until something
+    /// looks inside; every reader sees the same value as a full parse.
+    #[test]
+    fn a_shallow_parse_reads_as_a_full_one_and_parses_inside_only_when_read() {
+        let text = r#"{"id":7,"kind":"message","payload":{"role":"user","content":"hi \u00e9","n":[1,2.5,{"x":null}]},"meta":{},"date":"2026-12-01T00:00:00+00:00","list":[true]}"#;
+        let full = Value::from_json(text).unwrap();
+        let lazy = Value::from_json_shallow(text).unwrap();
+        let payload = lazy.as_ref().get("payload").unwrap();
+        // Kind and text without a parse; the text is the line's own.
+        assert_eq!(payload.kind(), ValueKind::Object);
+        assert_eq!(lazy.as_ref().get("list").unwrap().kind(), ValueKind::Array);
+        assert_eq!(payload.lazy_json(), Some(r#"{"role":"user","content":"hi \u00e9","n":[1,2.5,{"x":null}]}"#));
+        assert_eq!(payload.to_json(), payload.lazy_json().unwrap());
+        assert_eq!(lazy.as_ref().get("meta").unwrap().lazy_json(), None, "an empty map is parsed at once");
+        // Shared into another value, it is still unparsed text.
+        let mut list = Value::array();
+        list.push_ref(payload);
+        assert!(list.as_ref().index(0).unwrap().lazy_json().is_some());
+        // Read inside: the same as a full parse, through every reader.
+        assert_eq!(payload.get("content").unwrap().as_str(), Some("hi \u{e9}"));
+        assert_eq!(payload.len(), 3);
+        assert_eq!(payload.entry(2).unwrap().0, "n");
+        assert_eq!(lazy, full);
+        assert_eq!(lazy.to_json(), full.to_json());
+        assert_eq!(lazy.deserialize::<serde_json::Value>().unwrap(), full.deserialize::<serde_json::Value>().unwrap());
+        assert_eq!(lazy.as_ref().with("extra", 1).as_ref().get("payload").unwrap().get("n").unwrap().len(), 3);
+        // Not a map at the top: parsed in full; bad JSON: an error.
+        assert_eq!(Value::from_json_shallow("[1,[2]]").unwrap().to_json(), "[1,[2]]");
+        assert!(Value::from_json_shallow(r#"{"a":[1,}"#).is_err());
+        assert!(Value::from_json_shallow(r#"{"a":[1]} x"#).is_err());
     }
 
     #[test]

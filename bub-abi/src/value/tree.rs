@@ -15,6 +15,14 @@
 //! Pointers crossing the table are `*const Node`: *borrowed* ones point into
 //! a tree someone else keeps alive; *owned* ones come from `Arc::into_raw`
 //! and are given back with `release`.
+//!
+//! A list or map can be *lazy* ([`Node::Lazy`]): kept as its JSON text and
+//! parsed the first time anything looks inside. The host's tape store reads
+//! lines this way, because the agent passes most payloads on (to its
+//! context, to the interception hooks) without any plugin reading them:
+//! parsing each payload into nodes was most of a long session's first
+//! read. Sharing, sizing and comparing two shares of one text do not parse
+//! it; every other accessor reads the parsed form, so no reader can tell.
 
 use std::{ffi::c_void, sync::Arc};
 
@@ -171,6 +179,24 @@ pub(crate) enum Node {
     /// `{"$object": kind, "name": name}` by everything but `as_handle`, so
     /// older readers and JSON see the marker.
     Handle(Arc<HandleNode>),
+    /// A list or map kept as its JSON text, parsed the first time anything
+    /// looks inside (see [`parse_shallow`]). Never seen by readers: every
+    /// accessor reads its [`Node::resolved`] form.
+    Lazy(Arc<LazyNode>),
+}
+
+/// What a [`Node::Lazy`] holds: valid JSON text of a list or map, its
+/// kind, and its nodes once parsed.
+pub(crate) struct LazyNode {
+    text: Box<str>,
+    kind: u8,
+    parsed: std::sync::OnceLock<Node>,
+}
+
+impl std::fmt::Debug for LazyNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Lazy({})", self.text)
+    }
 }
 
 /// What a [`Node::Handle`] holds.
@@ -206,9 +232,27 @@ fn new_map(capacity: usize) -> NodeMap {
 }
 
 impl Node {
+    /// The node as readers see it: a lazy one parsed (once; the text was
+    /// checked when it was kept, so parsing cannot fail), any other itself.
+    #[inline]
+    pub(crate) fn resolved(&self) -> &Node {
+        match self {
+            Node::Lazy(l) => l.parsed.get_or_init(|| serde_json::from_str::<Node>(&l.text).unwrap_or_default()),
+            other => other,
+        }
+    }
+
+    /// A lazy node's JSON text.
+    pub(crate) fn lazy_text(&self) -> Option<&str> {
+        match self {
+            Node::Lazy(l) => Some(&l.text),
+            _ => None,
+        }
+    }
+
     /// The map this node reads as: an object's, or a handle's marker.
     fn map(&self) -> Option<&NodeMap> {
-        match self {
+        match self.resolved() {
             Node::Object(o) => Some(o),
             Node::Handle(h) => Some(&h.marker),
             _ => None,
@@ -216,15 +260,22 @@ impl Node {
     }
 
     fn eq_deep(&self, other: &Node) -> bool {
-        if matches!(self, Node::Handle(_)) || matches!(other, Node::Handle(_)) {
-            return match (self.map(), other.map()) {
+        // The same text shared: equal without parsing it.
+        if let (Node::Lazy(a), Node::Lazy(b)) = (self, other) {
+            if Arc::ptr_eq(a, b) {
+                return true;
+            }
+        }
+        let (this, other) = (self.resolved(), other.resolved());
+        if matches!(this, Node::Handle(_)) || matches!(other, Node::Handle(_)) {
+            return match (this.map(), other.map()) {
                 (Some(a), Some(b)) => {
                     a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.eq_deep(w)))
                 }
                 _ => false,
             };
         }
-        match (self, other) {
+        match (this, other) {
             (Node::Null, Node::Null) => true,
             (Node::Bool(a), Node::Bool(b)) => a == b,
             (Node::Str(a), Node::Str(b)) => a == b,
@@ -260,10 +311,17 @@ impl Node {
 // outlive what they point into; owned pointers come from `Arc::into_raw`.
 unsafe fn node<'a>(p: *const c_void) -> &'a Node {
     // SAFETY: see above.
+    unsafe { raw_node(p) }.resolved()
+}
+
+/// The node itself, a lazy one unparsed: for what shares or sizes it
+/// without looking inside.
+unsafe fn raw_node<'a>(p: *const c_void) -> &'a Node {
+    // SAFETY: see above.
     unsafe { &*(p as *const Node) }
 }
 
-fn into_raw(node: Node) -> *const c_void {
+pub(crate) fn into_raw(node: Node) -> *const c_void {
     Arc::into_raw(Arc::new(node)) as *const c_void
 }
 
@@ -294,7 +352,8 @@ unsafe fn builder<'a>(p: *const c_void) -> Option<&'a mut Node> {
 
 extern "C" fn v_kind(p: *const c_void) -> u8 {
     // SAFETY: see `node`.
-    match unsafe { node(p) } {
+    match unsafe { raw_node(p) } {
+        Node::Lazy(l) => l.kind,
         Node::Null => kind::NULL,
         Node::Bool(_) => kind::BOOL,
         Node::Int(_) => kind::INT,
@@ -401,8 +460,9 @@ extern "C" fn v_entry(p: *const c_void, i: usize, key: &mut RStr<'static>) -> *c
 }
 
 extern "C" fn v_retain(p: *const c_void) -> *const c_void {
-    // SAFETY: see `node`. A subtree is shared, not copied.
-    into_raw(unsafe { node(p) }.clone())
+    // SAFETY: see `node`. A subtree is shared, not copied (a lazy one
+    // stays unparsed).
+    into_raw(unsafe { raw_node(p) }.clone())
 }
 
 extern "C" fn v_release(p: *const c_void) {
@@ -507,7 +567,7 @@ extern "C" fn v_push(array: *const c_void, item: *const c_void) -> bool {
 extern "C" fn v_push_ref(array: *const c_void, item: *const c_void) -> bool {
     // SAFETY: `item` is a node the caller lends for the call (see `node`);
     // it is shared (cloned) before the list can change.
-    let item = unsafe { node(item) }.clone();
+    let item = unsafe { raw_node(item) }.clone();
     // SAFETY: `array` is the caller's builder.
     match unsafe { builder(array) } {
         Some(Node::Array(a)) => {
@@ -522,7 +582,7 @@ extern "C" fn v_push_ref(array: *const c_void, item: *const c_void) -> bool {
 /// like [`v_push_ref`] on failure.
 extern "C" fn v_insert_ref(object: *const c_void, key: RStr<'_>, item: *const c_void) -> bool {
     // SAFETY: as in `v_push_ref`.
-    let item = unsafe { node(item) }.clone();
+    let item = unsafe { raw_node(item) }.clone();
     // SAFETY: `object` is the caller's builder.
     match unsafe { builder(object) } {
         Some(Node::Object(o)) => {
@@ -592,7 +652,8 @@ extern "C" fn v_as_handle(p: *const c_void) -> ROption<crate::abi::ObjectHandle>
 
 extern "C" fn v_eq(a: *const c_void, b: *const c_void) -> bool {
     // SAFETY: see `node`.
-    std::ptr::eq(a, b) || unsafe { node(a) }.eq_deep(unsafe { node(b) })
+    // Unresolved: `eq_deep` tells two shares of one lazy text apart first.
+    std::ptr::eq(a, b) || unsafe { raw_node(a) }.eq_deep(unsafe { raw_node(b) })
 }
 
 extern "C" fn v_parse_json(text: RStr<'_>, error: &mut RString) -> *const c_void {
@@ -606,6 +667,10 @@ extern "C" fn v_parse_json(text: RStr<'_>, error: &mut RString) -> *const c_void
 }
 
 extern "C" fn v_to_json(p: *const c_void, pretty: bool) -> RString {
+    // SAFETY: see `node`.
+    if let (Some(text), false) = (unsafe { raw_node(p) }.lazy_text(), pretty) {
+        return RString::from(text);
+    }
     // SAFETY: see `node`.
     let n = unsafe { node(p) };
     let text = if pretty { serde_json::to_string_pretty(n) } else { serde_json::to_string(n) };
@@ -661,6 +726,7 @@ impl serde::Serialize for Node {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{SerializeMap, SerializeSeq};
         match self {
+            Node::Lazy(_) => self.resolved().serialize(s),
             Node::Null => s.serialize_unit(),
             Node::Bool(b) => s.serialize_bool(*b),
             Node::Int(i) => s.serialize_i64(*i),
@@ -744,6 +810,48 @@ impl<'de> serde::Deserialize<'de> for Node {
     }
 }
 
+/// Parses `text` with its top-level map's lists and maps kept as text
+/// ([`Node::Lazy`]), parsed only when something looks inside: a tape line
+/// read whole for its id, kind and date, whose payload may only be passed
+/// on. Any other top level is parsed in full.
+pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
+    struct Top;
+    impl<'de> serde::de::Visitor<'de> for Top {
+        type Value = Node;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON map")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+            let mut m = new_map(0);
+            while let Some((k, raw)) =
+                map.next_entry::<std::borrow::Cow<'de, str>, &'de serde_json::value::RawValue>()?
+            {
+                let text = raw.get();
+                let kind = match text.as_bytes().first() {
+                    Some(b'{') => kind::OBJECT,
+                    Some(b'[') => kind::ARRAY,
+                    _ => kind::NULL,
+                };
+                let node = if kind == kind::NULL || text.len() <= 2 {
+                    serde_json::from_str::<Node>(text).map_err(serde::de::Error::custom)?
+                } else {
+                    Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() }))
+                };
+                m.insert(&k, node);
+            }
+            Ok(Node::Object(Arc::new(m)))
+        }
+    }
+    let top = text.trim_start().as_bytes().first();
+    if top != Some(&b'{') {
+        return serde_json::from_str::<Node>(text);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let node = serde::Deserializer::deserialize_map(&mut de, Top)?;
+    de.end()?;
+    Ok(node)
+}
+
 /// Roughly the JSON size of a value made by this copy's table: string
 /// bytes plus quotes, 8 per scalar, separators; counted up to just past
 /// `cap` (the host's cap on a hook's answer), so an oversized answer is
@@ -774,6 +882,8 @@ pub(crate) fn approx_bytes(node: &Node, cap: usize) -> usize {
             || map_bytes(map, cap),
         ),
         Node::Handle(h) => map_bytes(&h.marker, cap),
+        // Its text's length, not a walk: it may never be parsed.
+        Node::Lazy(l) => l.text.len(),
         _ => 8,
     }
 }

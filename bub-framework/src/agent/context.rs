@@ -217,7 +217,13 @@ impl Selector {
                 if e.entry.meta.get("context") == Some(&Value::Bool(false)) {
                     return;
                 }
-                let json = p.deserialize::<Value>().unwrap_or_else(|_| json!({}));
+                // A payload still as its stored text is parsed straight
+                // into JSON (once), not into host nodes and then JSON.
+                let json = match p.as_ref().lazy_json() {
+                    Some(text) => serde_json::from_str::<Value>(text).ok(),
+                    None => p.deserialize::<Value>().ok(),
+                };
+                let json = json.unwrap_or_else(|| json!({}));
                 self.push_message(json, Some(p));
             }
             None => self.push(&e.entry),

@@ -352,13 +352,50 @@ pub fn json_text(value: &impl serde::Serialize) -> String {
 }
 
 /// What `write` writes, in a string of exactly its size (see
-/// [`json_text`]); `write` runs twice and writes JSON (UTF-8).
+/// [`json_text`]); `write` writes JSON (UTF-8), and may run twice.
+///
+/// A text of up to [`SCRATCH_BYTES`] (nearly every message) is written once
+/// into a buffer the thread reuses and copied out at its size; a longer one
+/// is counted first and then written at its size, as growing a buffer by
+/// doubling held up to three times a big text.
 pub fn written(write: impl Fn(&mut dyn std::io::Write) -> std::io::Result<()>) -> String {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let small = SCRATCH.with(|scratch| {
+        let mut scratch = scratch.try_borrow_mut().ok()?;
+        scratch.clear();
+        write(&mut Capped(&mut scratch)).ok()?;
+        Some(std::str::from_utf8(&scratch).expect("JSON is UTF-8").to_owned())
+    });
+    if let Some(text) = small {
+        return text;
+    }
     let mut count = Count(0);
     write(&mut count).expect("counting never fails");
     let mut out = Vec::with_capacity(count.0);
     write(&mut out).expect("writing into memory never fails");
     String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// How long a text [`written`] writes once into its reused buffer.
+const SCRATCH_BYTES: usize = 64 * 1024;
+
+/// A writer into the reused buffer that refuses to grow it past
+/// [`SCRATCH_BYTES`].
+struct Capped<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > SCRATCH_BYTES {
+            return Err(std::io::Error::other("longer than the scratch buffer"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A writer that only counts.
@@ -456,9 +493,14 @@ mod tests {
 
     #[test]
     fn json_text_is_exactly_sized() {
-        let value = json!({"role": "user", "content": "x".repeat(100_000), "n": [1, 2.5, null]});
-        let text = json_text(&value);
-        assert_eq!(text, value.to_string());
-        assert_eq!(text.capacity(), text.len());
+        // Past the reused buffer (counted, then written) and within it
+        // (written once, copied out), then past it again: the buffer is
+        // left clean each time.
+        for n in [100_000, 10, SCRATCH_BYTES - 40, SCRATCH_BYTES, 3 * SCRATCH_BYTES, 5] {
+            let value = json!({"role": "user", "content": "x".repeat(n), "n": [1, 2.5, null]});
+            let text = json_text(&value);
+            assert_eq!(text, value.to_string());
+            assert_eq!(text.capacity(), text.len());
+        }
     }
 }
