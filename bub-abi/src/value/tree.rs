@@ -822,7 +822,8 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
             f.write_str("a JSON map")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-            let mut m = new_map(0);
+            // Room for a tape entry's five keys: one allocation, not two.
+            let mut m = new_map(map.size_hint().unwrap_or(5));
             while let Some((k, raw)) =
                 map.next_entry::<std::borrow::Cow<'de, str>, &'de serde_json::value::RawValue>()?
             {
