@@ -295,7 +295,9 @@ impl Plugin for Builtin {
     /// JSONL files under `<home>/tapes`.
     fn provide_tape_store(&self) -> Option<Object> {
         let store = tape_store::FileTapeStore::new(self.home.join("tapes"));
-        Some(Object::tape_store(store.with_cache_bytes(tape_cache_bytes(&self.environment))))
+        // `BUB_TAPE_CACHE_MB`: how much tape text it keeps parsed.
+        let cache = self.environment.megabytes("BUB_TAPE_CACHE_MB", tape_store::DEFAULT_CACHE_BYTES);
+        Some(Object::tape_store(store.with_cache_bytes(cache)))
     }
 
     /// The background shells of the scope.
@@ -479,17 +481,4 @@ impl WithBuiltin for bub_runtime::HostBuilder {
 pub fn discover(search: &bub_runtime::discovery::SearchPath) -> bub_runtime::Host {
     use bub_runtime::HostBuilder;
     HostBuilder::new().builtin().discovered(search).build()
-}
-
-/// `BUB_TAPE_CACHE_MB`: how much tape text the builtin store keeps parsed
-/// (see [`tape_store::DEFAULT_CACHE_BYTES`]).
-fn tape_cache_bytes(env: &bub_runtime::settings::Environment) -> u64 {
-    let Some(text) = env.get("BUB_TAPE_CACHE_MB") else { return tape_store::DEFAULT_CACHE_BYTES };
-    match text.trim().parse::<u64>() {
-        Ok(mb) => mb.saturating_mul(1 << 20),
-        Err(_) => {
-            tracing::warn!(target: "bub::tape", "BUB_TAPE_CACHE_MB={text:?} is not a whole number of megabytes; using 16");
-            tape_store::DEFAULT_CACHE_BYTES
-        }
-    }
 }

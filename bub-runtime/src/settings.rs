@@ -75,6 +75,20 @@ impl Environment {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
+
+    /// `name` read as a whole number of megabytes, in bytes; `default`
+    /// when unset, and (with a warning naming it) when not such a number.
+    pub fn megabytes(&self, name: &str, default: u64) -> u64 {
+        let Some(text) = self.get(name) else { return default };
+        match text.trim().parse::<u64>() {
+            Ok(mb) => mb.saturating_mul(1 << 20),
+            Err(_) => {
+                let mb = default >> 20;
+                tracing::warn!(target: "bub::settings", "{name}={text:?} is not a whole number of megabytes; using {mb}");
+                default
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Environment {
@@ -183,5 +197,17 @@ mod tests {
         assert_eq!(RuntimeSettings::from_vars([]), RuntimeSettings::default());
         assert_eq!(parse_seconds("junk", 2.0), Some(Duration::from_secs(2)));
         assert_eq!(parse_seconds("inf", 2.0), None);
+    }
+
+    /// The cache sizes (`BUB_TAPE_CACHE_MB`, `BUB_CONTEXT_CACHE_MB`): a
+    /// whole number of megabytes; anything else keeps the default.
+    #[test]
+    fn megabytes_are_whole_numbers_or_the_default() {
+        let env = Environment::from_pairs([("A", "3"), ("B", " 0 "), ("C", "1.5"), ("D", "")]);
+        assert_eq!(env.megabytes("A", 7), 3 << 20);
+        assert_eq!(env.megabytes("B", 7), 0);
+        assert_eq!(env.megabytes("C", 7), 7);
+        assert_eq!(env.megabytes("D", 7), 7);
+        assert_eq!(env.megabytes("unset", 7), 7);
     }
 }

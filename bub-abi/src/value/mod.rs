@@ -717,7 +717,9 @@ mod tests {
         assert_eq!(payload.kind(), ValueKind::Object);
         assert_eq!(lazy.as_ref().get("list").unwrap().kind(), ValueKind::Array);
         assert_eq!(payload.lazy_json(), Some(r#"{"role":"user","content":"hi \u00e9","n":[1,2.5,{"x":null}]}"#));
-        assert_eq!(payload.to_json(), payload.lazy_json().unwrap());
+        // Written out afresh (`é`, not its escape), as a full parse is.
+        assert_eq!(payload.to_json(), full.as_ref().get("payload").unwrap().to_json());
+        assert!(payload.to_json().contains("hi é"));
         assert_eq!(lazy.as_ref().get("meta").unwrap().lazy_json(), None, "an empty map is parsed at once");
         // Shared into another value, it is still unparsed text.
         let mut list = Value::array();
@@ -735,6 +737,11 @@ mod tests {
         assert_eq!(Value::from_json_shallow("[1,[2]]").unwrap().to_json(), "[1,[2]]");
         assert!(Value::from_json_shallow(r#"{"a":[1,}"#).is_err());
         assert!(Value::from_json_shallow(r#"{"a":[1]} x"#).is_err());
+        // Nested deeper than the parser allows: unreadable now, as a full
+        // parse finds it, not a null later.
+        let deep = format!(r#"{{"payload":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        assert!(Value::from_json(&deep).is_err());
+        assert!(Value::from_json_shallow(&deep).is_err());
     }
 
     #[test]

@@ -233,7 +233,8 @@ fn new_map(capacity: usize) -> NodeMap {
 
 impl Node {
     /// The node as readers see it: a lazy one parsed (once; the text was
-    /// checked when it was kept, so parsing cannot fail), any other itself.
+    /// checked when it was kept, valid JSON nested less deep than the
+    /// parser's limit, so parsing cannot fail), any other itself.
     #[inline]
     pub(crate) fn resolved(&self) -> &Node {
         match self {
@@ -667,10 +668,9 @@ extern "C" fn v_parse_json(text: RStr<'_>, error: &mut RString) -> *const c_void
 }
 
 extern "C" fn v_to_json(p: *const c_void, pretty: bool) -> RString {
-    // SAFETY: see `node`.
-    if let (Some(text), false) = (unsafe { raw_node(p) }.lazy_text(), pretty) {
-        return RString::from(text);
-    }
+    // A lazy node too is written out afresh, not as its kept text: that
+    // text may differ (spacing, escapes, a repeated key), and readers
+    // compare values by this text across tables.
     // SAFETY: see `node`.
     let n = unsafe { node(p) };
     let text = if pretty { serde_json::to_string_pretty(n) } else { serde_json::to_string(n) };
@@ -833,7 +833,12 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
                     Some(b'[') => kind::ARRAY,
                     _ => kind::NULL,
                 };
-                let node = if kind == kind::NULL || text.len() <= 2 {
+                // Fewer brackets than serde_json's nesting limit (128): the
+                // text will parse when read (the raw scan does not count
+                // nesting). More are parsed now, so a line nested too deep
+                // is unreadable here, as a full parse would find it.
+                let brackets = text.bytes().filter(|b| matches!(b, b'{' | b'[')).count();
+                let node = if kind == kind::NULL || text.len() <= 2 || brackets >= 128 {
                     serde_json::from_str::<Node>(text).map_err(serde::de::Error::custom)?
                 } else {
                     Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() }))

@@ -103,14 +103,8 @@ impl ContextCache {
 
     /// The budget `env` sets (`BUB_CONTEXT_CACHE_MB`), else the default.
     pub fn budget(env: &bub_runtime::settings::Environment) -> usize {
-        let Some(text) = env.get("BUB_CONTEXT_CACHE_MB") else { return Self::DEFAULT_BUDGET };
-        match text.trim().parse::<usize>() {
-            Ok(mb) => mb.saturating_mul(1 << 20),
-            Err(_) => {
-                tracing::warn!(target: "bub::tape", "BUB_CONTEXT_CACHE_MB={text:?} is not a whole number of megabytes; using 128");
-                Self::DEFAULT_BUDGET
-            }
-        }
+        let bytes = env.megabytes("BUB_CONTEXT_CACHE_MB", Self::DEFAULT_BUDGET as u64);
+        usize::try_from(bytes).unwrap_or(usize::MAX)
     }
 
     /// A new, empty cache of at most `budget` (see [`Self::budget`]).
