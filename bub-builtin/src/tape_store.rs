@@ -36,6 +36,7 @@ use bub_abi::{
     types::{TapeEntry, TapeQuery},
     BoxError, Value,
 };
+use bub_runtime::lru::Lru;
 use tokio::sync::Mutex;
 
 /// Tapes as JSONL files in one folder.
@@ -47,52 +48,12 @@ pub struct FileTapeStore {
     // file under it). Waiting here is asynchronous; on the flock it would
     // hold a thread.
     writing: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
-    // What was parsed of each tape read (see the module docs).
-    parsed: Arc<std::sync::Mutex<ParsedTapes>>,
+    // What was parsed of each tape read (see the module docs), weighed by
+    // the bytes of tape text parsed: least recently read dropped first past
+    // `PARSED_TAPES` tapes or `cache_bytes`.
+    parsed: Arc<std::sync::Mutex<Lru<PathBuf, Parsed>>>,
     // Bytes of tape text kept parsed (see `with_cache_bytes`).
     cache_bytes: u64,
-}
-
-/// The parsed tapes a store keeps, least recently read dropped first past
-/// [`PARSED_TAPES`] tapes or the store's `cache_bytes` of tape text.
-#[derive(Default)]
-struct ParsedTapes {
-    tapes: HashMap<PathBuf, Parsed>,
-    /// Sum of the kept tapes' `offset`s.
-    bytes: u64,
-    /// Read counter: a tape's `used` is the count at its last read.
-    clock: u64,
-}
-
-impl ParsedTapes {
-    fn offset(&self, path: &Path) -> Option<u64> {
-        self.tapes.get(path).map(|p| p.offset)
-    }
-
-    fn remove(&mut self, path: &Path) -> Option<Parsed> {
-        let p = self.tapes.remove(path)?;
-        self.bytes -= p.offset;
-        Some(p)
-    }
-
-    /// Keeps `parsed` as the most recently read tape, then drops the least
-    /// recently read others until within `max_tapes` and `max_bytes` (the
-    /// tape just read stays, however long: its next read is one step away).
-    fn keep(&mut self, path: PathBuf, mut parsed: Parsed, max_tapes: usize, max_bytes: u64) {
-        self.clock += 1;
-        parsed.used = self.clock;
-        self.bytes += parsed.offset;
-        if let Some(old) = self.tapes.insert(path, parsed) {
-            self.bytes -= old.offset;
-        }
-        while self.tapes.len() > max_tapes.max(1) || (self.bytes > max_bytes && self.tapes.len() > 1) {
-            let oldest = self.tapes.iter().min_by_key(|(_, p)| p.used).map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => drop(self.remove(&k)),
-                None => break,
-            }
-        }
-    }
 }
 
 /// The entries parsed from a tape file, and how to tell that the file is
@@ -107,8 +68,6 @@ struct Parsed {
     /// Lines read so far (for the line numbers of warnings).
     lines: usize,
     entries: Vec<Stored>,
-    /// [`ParsedTapes::clock`] at its last read.
-    used: u64,
 }
 
 /// One entry read from a tape: the host value `fetch_all` hands out, and
@@ -263,7 +222,7 @@ impl FileTapeStore {
     fn unparsed_bytes(&self, tape: &str) -> u64 {
         let Ok(path) = self.path(tape) else { return 0 };
         let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else { return 0 };
-        let parsed = bub_abi::sync::lock(&self.parsed).offset(&path).unwrap_or(0);
+        let parsed = bub_abi::sync::lock(&self.parsed).get(&path).map_or(0, |p| p.offset);
         len.saturating_sub(parsed)
     }
 
@@ -348,7 +307,7 @@ impl FileTapeStore {
         };
         let mut parsed = match cached {
             Some(p) if still(&p) => p,
-            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new(), used: 0 },
+            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new() },
         };
         let mut torn = Vec::new();
         if len > parsed.offset {
@@ -379,7 +338,8 @@ impl FileTapeStore {
     }
 
     fn keep(&self, path: PathBuf, parsed: Parsed) {
-        bub_abi::sync::lock(&self.parsed).keep(path, parsed, PARSED_TAPES, self.cache_bytes);
+        let bytes = parsed.offset;
+        bub_abi::sync::lock(&self.parsed).keep(path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
     }
 
     /// Appends `entries` under the tape file's exclusive lock, with one
@@ -653,35 +613,36 @@ mod tests {
     /// the tape just read is kept however long it is.
     #[test]
     fn parsed_tapes_are_bounded_by_count_and_bytes_least_recently_read_first() {
-        use super::{Parsed, ParsedTapes};
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileTapeStore::new(dir.path()).with_cache_bytes(100);
         let parsed =
-            |offset: u64| Parsed { dev: 0, ino: 0, offset, guard: Vec::new(), lines: 0, entries: Vec::new(), used: 0 };
-        let mut cache = ParsedTapes::default();
-        let names = |c: &ParsedTapes| {
-            let mut n: Vec<String> = c.tapes.keys().map(|k| k.display().to_string()).collect();
+            |offset: u64| super::Parsed { dev: 0, ino: 0, offset, guard: Vec::new(), lines: 0, entries: Vec::new() };
+        let names = |s: &FileTapeStore| {
+            let mut n: Vec<String> = bub_abi::sync::lock(&s.parsed).keys().map(|k| k.display().to_string()).collect();
             n.sort();
             n
         };
+        let bytes = |s: &FileTapeStore| bub_abi::sync::lock(&s.parsed).weight();
         for name in ["a", "b", "c"] {
-            cache.keep(name.into(), parsed(10), 3, 100);
+            store.keep(name.into(), parsed(10));
         }
         // "a" read again: "b" is now the least recently read.
-        let a = cache.remove("a".as_ref()).unwrap();
-        cache.keep("a".into(), a, 3, 100);
-        cache.keep("d".into(), parsed(10), 3, 100);
-        assert_eq!(names(&cache), ["a", "c", "d"]);
-        assert_eq!(cache.bytes, 30);
-        // Over the byte bound (110 > 100): the oldest go until it fits.
-        cache.keep("e".into(), parsed(80), 3, 100);
-        assert_eq!(names(&cache), ["a", "d", "e"]);
-        assert_eq!(cache.bytes, 100);
+        let a = bub_abi::sync::lock(&store.parsed).remove(std::path::Path::new("a")).unwrap();
+        store.keep("a".into(), a);
+        store.keep("d".into(), parsed(10));
+        assert_eq!(names(&store), ["a", "b", "c", "d"], "within 128 tapes and 100 bytes");
+        assert_eq!(bytes(&store), 40);
+        // Over the byte bound (120 > 100): the oldest go until it fits.
+        store.keep("e".into(), parsed(80));
+        assert_eq!(names(&store), ["a", "d", "e"]);
+        assert_eq!(bytes(&store), 100);
         // A tape longer than the bound alone stays.
-        cache.keep("f".into(), parsed(500), 3, 100);
-        assert_eq!(names(&cache), ["f"]);
-        assert_eq!(cache.bytes, 500);
+        store.keep("f".into(), parsed(500));
+        assert_eq!(names(&store), ["f"]);
+        assert_eq!(bytes(&store), 500);
         // Kept again under the same name: counted once.
-        cache.keep("f".into(), parsed(40), 3, 100);
-        assert_eq!(cache.bytes, 40);
+        store.keep("f".into(), parsed(40));
+        assert_eq!(bytes(&store), 40);
     }
 
     /// Issue 23: a query looks only at what it can select (after

@@ -59,6 +59,7 @@ pub mod integrity;
 pub mod isolation;
 #[allow(unsafe_code)]
 pub mod loader;
+pub mod lru;
 pub mod manifest;
 pub mod registry;
 pub mod resources;

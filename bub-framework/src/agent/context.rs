@@ -74,10 +74,7 @@ pub struct ContextCache {
 
 impl Default for ContextCache {
     fn default() -> Self {
-        ContextCache {
-            contexts: Folds::new(Self::TAPES, Self::DEFAULT_BUDGET, |s: &Selector| s.bytes),
-            settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
-        }
+        ContextCache::of(Self::DEFAULT_BUDGET)
     }
 }
 
@@ -109,10 +106,14 @@ impl ContextCache {
 
     /// A new, empty cache of at most `budget` (see [`Self::budget`]).
     pub fn with_budget(budget: usize) -> Arc<ContextCache> {
-        Arc::new(ContextCache {
+        Arc::new(ContextCache::of(budget))
+    }
+
+    fn of(budget: usize) -> ContextCache {
+        ContextCache {
             contexts: Folds::new(Self::TAPES, budget, |s: &Selector| s.bytes),
             settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
-        })
+        }
     }
 
     /// A new, empty cache.

@@ -9,9 +9,8 @@
 //! process shows there, and the fold starts over from a full read), and
 //! folds the new ones.
 
-use std::collections::HashMap;
-
 use bub_abi::types::{TapeEntry, TapeQuery};
+use bub_runtime::lru::Lru;
 
 use super::{
     tape::{FetchedEntry, Store},
@@ -35,8 +34,6 @@ impl Stamp {
 struct Kept<S> {
     last: Stamp,
     state: S,
-    /// The folds' clock at its last put (least recently used go first).
-    used: u64,
 }
 
 /// One fold per key (a tape, and what is read of it), bounded: past `tapes`
@@ -44,21 +41,10 @@ struct Kept<S> {
 /// dropped, so a gateway serving many long sessions re-reads the oldest
 /// rather than grows (or drops them all at once and re-reads every one).
 pub(crate) struct Folds<S> {
-    kept: std::sync::Mutex<Kepts<S>>,
+    kept: std::sync::Mutex<Lru<String, Kept<S>>>,
     tapes: usize,
     budget: usize,
     weight: fn(&S) -> usize,
-}
-
-struct Kepts<S> {
-    all: HashMap<String, Kept<S>>,
-    clock: u64,
-}
-
-impl<S> Default for Kepts<S> {
-    fn default() -> Self {
-        Kepts { all: HashMap::new(), clock: 0 }
-    }
 }
 
 /// How a fold treats one entry.
@@ -88,7 +74,7 @@ impl<S: Clone + Default> Folds<S> {
     ) -> Result<S, AgentError> {
         // Taken out while it is brought up to date: a concurrent read of
         // the same tape (two runs of one session) reads in full instead.
-        let taken = bub_abi::sync::lock(&self.kept).all.remove(&key);
+        let taken = bub_abi::sync::lock(&self.kept).remove(&key);
         if let Some(mut kept) = taken {
             let since = TapeQuery {
                 tape: full.tape.clone(),
@@ -121,27 +107,17 @@ impl<S: Clone + Default> Folds<S> {
         // Empty (the tape ends with the anchor, or holds nothing): nothing
         // to resume from, so the next read is a full one again.
         if let Some(last) = entries.last() {
-            self.put(key, Kept { last: Stamp::of(&last.entry), state: state.clone(), used: 0 });
+            self.put(key, Kept { last: Stamp::of(&last.entry), state: state.clone() });
         }
         Ok(state)
     }
 
-    fn put(&self, key: String, mut kept: Kept<S>) {
+    fn put(&self, key: String, kept: Kept<S>) {
         let weight = (self.weight)(&kept.state);
         if weight > self.budget {
             return;
         }
-        let mut kepts = bub_abi::sync::lock(&self.kept);
-        kepts.clock += 1;
-        kept.used = kepts.clock;
-        let mut held: usize = kepts.all.values().map(|k| (self.weight)(&k.state)).sum();
-        while kepts.all.len() >= self.tapes.max(1) || held + weight > self.budget {
-            let Some(oldest) = kepts.all.iter().min_by_key(|(_, k)| k.used).map(|(k, _)| k.clone()) else { break };
-            if let Some(dropped) = kepts.all.remove(&oldest) {
-                held -= (self.weight)(&dropped.state);
-            }
-        }
-        kepts.all.insert(key, kept);
+        bub_abi::sync::lock(&self.kept).keep(key, kept, weight as u64, self.tapes, self.budget as u64);
     }
 }
 
@@ -168,7 +144,7 @@ mod tests {
             }
         };
         let kept = |folds: &Folds<usize>| {
-            let mut k: Vec<String> = bub_abi::sync::lock(&folds.kept).all.keys().cloned().collect();
+            let mut k: Vec<String> = bub_abi::sync::lock(&folds.kept).keys().cloned().collect();
             k.sort();
             k
         };
