@@ -212,8 +212,13 @@ impl Selector {
                 if e.entry.meta.get("context") == Some(&Value::Bool(false)) {
                     return;
                 }
-                // A payload still as its stored text is parsed straight
-                // into JSON (once), not into host nodes and then JSON.
+                // A plain payload still as its stored text stays text; any
+                // other is parsed straight into JSON (once), not into host
+                // nodes and then JSON.
+                if let Some(m) = Message::stored(p) {
+                    self.add(m);
+                    return;
+                }
                 let json = match p.as_ref().lazy_json() {
                     Some(text) => serde_json::from_str::<Value>(text).ok(),
                     None => p.deserialize::<Value>().ok(),
@@ -241,7 +246,11 @@ impl Selector {
     }
 
     fn add(&mut self, m: Shared) {
-        self.bytes += 3 * json_bytes(m.json()) + ContextCache::MESSAGE_OVERHEAD;
+        // A plain stored message is held once, as its text.
+        self.bytes += match m.plain() {
+            Some(p) => p.role_json.len() + p.content_json.len() + 32,
+            None => 3 * json_bytes(m.json()),
+        } + ContextCache::MESSAGE_OVERHEAD;
         self.messages.push(m);
     }
 

@@ -18,15 +18,49 @@ use serde_json::Value;
 
 /// One context message in Bub's neutral shape (`{role, content, …}`),
 /// with the forms built from it so far.
+///
+/// A message read from a tape in the plain shape (`{"role", "content"}`,
+/// the content a string: nearly every message of a long session) is kept
+/// as its stored text ([`Message::stored`]): its JSON is parsed only when
+/// something reads it, and its chat wire text is that text (issue 23: the
+/// first read of a 10,000-entry session spent a fifth of its time parsing
+/// payloads into JSON and writing them out again).
 #[derive(Clone)]
 pub struct Message {
-    json: Value,
+    json: OnceLock<Value>,
+    // Where the plain shape's parts sit in the stored text (the text is
+    // the lazy host value's, `hosted`).
+    plain: Option<Spans>,
     hosted: OnceLock<bub_abi::Value>,
     wire: OnceLock<(WireForm, Box<str>)>,
     // False for a step's new message: sent once, then read back from the
     // tape as another message, so its wire text is written straight into
     // the body and never kept.
     keep_wire: bool,
+}
+
+/// A plain stored message's role and content in its text.
+#[derive(Clone)]
+struct Spans {
+    role: std::borrow::Cow<'static, str>,
+    role_text: std::ops::Range<usize>,
+    content: std::ops::Range<usize>,
+    // The text is exactly `{"role":…,"content":…}`: it is the chat form.
+    exact: bool,
+}
+
+/// A message in the plain shape, as its stored text: what
+/// [`Message::plain`] answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Plain<'a> {
+    /// The role.
+    pub role: &'a str,
+    /// The role as JSON text (a string).
+    pub role_json: &'a str,
+    /// The content as JSON text (a string).
+    pub content_json: &'a str,
+    /// The whole text when it is exactly `{"role":…,"content":…}`.
+    pub exact: Option<&'a str>,
 }
 
 /// Which encoding a kept wire form is (a message is sent in one format per
@@ -45,21 +79,68 @@ pub enum WireForm {
 pub type Shared = Arc<Message>;
 
 impl Message {
+    fn of(json: Value, hosted: OnceLock<bub_abi::Value>, keep_wire: bool) -> Shared {
+        Arc::new(Message { json: OnceLock::from(json), plain: None, hosted, wire: OnceLock::new(), keep_wire })
+    }
+
     /// A message from its JSON.
     pub fn new(json: Value) -> Shared {
-        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new(), keep_wire: true })
+        Message::of(json, OnceLock::new(), true)
     }
 
     /// A message sent once (a step's new user message): its wire text is
     /// written into the request body as it is encoded, never kept.
     pub fn sent_once(json: Value) -> Shared {
-        Arc::new(Message { json, hosted: OnceLock::new(), wire: OnceLock::new(), keep_wire: false })
+        Message::of(json, OnceLock::new(), false)
     }
 
     /// A message from its JSON and the same message as a host value
     /// (a tape payload's node, as its store answered it).
     pub fn with_hosted(json: Value, hosted: bub_abi::Value) -> Shared {
-        Arc::new(Message { json, hosted: OnceLock::from(hosted), wire: OnceLock::new(), keep_wire: true })
+        Message::of(json, OnceLock::from(hosted), true)
+    }
+
+    /// A stored payload still as its text (see
+    /// [`bub_abi::ValueRef::lazy_json`]) in the plain shape: exactly the
+    /// keys `role` (not `tool`) and `content`, the content a string. None
+    /// for any other payload, which the caller parses.
+    pub fn stored(hosted: &bub_abi::Value) -> Option<Shared> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct PlainText<'a> {
+            #[serde(borrow)]
+            role: &'a serde_json::value::RawValue,
+            #[serde(borrow)]
+            content: &'a serde_json::value::RawValue,
+        }
+        let text = hosted.as_ref().lazy_json()?;
+        let p: PlainText<'_> = serde_json::from_str(text).ok()?;
+        let (role_json, content_json) = (p.role.get(), p.content.get());
+        if !content_json.starts_with('"') {
+            return None;
+        }
+        let role: std::borrow::Cow<'_, str> = serde_json::from_str(role_json).ok()?;
+        let role = match &*role {
+            "tool" => return None,
+            "user" => "user".into(),
+            "assistant" => "assistant".into(),
+            "system" => "system".into(),
+            other => other.to_owned().into(),
+        };
+        let at = |part: &str| part.as_ptr() as usize - text.as_ptr() as usize;
+        let (role_text, content) =
+            (at(role_json)..at(role_json) + role_json.len(), at(content_json)..at(content_json) + content_json.len());
+        let exact = text.starts_with(r#"{"role":"#)
+            && role_text.start == 8
+            && text[role_text.end..content.start] == *r#","content":"#
+            && content.end + 1 == text.len();
+        Some(Arc::new(Message {
+            json: OnceLock::new(),
+            plain: Some(Spans { role, role_text, content, exact }),
+            hosted: OnceLock::from(hosted.clone()),
+            wire: OnceLock::new(),
+            keep_wire: true,
+        }))
     }
 
     /// Messages from JSON values.
@@ -67,28 +148,69 @@ impl Message {
         json.into_iter().map(Message::new).collect()
     }
 
-    /// The JSON.
+    /// The stored text of a [plain](Message::stored) message.
+    fn stored_text(&self) -> Option<&str> {
+        self.plain.as_ref()?;
+        self.hosted.get()?.as_ref().lazy_json()
+    }
+
+    /// The message in the plain shape as its stored text, if it was read
+    /// so (see [`Message::stored`]) and has not been changed since.
+    pub fn plain(&self) -> Option<Plain<'_>> {
+        let (spans, text) = (self.plain.as_ref()?, self.stored_text()?);
+        Some(Plain {
+            role: &spans.role,
+            role_json: &text[spans.role_text.clone()],
+            content_json: &text[spans.content.clone()],
+            exact: spans.exact.then_some(text),
+        })
+    }
+
+    /// The role (`""` when there is none), without parsing a plain
+    /// message's JSON.
+    pub fn role(&self) -> &str {
+        match &self.plain {
+            Some(spans) => &spans.role,
+            None => self.json().get("role").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+
+    /// The JSON (a plain message's is parsed from its text the first time).
     pub fn json(&self) -> &Value {
-        &self.json
+        self.json.get_or_init(|| {
+            // A plain message's text parsed once already, as its parts.
+            self.stored_text()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_else(|| Value::Object(Default::default()))
+        })
+    }
+
+    /// Whether its JSON has been parsed (or was given).
+    #[cfg(test)]
+    pub(crate) fn is_parsed(&self) -> bool {
+        self.json.get().is_some()
     }
 
     /// The JSON, to change: the kept forms are dropped. Use it through
     /// `Arc::make_mut`, which copies a message others share.
     pub fn json_mut(&mut self) -> &mut Value {
+        self.json();
+        self.plain = None;
         self.hosted = OnceLock::new();
         self.wire = OnceLock::new();
-        &mut self.json
+        self.json.get_mut().expect("read just now")
     }
 
     /// The JSON, given up.
     pub fn into_json(self) -> Value {
-        self.json
+        self.json();
+        self.json.into_inner().expect("read just now")
     }
 
     /// The message as a host value (built once, then shared by every
     /// request that carries it).
     pub fn hosted(&self) -> &bub_abi::Value {
-        self.hosted.get_or_init(|| bub_abi::Value::from_serialize(&self.json).expect("JSON always serializes"))
+        self.hosted.get_or_init(|| bub_abi::Value::from_serialize(self.json()).expect("JSON always serializes"))
     }
 
     /// The message's part of a request's list in `form`: its kept wire
@@ -96,26 +218,32 @@ impl Message {
     /// for a message [sent once](Message::sent_once), `write` itself, run
     /// into the body when it is encoded. `write` must write the same text
     /// each time it runs (it is run twice: to measure, then to write).
+    /// `write` gets the message: a [plain](Message::plain) one may be
+    /// written from its stored text.
     pub fn wire_part<'a, W>(&'a self, form: WireForm, write: W) -> Part<'a>
     where
-        W: Fn(&Value, &mut dyn std::io::Write) -> std::io::Result<()> + 'a,
+        W: Fn(&Message, &mut dyn std::io::Write) -> std::io::Result<()> + 'a,
     {
         if self.keep_wire {
-            return Part::Text(self.wire(form, |json| written(|out| write(json, out))));
+            return Part::Text(self.wire_of(form, || written(|out| write(self, out))));
         }
         let mut count = Count(0);
-        write(&self.json, &mut count).expect("counting never fails");
-        Part::Direct { len: count.0, write: Box::new(move |out| write(&self.json, out)) }
+        write(self, &mut count).expect("counting never fails");
+        Part::Direct { len: count.0, write: Box::new(move |out| write(self, out)) }
     }
 
     /// The message's wire text in `form`, built by `encode` the first time.
     /// A message sent in another form before is encoded afresh each time.
     pub fn wire(&self, form: WireForm, encode: impl FnOnce(&Value) -> String) -> std::borrow::Cow<'_, str> {
+        self.wire_of(form, || encode(self.json()))
+    }
+
+    fn wire_of(&self, form: WireForm, encode: impl FnOnce() -> String) -> std::borrow::Cow<'_, str> {
         match self.wire.get() {
             Some((f, text)) if *f == form => std::borrow::Cow::Borrowed(text),
-            Some(_) => std::borrow::Cow::Owned(encode(&self.json)),
+            Some(_) => std::borrow::Cow::Owned(encode()),
             None => {
-                let (_, text) = self.wire.get_or_init(|| (form, encode(&self.json).into_boxed_str()));
+                let (_, text) = self.wire.get_or_init(|| (form, encode().into_boxed_str()));
                 std::borrow::Cow::Borrowed(text)
             }
         }
@@ -126,25 +254,25 @@ impl std::ops::Deref for Message {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.json
+        self.json()
     }
 }
 
 impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.json.fmt(f)
+        self.json().fmt(f)
     }
 }
 
 impl PartialEq for Message {
     fn eq(&self, other: &Self) -> bool {
-        self.json == other.json
+        self.json() == other.json()
     }
 }
 
 impl serde::Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.json.serialize(s)
+        self.json().serialize(s)
     }
 }
 
@@ -474,8 +602,9 @@ mod tests {
 
     #[test]
     fn a_message_sent_once_is_written_into_the_body_and_not_kept() {
-        let write =
-            |j: &Value, out: &mut dyn std::io::Write| serde_json::to_writer(out, j).map_err(std::io::Error::other);
+        let write = |m: &Message, out: &mut dyn std::io::Write| {
+            serde_json::to_writer(out, m.json()).map_err(std::io::Error::other)
+        };
         let once = Message::sent_once(json!({"role": "user", "content": "big"}));
         let kept = Message::new(json!({"role": "user", "content": "small"}));
         let array = JsonArray::new([kept.wire_part(WireForm::Chat, write), once.wire_part(WireForm::Chat, write)]);

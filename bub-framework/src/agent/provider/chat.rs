@@ -11,7 +11,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{JsonArray, WireForm};
+use crate::agent::message::{JsonArray, Message, Plain, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -135,6 +135,23 @@ fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
     }
 }
 
+/// Writes one message in chat-completions form. A plain stored message
+/// (`{"role","content"}`, the content a string) is that form already,
+/// whatever its role but `tool`: its stored text is written as it is, or
+/// rebuilt from its parts, and its JSON is never parsed.
+fn write_message(m: &Message, kind: &str, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    match m.plain() {
+        Some(Plain { exact: Some(text), .. }) => out.write_all(text.as_bytes()),
+        Some(p) => {
+            for part in [r#"{"role":"#, p.role_json, r#","content":"#, p.content_json, "}"] {
+                out.write_all(part.as_bytes())?;
+            }
+            Ok(())
+        }
+        None => serde_json::to_writer(out, &message(m.json(), kind)).map_err(std::io::Error::other),
+    }
+}
+
 /// The request body (spec §6.4).
 pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
     serde_json::from_slice(&encoded(client, request)).expect("the body is JSON")
@@ -147,9 +164,8 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
     let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
     let repaired = repair_tool_calls(&request.messages);
-    let messages = JsonArray::new(repaired.iter().map(|m| {
-        m.wire_part(form, move |j, out| serde_json::to_writer(out, &message(j, kind)).map_err(std::io::Error::other))
-    }));
+    let messages =
+        JsonArray::new(repaired.iter().map(|m| m.wire_part(form, move |m, out| write_message(m, kind, out))));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("messages".into(), json!(SPLICED));
@@ -285,6 +301,61 @@ mod tests {
         let mut file = Map::new();
         file.insert("client_args".into(), client_args);
         ModelSettings::from_sources(vec![], &file).unwrap().client(spec).unwrap()
+    }
+
+    /// A tape payload as its store answers it: still its text.
+    fn stored(payload: &str) -> bub_abi::Value {
+        let line = bub_abi::Value::from_json_shallow(&format!(r#"{{"id":1,"kind":"message","payload":{payload}}}"#));
+        let payload = line.unwrap().as_ref().get("payload").unwrap().to_owned();
+        assert!(payload.as_ref().lazy_json().is_some(), "{payload:?} is kept as text");
+        payload
+    }
+
+    /// Issue 23 (behaviours 117, 122): a plain stored message is sent as its
+    /// stored text and parsed only when something reads it; everything
+    /// else goes the parsed way, and the body reads the same either way.
+    #[test]
+    fn a_plain_stored_message_is_sent_as_its_text_and_parsed_only_when_read_behaviour_117_122() {
+        let c = client("openai:m", json!({"api_format": "chat"}));
+        let exact = r#"{"role":"user","content":"hi \u00e9 \"q\""}"#;
+        let reordered = r#"{ "content": "answer", "role": "assistant" }"#;
+        let other = r#"{"role":"developer","content":""}"#;
+        let plain = [exact, reordered, other];
+        let messages: Vec<_> = plain.iter().map(|p| Message::stored(&stored(p)).expect("plain")).collect();
+        assert_eq!(messages[0].plain().unwrap().exact, Some(exact));
+        assert_eq!(messages[1].plain().unwrap().exact, None);
+        assert_eq!(messages.iter().map(|m| m.role()).collect::<Vec<_>>(), ["user", "assistant", "developer"]);
+
+        // Not plain: a tool message, another key, content that is not a
+        // string, a missing or repeated key, a role that is not a string.
+        for p in [
+            r#"{"role":"tool","content":"x"}"#,
+            r#"{"role":"user","content":"x","name":"n"}"#,
+            r#"{"role":"user","content":[{"type":"text","text":"x"}]}"#,
+            r#"{"role":"assistant","content":null}"#,
+            r#"{"role":"user"}"#,
+            r#"{"role":"user","content":"a","content":"b"}"#,
+            r#"{"role":1,"content":"x"}"#,
+        ] {
+            assert!(Message::stored(&stored(p)).is_none(), "{p}");
+        }
+        // Parsed the same way, the same messages make the same body.
+        let parsed: Vec<_> = plain.iter().map(|p| Message::new(serde_json::from_str(p).unwrap())).collect();
+        let body_of = |messages: Vec<_>| body(&c, &ModelRequest { messages, ..Default::default() });
+        let sent =
+            String::from_utf8(encoded(&c, &ModelRequest { messages: messages.clone(), ..Default::default() })).unwrap();
+        assert!(sent.contains(&format!(r#""messages":[{exact},{{"role":"assistant","content":"answer"}},"#)), "{sent}");
+        assert_eq!(body_of(messages.clone()), body_of(parsed.clone()));
+        // Sending never parsed them.
+        assert!(messages.iter().all(|m| !m.is_parsed()));
+        // Read: the same JSON as a full parse; changed: no longer plain.
+        assert_eq!(messages, parsed);
+        let mut changed = messages[0].clone();
+        std::sync::Arc::make_mut(&mut changed).json_mut()["content"] = json!("new");
+        assert!(changed.plain().is_none() && messages[0].plain().is_some());
+        let sent =
+            String::from_utf8(encoded(&c, &ModelRequest { messages: vec![changed], ..Default::default() })).unwrap();
+        assert!(sent.contains(r#""messages":[{"role":"user","content":"new"}]"#), "{sent}");
     }
 
     /// Issue 17.27: tool-call arguments replayed from an old tape as an

@@ -378,7 +378,9 @@ pub(crate) fn repair_tool_calls(messages: &[Shared]) -> std::borrow::Cow<'_, [Sh
     }
     let mut announced = std::collections::HashSet::new();
     let mut sound = true;
-    for m in messages {
+    // A plain message (see `Message::plain`) neither calls a tool nor
+    // answers one: it is not parsed for this.
+    for m in messages.iter().filter(|m| m.plain().is_none()) {
         match role(m) {
             "assistant" => {
                 let calls = m.get("tool_calls").and_then(Value::as_array).into_iter().flatten();
