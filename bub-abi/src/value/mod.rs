@@ -196,6 +196,17 @@ impl<'a> ValueRef<'a> {
     /// host nodes built from it. `None` for every other value.
     #[doc(hidden)]
     pub fn lazy_json(self) -> Option<&'a str> {
+        self.lazy_text().map(|t| &**t)
+    }
+
+    /// [`lazy_json`](Self::lazy_json), shared: a reader may keep the text
+    /// as long as it likes without copying it.
+    #[doc(hidden)]
+    pub fn lazy_json_shared(self) -> Option<std::sync::Arc<str>> {
+        self.lazy_text().cloned()
+    }
+
+    fn lazy_text(self) -> Option<&'a std::sync::Arc<str>> {
         if !same_table(self.vt, tree::own_vtable()) {
             return None;
         }
@@ -721,6 +732,19 @@ mod tests {
         assert_eq!(payload.to_json(), full.as_ref().get("payload").unwrap().to_json());
         assert!(payload.to_json().contains("hi é"));
         assert_eq!(lazy.as_ref().get("meta").unwrap().lazy_json(), None, "an empty map is parsed at once");
+        // Scalars read straight from their text (no second parse) read as
+        // a full parse does, kinds included; others go through the parser.
+        let scalars = r#"{"s":"plain","long":"2026-12-01T00:00:00+00:00","e":"a\"b\\c\u00e9","n":12,"zero":0,
+            "neg":-3,"f":1.5,"x":1e3,"big":18446744073709551615,"t":true,"no":false,"z":null,"m":{},"a":[],"sp":{ }}"#;
+        let (parsed, quick) = (Value::from_json(scalars).unwrap(), Value::from_json_shallow(scalars).unwrap());
+        assert_eq!(quick.to_json(), parsed.to_json());
+        for ((k, a), (_, b)) in quick.as_ref().entries().zip(parsed.as_ref().entries()) {
+            assert_eq!(
+                (k, a.kind(), a.as_i64(), a.as_u64(), a.as_f64()),
+                (k, b.kind(), b.as_i64(), b.as_u64(), b.as_f64())
+            );
+            assert_eq!(a, b, "{k}");
+        }
         // Shared into another value, it is still unparsed text.
         let mut list = Value::array();
         list.push_ref(payload);

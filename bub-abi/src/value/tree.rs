@@ -188,7 +188,9 @@ pub(crate) enum Node {
 /// What a [`Node::Lazy`] holds: valid JSON text of a list or map, its
 /// kind, and its nodes once parsed.
 pub(crate) struct LazyNode {
-    text: Box<str>,
+    // Shared: a reader that keeps the text (a context message sent as its
+    // stored text) holds it without a copy.
+    text: Arc<str>,
     kind: u8,
     parsed: std::sync::OnceLock<Node>,
 }
@@ -244,7 +246,7 @@ impl Node {
     }
 
     /// A lazy node's JSON text.
-    pub(crate) fn lazy_text(&self) -> Option<&str> {
+    pub(crate) fn lazy_text(&self) -> Option<&Arc<str>> {
         match self {
             Node::Lazy(l) => Some(&l.text),
             _ => None,
@@ -837,11 +839,15 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
                 // text will parse when read (the raw scan does not count
                 // nesting). More are parsed now, so a line nested too deep
                 // is unreadable here, as a full parse would find it.
-                let brackets = text.bytes().filter(|b| matches!(b, b'{' | b'[')).count();
-                let node = if kind == kind::NULL || text.len() <= 2 || brackets >= 128 {
-                    serde_json::from_str::<Node>(text).map_err(serde::de::Error::custom)?
-                } else {
-                    Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() }))
+                let deep = || text.bytes().filter(|b| matches!(b, b'{' | b'[')).count() >= 128;
+                let node = match plain_scalar(text) {
+                    Some(node) => node,
+                    None if kind == kind::NULL || text.len() <= 2 || deep() => {
+                        serde_json::from_str::<Node>(text).map_err(serde::de::Error::custom)?
+                    }
+                    None => {
+                        Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() }))
+                    }
                 };
                 m.insert(&k, node);
             }
@@ -856,6 +862,24 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
     let node = serde::Deserializer::deserialize_map(&mut de, Top)?;
     de.end()?;
     Ok(node)
+}
+
+/// The node of a value's raw JSON text (already checked by the parser)
+/// when reading it needs no parser: a string without escapes, a
+/// non-negative integer, `true`, `false`, `null`, `{}` or `[]` — a tape
+/// line's id, kind, date and empty meta, read again by serde_json before
+/// (a fifth of a line's parse). `None` for anything else.
+fn plain_scalar(text: &str) -> Option<Node> {
+    Some(match text.as_bytes() {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => Node::Str(small(&text[1..text.len() - 1])),
+        [b'0'..=b'9', ..] => Node::Int(text.parse::<i64>().ok()?),
+        b"true" => Node::Bool(true),
+        b"false" => Node::Bool(false),
+        b"null" => Node::Null,
+        b"{}" => Node::Object(Arc::new(new_map(0))),
+        b"[]" => Node::Array(Arc::new(Vec::new())),
+        _ => return None,
+    })
 }
 
 /// Roughly the JSON size of a value made by this copy's table: string

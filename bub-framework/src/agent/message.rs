@@ -28,9 +28,9 @@ use serde_json::Value;
 #[derive(Clone)]
 pub struct Message {
     json: OnceLock<Value>,
-    // Where the plain shape's parts sit in the stored text (the text is
-    // the lazy host value's, `hosted`).
-    plain: Option<Spans>,
+    // A plain message's stored text (shared with its lazy host value,
+    // `hosted`) and where its parts sit in it.
+    plain: Option<Box<Spans>>,
     hosted: OnceLock<bub_abi::Value>,
     wire: OnceLock<(WireForm, Box<str>)>,
     // False for a step's new message: sent once, then read back from the
@@ -39,9 +39,10 @@ pub struct Message {
     keep_wire: bool,
 }
 
-/// A plain stored message's role and content in its text.
+/// A plain stored message's text, and its role and content in it.
 #[derive(Clone)]
 struct Spans {
+    text: Arc<str>,
     role: std::borrow::Cow<'static, str>,
     role_text: std::ops::Range<usize>,
     content: std::ops::Range<usize>,
@@ -113,7 +114,8 @@ impl Message {
             #[serde(borrow)]
             content: &'a serde_json::value::RawValue,
         }
-        let text = hosted.as_ref().lazy_json()?;
+        let shared = hosted.as_ref().lazy_json_shared()?;
+        let text = &*shared;
         let p: PlainText<'_> = serde_json::from_str(text).ok()?;
         let (role_json, content_json) = (p.role.get(), p.content.get());
         if !content_json.starts_with('"') {
@@ -136,7 +138,7 @@ impl Message {
             && content.end + 1 == text.len();
         Some(Arc::new(Message {
             json: OnceLock::new(),
-            plain: Some(Spans { role, role_text, content, exact }),
+            plain: Some(Box::new(Spans { text: shared.clone(), role, role_text, content, exact })),
             hosted: OnceLock::from(hosted.clone()),
             wire: OnceLock::new(),
             keep_wire: true,
@@ -148,22 +150,23 @@ impl Message {
         json.into_iter().map(Message::new).collect()
     }
 
-    /// The stored text of a [plain](Message::stored) message.
-    fn stored_text(&self) -> Option<&str> {
-        self.plain.as_ref()?;
-        self.hosted.get()?.as_ref().lazy_json()
-    }
-
     /// The message in the plain shape as its stored text, if it was read
     /// so (see [`Message::stored`]) and has not been changed since.
     pub fn plain(&self) -> Option<Plain<'_>> {
-        let (spans, text) = (self.plain.as_ref()?, self.stored_text()?);
+        let spans = self.plain.as_deref()?;
+        let text = &*spans.text;
         Some(Plain {
             role: &spans.role,
             role_json: &text[spans.role_text.clone()],
             content_json: &text[spans.content.clone()],
             exact: spans.exact.then_some(text),
         })
+    }
+
+    /// Whether it is [plain](Message::plain): a message that neither calls
+    /// a tool nor answers one.
+    pub fn is_plain(&self) -> bool {
+        self.plain.is_some()
     }
 
     /// The role (`""` when there is none), without parsing a plain
@@ -178,10 +181,8 @@ impl Message {
     /// The JSON (a plain message's is parsed from its text the first time).
     pub fn json(&self) -> &Value {
         self.json.get_or_init(|| {
-            // A plain message's text parsed once already, as its parts.
-            self.stored_text()
-                .and_then(|t| serde_json::from_str(t).ok())
-                .unwrap_or_else(|| Value::Object(Default::default()))
+            let text = self.plain.as_deref().map(|p| &*p.text);
+            text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| Value::Object(Default::default()))
         })
     }
 

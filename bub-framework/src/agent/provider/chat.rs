@@ -11,7 +11,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{JsonArray, Message, Plain, WireForm};
+use crate::agent::message::{JsonArray, Message, Part, Plain, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -164,8 +164,11 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
     let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
     let repaired = repair_tool_calls(&request.messages);
-    let messages =
-        JsonArray::new(repaired.iter().map(|m| m.wire_part(form, move |m, out| write_message(m, kind, out))));
+    let messages = JsonArray::new(repaired.iter().map(|m| match m.plain() {
+        // Its stored text, borrowed: never copied into a kept wire text.
+        Some(Plain { exact: Some(text), .. }) => Part::Text(Cow::Borrowed(text)),
+        _ => m.wire_part(form, move |m, out| write_message(m, kind, out)),
+    }));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
     body.insert("messages".into(), json!(SPLICED));

@@ -380,7 +380,7 @@ pub(crate) fn repair_tool_calls(messages: &[Shared]) -> std::borrow::Cow<'_, [Sh
     let mut sound = true;
     // A plain message (see `Message::plain`) neither calls a tool nor
     // answers one: it is not parsed for this.
-    for m in messages.iter().filter(|m| m.plain().is_none()) {
+    for m in messages.iter().filter(|m| !m.is_plain()) {
         match role(m) {
             "assistant" => {
                 let calls = m.get("tool_calls").and_then(Value::as_array).into_iter().flatten();
