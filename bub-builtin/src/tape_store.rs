@@ -74,7 +74,8 @@ struct Parsed {
 /// what selecting it reads.
 struct Stored {
     id: u64,
-    kind: Box<str>,
+    // The kind is read from `value` (no copy of its own: an allocation
+    // per line of a long tape's first read).
     value: Value,
 }
 
@@ -102,13 +103,13 @@ impl Stored {
         if !v.is_object() || v.len() != SHAPE.len() || !v.entries().map(|(k, _)| k).eq(SHAPE) {
             return None;
         }
-        let (id, kind) = (v.get("id")?.as_u64()?, v.get("kind")?.as_str()?);
+        let (id, _kind) = (v.get("id")?.as_u64()?, v.get("kind")?.as_str()?);
         let typed = v.get("payload")?.is_object() && v.get("meta")?.is_object() && v.get("date")?.as_str().is_some();
-        typed.then(|| Stored { id, kind: kind.into(), value: value.clone() })
+        typed.then(|| Stored { id, value: value.clone() })
     }
 
     fn from_entry(entry: &TapeEntry) -> Result<Stored, bub_abi::HookError> {
-        Ok(Stored { id: entry.id, kind: entry.kind.as_str().into(), value: Value::from_serialize(entry)? })
+        Ok(Stored { id: entry.id, value: Value::from_serialize(entry)? })
     }
 
     fn entry(&self) -> Result<TapeEntry, BoxError> {
@@ -121,7 +122,7 @@ impl EntryView for Stored {
         self.id
     }
     fn kind(&self) -> &str {
-        &self.kind
+        self.value.as_ref().get("kind").and_then(|k| k.as_str()).unwrap_or_default()
     }
     fn anchor_name(&self) -> Option<&str> {
         self.value.as_ref().get("payload")?.get("name")?.as_str()
@@ -251,7 +252,7 @@ impl FileTapeStore {
         };
         // Anchors stay when selection looks for them.
         let keep = |e: &Stored| {
-            query.kinds.is_empty() || (by_anchor && &*e.kind == "anchor") || query.kinds.iter().any(|k| *k == *e.kind)
+            query.kinds.is_empty() || (by_anchor && e.kind() == "anchor") || query.kinds.iter().any(|k| k == e.kind())
         };
         // Without anchors, dates or a text search to select by, the answer
         // is the first `limit` candidates: the rest are never looked at

@@ -745,6 +745,15 @@ mod tests {
             );
             assert_eq!(a, b, "{k}");
         }
+        // Every `{}` read so is one shared map: changing one changes no other.
+        let (a, b) =
+            (Value::from_json_shallow(r#"{"m":{}}"#).unwrap(), Value::from_json_shallow(r#"{"m":{}}"#).unwrap());
+        let mut m = a.as_ref().get("m").unwrap().to_owned();
+        m.insert("x", Value::from_json("1").unwrap());
+        assert_eq!(
+            (m.to_json(), a.to_json(), b.to_json()),
+            (r#"{"x":1}"#.into(), r#"{"m":{}}"#.into(), r#"{"m":{}}"#.into())
+        );
         // Shared into another value, it is still unparsed text.
         let mut list = Value::array();
         list.push_ref(payload);

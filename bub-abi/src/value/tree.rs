@@ -876,7 +876,12 @@ fn plain_scalar(text: &str) -> Option<Node> {
         b"true" => Node::Bool(true),
         b"false" => Node::Bool(false),
         b"null" => Node::Null,
-        b"{}" => Node::Object(Arc::new(new_map(0))),
+        // One empty map for all (a tape line's `meta`): a builder that
+        // adds to it gets its own copy (`Arc::make_mut`).
+        b"{}" => {
+            static EMPTY: std::sync::LazyLock<Arc<NodeMap>> = std::sync::LazyLock::new(|| Arc::new(new_map(0)));
+            Node::Object(EMPTY.clone())
+        }
         b"[]" => Node::Array(Arc::new(Vec::new())),
         _ => return None,
     })

@@ -30,7 +30,7 @@ pub struct Message {
     json: OnceLock<Value>,
     // A plain message's stored text (shared with its lazy host value,
     // `hosted`) and where its parts sit in it.
-    plain: Option<Box<Spans>>,
+    plain: Option<Spans>,
     hosted: OnceLock<bub_abi::Value>,
     wire: OnceLock<(WireForm, Box<str>)>,
     // False for a step's new message: sent once, then read back from the
@@ -138,7 +138,7 @@ impl Message {
             && content.end + 1 == text.len();
         Some(Arc::new(Message {
             json: OnceLock::new(),
-            plain: Some(Box::new(Spans { text: shared.clone(), role, role_text, content, exact })),
+            plain: Some(Spans { text: shared, role, role_text, content, exact }),
             hosted: OnceLock::from(hosted.clone()),
             wire: OnceLock::new(),
             keep_wire: true,
@@ -153,7 +153,7 @@ impl Message {
     /// The message in the plain shape as its stored text, if it was read
     /// so (see [`Message::stored`]) and has not been changed since.
     pub fn plain(&self) -> Option<Plain<'_>> {
-        let spans = self.plain.as_deref()?;
+        let spans = self.plain.as_ref()?;
         let text = &*spans.text;
         Some(Plain {
             role: &spans.role,
@@ -181,7 +181,7 @@ impl Message {
     /// The JSON (a plain message's is parsed from its text the first time).
     pub fn json(&self) -> &Value {
         self.json.get_or_init(|| {
-            let text = self.plain.as_deref().map(|p| &*p.text);
+            let text = self.plain.as_ref().map(|p| &*p.text);
             text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| Value::Object(Default::default()))
         })
     }
