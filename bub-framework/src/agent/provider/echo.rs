@@ -6,7 +6,7 @@ use super::{content_text, Delta, ModelRequest, ModelResponse, Usage};
 
 /// Answers at once.
 pub fn call(request: &ModelRequest, on_delta: &mut (dyn FnMut(Delta) + Send)) -> ModelResponse {
-    let last_user = request.messages.iter().rev().find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"));
+    let last_user = request.messages.iter().rev().find(|m| m.role() == "user");
     let text =
         last_user.map(|m| content_text(m.get("content").unwrap_or(&serde_json::Value::Null))).unwrap_or_default();
     if !text.is_empty() {
