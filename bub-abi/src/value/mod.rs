@@ -511,6 +511,28 @@ impl Value {
         }
     }
 
+    /// A map of `fields`, each value read from its JSON text as
+    /// [`from_json_shallow`](Self::from_json_shallow) reads a top-level
+    /// map's values (lists and maps kept as text until read): for a reader
+    /// that scanned a line into its fields itself (the builtin store, for
+    /// the lines it writes). A repeated key keeps its last value. In a
+    /// plugin it parses each value in full.
+    #[doc(hidden)]
+    pub fn from_json_fields(fields: &[(&str, &serde_json::value::RawValue)]) -> Result<Value, HookError> {
+        let vt = vtable();
+        let not_json =
+            |e: serde_json::Error| HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {e}"));
+        if !same_table(vt, tree::own_vtable()) {
+            let mut out = Value::object();
+            for (key, raw) in fields {
+                out.insert(key, Value::from_json(raw.get())?);
+            }
+            return Ok(out);
+        }
+        let node = tree::shallow_fields(fields).map_err(not_json)?;
+        Ok(Value { node: tree::into_raw(node), vt })
+    }
+
     /// Builds a host value from any `Serialize` (a [`Value`] inside is
     /// taken as a handle, uncopied).
     pub fn from_serialize<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, HookError> {
@@ -745,6 +767,15 @@ mod tests {
             );
             assert_eq!(a, b, "{k}");
         }
+        // Built from fields scanned elsewhere: the same value, the same laziness.
+        let raw = |t: &str| serde_json::value::RawValue::from_string(t.to_owned()).unwrap();
+        let (id, text) = (raw("7"), raw(r#"{"role":"user","content":"hi \u00e9","n":[1,2.5,{"x":null}]}"#));
+        let fields = Value::from_json_fields(&[("id", &id), ("payload", &text)]).unwrap();
+        assert_eq!(
+            fields.to_json(),
+            format!(r#"{{"id":7,"payload":{}}}"#, full.as_ref().get("payload").unwrap().to_json())
+        );
+        assert!(fields.as_ref().get("payload").unwrap().lazy_json().is_some());
         // Every `{}` read so is one shared map: changing one changes no other.
         let (a, b) =
             (Value::from_json_shallow(r#"{"m":{}}"#).unwrap(), Value::from_json_shallow(r#"{"m":{}}"#).unwrap());

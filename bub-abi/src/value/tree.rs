@@ -829,27 +829,7 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
             while let Some((k, raw)) =
                 map.next_entry::<std::borrow::Cow<'de, str>, &'de serde_json::value::RawValue>()?
             {
-                let text = raw.get();
-                let kind = match text.as_bytes().first() {
-                    Some(b'{') => kind::OBJECT,
-                    Some(b'[') => kind::ARRAY,
-                    _ => kind::NULL,
-                };
-                // Fewer brackets than serde_json's nesting limit (128): the
-                // text will parse when read (the raw scan does not count
-                // nesting). More are parsed now, so a line nested too deep
-                // is unreadable here, as a full parse would find it.
-                let deep = || text.bytes().filter(|b| matches!(b, b'{' | b'[')).count() >= 128;
-                let node = match plain_scalar(text) {
-                    Some(node) => node,
-                    None if kind == kind::NULL || text.len() <= 2 || deep() => {
-                        serde_json::from_str::<Node>(text).map_err(serde::de::Error::custom)?
-                    }
-                    None => {
-                        Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() }))
-                    }
-                };
-                m.insert(&k, node);
+                m.insert(&k, shallow_node(raw.get()).map_err(serde::de::Error::custom)?);
             }
             Ok(Node::Object(Arc::new(m)))
         }
@@ -862,6 +842,35 @@ pub(crate) fn parse_shallow(text: &str) -> Result<Node, serde_json::Error> {
     let node = serde::Deserializer::deserialize_map(&mut de, Top)?;
     de.end()?;
     Ok(node)
+}
+
+/// A top-level value of [`parse_shallow`] from its raw JSON text (checked
+/// by the scanner): a list or map kept as text, a scalar read at once.
+fn shallow_node(text: &str) -> Result<Node, serde_json::Error> {
+    let kind = match text.as_bytes().first() {
+        Some(b'{') => kind::OBJECT,
+        Some(b'[') => kind::ARRAY,
+        _ => kind::NULL,
+    };
+    // Fewer brackets than serde_json's nesting limit (128): the text will
+    // parse when read (the raw scan does not count nesting). More are
+    // parsed now, so a line nested too deep is unreadable here, as a full
+    // parse would find it.
+    let deep = || text.bytes().filter(|b| matches!(b, b'{' | b'[')).count() >= 128;
+    Ok(match plain_scalar(text) {
+        Some(node) => node,
+        None if kind == kind::NULL || text.len() <= 2 || deep() => serde_json::from_str::<Node>(text)?,
+        None => Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() })),
+    })
+}
+
+/// A map of `fields`, each read by [`shallow_node`].
+pub(crate) fn shallow_fields(fields: &[(&str, &serde_json::value::RawValue)]) -> Result<Node, serde_json::Error> {
+    let mut m = new_map(fields.len());
+    for (key, raw) in fields {
+        m.insert(key, shallow_node(raw.get())?);
+    }
+    Ok(Node::Object(Arc::new(m)))
 }
 
 /// The node of a value's raw JSON text (already checked by the parser)
