@@ -80,21 +80,19 @@ struct Stored {
 }
 
 impl Stored {
-    /// From a line in the shape the store writes (`id`, `kind`, `payload`,
-    /// `meta`, `date`, in that order, of those types): parsed straight
-    /// into a host value, its payload and meta kept as text until read
-    /// (the agent passes most payloads on as they are). Any other readable line is read as a
-    /// `TapeEntry` and built from it, so every answer has that shape.
+    /// From a line with the keys the store writes (`id`, `kind`,
+    /// `payload`, `meta`, `date`, of those types): parsed straight into a
+    /// host value, its payload and meta kept as text until read (the agent
+    /// passes most payloads on as they are), by [`Stored::written`], or by
+    /// [`Stored::canonical`] when a key is repeated. Any other readable
+    /// line is read as a `TapeEntry` and built from it, so every answer has
+    /// that shape.
     fn parse(line: &[u8]) -> Result<Stored, String> {
-        if let Some(stored) = std::str::from_utf8(line).ok().and_then(Stored::written) {
-            return Ok(stored);
-        }
-        if let Some(stored) = std::str::from_utf8(line)
-            .ok()
-            .and_then(|text| Value::from_json_shallow(text).ok())
-            .and_then(Stored::canonical)
-        {
-            return Ok(stored);
+        if let Ok(text) = std::str::from_utf8(line) {
+            let shallow = || Value::from_json_shallow(text).ok().and_then(Stored::canonical);
+            if let Some(stored) = Stored::written(text).or_else(shallow) {
+                return Ok(stored);
+            }
         }
         let entry: TapeEntry = serde_json::from_slice(line).map_err(|e| e.to_string())?;
         Stored::from_entry(&entry).map_err(|e| e.to_string())
@@ -127,14 +125,21 @@ impl Stored {
         Some(Stored { id, value: Value::from_json_fields(&fields).ok()? })
     }
 
+    /// A line already parsed into a map with exactly the five keys, in the
+    /// order the store writes them, each of its type: what is left for it
+    /// after [`Stored::written`] is a line with a repeated key, read as
+    /// Python's json reads it (the last one).
     fn canonical(value: Value) -> Option<Stored> {
         const SHAPE: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
         let v = value.as_ref();
         if !v.is_object() || v.len() != SHAPE.len() || !v.entries().map(|(k, _)| k).eq(SHAPE) {
             return None;
         }
-        let (id, _kind) = (v.get("id")?.as_u64()?, v.get("kind")?.as_str()?);
-        let typed = v.get("payload")?.is_object() && v.get("meta")?.is_object() && v.get("date")?.as_str().is_some();
+        let id = v.get("id")?.as_u64()?;
+        let typed = v.get("kind")?.as_str().is_some()
+            && v.get("payload")?.is_object()
+            && v.get("meta")?.is_object()
+            && v.get("date")?.as_str().is_some();
         typed.then(|| Stored { id, value: value.clone() })
     }
 

@@ -112,6 +112,11 @@ pub const fn own_table() -> ValueVTableRef {
     tree::own_vtable()
 }
 
+/// The error of JSON text that does not parse.
+fn not_json(error: impl std::fmt::Display) -> HookError {
+    HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {error}"))
+}
+
 fn same_table(a: ValueVTableRef, b: ValueVTableRef) -> bool {
     std::ptr::eq(a.0.to_raw_ptr(), b.0.to_raw_ptr())
 }
@@ -488,7 +493,7 @@ impl Value {
         let mut err = RString::new();
         let node = (vt.parse_json())(RStr::from_str(text), &mut err);
         if node.is_null() {
-            Err(HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {err}")))
+            Err(not_json(err))
         } else {
             Ok(Value { node, vt })
         }
@@ -505,10 +510,8 @@ impl Value {
         if !same_table(vt, tree::own_vtable()) {
             return Value::from_json(text);
         }
-        match tree::parse_shallow(text) {
-            Ok(node) => Ok(Value { node: tree::into_raw(node), vt }),
-            Err(e) => Err(HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {e}"))),
-        }
+        let node = tree::parse_shallow(text).map_err(not_json)?;
+        Ok(Value { node: tree::into_raw(node), vt })
     }
 
     /// A map of `fields`, each value read from its JSON text as
@@ -520,8 +523,6 @@ impl Value {
     #[doc(hidden)]
     pub fn from_json_fields(fields: &[(&str, &serde_json::value::RawValue)]) -> Result<Value, HookError> {
         let vt = vtable();
-        let not_json =
-            |e: serde_json::Error| HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {e}"));
         if !same_table(vt, tree::own_vtable()) {
             let mut out = Value::object();
             for (key, raw) in fields {

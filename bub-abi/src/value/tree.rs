@@ -859,7 +859,8 @@ fn shallow_node(text: &str) -> Result<Node, serde_json::Error> {
     let deep = || text.bytes().filter(|b| matches!(b, b'{' | b'[')).count() >= 128;
     Ok(match plain_scalar(text) {
         Some(node) => node,
-        None if kind == kind::NULL || text.len() <= 2 || deep() => serde_json::from_str::<Node>(text)?,
+        // (`{}` and `[]` are scalars above.)
+        None if kind == kind::NULL || deep() => serde_json::from_str::<Node>(text)?,
         None => Node::Lazy(Arc::new(LazyNode { text: text.into(), kind, parsed: std::sync::OnceLock::new() })),
     })
 }

@@ -137,11 +137,11 @@ fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
 
 /// Writes one message in chat-completions form. A plain stored message
 /// (`{"role","content"}`, the content a string) is that form already,
-/// whatever its role but `tool`: its stored text is written as it is, or
-/// rebuilt from its parts, and its JSON is never parsed.
+/// whatever its role but `tool`: it is written from its role and content
+/// as stored, and its JSON is never parsed. (One whose stored text is
+/// exactly that form is not written at all: [`encoded`] borrows the text.)
 fn write_message(m: &Message, kind: &str, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     match m.plain() {
-        Some(Plain { exact: Some(text), .. }) => out.write_all(text.as_bytes()),
         Some(p) => {
             for part in [r#"{"role":"#, p.role_json, r#","content":"#, p.content_json, "}"] {
                 out.write_all(part.as_bytes())?;

@@ -373,15 +373,12 @@ pub(crate) fn content_text(content: &Value) -> String {
 /// The messages themselves, not copied, when nothing needs repair (a long
 /// context is then not copied once more per step).
 pub(crate) fn repair_tool_calls(messages: &[Shared]) -> std::borrow::Cow<'_, [Shared]> {
-    fn role(m: &Value) -> &str {
-        m.get("role").and_then(Value::as_str).unwrap_or("")
-    }
     let mut announced = std::collections::HashSet::new();
     let mut sound = true;
     // A plain message (see `Message::plain`) neither calls a tool nor
     // answers one: it is not parsed for this.
     for m in messages.iter().filter(|m| !m.is_plain()) {
-        match role(m) {
+        match m.role() {
             "assistant" => {
                 let calls = m.get("tool_calls").and_then(Value::as_array).into_iter().flatten();
                 announced.extend(calls.filter_map(|c| c.get("id").and_then(Value::as_str)));
@@ -404,7 +401,7 @@ fn repaired(messages: &[Shared]) -> Vec<Shared> {
     let mut out: Vec<Shared> = Vec::with_capacity(messages.len());
     let mut announced = std::collections::HashSet::new();
     for m in messages {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let role = m.role();
         if role == "assistant" {
             for c in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
                 if let Some(id) = c.get("id").and_then(Value::as_str) {
@@ -417,7 +414,7 @@ fn repaired(messages: &[Shared]) -> Vec<Shared> {
             if !announced.contains(&id) {
                 let call = json!({"id": id, "name": m.get("name").cloned().unwrap_or(json!("")), "arguments": "{}"});
                 match out.last_mut() {
-                    Some(prev) if prev.get("role").and_then(Value::as_str) == Some("assistant") => {
+                    Some(prev) if prev.role() == "assistant" => {
                         let prev = Arc::make_mut(prev).json_mut();
                         let calls =
                             prev.as_object_mut().expect("message object").entry("tool_calls").or_insert(json!([]));
@@ -425,11 +422,9 @@ fn repaired(messages: &[Shared]) -> Vec<Shared> {
                             a.push(call);
                         }
                     }
-                    Some(prev) if prev.get("role").and_then(Value::as_str) == Some("tool") => {
+                    Some(prev) if prev.role() == "tool" => {
                         // Announce it on the assistant message that opened this run of tool messages.
-                        if let Some(a) =
-                            out.iter_mut().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-                        {
+                        if let Some(a) = out.iter_mut().rev().find(|m| m.role() == "assistant") {
                             let a = Arc::make_mut(a).json_mut();
                             if let Value::Array(calls) =
                                 a.as_object_mut().expect("object").entry("tool_calls").or_insert(json!([]))
