@@ -429,8 +429,13 @@ impl Value {
 
     /// An empty list, to fill with [`push`](Self::push).
     pub fn array() -> Value {
+        Value::array_with_capacity(0)
+    }
+
+    /// An empty list with room for `n` items: filling it never regrows it.
+    pub fn array_with_capacity(n: usize) -> Value {
         let vt = vtable();
-        Value { node: (vt.array())(0), vt }
+        Value { node: (vt.array())(n), vt }
     }
 
     /// Sets `key` in a map. In place when this handle alone holds the map

@@ -79,6 +79,36 @@ pub enum WireForm {
 /// The shared handle every request holds.
 pub type Shared = Arc<Message>;
 
+/// Where the role and the content (each as JSON, quotes included) sit in
+/// `text` when it is exactly `{"role":"…","content":"…"}`: no spaces, these
+/// keys in this order, the role without escapes. That is how the store and
+/// Bub write a message, so nearly every stored one is read by this one
+/// scan; any other form is left to serde. `text` is valid JSON (the store
+/// checked it), so the scan only has to find where each string ends.
+fn exact_spans(text: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    const ROLE: &str = r#"{"role":""#;
+    const CONTENT: &str = r#","content":""#;
+    let b = text.as_bytes();
+    if !text.starts_with(ROLE) {
+        return None;
+    }
+    let role_end = ROLE.len() + b[ROLE.len()..].iter().position(|&c| c == b'"' || c == b'\\')?;
+    if b[role_end] != b'"' || !text[role_end + 1..].starts_with(CONTENT) {
+        return None;
+    }
+    let content_start = role_end + CONTENT.len();
+    let mut i = content_start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    // The content's closing quote, then the map's closing brace, last.
+    (i + 2 == b.len() && b[i + 1] == b'}').then(|| (ROLE.len() - 1..role_end + 1, content_start..i + 1))
+}
+
 impl Message {
     fn of(json: Value, hosted: OnceLock<bub_abi::Value>, keep_wire: bool) -> Shared {
         Arc::new(Message { json: OnceLock::from(json), plain: None, hosted, wire: OnceLock::new(), keep_wire })
@@ -116,6 +146,16 @@ impl Message {
         }
         let shared = hosted.as_ref().lazy_json_shared()?;
         let text = &*shared;
+        if let Some((role_text, content)) = exact_spans(text) {
+            let role = match &text[role_text.start + 1..role_text.end - 1] {
+                "tool" => return None,
+                "user" => "user".into(),
+                "assistant" => "assistant".into(),
+                "system" => "system".into(),
+                other => other.to_owned().into(),
+            };
+            return Some(Message::plain_stored(hosted, Spans { text: shared, role, role_text, content, exact: true }));
+        }
         let p: PlainText<'_> = serde_json::from_str(text).ok()?;
         let (role_json, content_json) = (p.role.get(), p.content.get());
         if !content_json.starts_with('"') {
@@ -136,13 +176,17 @@ impl Message {
             && role_text.start == 8
             && text[role_text.end..content.start] == *r#","content":"#
             && content.end + 1 == text.len();
-        Some(Arc::new(Message {
+        Some(Message::plain_stored(hosted, Spans { text: shared, role, role_text, content, exact }))
+    }
+
+    fn plain_stored(hosted: &bub_abi::Value, spans: Spans) -> Shared {
+        Arc::new(Message {
             json: OnceLock::new(),
-            plain: Some(Spans { text: shared, role, role_text, content, exact }),
+            plain: Some(spans),
             hosted: OnceLock::from(hosted.clone()),
             wire: OnceLock::new(),
             keep_wire: true,
-        }))
+        })
     }
 
     /// Messages from JSON values.
@@ -322,15 +366,6 @@ impl std::fmt::Debug for HostedCache {
     }
 }
 
-#[derive(serde::Serialize)]
-struct HostedRequest<'a> {
-    run_id: &'a str,
-    model: &'a str,
-    messages: Vec<&'a bub_abi::Value>,
-    tool_names: &'a [String],
-    max_tokens: Option<u64>,
-}
-
 impl CallRequest {
     /// The request as a host value, the same as `LlmCallRequest`'s; each
     /// message's node is its kept one, so the cost is a pointer per message
@@ -340,14 +375,24 @@ impl CallRequest {
         if let Some(kept) = cache.as_ref().filter(|kept| self.reads_as(kept.as_ref())) {
             return kept.clone();
         }
-        let r = HostedRequest {
-            run_id: &self.run_id,
-            model: &self.model,
-            messages: self.messages.iter().map(|m| m.hosted()).collect(),
-            tool_names: &self.tool_names,
-            max_tokens: self.max_tokens,
-        };
-        let hosted = bub_abi::Value::from_serialize(&r).expect("a request always serializes");
+        // Built node by node, in `LlmCallRequest`'s key order: each message
+        // is a pointer to its kept node (serde went through every message's
+        // handle, a tenth of a 1,000-entry step's events).
+        let mut messages = bub_abi::Value::array_with_capacity(self.messages.len());
+        for m in &self.messages {
+            messages.push_ref(m.hosted().as_ref());
+        }
+        let mut tool_names = bub_abi::Value::array_with_capacity(self.tool_names.len());
+        for name in &self.tool_names {
+            tool_names.push(name.as_str());
+        }
+        let mut hosted = bub_abi::Value::object();
+        hosted
+            .insert("run_id", self.run_id.as_str())
+            .insert("model", self.model.as_str())
+            .insert("messages", messages)
+            .insert("tool_names", tool_names)
+            .insert("max_tokens", self.max_tokens);
         *cache = Some(hosted.clone());
         hosted
     }
@@ -430,7 +475,11 @@ impl<'a> From<std::borrow::Cow<'a, str>> for Part<'a> {
 impl<'a> JsonArray<'a> {
     /// The list of `parts` (empty parts are skipped).
     pub fn new<P: Into<Part<'a>>>(parts: impl IntoIterator<Item = P>) -> JsonArray<'a> {
-        JsonArray(parts.into_iter().map(Into::into).filter(|p| p.len() > 0).collect())
+        let parts = parts.into_iter();
+        // Sized up front: a 1,000-message request grew it ten times.
+        let mut kept = Vec::with_capacity(parts.size_hint().0);
+        kept.extend(parts.map(Into::into).filter(|p| p.len() > 0));
+        JsonArray(kept)
     }
 
     /// The length of its JSON text.
@@ -574,6 +623,42 @@ mod tests {
         ] {
             change(&mut request);
             assert_eq!(request.hosted().deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), request.to_abi());
+            // Key for key, in order, as serde writes `LlmCallRequest`.
+            assert_eq!(request.hosted().to_json(), serde_json::to_string(&request.to_abi()).unwrap());
+        }
+    }
+
+    /// The one-scan reading of a stored message finds the same role and
+    /// content as serde does, and leaves every other form to serde.
+    #[test]
+    fn an_exact_message_is_read_by_one_scan_as_serde_reads_it() {
+        let exact = [
+            r#"{"role":"user","content":"hi"}"#,
+            r#"{"role":"assistant","content":""}"#,
+            r#"{"role":"user","content":"a \"quoted\" word, a \\ and \u00e9"}"#,
+            r#"{"role":"user","content":"ends in a backslash \\"}"#,
+            r#"{"role":"user","content":"\"}"}"#,
+            r#"{"role":"developer","content":"x"}"#,
+        ];
+        for text in exact {
+            let (role, content) = exact_spans(text).unwrap_or_else(|| panic!("not read: {text}"));
+            let map: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
+            assert_eq!(serde_json::from_str::<Value>(&text[role.clone()]).unwrap(), map["role"], "{text}");
+            assert_eq!(serde_json::from_str::<Value>(&text[content.clone()]).unwrap(), map["content"], "{text}");
+            assert_eq!(format!(r#"{{"role":{},"content":{}}}"#, &text[role], &text[content]), text);
+        }
+        for other in [
+            r#"{ "role":"user","content":"x"}"#,
+            r#"{"role":"user", "content":"x"}"#,
+            r#"{"content":"x","role":"user"}"#,
+            r#"{"role":"us\u0065r","content":"x"}"#,
+            r#"{"role":"user","content":"a","content":"b"}"#,
+            r#"{"role":"user","content":"a","name":"n"}"#,
+            r#"{"role":"user","content":["x"]}"#,
+            r#"{"role":"user","content":null}"#,
+            r#"{"role":"user"}"#,
+        ] {
+            assert_eq!(exact_spans(other), None, "{other}");
         }
     }
 

@@ -183,11 +183,10 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
         r#type: &'static str,
         function: Function<'a>,
     }
-    let tools = request.tools.iter().map(|t| Tool {
+    let tools = splice_tools(&mut body, "chat", &request.tools, |t| Tool {
         r#type: "function",
         function: Function { name: &t.name, description: &t.description, parameters: &t.parameters },
     });
-    let tools = splice_tools(&mut body, tools.collect());
     if let Some(max) = request.max_tokens {
         let key = if MAX_TOKENS_PROVIDERS.contains(&kind) { "max_tokens" } else { "max_completion_tokens" };
         body.insert(key.into(), json!(max));

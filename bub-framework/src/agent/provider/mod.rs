@@ -254,13 +254,40 @@ pub(crate) const SPLICED: &str = "\u{0}bub:spliced";
 
 /// The offered `tools` as the JSON text [`encode`] splices in under
 /// `tools` (written from the tools' shared schemas, not copied into the
-/// body), with the key's placeholder put in `body`; none, no key.
-pub(crate) fn splice_tools<T: Serialize>(body: &mut Map<String, Value>, tools: Vec<T>) -> String {
+/// body), each tool in `form`'s shape (`shape`), with the key's
+/// placeholder put in `body`; none, no key.
+///
+/// A session offers the same tools at every step, so the last text of each
+/// form is kept and reused while the tools are the same: the same names and
+/// descriptions, and the same schemas (the same shared `Arc`s, which the
+/// cache holds, so an address is never reused for another schema).
+pub(crate) fn splice_tools<'t, T: Serialize>(
+    body: &mut Map<String, Value>,
+    form: &'static str,
+    tools: &'t [ToolDef],
+    shape: impl Fn(&'t ToolDef) -> T,
+) -> Arc<str> {
+    type Kept = Vec<(&'static str, Vec<ToolDef>, Arc<str>)>;
+    static KEPT: std::sync::Mutex<Kept> = std::sync::Mutex::new(Vec::new());
     if tools.is_empty() {
-        return String::new();
+        return Arc::from("");
     }
     body.insert("tools".into(), json!(SPLICED));
-    serde_json::to_string(&tools).expect("tools always serialize")
+    let same = |kept: &[ToolDef]| {
+        kept.len() == tools.len()
+            && kept.iter().zip(tools).all(|(a, b)| {
+                a.name == b.name && a.description == b.description && Arc::ptr_eq(&a.parameters, &b.parameters)
+            })
+    };
+    let mut kept = bub_abi::sync::lock(&KEPT);
+    if let Some((_, _, text)) = kept.iter().find(|(f, k, _)| *f == form && same(k)) {
+        return text.clone();
+    }
+    let shaped: Vec<T> = tools.iter().map(shape).collect();
+    let text: Arc<str> = serde_json::to_string(&shaped).expect("tools always serialize").into();
+    kept.retain(|(f, _, _)| *f != form);
+    kept.push((form, tools.to_vec(), text.clone()));
+    text
 }
 
 /// What [`encode`] writes for a key holding the [`SPLICED`] placeholder.
@@ -449,6 +476,46 @@ fn repaired(messages: &[Shared]) -> Vec<Shared> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tools' text is kept per form while the tools are the same, and
+    /// written afresh for another name, description or schema.
+    #[test]
+    fn the_tools_text_is_reused_only_for_the_same_tools() {
+        let schema = Arc::new(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+        let tool = |name: &str, description: &str, parameters: &Arc<Value>| ToolDef {
+            name: name.into(),
+            description: description.into(),
+            parameters: parameters.clone(),
+        };
+        let text = |form: &'static str, tools: &[ToolDef]| {
+            let mut body = Map::new();
+            let text = splice_tools(
+                &mut body,
+                form,
+                tools,
+                |t| json!({"name": t.name, "d": t.description, "p": *t.parameters}),
+            );
+            assert_eq!(body.get("tools").is_some(), !tools.is_empty());
+            text
+        };
+        // A form name no other test uses: the kept texts are per process.
+        let (a, b) = ("test-form-a", "test-form-b");
+        let tools = vec![tool("fs_read", "Read a file.", &schema)];
+        let first = text(a, &tools);
+        assert!(Arc::ptr_eq(&first, &text(a, &tools.clone())), "the same tools were written again");
+        let expected = serde_json::to_string(&json!([{"name": "fs_read", "d": "Read a file.", "p": *schema}])).unwrap();
+        assert_eq!(&*first, expected);
+        let renamed = text(a, &[tool("fs_write", "Read a file.", &schema)]);
+        assert!(renamed.contains("fs_write"));
+        assert!(text(a, &[tool("fs_read", "Other.", &schema)]).contains("Other."));
+        let other_schema = Arc::new(json!({"type": "object"}));
+        assert!(!text(a, &[tool("fs_read", "Read a file.", &other_schema)]).contains("path"));
+        // Each form keeps its own.
+        let in_b = text(b, &tools);
+        assert!(!Arc::ptr_eq(&in_b, &text(a, &tools)));
+        assert!(Arc::ptr_eq(&in_b, &text(b, &tools)));
+        assert_eq!(&*text(a, &[]), "");
+    }
 
     #[test]
     fn fragments_concatenate_arguments_in_order_behaviour_220_221() {

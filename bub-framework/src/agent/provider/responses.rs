@@ -109,14 +109,13 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
         parameters: &'a Value,
         strict: bool,
     }
-    let tools = request.tools.iter().map(|t| Tool {
+    let tools = splice_tools(&mut body, "responses", &request.tools, |t| Tool {
         r#type: "function",
         name: &t.name,
         description: &t.description,
         parameters: &t.parameters,
         strict: false,
     });
-    let tools = splice_tools(&mut body, tools.collect());
     if let Some(max) = request.max_tokens {
         body.insert("max_output_tokens".into(), json!(max));
     }
