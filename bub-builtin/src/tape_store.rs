@@ -121,8 +121,9 @@ impl Stored {
         let starts = |raw: &RawValue, c: char| raw.get().starts_with(c);
         let typed = starts(l.kind, '"') && starts(l.payload, '{') && starts(l.meta, '{') && starts(l.date, '"');
         let id = l.id.get().parse::<u64>().ok().filter(|_| typed)?;
-        let fields = [("id", l.id), ("kind", l.kind), ("payload", l.payload), ("meta", l.meta), ("date", l.date)];
-        Some(Stored { id, value: Value::from_json_fields(&fields).ok()? })
+        const KEYS: &[&str] = &["id", "kind", "payload", "meta", "date"];
+        let values = [l.id, l.kind, l.payload, l.meta, l.date];
+        Some(Stored { id, value: Value::from_json_fields(KEYS, &values).ok()? })
     }
 
     /// A line already parsed into a map with exactly the five keys, in the

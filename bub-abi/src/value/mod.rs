@@ -519,23 +519,28 @@ impl Value {
         Ok(Value { node: tree::into_raw(node), vt })
     }
 
-    /// A map of `fields`, each value read from its JSON text as
+    /// A map of `keys` to `values`, each value read from its JSON text as
     /// [`from_json_shallow`](Self::from_json_shallow) reads a top-level
     /// map's values (lists and maps kept as text until read): for a reader
     /// that scanned a line into its fields itself (the builtin store, for
-    /// the lines it writes). A repeated key keeps its last value. In a
-    /// plugin it parses each value in full.
+    /// the lines it writes). The keys are a static list, named once for
+    /// every map built with them; they must be distinct, and there must be
+    /// as many as values. In a plugin it parses each value in full.
     #[doc(hidden)]
-    pub fn from_json_fields(fields: &[(&str, &serde_json::value::RawValue)]) -> Result<Value, HookError> {
+    pub fn from_json_fields(
+        keys: &'static [&'static str],
+        values: &[&serde_json::value::RawValue],
+    ) -> Result<Value, HookError> {
+        assert_eq!(keys.len(), values.len(), "from_json_fields: as many keys as values");
         let vt = vtable();
         if !same_table(vt, tree::own_vtable()) {
             let mut out = Value::object();
-            for (key, raw) in fields {
+            for (key, raw) in keys.iter().zip(values) {
                 out.insert(key, Value::from_json(raw.get())?);
             }
             return Ok(out);
         }
-        let node = tree::shallow_fields(fields).map_err(not_json)?;
+        let node = tree::shallow_fields(keys, values).map_err(not_json)?;
         Ok(Value { node: tree::into_raw(node), vt })
     }
 
@@ -776,12 +781,30 @@ mod tests {
         // Built from fields scanned elsewhere: the same value, the same laziness.
         let raw = |t: &str| serde_json::value::RawValue::from_string(t.to_owned()).unwrap();
         let (id, text) = (raw("7"), raw(r#"{"role":"user","content":"hi \u00e9","n":[1,2.5,{"x":null}]}"#));
-        let fields = Value::from_json_fields(&[("id", &id), ("payload", &text)]).unwrap();
+        let fields = Value::from_json_fields(&["id", "payload"], &[&id, &text]).unwrap();
         assert_eq!(
             fields.to_json(),
             format!(r#"{{"id":7,"payload":{}}}"#, full.as_ref().get("payload").unwrap().to_json())
         );
         assert!(fields.as_ref().get("payload").unwrap().lazy_json().is_some());
+        // A map of static keys reads, compares and changes as any map.
+        let same = Value::from_json(&fields.to_json()).unwrap();
+        let f = fields.as_ref();
+        assert_eq!((f.len(), f.get("id").and_then(|v| v.as_u64()), f.get("nope")), (2, Some(7), None));
+        assert_eq!(f.entries().map(|(k, _)| k).collect::<Vec<_>>(), ["id", "payload"]);
+        assert_eq!(f.entry(1).map(|(k, _)| k), Some("payload"));
+        assert_eq!(fields, same);
+        assert_eq!(f.with("id", 8).to_json(), same.as_ref().with("id", 8).to_json());
+        assert_eq!(f.with("x", 1).to_json(), same.as_ref().with("x", 1).to_json());
+        assert_eq!(f.without("id").to_json(), same.as_ref().without("id").to_json());
+        assert_eq!(fields, same, "a change of a copy changed the original");
+        for (key, value) in [("id", 9), ("new", 1)] {
+            let (mut mine, mut theirs) =
+                (Value::from_json_fields(&["id", "payload"], &[&id, &text]).unwrap(), same.clone());
+            mine.insert(key, value);
+            theirs.insert(key, value);
+            assert_eq!(mine.to_json(), theirs.to_json());
+        }
         // Every `{}` read so is one shared map: changing one changes no other.
         let (a, b) =
             (Value::from_json_shallow(r#"{"m":{}}"#).unwrap(), Value::from_json_shallow(r#"{"m":{}}"#).unwrap());

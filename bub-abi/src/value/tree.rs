@@ -55,6 +55,11 @@ fn small(s: &str) -> SmolStr {
 pub(crate) enum NodeMap {
     Small(Vec<(SmolStr, Node)>),
     Big(IndexMap<SmolStr, Node, foldhash::fast::RandomState>),
+    /// Keys from a static list, values in their order: a tape line's five
+    /// keys are named once for all lines, not once per line (32 bytes a
+    /// value instead of 56; a long tape's first read keeps a map per
+    /// line). A change makes it [`NodeMap::Small`] first.
+    Static(&'static [&'static str], Vec<Node>),
 }
 
 impl NodeMap {
@@ -70,6 +75,7 @@ impl NodeMap {
         match self {
             NodeMap::Small(v) => v.len(),
             NodeMap::Big(m) => m.len(),
+            NodeMap::Static(_, v) => v.len(),
         }
     }
 
@@ -77,6 +83,7 @@ impl NodeMap {
         match self {
             NodeMap::Small(v) => v.iter().find(|(k, _)| k == key).map(|(_, n)| n),
             NodeMap::Big(m) => m.get(key),
+            NodeMap::Static(keys, v) => keys.iter().position(|k| *k == key).map(|i| &v[i]),
         }
     }
 
@@ -84,7 +91,16 @@ impl NodeMap {
         match self {
             NodeMap::Small(v) => v.get(i).map(|(k, n)| (k.as_str(), n)),
             NodeMap::Big(m) => m.get_index(i).map(|(k, n)| (k.as_str(), n)),
+            NodeMap::Static(keys, v) => v.get(i).map(|n| (keys[i], n)),
         }
+    }
+
+    /// A static-keys map as a small one (to change it), with room for
+    /// `extra` more keys.
+    fn owned_keys(keys: &[&str], values: &[Node], extra: usize) -> NodeMap {
+        let mut v = Vec::with_capacity(values.len() + extra);
+        v.extend(keys.iter().zip(values).map(|(k, n)| (small(k), n.clone())));
+        NodeMap::Small(v)
     }
 
     fn contains_key(&self, key: &str) -> bool {
@@ -93,6 +109,12 @@ impl NodeMap {
 
     /// Sets `key` (in place if present, else appended).
     fn insert(&mut self, key: &str, node: Node) {
+        if let NodeMap::Static(keys, values) = self {
+            match keys.iter().position(|k| *k == key) {
+                Some(i) => return values[i] = node,
+                None => *self = NodeMap::owned_keys(keys, values, 1),
+            }
+        }
         match self {
             NodeMap::Small(v) => {
                 if let Some(slot) = v.iter_mut().find(|(k, _)| k == key) {
@@ -110,15 +132,20 @@ impl NodeMap {
             NodeMap::Big(m) => {
                 m.insert(small(key), node);
             }
+            NodeMap::Static(..) => unreachable!("made small above"),
         }
     }
 
     fn shift_remove(&mut self, key: &str) {
+        if let NodeMap::Static(keys, values) = self {
+            *self = NodeMap::owned_keys(keys, values, 0);
+        }
         match self {
             NodeMap::Small(v) => v.retain(|(k, _)| k != key),
             NodeMap::Big(m) => {
                 m.shift_remove(key);
             }
+            NodeMap::Static(..) => unreachable!("made small above"),
         }
     }
 
@@ -128,6 +155,7 @@ impl NodeMap {
         match self {
             NodeMap::Small(v) => MapIter::Small(v.iter()),
             NodeMap::Big(m) => MapIter::Big(m.iter()),
+            NodeMap::Static(keys, v) => MapIter::Static(keys.iter().zip(v.iter())),
         }
     }
 
@@ -140,6 +168,7 @@ impl NodeMap {
                 NodeMap::Small(c)
             }
             NodeMap::Big(m) => NodeMap::Big(m.clone()),
+            NodeMap::Static(keys, v) => NodeMap::owned_keys(keys, v, 1),
         }
     }
 }
@@ -148,6 +177,7 @@ impl NodeMap {
 pub(crate) enum MapIter<'a> {
     Small(std::slice::Iter<'a, (SmolStr, Node)>),
     Big(indexmap::map::Iter<'a, SmolStr, Node>),
+    Static(std::iter::Zip<std::slice::Iter<'a, &'static str>, std::slice::Iter<'a, Node>>),
 }
 
 impl<'a> Iterator for MapIter<'a> {
@@ -157,6 +187,7 @@ impl<'a> Iterator for MapIter<'a> {
         match self {
             MapIter::Small(i) => i.next().map(|(k, n)| (k.as_str(), n)),
             MapIter::Big(i) => i.next().map(|(k, n)| (k.as_str(), n)),
+            MapIter::Static(i) => i.next().map(|(k, n)| (*k, n)),
         }
     }
 }
@@ -865,13 +896,14 @@ fn shallow_node(text: &str) -> Result<Node, serde_json::Error> {
     })
 }
 
-/// A map of `fields`, each read by [`shallow_node`].
-pub(crate) fn shallow_fields(fields: &[(&str, &serde_json::value::RawValue)]) -> Result<Node, serde_json::Error> {
-    let mut m = new_map(fields.len());
-    for (key, raw) in fields {
-        m.insert(key, shallow_node(raw.get())?);
-    }
-    Ok(Node::Object(Arc::new(m)))
+/// A map of `keys` to `values`, each read by [`shallow_node`], kept as a
+/// [`NodeMap::Static`].
+pub(crate) fn shallow_fields(
+    keys: &'static [&'static str],
+    values: &[&serde_json::value::RawValue],
+) -> Result<Node, serde_json::Error> {
+    let nodes = values.iter().map(|raw| shallow_node(raw.get())).collect::<Result<Vec<_>, _>>()?;
+    Ok(Node::Object(Arc::new(NodeMap::Static(keys, nodes))))
 }
 
 /// The node of a value's raw JSON text (already checked by the parser)
