@@ -201,17 +201,6 @@ impl<'a> ValueRef<'a> {
     /// host nodes built from it. `None` for every other value.
     #[doc(hidden)]
     pub fn lazy_json(self) -> Option<&'a str> {
-        self.lazy_text().map(|t| &**t)
-    }
-
-    /// [`lazy_json`](Self::lazy_json), shared: a reader may keep the text
-    /// as long as it likes without copying it.
-    #[doc(hidden)]
-    pub fn lazy_json_shared(self) -> Option<std::sync::Arc<str>> {
-        self.lazy_text().cloned()
-    }
-
-    fn lazy_text(self) -> Option<&'a std::sync::Arc<str>> {
         if !same_table(self.vt, tree::own_vtable()) {
             return None;
         }

@@ -27,9 +27,11 @@ use serde_json::Value;
 /// payloads into JSON and writing them out again).
 #[derive(Clone)]
 pub struct Message {
-    json: OnceLock<Value>,
-    // A plain message's stored text (shared with its lazy host value,
-    // `hosted`) and where its parts sit in it.
+    // Boxed: a `Value` is 72 bytes, and a plain message read from a long
+    // tape is seldom parsed (a 1,000-entry session keeps 1,000 messages).
+    json: OnceLock<Box<Value>>,
+    // Where a plain message's parts sit in its stored text, which is its
+    // lazy host value's (`hosted`, always set while this is).
     plain: Option<Spans>,
     hosted: OnceLock<bub_abi::Value>,
     wire: OnceLock<(WireForm, Box<str>)>,
@@ -39,15 +41,36 @@ pub struct Message {
     keep_wire: bool,
 }
 
-/// A plain stored message's text, and its role and content in it.
+/// Where a plain stored message's role and content (each as JSON) sit in
+/// its text. Small: a long session keeps one per message.
 #[derive(Clone)]
 struct Spans {
-    text: Arc<str>,
-    role: std::borrow::Cow<'static, str>,
-    role_text: std::ops::Range<usize>,
-    content: std::ops::Range<usize>,
+    // The role, when its JSON has escapes; else it is the text between
+    // `role_text`'s quotes.
+    role: Option<Box<str>>,
+    role_text: (u32, u32),
+    content: (u32, u32),
     // The text is exactly `{"role":…,"content":…}`: it is the chat form.
     exact: bool,
+}
+
+impl Spans {
+    /// The spans of these ranges of `text`; None past 4 GiB.
+    fn new(
+        text: &str,
+        role: Option<Box<str>>,
+        r: std::ops::Range<usize>,
+        c: std::ops::Range<usize>,
+        exact: bool,
+    ) -> Option<Spans> {
+        u32::try_from(text.len()).ok()?;
+        let span = |r: std::ops::Range<usize>| (r.start as u32, r.end as u32);
+        Some(Spans { role, role_text: span(r), content: span(c), exact })
+    }
+
+    fn slice(text: &str, (start, end): (u32, u32)) -> &str {
+        &text[start as usize..end as usize]
+    }
 }
 
 /// A message in the plain shape, as its stored text: what
@@ -111,7 +134,13 @@ fn exact_spans(text: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<us
 
 impl Message {
     fn of(json: Value, hosted: OnceLock<bub_abi::Value>, keep_wire: bool) -> Shared {
-        Arc::new(Message { json: OnceLock::from(json), plain: None, hosted, wire: OnceLock::new(), keep_wire })
+        Arc::new(Message {
+            json: OnceLock::from(Box::new(json)),
+            plain: None,
+            hosted,
+            wire: OnceLock::new(),
+            keep_wire,
+        })
     }
 
     /// A message from its JSON.
@@ -144,17 +173,12 @@ impl Message {
             #[serde(borrow)]
             content: &'a serde_json::value::RawValue,
         }
-        let shared = hosted.as_ref().lazy_json_shared()?;
-        let text = &*shared;
+        let text = hosted.as_ref().lazy_json()?;
         if let Some((role_text, content)) = exact_spans(text) {
-            let role = match &text[role_text.start + 1..role_text.end - 1] {
-                "tool" => return None,
-                "user" => "user".into(),
-                "assistant" => "assistant".into(),
-                "system" => "system".into(),
-                other => other.to_owned().into(),
-            };
-            return Some(Message::plain_stored(hosted, Spans { text: shared, role, role_text, content, exact: true }));
+            if &text[role_text.start + 1..role_text.end - 1] == "tool" {
+                return None;
+            }
+            return Some(Message::plain_stored(hosted, Spans::new(text, None, role_text, content, true)?));
         }
         let p: PlainText<'_> = serde_json::from_str(text).ok()?;
         let (role_json, content_json) = (p.role.get(), p.content.get());
@@ -162,13 +186,11 @@ impl Message {
             return None;
         }
         let role: std::borrow::Cow<'_, str> = serde_json::from_str(role_json).ok()?;
-        let role = match &*role {
-            "tool" => return None,
-            "user" => "user".into(),
-            "assistant" => "assistant".into(),
-            "system" => "system".into(),
-            other => other.to_owned().into(),
-        };
+        if role == "tool" {
+            return None;
+        }
+        // Kept only when it differs from its JSON's inside (escapes).
+        let role = (*role != role_json[1..role_json.len() - 1]).then(|| role.into_owned().into_boxed_str());
         let at = |part: &str| part.as_ptr() as usize - text.as_ptr() as usize;
         let (role_text, content) =
             (at(role_json)..at(role_json) + role_json.len(), at(content_json)..at(content_json) + content_json.len());
@@ -176,7 +198,7 @@ impl Message {
             && role_text.start == 8
             && text[role_text.end..content.start] == *r#","content":"#
             && content.end + 1 == text.len();
-        Some(Message::plain_stored(hosted, Spans { text: shared, role, role_text, content, exact }))
+        Some(Message::plain_stored(hosted, Spans::new(text, role, role_text, content, exact)?))
     }
 
     fn plain_stored(hosted: &bub_abi::Value, spans: Spans) -> Shared {
@@ -197,14 +219,20 @@ impl Message {
     /// The message in the plain shape as its stored text, if it was read
     /// so (see [`Message::stored`]) and has not been changed since.
     pub fn plain(&self) -> Option<Plain<'_>> {
-        let spans = self.plain.as_ref()?;
-        let text = &*spans.text;
+        let (spans, text) = (self.plain.as_ref()?, self.stored_text()?);
+        let role_json = Spans::slice(text, spans.role_text);
         Some(Plain {
-            role: &spans.role,
-            role_json: &text[spans.role_text.clone()],
-            content_json: &text[spans.content.clone()],
+            role: spans.role.as_deref().unwrap_or(&role_json[1..role_json.len() - 1]),
+            role_json,
+            content_json: Spans::slice(text, spans.content),
             exact: spans.exact.then_some(text),
         })
+    }
+
+    /// A plain message's stored text: its host value's.
+    fn stored_text(&self) -> Option<&str> {
+        self.plain.as_ref()?;
+        self.hosted.get()?.as_ref().lazy_json()
     }
 
     /// Whether it is [plain](Message::plain): a message that neither calls
@@ -216,8 +244,8 @@ impl Message {
     /// The role (`""` when there is none), without parsing a plain
     /// message's JSON.
     pub fn role(&self) -> &str {
-        match &self.plain {
-            Some(spans) => &spans.role,
+        match self.plain() {
+            Some(plain) => plain.role,
             None => self.json().get("role").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -225,8 +253,10 @@ impl Message {
     /// The JSON (a plain message's is parsed from its text the first time).
     pub fn json(&self) -> &Value {
         self.json.get_or_init(|| {
-            let text = self.plain.as_ref().map(|p| &*p.text);
-            text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| Value::Object(Default::default()))
+            let text = self.stored_text();
+            Box::new(
+                text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| Value::Object(Default::default())),
+            )
         })
     }
 
@@ -249,7 +279,7 @@ impl Message {
     /// The JSON, given up.
     pub fn into_json(self) -> Value {
         self.json();
-        self.json.into_inner().expect("read just now")
+        *self.json.into_inner().expect("read just now")
     }
 
     /// The message as a host value (built once, then shared by every

@@ -322,11 +322,13 @@ mod tests {
         let exact = r#"{"role":"user","content":"hi \u00e9 \"q\""}"#;
         let reordered = r#"{ "content": "answer", "role": "assistant" }"#;
         let other = r#"{"role":"developer","content":""}"#;
-        let plain = [exact, reordered, other];
+        let escaped = r#"{"role":"us\u0065r","content":"e"}"#;
+        let plain = [exact, reordered, other, escaped];
         let messages: Vec<_> = plain.iter().map(|p| Message::stored(&stored(p)).expect("plain")).collect();
         assert_eq!(messages[0].plain().unwrap().exact, Some(exact));
         assert_eq!(messages[1].plain().unwrap().exact, None);
-        assert_eq!(messages.iter().map(|m| m.role()).collect::<Vec<_>>(), ["user", "assistant", "developer"]);
+        assert_eq!(messages.iter().map(|m| m.role()).collect::<Vec<_>>(), ["user", "assistant", "developer", "user"]);
+        assert_eq!(messages[3].plain().unwrap().role_json, r#""us\u0065r""#);
 
         // Not plain: a tool message, another key, content that is not a
         // string, a missing or repeated key, a role that is not a string.
