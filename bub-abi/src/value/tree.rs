@@ -56,8 +56,8 @@ pub(crate) enum NodeMap {
     Small(Vec<(SmolStr, Node)>),
     Big(IndexMap<SmolStr, Node, foldhash::fast::RandomState>),
     /// Keys from a static list, values in their order: a tape line's five
-    /// keys are named once for all lines, not once per line (32 bytes a
-    /// value instead of 56; a long tape's first read keeps a map per
+    /// keys are named once for all lines, not once per line (24 bytes a
+    /// value instead of 48; a long tape's first read keeps a map per
     /// line). A change makes it [`NodeMap::Small`] first.
     Static(&'static [&'static str], Vec<Node>),
 }
