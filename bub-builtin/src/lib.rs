@@ -75,8 +75,14 @@ pub struct Builtin {
 /// framework to ask (its tools' confinement, the cli channel's command
 /// prefix, the models it offers). None is a secret, so they may travel in
 /// its constructor config.
-const OWN_VARIABLES: [&str; 5] =
-    ["BUB_CONFINE_WORKSPACE", "BUB_COMMAND_PREFIX", "BUB_MODEL", "BUB_FALLBACK_MODELS", "BUB_TOOL_MAX_BYTES"];
+const OWN_VARIABLES: [&str; 6] = [
+    "BUB_CONFINE_WORKSPACE",
+    "BUB_COMMAND_PREFIX",
+    "BUB_MODEL",
+    "BUB_FALLBACK_MODELS",
+    "BUB_TOOL_MAX_BYTES",
+    "BUB_TAPE_CACHE_MB",
+];
 
 /// The builtin's constructor config, from the host's settings: the
 /// [`OWN_VARIABLES`] of its resolved environment.
@@ -481,4 +487,31 @@ impl WithBuiltin for bub_runtime::HostBuilder {
 pub fn discover(search: &bub_runtime::discovery::SearchPath) -> bub_runtime::Host {
     use bub_runtime::HostBuilder;
     HostBuilder::new().builtin().discovered(search).build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The variables the builtin reads outside a turn reach it, and no
+    /// other: `BUB_TAPE_CACHE_MB` was read by the store but never passed,
+    /// so the documented setting did nothing.
+    #[test]
+    fn the_builtin_gets_its_own_variables_and_no_others() {
+        let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+            OWN_VARIABLES.iter().map(|k| (k.into(), "1".into())).collect();
+        vars.push(("OPENAI_API_KEY".into(), "secret".into()));
+        let config = config_from(&bub_runtime::RuntimeSettings::from_vars(vars));
+        let env = config["environment"].as_object().unwrap();
+        assert_eq!(env.keys().map(String::as_str).collect::<std::collections::BTreeSet<_>>(), OWN_VARIABLES.into());
+        let ctx = PluginContext {
+            name: "builtin".into(),
+            config,
+            home: "/nonexistent".into(),
+            workspace: "/nonexistent".into(),
+            data_dir: "/nonexistent".into(),
+        };
+        let builtin = <Builtin as Plugin>::new(&ctx).unwrap();
+        assert_eq!(builtin.environment.megabytes("BUB_TAPE_CACHE_MB", 7), 1 << 20);
+    }
 }
