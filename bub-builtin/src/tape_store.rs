@@ -121,9 +121,8 @@ impl Stored {
         let starts = |raw: &RawValue, c: char| raw.get().starts_with(c);
         let typed = starts(l.kind, '"') && starts(l.payload, '{') && starts(l.meta, '{') && starts(l.date, '"');
         let id = l.id.get().parse::<u64>().ok().filter(|_| typed)?;
-        const KEYS: &[&str] = &["id", "kind", "payload", "meta", "date"];
         let values = [l.id, l.kind, l.payload, l.meta, l.date];
-        Some(Stored { id, value: Value::from_json_fields(KEYS, &values).ok()? })
+        Some(Stored { id, value: Value::from_json_fields(&LINE_KEYS, &values).ok()? })
     }
 
     /// A line already parsed into a map with exactly the five keys, in the
@@ -131,9 +130,8 @@ impl Stored {
     /// after [`Stored::written`] is a line with a repeated key, read as
     /// Python's json reads it (the last one).
     fn canonical(value: Value) -> Option<Stored> {
-        const SHAPE: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
         let v = value.as_ref();
-        if !v.is_object() || v.len() != SHAPE.len() || !v.entries().map(|(k, _)| k).eq(SHAPE) {
+        if !v.is_object() || v.len() != LINE_KEYS.len() || !v.entries().map(|(k, _)| k).eq(LINE_KEYS) {
             return None;
         }
         let id = v.get("id")?.as_u64()?;
@@ -167,6 +165,9 @@ impl EntryView for Stored {
         self.value.as_ref().get("date").and_then(|d| d.as_str()).unwrap_or_default()
     }
 }
+
+/// The keys of a line the store writes, in the order it writes them.
+const LINE_KEYS: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
 
 /// How many bytes before the parsed offset are compared on the next read.
 const GUARD: u64 = 64;
