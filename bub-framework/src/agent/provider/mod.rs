@@ -279,12 +279,13 @@ pub(crate) fn splice_tools<'t, T: Serialize>(
                 a.name == b.name && a.description == b.description && Arc::ptr_eq(&a.parameters, &b.parameters)
             })
     };
-    let mut kept = bub_abi::sync::lock(&KEPT);
-    if let Some((_, _, text)) = kept.iter().find(|(f, k, _)| *f == form && same(k)) {
+    if let Some((_, _, text)) = bub_abi::sync::lock(&KEPT).iter().find(|(f, k, _)| *f == form && same(k)) {
         return text.clone();
     }
+    // Written outside the lock: every session of a gateway shares it.
     let shaped: Vec<T> = tools.iter().map(shape).collect();
     let text: Arc<str> = serde_json::to_string(&shaped).expect("tools always serialize").into();
+    let mut kept = bub_abi::sync::lock(&KEPT);
     kept.retain(|(f, _, _)| *f != form);
     kept.push((form, tools.to_vec(), text.clone()));
     text
