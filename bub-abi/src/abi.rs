@@ -454,6 +454,25 @@ impl HookReturn {
         Self::cell(Self::TAG_PENDING, future)
     }
 
+    /// The return as two words, for the SDK to keep it in: a one-byte tag
+    /// written to memory and read back as part of a word defeats the
+    /// CPU's store forwarding (a stall on every hook call).
+    #[inline]
+    pub(crate) fn into_words(self) -> (usize, *mut c_void) {
+        let this = ManuallyDrop::new(self);
+        (this.tag as usize, this.payload)
+    }
+
+    /// The return [`into_words`](Self::into_words) gave.
+    ///
+    /// # Safety
+    ///
+    /// `words` came from `into_words` and is used once.
+    #[inline]
+    pub(crate) unsafe fn from_words((tag, payload): (usize, *mut c_void)) -> Self {
+        HookReturn { tag: tag as u8, payload }
+    }
+
     /// Whether this is `None`.
     pub fn is_none(&self) -> bool {
         self.tag == Self::TAG_NONE
@@ -472,6 +491,7 @@ impl HookReturn {
 
     /// What the return carries. `values` is the host's value table, which
     /// owns a `VALUE` payload.
+    #[inline]
     pub fn into_outcome(self, values: ValueVTableRef) -> Outcome {
         let this = ManuallyDrop::new(self);
         let p = this.payload;
@@ -484,13 +504,18 @@ impl HookReturn {
                 Self::TAG_OBJECTS => Outcome::Objects(Self::take(p)),
                 Self::TAG_ERROR => Outcome::Error(Self::take(p)),
                 Self::TAG_PENDING => Outcome::Pending(Self::take(p)),
-                other => Outcome::Error(HookError::new(
-                    ErrorKind::TYPE,
-                    format!("the plugin returned an unknown return tag {other}; was it built for a newer ABI?"),
-                )),
+                other => Outcome::Error(unknown_tag(other)),
             }
         }
     }
+}
+
+#[cold]
+fn unknown_tag(tag: u8) -> HookError {
+    HookError::new(
+        ErrorKind::TYPE,
+        format!("the plugin returned an unknown return tag {tag}; was it built for a newer ABI?"),
+    )
 }
 
 impl Drop for HookReturn {

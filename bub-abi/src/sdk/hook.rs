@@ -26,7 +26,7 @@ pub struct Hook<T> {
 /// What a hook method built.
 enum Ret {
     /// The FFI return itself.
-    Return(HookReturn),
+    Return(Words),
     /// An async result not yet polled.
     Future(Pin<Box<dyn Future<Output = HookReturn> + Send>>),
 }
@@ -99,7 +99,7 @@ impl<T: IntoHookValue> Hook<T> {
     /// plugins that build results themselves (and tests of malformed ones).
     #[inline]
     pub fn from_return(ret: HookReturn) -> Self {
-        Hook { ret: Ret::Return(ret), _t: PhantomData }
+        Hook { ret: Ret::Return(Words(ret.into_words())), _t: PhantomData }
     }
 
     /// Converts into the FFI return value: a future is polled once first
@@ -111,10 +111,35 @@ impl<T: IntoHookValue> Hook<T> {
     #[inline]
     pub fn into_return(self, mode: DispatchMode) -> HookReturn {
         match (self.ret, mode) {
-            (Ret::Return(ret), _) => ret,
+            (Ret::Return(words), _) => words.into_return(),
             (Ret::Future(future), DispatchMode::Async) => bridge::start(future),
             (Ret::Future(future), DispatchMode::Sync) => HookReturn::pending(bridge::to_ffi(future)),
         }
+    }
+}
+
+/// A [`HookReturn`] kept as two words between the hook method and its
+/// entry point, which are often separate functions: see
+/// `HookReturn::into_words`.
+struct Words((usize, *mut std::ffi::c_void));
+
+// SAFETY: it is a `HookReturn`, which is Send.
+unsafe impl Send for Words {}
+
+impl Words {
+    #[inline]
+    fn into_return(self) -> HookReturn {
+        let words = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the words came from `into_words` and are read once
+        // (`words` is not dropped).
+        unsafe { HookReturn::from_words(words.0) }
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        // SAFETY: as in `into_return`; dropped once.
+        drop(unsafe { HookReturn::from_words(self.0) });
     }
 }
 

@@ -22,8 +22,9 @@ pub(crate) mod watchdog;
 use std::sync::Arc;
 
 use abi_stable::std_types::RVec;
+use bub_abi::async_ffi::FfiFuture;
 use bub_abi::{
-    abi::{DispatchMode, HookCall, ObjectHandle, Outcome},
+    abi::{DispatchMode, HookCall, HookReturn, ObjectHandle, Outcome},
     types::{Envelope, ErrorInfo},
     ErrorKind, HookError, HookId, Object, Value, ValueKind, ValueRef,
 };
@@ -160,42 +161,56 @@ pub struct Runtime {
 /// Calls one implementation; awaits it if it is pending.
 #[inline]
 pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
+    match start(imp, call) {
+        Ok(done) => done,
+        Err(fut) => wait(imp, fut).await,
+    }
+}
+
+/// Calls one implementation: its answer if it is ready, else its future.
+/// The dispatch loops await only the second, so a hook that answers at
+/// once (nearly every one) builds no future of its own in the host.
+#[inline]
+fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFuture<HookReturn>> {
     let ret = {
         let _mark = watchdog::mark(imp);
         imp.invoke(call)
     };
     match ret.into_outcome(bub_abi::value::own_table()) {
-        Outcome::Pending(fut) => {
-            let fut = watchdog::Watched::new(fut, imp);
-            // Only where a tokio runtime (with timers) drives us: the
-            // benchmarks poll by hand.
-            let timers = tokio::runtime::Handle::try_current().is_ok();
-            let deadline = imp.deadline.filter(|_| timers);
-            let ret = match deadline {
-                None => match imp.slow_warning.filter(|_| timers) {
-                    Some(every) => watchdog::warn_while_slow(fut, imp, every).await,
-                    None => fut.await,
-                },
-                Some(limit) => match tokio::time::timeout(limit, fut).await {
-                    Ok(ret) => ret,
-                    Err(_) => {
-                        return Done::Error(HookError::new(
-                            ErrorKind::ERROR,
-                            format!(
-                                "did not finish within {}s and was cancelled (BUB_HOOK_TIMEOUT_SECONDS)",
-                                limit.as_secs_f64()
-                            ),
-                        ))
-                    }
-                },
-            };
-            match ret.into_outcome(bub_abi::value::own_table()) {
-                Outcome::Pending(_) => {
-                    Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future"))
-                }
-                other => done(other, imp.max_result_bytes),
+        Outcome::Pending(fut) => Err(fut),
+        other => Ok(done(other, imp.max_result_bytes)),
+    }
+}
+
+/// Awaits a pending implementation under its deadline (and the slow
+/// warning of the model stage), each poll marked for the watchdog.
+#[inline(never)]
+async fn wait(imp: &Impl, fut: FfiFuture<HookReturn>) -> Done {
+    let fut = watchdog::Watched::new(fut, imp);
+    // Only where a tokio runtime (with timers) drives us: the
+    // benchmarks poll by hand.
+    let timers = tokio::runtime::Handle::try_current().is_ok();
+    let deadline = imp.deadline.filter(|_| timers);
+    let ret = match deadline {
+        None => match imp.slow_warning.filter(|_| timers) {
+            Some(every) => watchdog::warn_while_slow(fut, imp, every).await,
+            None => fut.await,
+        },
+        Some(limit) => match tokio::time::timeout(limit, fut).await {
+            Ok(ret) => ret,
+            Err(_) => {
+                return Done::Error(HookError::new(
+                    ErrorKind::ERROR,
+                    format!(
+                        "did not finish within {}s and was cancelled (BUB_HOOK_TIMEOUT_SECONDS)",
+                        limit.as_secs_f64()
+                    ),
+                ))
             }
-        }
+        },
+    };
+    match ret.into_outcome(bub_abi::value::own_table()) {
+        Outcome::Pending(_) => Done::Error(HookError::new(ErrorKind::TYPE, "a hook's future yielded another future")),
         other => done(other, imp.max_result_bytes),
     }
 }
@@ -233,7 +248,11 @@ async fn first_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Optio
     let views = args.views();
     let mut call = args.call(&views, DispatchMode::Async);
     for imp in impls {
-        match finish(imp, &mut call).await {
+        let done = match start(imp, &mut call) {
+            Ok(done) => done,
+            Err(fut) => wait(imp, fut).await,
+        };
+        match done {
             Done::None => {}
             Done::Error(e) => return Err(failure(imp, hook, e)),
             Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -251,7 +270,11 @@ async fn many_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Vec<Op
     let views = args.views();
     let mut call = args.call(&views, DispatchMode::Async);
     for imp in impls {
-        match finish(imp, &mut call).await {
+        let done = match start(imp, &mut call) {
+            Ok(done) => done,
+            Err(fut) => wait(imp, fut).await,
+        };
+        match done {
             Done::None => out.push(None),
             Done::Error(e) => return Err(failure(imp, hook, e)),
             Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
