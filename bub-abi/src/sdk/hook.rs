@@ -249,3 +249,80 @@ impl ToHookValue for RawJson {
         Value::from_json(&self.0).map(HookReturn::value)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+
+    use super::*;
+    use crate::{abi::Outcome, sdk::object::ObjectImpl};
+
+    /// An object that counts how many of its copies are alive.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl ObjectImpl for Counted {
+        fn kind(&self) -> &str {
+            "counted"
+        }
+        fn invoke(&self, _: &str, _: serde_json::Value) -> crate::sdk::object::ObjectFuture {
+            Box::pin(async { Ok(serde_json::Value::Null) })
+        }
+    }
+
+    fn counted(alive: &Arc<AtomicUsize>) -> Object {
+        alive.fetch_add(1, Ordering::SeqCst);
+        Object::new(Counted(alive.clone()))
+    }
+
+    fn outcome<T: IntoHookValue>(hook: Hook<T>) -> Outcome {
+        hook.into_return(DispatchMode::Async).into_outcome(crate::value::vtable())
+    }
+
+    /// A hook method's return is kept as two words on its way to the entry
+    /// point: every kind of return reads back as what was built.
+    #[test]
+    fn a_return_kept_as_words_reads_back_as_built() {
+        assert!(matches!(outcome(Hook::<Option<String>>::ready(None)), Outcome::None));
+        match outcome(Hook::ready(Some("session-0".to_owned()))) {
+            Outcome::Value(v) => assert_eq!(v.as_ref().as_str(), Some("session-0")),
+            _ => panic!("expected a value"),
+        }
+        match outcome(Hook::<Option<String>>::error(HookError::plugin("no"))) {
+            Outcome::Error(e) => assert_eq!(e.message.as_str(), "no"),
+            _ => panic!("expected an error"),
+        }
+        let alive = Arc::new(AtomicUsize::new(0));
+        match outcome(Hook::ready(Some(counted(&alive)))) {
+            Outcome::Object(o) => assert_eq!(o.kind(), "counted"),
+            _ => panic!("expected an object"),
+        }
+        match outcome(Hook::ready(Some(vec![counted(&alive), counted(&alive)]))) {
+            Outcome::Objects(o) => assert_eq!(o.len(), 2),
+            _ => panic!("expected objects"),
+        }
+        assert_eq!(alive.load(Ordering::SeqCst), 0, "the answers were read and dropped");
+    }
+
+    /// A hook result dropped before it reaches the host frees what it
+    /// carries (the words are a `HookReturn` still).
+    #[test]
+    fn an_unread_return_frees_what_it_carries() {
+        let alive = Arc::new(AtomicUsize::new(0));
+        drop(Hook::ready(Some(counted(&alive))));
+        drop(Hook::ready(Some(vec![counted(&alive)])));
+        assert_eq!(alive.load(Ordering::SeqCst), 0);
+        let ret = Hook::ready(Some(counted(&alive))).into_return(DispatchMode::Sync);
+        assert_eq!(alive.load(Ordering::SeqCst), 1, "alive while the return is");
+        drop(ret);
+        assert_eq!(alive.load(Ordering::SeqCst), 0);
+    }
+}
