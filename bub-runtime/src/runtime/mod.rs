@@ -171,7 +171,7 @@ pub(crate) async fn finish(imp: &Impl, call: &mut HookCall<'_>) -> Done {
 /// The dispatch loops await only the second, so a hook that answers at
 /// once (nearly every one) builds no future of its own in the host.
 #[inline]
-fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFuture<HookReturn>> {
+pub(crate) fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFuture<HookReturn>> {
     let ret = {
         let _mark = watchdog::mark(imp);
         imp.invoke(call)
@@ -185,7 +185,7 @@ fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFuture<HookRetu
 /// Awaits a pending implementation under its deadline (and the slow
 /// warning of the model stage), each poll marked for the watchdog.
 #[inline(never)]
-async fn wait(imp: &Impl, fut: FfiFuture<HookReturn>) -> Done {
+pub(crate) async fn wait(imp: &Impl, fut: FfiFuture<HookReturn>) -> Done {
     let fut = watchdog::Watched::new(fut, imp);
     // Only where a tokio runtime (with timers) drives us: the
     // benchmarks poll by hand.
