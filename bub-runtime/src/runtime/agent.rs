@@ -15,7 +15,7 @@ use bub_abi::{
     HookError, HookId, TurnState, Value, ValueKind, ValueRef,
 };
 
-use super::{answer_type_name, start, wait, Answer, CallArgs, Done, Runtime};
+use super::{answer, answer_type_name, Answer, CallArgs, Done, Runtime};
 use crate::registry::Impl;
 
 fn failed(hook: HookId, imp: &Impl, e: &HookError) {
@@ -38,12 +38,7 @@ impl Runtime {
     async fn run_agent_hook(&self, hook: HookId, imp: &Impl, args: &CallArgs) -> Option<Answer> {
         let views = args.views();
         let mut call = args.call(&views, bub_abi::abi::DispatchMode::Async);
-        // No future of its own for an answer given at once (see `start`).
-        let done = match start(imp, &mut call) {
-            Ok(done) => done,
-            Err(fut) => wait(imp, fut).await,
-        };
-        match done {
+        match answer!(imp, &mut call) {
             Done::None => None,
             Done::Error(e) => {
                 failed(hook, imp, &e);

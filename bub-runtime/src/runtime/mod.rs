@@ -158,16 +158,32 @@ pub struct Runtime {
     router: Arc<router::BoundChannels>,
 }
 
+/// Calls one implementation with this thread marked for the watchdog.
+#[inline]
+fn marked_call(imp: &Impl, call: &mut HookCall<'_>) -> HookReturn {
+    let _mark = watchdog::mark(imp);
+    imp.invoke(call)
+}
+
+/// One implementation's [`Done`], awaiting it only if it is pending: a
+/// macro, not an `async fn`, so that an answer given at once builds no
+/// future of its own (see [`start`]).
+macro_rules! answer {
+    ($imp:expr, $call:expr) => {
+        match $crate::runtime::start($imp, $call) {
+            Ok(done) => done,
+            Err(fut) => $crate::runtime::wait($imp, fut).await,
+        }
+    };
+}
+pub(crate) use answer;
+
 /// Calls one implementation: its answer if it is ready, else its future.
 /// The dispatch loops await only the second, so a hook that answers at
 /// once (nearly every one) builds no future of its own in the host.
 #[inline]
 pub(crate) fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFuture<HookReturn>> {
-    let ret = {
-        let _mark = watchdog::mark(imp);
-        imp.invoke(call)
-    };
-    match ret.into_outcome(bub_abi::value::own_table()) {
+    match marked_call(imp, call).into_outcome(bub_abi::value::own_table()) {
         Outcome::Pending(fut) => Err(fut),
         other => Ok(done(other, imp.max_result_bytes)),
     }
@@ -213,11 +229,7 @@ fn finish_sync(hook: HookId, imp: &Impl, call: &mut HookCall<'_>) -> Option<Done
     // Not through `start`: its `Result` around the answer made this path
     // slower (`microbench`, call_first_sync N=10: 300-390 ns against
     // 250-290), the answer read back through memory again.
-    let ret = {
-        let _mark = watchdog::mark(imp);
-        imp.invoke(call)
-    };
-    match ret.into_outcome(bub_abi::value::own_table()) {
+    match marked_call(imp, call).into_outcome(bub_abi::value::own_table()) {
         Outcome::Pending(fut) => {
             drop(fut);
             tracing::warn!(target: "bub::hooks", "hook.async_not_supported hook={hook} adapter={}", imp.plugin);
@@ -242,11 +254,7 @@ async fn first_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Optio
     let views = args.views();
     let mut call = args.call(&views, DispatchMode::Async);
     for imp in impls {
-        let done = match start(imp, &mut call) {
-            Ok(done) => done,
-            Err(fut) => wait(imp, fut).await,
-        };
-        match done {
+        match answer!(imp, &mut call) {
             Done::None => {}
             Done::Error(e) => return Err(failure(imp, hook, e)),
             Done::Answer(value) => return Ok(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -264,11 +272,7 @@ async fn many_of(impls: &[Impl], hook: HookId, args: &CallArgs) -> Result<Vec<Op
     let views = args.views();
     let mut call = args.call(&views, DispatchMode::Async);
     for imp in impls {
-        let done = match start(imp, &mut call) {
-            Ok(done) => done,
-            Err(fut) => wait(imp, fut).await,
-        };
-        match done {
+        match answer!(imp, &mut call) {
             Done::None => out.push(None),
             Done::Error(e) => return Err(failure(imp, hook, e)),
             Done::Answer(value) => out.push(Some(Reply { plugin: imp.plugin.clone(), value })),
@@ -381,11 +385,7 @@ impl Runtime {
         let views = args.views();
         let mut call = args.call(&views, DispatchMode::Async);
         for imp in self.registry.impls(HookId::OnError) {
-            let done = match start(imp, &mut call) {
-                Ok(done) => done,
-                Err(fut) => wait(imp, fut).await,
-            };
-            if let Done::Error(e) = done {
+            if let Done::Error(e) = answer!(imp, &mut call) {
                 on_error_failed(stage, imp, &e);
             }
         }
