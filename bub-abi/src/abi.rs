@@ -428,6 +428,7 @@ impl HookReturn {
 
     /// A value (copied into the host's values first if it was built with
     /// another table, which only happens before a plugin is initialised).
+    #[inline]
     pub fn value(value: Value) -> Self {
         let value = ManuallyDrop::new(value.into_host());
         HookReturn { tag: Self::TAG_VALUE, payload: value.node as *mut c_void }

@@ -13,6 +13,10 @@ use bub_host::{CallArgs, HostBuilder};
 use bub_tests::{lib_release, Home};
 use serde_json::json;
 
+// As the `bub` binary: the same allocator, so the same costs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn run<F: Future>(f: F) -> F::Output {
     bub_tests::poll_ready(f)
 }
@@ -24,10 +28,10 @@ fn main() {
     if std::env::args().any(|a| a == "turn") {
         return turn_only();
     }
-    if std::env::args().any(|a| a == "state" || a == "chain") {
+    if std::env::args().any(|a| a == "state" || a == "chain" || a == "prompt") {
         return values_only();
     }
-    let n = 10;
+    let n: usize = std::env::var("PLUGINS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     let home = Home::new();
     let lib = lib_release("tp-bench");
     for i in 0..n {
@@ -84,7 +88,7 @@ fn main() {
 /// `before_tool_call` chain over 10 tp-bench plugins, in a loop (the
 /// plugin copies are kept, so profilers can read their symbols).
 fn values_only() {
-    let n = 10;
+    let n: usize = std::env::var("PLUGINS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     let home = Home::new();
     let lib = lib_release("tp-bench");
     for i in 0..n {
@@ -94,7 +98,7 @@ fn values_only() {
     let home = Box::leak(Box::new(home));
     let _ = &home;
     let rt = host.runtime();
-    let iters = 200_000u32;
+    let iters = (2_000_000 / n) as u32;
     let t = Instant::now();
     if std::env::args().any(|a| a == "chain") {
         let call = bub_abi::types::ToolCall {
@@ -108,6 +112,13 @@ fn values_only() {
             std::hint::black_box(run(rt.before_tool_call(call.clone(), &state)));
         }
         println!("before_tool_call N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
+    } else if std::env::args().any(|a| a == "prompt") {
+        let state = bub_abi::TurnState::new();
+        let args = CallArgs::system_prompt(&json!("hello"), &state).unwrap();
+        for _ in 0..iters {
+            std::hint::black_box(rt.call_many_sync(HookId::SystemPrompt, &args).unwrap());
+        }
+        println!("call_many_sync system_prompt N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
     } else {
         let args = CallArgs::load_state(&json!({"content": "hi"}), &"s".to_owned()).unwrap();
         for _ in 0..iters {

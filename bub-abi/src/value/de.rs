@@ -233,6 +233,7 @@ impl<'de> de::VariantAccess<'de> for ValueRef<'de> {
 }
 
 /// The handle our deserializer parked, if it is the one asking.
+#[inline]
 fn take_parked() -> Option<(*const c_void, ValueVTableRef)> {
     PARKED.with(|p| p.take())
 }

@@ -12,6 +12,14 @@
 //! map plus one key", sharing every other entry, so `proceed(arguments +
 //! one key)` copies no argument.
 //!
+//! The small functions a hook's path goes through (the `From`
+//! conversions, the accessors, the serializer's steps, the return's
+//! wrapping) are `#[inline]`: each is a call into the host's table, and
+//! inlined they land inside the plugin's own hook code. Out of line, every
+//! plugin ran its own copies of them, spread over pages of its library;
+//! with 100 plugins loaded that made a hook that builds a value twice as
+//! dear per plugin as with 10 (issue 23), whatever the plugin's profile.
+//!
 //! Serde works on both ends, costing what it touches:
 //! - `ValueRef::deserialize::<T>()` fills a `#[derive(Deserialize)]` struct
 //!   by looking up its fields, never walking the rest; a field of type
@@ -117,6 +125,7 @@ fn not_json(error: impl std::fmt::Display) -> HookError {
     HookError::new(crate::abi::ErrorKind::TYPE, format!("not valid JSON: {error}"))
 }
 
+#[inline]
 fn same_table(a: ValueVTableRef, b: ValueVTableRef) -> bool {
     std::ptr::eq(a.0.to_raw_ptr(), b.0.to_raw_ptr())
 }
@@ -138,6 +147,7 @@ impl<'a> ValueRef<'a> {
     }
 
     /// `null`, without a host call.
+    #[inline]
     pub fn null() -> ValueRef<'static> {
         ValueRef { node: &tree::NULL as *const tree::Node as *const _, vt: tree::own_vtable(), _life: PhantomData }
     }
@@ -210,6 +220,7 @@ impl<'a> ValueRef<'a> {
     }
 
     /// Whether this is `null`.
+    #[inline]
     pub fn is_null(self) -> bool {
         self.kind() == ValueKind::Null
     }
@@ -224,11 +235,13 @@ impl<'a> ValueRef<'a> {
     }
 
     /// Whether this is a map.
+    #[inline]
     pub fn is_object(self) -> bool {
         self.kind() == ValueKind::Object
     }
 
     /// Whether this is a list.
+    #[inline]
     pub fn is_array(self) -> bool {
         self.kind() == ValueKind::Array
     }
@@ -244,23 +257,27 @@ impl<'a> ValueRef<'a> {
     }
 
     /// The boolean.
+    #[inline]
     pub fn as_bool(self) -> Option<bool> {
         (self.kind() == ValueKind::Bool).then(|| (self.vt.as_bool())(self.node))
     }
 
     /// An integer that fits `i64`.
+    #[inline]
     pub fn as_i64(self) -> Option<i64> {
         let mut out = 0;
         (self.vt.as_i64())(self.node, &mut out).then_some(out)
     }
 
     /// A non-negative integer.
+    #[inline]
     pub fn as_u64(self) -> Option<u64> {
         let mut out = 0;
         (self.vt.as_u64())(self.node, &mut out).then_some(out)
     }
 
     /// Any number, as a float.
+    #[inline]
     pub fn as_f64(self) -> Option<f64> {
         let mut out = 0.0;
         (self.vt.as_f64())(self.node, &mut out).then_some(out)
@@ -273,6 +290,7 @@ impl<'a> ValueRef<'a> {
     }
 
     /// Whether [`len`](Self::len) is 0.
+    #[inline]
     pub fn is_empty(self) -> bool {
         self.len() == 0
     }
@@ -284,11 +302,13 @@ impl<'a> ValueRef<'a> {
     }
 
     /// A list's item (`None` if out of range or not a list).
+    #[inline]
     pub fn index(self, i: usize) -> Option<ValueRef<'a>> {
         Self::from_raw((self.vt.index())(self.node, i), self.vt)
     }
 
     /// A map's `i`-th entry in insertion order.
+    #[inline]
     pub fn entry(self, i: usize) -> Option<(&'a str, ValueRef<'a>)> {
         let mut key = RStr::from_str("");
         let v = Self::from_raw((self.vt.entry())(self.node, i, &mut key), self.vt)?;
@@ -311,6 +331,7 @@ impl<'a> ValueRef<'a> {
     }
 
     /// An owned handle to this value (a count bumped; nothing copied).
+    #[inline]
     pub fn to_owned(self) -> Value {
         Value { node: (self.vt.retain())(self.node), vt: self.vt }
     }
@@ -324,6 +345,7 @@ impl<'a> ValueRef<'a> {
     }
 
     /// This map without `key`, sharing every other entry.
+    #[inline]
     pub fn without(self, key: &str) -> Value {
         Value { node: (self.vt.without_key())(self.node, RStr::from_str(key)), vt: self.vt }
     }
@@ -375,6 +397,7 @@ impl Value {
         ValueRef { node: self.node, vt: self.vt, _life: PhantomData }
     }
 
+    #[inline]
     pub(crate) fn from_table(vt: ValueVTableRef, node: *const std::ffi::c_void) -> Value {
         Value { node, vt }
     }
@@ -385,10 +408,12 @@ impl Value {
     }
 
     /// `null`.
+    #[inline]
     pub fn null() -> Value {
         Self::scalar(crate::value::tree::kind::NULL, 0)
     }
 
+    #[inline]
     fn scalar(kind: u8, bits: u64) -> Value {
         let vt = vtable();
         Value { node: (vt.scalar())(kind, bits), vt }
@@ -411,17 +436,20 @@ impl Value {
     }
 
     /// An empty map, to fill with [`insert`](Self::insert).
+    #[inline]
     pub fn object() -> Value {
         let vt = vtable();
         Value { node: (vt.object())(0), vt }
     }
 
     /// An empty list, to fill with [`push`](Self::push).
+    #[inline]
     pub fn array() -> Value {
         Value::array_with_capacity(0)
     }
 
     /// An empty list with room for `n` items: filling it never regrows it.
+    #[inline]
     pub fn array_with_capacity(n: usize) -> Value {
         let vt = vtable();
         Value { node: (vt.array())(n), vt }
@@ -549,10 +577,18 @@ impl Value {
 
     /// This value, in `vt`'s representation (a deep copy only if it was
     /// built with another table).
+    #[inline]
     pub(crate) fn into_table(self, vt: ValueVTableRef) -> Value {
         if same_table(self.vt, vt) {
             return self;
         }
+        self.copied_into(vt)
+    }
+
+    /// [`into_table`](Self::into_table)'s copy, out of the hook's path.
+    #[cold]
+    #[inline(never)]
+    fn copied_into(self, vt: ValueVTableRef) -> Value {
         DEEP_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let json = self.as_ref().to_json();
         let mut err = RString::new();
@@ -562,18 +598,21 @@ impl Value {
     }
 
     /// This value in the host's representation.
+    #[inline]
     pub(crate) fn into_host(self) -> Value {
         self.into_table(vtable())
     }
 }
 
 impl Clone for Value {
+    #[inline]
     fn clone(&self) -> Self {
         self.as_ref().to_owned()
     }
 }
 
 impl Drop for Value {
+    #[inline]
     fn drop(&mut self) {
         (self.vt.release())(self.node);
     }
@@ -604,42 +643,49 @@ impl std::fmt::Display for Value {
 }
 
 impl From<bool> for Value {
+    #[inline]
     fn from(b: bool) -> Self {
         Value::scalar(tree::kind::BOOL, b as u64)
     }
 }
 
 impl From<i64> for Value {
+    #[inline]
     fn from(i: i64) -> Self {
         Value::scalar(tree::kind::INT, i as u64)
     }
 }
 
 impl From<i32> for Value {
+    #[inline]
     fn from(i: i32) -> Self {
         Value::from(i as i64)
     }
 }
 
 impl From<u64> for Value {
+    #[inline]
     fn from(u: u64) -> Self {
         Value::scalar(tree::kind::UINT, u)
     }
 }
 
 impl From<usize> for Value {
+    #[inline]
     fn from(u: usize) -> Self {
         Value::from(u as u64)
     }
 }
 
 impl From<f64> for Value {
+    #[inline]
     fn from(f: f64) -> Self {
         Value::scalar(tree::kind::FLOAT, f.to_bits())
     }
 }
 
 impl From<&str> for Value {
+    #[inline]
     fn from(s: &str) -> Self {
         let vt = vtable();
         Value { node: (vt.string())(RStr::from_str(s)), vt }
@@ -647,18 +693,21 @@ impl From<&str> for Value {
 }
 
 impl From<String> for Value {
+    #[inline]
     fn from(s: String) -> Self {
         Value::from(s.as_str())
     }
 }
 
 impl From<ValueRef<'_>> for Value {
+    #[inline]
     fn from(v: ValueRef<'_>) -> Self {
         v.to_owned()
     }
 }
 
 impl From<&Value> for Value {
+    #[inline]
     fn from(v: &Value) -> Self {
         v.clone()
     }

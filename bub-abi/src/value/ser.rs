@@ -105,12 +105,14 @@ pub struct ValueSerializer {
 
 impl ValueSerializer {
     /// A serializer building with the host's functions.
+    #[inline]
     pub fn new() -> Self {
         ValueSerializer { vt: vtable() }
     }
 }
 
 impl Default for ValueSerializer {
+    #[inline]
     fn default() -> Self {
         Self::new()
     }
@@ -133,54 +135,70 @@ impl ser::Serializer for ValueSerializer {
     type SerializeStruct = MapBuilder;
     type SerializeStructVariant = MapBuilder;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Result<Value, Error> {
         Ok(Value::from(v))
     }
+    #[inline]
     fn serialize_i8(self, v: i8) -> Result<Value, Error> {
         Ok(Value::from(v as i64))
     }
+    #[inline]
     fn serialize_i16(self, v: i16) -> Result<Value, Error> {
         Ok(Value::from(v as i64))
     }
+    #[inline]
     fn serialize_i32(self, v: i32) -> Result<Value, Error> {
         Ok(Value::from(v as i64))
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Result<Value, Error> {
         Ok(Value::from(v))
     }
+    #[inline]
     fn serialize_i128(self, v: i128) -> Result<Value, Error> {
         i64::try_from(v)
             .map(Value::from)
             .or_else(|_| u64::try_from(v).map(Value::from))
             .map_err(|_| Error(format!("integer {v} does not fit 64 bits")))
     }
+    #[inline]
     fn serialize_u8(self, v: u8) -> Result<Value, Error> {
         Ok(Value::from(v as u64))
     }
+    #[inline]
     fn serialize_u16(self, v: u16) -> Result<Value, Error> {
         Ok(Value::from(v as u64))
     }
+    #[inline]
     fn serialize_u32(self, v: u32) -> Result<Value, Error> {
         Ok(Value::from(v as u64))
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Result<Value, Error> {
         Ok(Value::from(v))
     }
+    #[inline]
     fn serialize_u128(self, v: u128) -> Result<Value, Error> {
         u64::try_from(v).map(Value::from).map_err(|_| Error(format!("integer {v} does not fit 64 bits")))
     }
+    #[inline]
     fn serialize_f32(self, v: f32) -> Result<Value, Error> {
         Ok(Value::from(v as f64))
     }
+    #[inline]
     fn serialize_f64(self, v: f64) -> Result<Value, Error> {
         Ok(Value::from(v))
     }
+    #[inline]
     fn serialize_char(self, v: char) -> Result<Value, Error> {
         Ok(Value::from(v.encode_utf8(&mut [0; 4]) as &str))
     }
+    #[inline]
     fn serialize_str(self, v: &str) -> Result<Value, Error> {
         Ok(Value::from(v))
     }
+    #[inline]
     fn serialize_bytes(self, v: &[u8]) -> Result<Value, Error> {
         let mut a = Value::array();
         for b in v {
@@ -188,30 +206,37 @@ impl ser::Serializer for ValueSerializer {
         }
         Ok(a)
     }
+    #[inline]
     fn serialize_none(self) -> Result<Value, Error> {
         Ok(Value::null())
     }
+    #[inline]
     fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<Value, Error> {
         value.serialize(self)
     }
+    #[inline]
     fn serialize_unit(self) -> Result<Value, Error> {
         match captured() {
             Some(r) => Ok(r.to_owned().into_table(self.vt)),
             None => Ok(Value::null()),
         }
     }
+    #[inline]
     fn serialize_unit_struct(self, _name: &'static str) -> Result<Value, Error> {
         Ok(Value::null())
     }
+    #[inline]
     fn serialize_unit_variant(self, _name: &'static str, _i: u32, variant: &'static str) -> Result<Value, Error> {
         Ok(Value::from(variant))
     }
+    #[inline]
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, name: &'static str, value: &T) -> Result<Value, Error> {
         if name != HANDLE_TOKEN {
             return value.serialize(self);
         }
         capturing(|| value.serialize(self))
     }
+    #[inline]
     fn serialize_newtype_variant<T: ?Sized + Serialize>(
         self,
         _name: &'static str,
@@ -221,6 +246,7 @@ impl ser::Serializer for ValueSerializer {
     ) -> Result<Value, Error> {
         Ok(map_of(self.vt, variant, value.serialize(self)?))
     }
+    #[inline]
     fn serialize_seq(self, len: Option<usize>) -> Result<SeqBuilder, Error> {
         Ok(SeqBuilder {
             ser: self,
@@ -228,12 +254,15 @@ impl ser::Serializer for ValueSerializer {
             variant: None,
         })
     }
+    #[inline]
     fn serialize_tuple(self, len: usize) -> Result<SeqBuilder, Error> {
         self.serialize_seq(Some(len))
     }
+    #[inline]
     fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<SeqBuilder, Error> {
         self.serialize_seq(Some(len))
     }
+    #[inline]
     fn serialize_tuple_variant(
         self,
         _name: &'static str,
@@ -245,6 +274,7 @@ impl ser::Serializer for ValueSerializer {
         b.variant = Some(variant);
         Ok(b)
     }
+    #[inline]
     fn serialize_map(self, len: Option<usize>) -> Result<MapBuilder, Error> {
         Ok(MapBuilder {
             ser: self,
@@ -253,9 +283,11 @@ impl ser::Serializer for ValueSerializer {
             variant: None,
         })
     }
+    #[inline]
     fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapBuilder, Error> {
         self.serialize_map(Some(len))
     }
+    #[inline]
     fn serialize_struct_variant(
         self,
         _name: &'static str,
@@ -277,9 +309,11 @@ pub struct SeqBuilder {
 }
 
 impl SeqBuilder {
+    #[inline]
     fn add<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         value.serialize(SlotSerializer { ser: self.ser, target: &mut self.out, key: None })
     }
+    #[inline]
     fn done(self) -> Result<Value, Error> {
         Ok(match self.variant {
             Some(v) => map_of(self.ser.vt, v, self.out),
@@ -291,9 +325,11 @@ impl SeqBuilder {
 impl ser::SerializeSeq for SeqBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         self.add(value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -302,9 +338,11 @@ impl ser::SerializeSeq for SeqBuilder {
 impl ser::SerializeTuple for SeqBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         self.add(value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -313,9 +351,11 @@ impl ser::SerializeTuple for SeqBuilder {
 impl ser::SerializeTupleStruct for SeqBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         self.add(value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -324,9 +364,11 @@ impl ser::SerializeTupleStruct for SeqBuilder {
 impl ser::SerializeTupleVariant for SeqBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         self.add(value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -341,9 +383,11 @@ pub struct MapBuilder {
 }
 
 impl MapBuilder {
+    #[inline]
     fn field<T: ?Sized + Serialize>(&mut self, key: &str, value: &T) -> Result<(), Error> {
         value.serialize(SlotSerializer { ser: self.ser, target: &mut self.out, key: Some(key) })
     }
+    #[inline]
     fn done(self) -> Result<Value, Error> {
         Ok(match self.variant {
             Some(v) => map_of(self.ser.vt, v, self.out),
@@ -355,14 +399,17 @@ impl MapBuilder {
 impl ser::SerializeMap for MapBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), Error> {
         self.key = Some(key.serialize(KeySerializer)?);
         Ok(())
     }
+    #[inline]
     fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
         let key = self.key.take().ok_or_else(|| Error("a map value without a key".into()))?;
         self.field(&key, value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -371,9 +418,11 @@ impl ser::SerializeMap for MapBuilder {
 impl ser::SerializeStruct for MapBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         self.field(key, value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -382,9 +431,11 @@ impl ser::SerializeStruct for MapBuilder {
 impl ser::SerializeStructVariant for MapBuilder {
     type Ok = Value;
     type Error = Error;
+    #[inline]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         self.field(key, value)
     }
+    #[inline]
     fn end(self) -> Result<Value, Error> {
         self.done()
     }
@@ -523,6 +574,7 @@ struct SlotSerializer<'a> {
 }
 
 impl SlotSerializer<'_> {
+    #[inline]
     fn scalar(self, kind: u8, bits: u64) -> Result<(), Error> {
         let vt = self.target.vt;
         let done = match self.key {
@@ -535,6 +587,7 @@ impl SlotSerializer<'_> {
         Ok(())
     }
 
+    #[inline]
     fn string(self, s: &str) -> Result<(), Error> {
         let vt = self.target.vt;
         let text = abi_stable::std_types::RStr::from_str(s);
@@ -548,6 +601,7 @@ impl SlotSerializer<'_> {
         Ok(())
     }
 
+    #[inline]
     fn put(self, value: Value) {
         match self.key {
             Some(k) => {
@@ -559,6 +613,7 @@ impl SlotSerializer<'_> {
         }
     }
 
+    #[inline]
     fn built(self, value: Result<Value, Error>) -> Result<(), Error> {
         self.put(value?);
         Ok(())
@@ -578,63 +633,82 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
     type SerializeStruct = Slotted<'a, MapBuilder>;
     type SerializeStructVariant = Slotted<'a, MapBuilder>;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
         self.scalar(kind::BOOL, v as u64)
     }
+    #[inline]
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
         self.scalar(kind::INT, v as i64 as u64)
     }
+    #[inline]
     fn serialize_i16(self, v: i16) -> Result<(), Error> {
         self.scalar(kind::INT, v as i64 as u64)
     }
+    #[inline]
     fn serialize_i32(self, v: i32) -> Result<(), Error> {
         self.scalar(kind::INT, v as i64 as u64)
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
         self.scalar(kind::INT, v as u64)
     }
+    #[inline]
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
         let ser = self.ser;
         self.built(ser.serialize_i128(v))
     }
+    #[inline]
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
         self.scalar(kind::UINT, v as u64)
     }
+    #[inline]
     fn serialize_u16(self, v: u16) -> Result<(), Error> {
         self.scalar(kind::UINT, v as u64)
     }
+    #[inline]
     fn serialize_u32(self, v: u32) -> Result<(), Error> {
         self.scalar(kind::UINT, v as u64)
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
         self.scalar(kind::UINT, v)
     }
+    #[inline]
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
         let ser = self.ser;
         self.built(ser.serialize_u128(v))
     }
+    #[inline]
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         self.scalar(kind::FLOAT, (v as f64).to_bits())
     }
+    #[inline]
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
         self.scalar(kind::FLOAT, v.to_bits())
     }
+    #[inline]
     fn serialize_char(self, v: char) -> Result<(), Error> {
         self.string(v.encode_utf8(&mut [0; 4]))
     }
+    #[inline]
     fn serialize_str(self, v: &str) -> Result<(), Error> {
         self.string(v)
     }
+    #[inline]
     fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
         let ser = self.ser;
         self.built(ser.serialize_bytes(v))
     }
+    #[inline]
     fn serialize_none(self) -> Result<(), Error> {
         self.scalar(kind::NULL, 0)
     }
+    #[inline]
     fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<(), Error> {
         value.serialize(self)
     }
+    #[inline]
     fn serialize_unit(self) -> Result<(), Error> {
         match captured() {
             Some(r) => {
@@ -647,18 +721,22 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
             None => self.scalar(kind::NULL, 0),
         }
     }
+    #[inline]
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
         self.scalar(kind::NULL, 0)
     }
+    #[inline]
     fn serialize_unit_variant(self, _name: &'static str, _i: u32, variant: &'static str) -> Result<(), Error> {
         self.string(variant)
     }
+    #[inline]
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, name: &'static str, value: &T) -> Result<(), Error> {
         if name == HANDLE_TOKEN {
             return capturing(|| value.serialize(self));
         }
         value.serialize(self)
     }
+    #[inline]
     fn serialize_newtype_variant<T: ?Sized + Serialize>(
         self,
         name: &'static str,
@@ -669,18 +747,22 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
         let ser = self.ser;
         self.built(ser.serialize_newtype_variant(name, i, variant, value))
     }
+    #[inline]
     fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
         let inner = self.ser.serialize_seq(len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, Error> {
         let inner = self.ser.serialize_tuple(len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_tuple_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeTupleStruct, Error> {
         let inner = self.ser.serialize_tuple_struct(name, len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_tuple_variant(
         self,
         name: &'static str,
@@ -691,14 +773,17 @@ impl<'a> ser::Serializer for SlotSerializer<'a> {
         let inner = self.ser.serialize_tuple_variant(name, i, variant, len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, Error> {
         let inner = self.ser.serialize_map(len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, Error> {
         let inner = self.ser.serialize_struct(name, len)?;
         Ok(Slotted { slot: self, inner })
     }
+    #[inline]
     fn serialize_struct_variant(
         self,
         name: &'static str,
