@@ -92,7 +92,11 @@ fn values_only() {
     let home = Home::new();
     let lib = lib_release("tp-bench");
     for i in 0..n {
-        home.install(&format!("p{i:03}"), &lib, json!({"idx": i, "answer": true}));
+        home.install(
+            &format!("p{i:03}"),
+            &lib,
+            json!({"idx": i, "answer": true, "async": std::env::var("ASYNC").is_ok()}),
+        );
     }
     let host = HostBuilder::new().discovered(&home.search()).build();
     let home = Box::leak(Box::new(home));
