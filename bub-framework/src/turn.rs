@@ -93,7 +93,7 @@ impl Framework {
 
         let mut state = state_map.to_map();
         // A marker for this turn only (see `Framework::attach`).
-        state.remove("_runtime_agent");
+        state.shift_remove("_runtime_agent");
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })
     }
 

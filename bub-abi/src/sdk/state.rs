@@ -331,7 +331,7 @@ impl StateStore for MemoryState {
         self.forget_object(key.as_str());
         let mut entries = self.lock();
         entries.host.remove(key.as_str());
-        let removed = entries.json.remove(key.as_str()).is_some();
+        let removed = entries.json.shift_remove(key.as_str()).is_some();
         if removed {
             entries.revision = entries.revision.wrapping_add(1);
         }
@@ -395,6 +395,20 @@ mod tests {
         assert!(state.remove("k"));
         assert_eq!(state.get::<i64>("k").unwrap(), None);
         assert!(shared.to_map().is_empty());
+    }
+
+    /// The state is a Python dict: removing a key keeps the others in
+    /// their order (`del state[k]`), it does not move the last key into
+    /// its place.
+    #[test]
+    fn removing_a_key_keeps_the_order_of_the_others() {
+        let (state, shared) = TurnState::shared(serde_json::Map::new());
+        for key in ["a", "b", "c", "d"] {
+            state.set(key, &1).unwrap();
+        }
+        assert!(state.remove("b"));
+        assert_eq!(state.keys(), ["a", "c", "d"]);
+        assert_eq!(shared.to_map().keys().collect::<Vec<_>>(), ["a", "c", "d"]);
     }
 
     #[test]

@@ -201,7 +201,7 @@ impl Agent {
         // options, else the settings; the completion args' is dropped
         // (issue 17.23).
         let mut call_options = self.options.clone();
-        call_options.remove("max_tokens");
+        call_options.shift_remove("max_tokens");
         call_options.extend(options.options);
         let run = Arc::new(Run {
             agent: self.clone(),
@@ -590,8 +590,8 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         .map(|t| ToolDef { name: t.model_name(), description: t.description.clone(), parameters: t.parameters.clone() })
         .collect();
     let mut options = run.options.clone();
-    options.remove("tools");
-    options.remove("max_tokens");
+    options.shift_remove("tools");
+    options.shift_remove("max_tokens");
     // The messages are shared with the provider's request, not copied.
     let model_request =
         ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };

@@ -41,7 +41,7 @@ fn apply(settings: &mut Map<String, Value>, entry: &TapeEntry) {
         return;
     };
     if value.is_null() || value.as_str() == Some("") {
-        settings.remove(*key);
+        settings.shift_remove(*key);
     } else {
         settings.insert((*key).to_owned(), value.clone());
     }

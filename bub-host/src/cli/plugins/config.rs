@@ -56,14 +56,14 @@ pub fn run(ctx: &Context, name: &str, set: &[String], unset: &[String]) -> Resul
 fn change(m: &mut Manifest, set: Vec<(String, Value)>, unset: &[String]) -> Result<(), String> {
     for key in unset {
         match key.strip_prefix("isolated.") {
-            _ if !is_isolation_key(key) => drop(m.config.remove(key)),
+            _ if !is_isolation_key(key) => drop(m.config.shift_remove(key)),
             None => m.isolation = None,
             // Back to its default: rebuilt without the field.
             Some(field) => {
                 if let Some(iso) = &m.isolation {
                     let mut map = serde_json::to_value(iso).unwrap_or_default();
                     if let Some(o) = map.as_object_mut() {
-                        o.remove(field);
+                        o.shift_remove(field);
                     }
                     m.isolation = serde_json::from_value(map).ok();
                 }
