@@ -24,6 +24,11 @@ use bub_tests::{install_into, lib_release, Home};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 use serde_json::{json, Value};
 
+// As the `bub` binary: the host's values are allocated by the allocator
+// `bub` runs with (the plugins' own allocations by theirs, as in `bub`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Drives a future that never really waits (every hook here finishes at once),
 /// like one coroutine on one event loop in the Python harness.
 fn run<F: Future>(f: F) -> F::Output {
