@@ -102,7 +102,7 @@ fn values_only() {
     let home = Box::leak(Box::new(home));
     let _ = &home;
     let rt = host.runtime();
-    let iters = (2_000_000 / n) as u32;
+    let iters: u32 = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or((2_000_000 / n) as u32);
     let t = Instant::now();
     if std::env::args().any(|a| a == "chain") {
         let call = bub_abi::types::ToolCall {

@@ -888,6 +888,21 @@ mod tests {
         let p2 = w.as_ref().get("big").unwrap().as_str().unwrap().as_ptr();
         assert_eq!(p1, p2);
         assert_eq!(w.as_ref().without("big").as_ref().to_json(), r#"{"n":2}"#);
+        // A key replaced keeps its place; a new one goes last.
+        let abc = Value::from_json(r#"{"a":1,"b":2,"c":3}"#).unwrap();
+        assert_eq!(abc.as_ref().with("b", "x").as_ref().to_json(), r#"{"a":1,"b":"x","c":3}"#);
+        assert_eq!(abc.as_ref().with("a", 0).as_ref().to_json(), r#"{"a":0,"b":2,"c":3}"#);
+        assert_eq!(abc.as_ref().with("d", 4).as_ref().to_json(), r#"{"a":1,"b":2,"c":3,"d":4}"#);
+        // Past the inline size, by `with` too: the 17th key and beyond.
+        let mut grown = Value::object();
+        for i in 0..16 {
+            grown.insert(&format!("k{i}"), i);
+        }
+        let grown = grown.as_ref().with("k16", 16);
+        let grown = grown.as_ref().with("k3", "again").as_ref().with("k17", 17);
+        assert_eq!(grown.as_ref().len(), 18);
+        assert_eq!(grown.as_ref().entry(3).map(|(k, v)| (k, v.as_str())), Some(("k3", Some("again"))));
+        assert_eq!(grown.as_ref().entry(17).map(|(k, v)| (k, v.as_i64())), Some(("k17", Some(17))));
         // A map past the inline size gets an index and keeps its order.
         let mut m = Value::object();
         for i in 0..40 {

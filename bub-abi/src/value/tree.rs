@@ -159,6 +159,55 @@ impl NodeMap {
         }
     }
 
+    /// A copy with `key` set to `node` (replaced in its place, else
+    /// appended); the other values are shared (counts bumped), the replaced
+    /// one is not touched. One pass: the key is looked up once, and a
+    /// static-keys map stays one (a tape line with a new payload, say).
+    fn with(&self, key: &str, node: Node) -> Self {
+        match self {
+            NodeMap::Small(v) => {
+                let at = v.iter().position(|(k, _)| k == key);
+                if at.is_none() && v.len() >= SMALL_MAP {
+                    let mut map = self.clone_for_insert();
+                    map.insert(key, node);
+                    return map;
+                }
+                let mut c = Vec::with_capacity(v.len() + usize::from(at.is_none()));
+                match at {
+                    Some(i) => {
+                        c.extend(v[..i].iter().cloned());
+                        c.push((v[i].0.clone(), node));
+                        c.extend(v[i + 1..].iter().cloned());
+                    }
+                    None => {
+                        c.extend(v.iter().cloned());
+                        c.push((small(key), node));
+                    }
+                }
+                NodeMap::Small(c)
+            }
+            NodeMap::Static(keys, values) => match keys.iter().position(|k| *k == key) {
+                Some(i) => {
+                    let mut c = Vec::with_capacity(values.len());
+                    c.extend(values[..i].iter().cloned());
+                    c.push(node);
+                    c.extend(values[i + 1..].iter().cloned());
+                    NodeMap::Static(keys, c)
+                }
+                None => {
+                    let mut map = NodeMap::owned_keys(keys, values, 1);
+                    map.insert(key, node);
+                    map
+                }
+            },
+            NodeMap::Big(_) => {
+                let mut map = self.clone_for_insert();
+                map.insert(key, node);
+                map
+            }
+        }
+    }
+
     /// A copy with one more room; values are shared (counts bumped).
     fn clone_for_insert(&self) -> Self {
         match self {
@@ -645,13 +694,16 @@ extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -
     // SAFETY: see `node`; `item` is given up by the caller.
     let item = unsafe { take(item) };
     // SAFETY: `p` is a live node the host handed out (see `node`).
-    let mut map = match unsafe { node(p) } {
+    let map = match unsafe { node(p) } {
         // Copies the key list and bumps a count per value; no value is copied.
-        Node::Object(o) => o.clone_for_insert(),
-        Node::Handle(h) => h.marker.clone_for_insert(),
-        _ => new_map(1),
+        Node::Object(o) => o.with(key.as_str(), item),
+        Node::Handle(h) => h.marker.with(key.as_str(), item),
+        _ => {
+            let mut map = new_map(1);
+            map.insert(key.as_str(), item);
+            map
+        }
     };
-    map.insert(key.as_str(), item);
     into_raw(Node::Object(Arc::new(map)))
 }
 
