@@ -1043,7 +1043,7 @@ fn remembered(
 fn list_bytes(items: &[Node], cap: usize) -> usize {
     let mut total = 2;
     for item in items {
-        total += approx_bytes(item, cap) + 1;
+        total += item_bytes(item, cap) + 1;
         if total > cap {
             break;
         }
@@ -1051,12 +1051,46 @@ fn list_bytes(items: &[Node], cap: usize) -> usize {
     total
 }
 
+/// [`approx_bytes`] of a list's or map's item: a scalar or a string counted
+/// here, without the call (most of a small answer's items).
+#[inline(always)]
+fn item_bytes(node: &Node, cap: usize) -> usize {
+    match node {
+        Node::Str(s) => s.len() + 2,
+        Node::Null | Node::Bool(_) | Node::Int(_) | Node::UInt(_) | Node::Float(_) => 8,
+        other => approx_bytes(other, cap),
+    }
+}
+
 fn map_bytes(map: &NodeMap, cap: usize) -> usize {
     let mut total = 2;
-    for (key, item) in map.iter() {
-        total += key.len() + 4 + approx_bytes(item, cap);
-        if total > cap {
-            break;
+    // Each form walked as itself: the answer cap counts every small answer,
+    // and the shared iterator's dispatch per entry was half of that.
+    let mut add = |key: &str, item: &Node| {
+        total += key.len() + 4 + item_bytes(item, cap);
+        total > cap
+    };
+    match map {
+        NodeMap::Small(v) => {
+            for (key, item) in v {
+                if add(key, item) {
+                    break;
+                }
+            }
+        }
+        NodeMap::Static(keys, v) => {
+            for (key, item) in keys.iter().zip(v) {
+                if add(key, item) {
+                    break;
+                }
+            }
+        }
+        NodeMap::Big(m) => {
+            for (key, item) in m {
+                if add(key, item) {
+                    break;
+                }
+            }
         }
     }
     total
