@@ -168,9 +168,7 @@ impl NodeMap {
             NodeMap::Small(v) => {
                 let at = v.iter().position(|(k, _)| k == key);
                 if at.is_none() && v.len() >= SMALL_MAP {
-                    let mut map = self.clone_for_insert();
-                    map.insert(key, node);
-                    return map;
+                    return inserted(self.clone_for_insert(), key, node);
                 }
                 let mut c = Vec::with_capacity(v.len() + usize::from(at.is_none()));
                 match at {
@@ -194,17 +192,9 @@ impl NodeMap {
                     c.extend(values[i + 1..].iter().cloned());
                     NodeMap::Static(keys, c)
                 }
-                None => {
-                    let mut map = NodeMap::owned_keys(keys, values, 1);
-                    map.insert(key, node);
-                    map
-                }
+                None => inserted(self.clone_for_insert(), key, node),
             },
-            NodeMap::Big(_) => {
-                let mut map = self.clone_for_insert();
-                map.insert(key, node);
-                map
-            }
+            NodeMap::Big(_) => inserted(self.clone_for_insert(), key, node),
         }
     }
 
@@ -220,6 +210,12 @@ impl NodeMap {
             NodeMap::Static(keys, v) => NodeMap::owned_keys(keys, v, 1),
         }
     }
+}
+
+/// `map` with `key` set to `node`.
+fn inserted(mut map: NodeMap, key: &str, node: Node) -> NodeMap {
+    map.insert(key, node);
+    map
 }
 
 /// The entries of a [`NodeMap`], in order.
@@ -698,11 +694,7 @@ extern "C" fn v_with_key(p: *const c_void, key: RStr<'_>, item: *const c_void) -
         // Copies the key list and bumps a count per value; no value is copied.
         Node::Object(o) => o.with(key.as_str(), item),
         Node::Handle(h) => h.marker.with(key.as_str(), item),
-        _ => {
-            let mut map = new_map(1);
-            map.insert(key.as_str(), item);
-            map
-        }
+        _ => inserted(new_map(1), key.as_str(), item),
     };
     into_raw(Node::Object(Arc::new(map)))
 }
