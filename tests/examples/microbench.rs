@@ -17,6 +17,11 @@ use serde_json::json;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The number in variable `name`, else `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn run<F: Future>(f: F) -> F::Output {
     bub_tests::poll_ready(f)
 }
@@ -31,7 +36,7 @@ fn main() {
     if std::env::args().any(|a| a == "state" || a == "chain" || a == "prompt") {
         return values_only();
     }
-    let n: usize = std::env::var("PLUGINS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let n: usize = env_or("PLUGINS", 10);
     let home = Home::new();
     let lib = lib_release("tp-bench");
     for i in 0..n {
@@ -84,11 +89,13 @@ fn main() {
     println!("call_first_sync N={n}: {:.1} ns/dispatch", t.elapsed().as_nanos() as f64 / iters as f64);
 }
 
-/// `microbench state` / `microbench chain`: `call_many(load_state)` or the
-/// `before_tool_call` chain over 10 tp-bench plugins, in a loop (the
-/// plugin copies are kept, so profilers can read their symbols).
+/// `microbench state` / `chain` / `prompt`: `call_many(load_state)`, the
+/// `before_tool_call` chain or `call_many_sync(system_prompt)` over
+/// `PLUGINS` (10) tp-bench plugins, sync unless `ASYNC` is set, `ITERS`
+/// times, in a loop (the plugin copies are kept, so profilers can read
+/// their symbols).
 fn values_only() {
-    let n: usize = std::env::var("PLUGINS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let n: usize = env_or("PLUGINS", 10);
     let home = Home::new();
     let lib = lib_release("tp-bench");
     for i in 0..n {
@@ -102,7 +109,7 @@ fn values_only() {
     let home = Box::leak(Box::new(home));
     let _ = &home;
     let rt = host.runtime();
-    let iters: u32 = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or((2_000_000 / n) as u32);
+    let iters: u32 = env_or("ITERS", (2_000_000 / n) as u32);
     let t = Instant::now();
     if std::env::args().any(|a| a == "chain") {
         let call = bub_abi::types::ToolCall {
@@ -184,13 +191,13 @@ fn turn_only() {
     let main = std::env::var("MAIN").unwrap_or_else(|_| "echo-model".into());
     let stream = std::env::var("STREAM").is_ok();
     home.install("0-model", &lib_release(&main), json!({"prefix": ""}));
-    let n: usize = std::env::var("NOOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let n: usize = env_or("NOOPS", 10);
     for i in 0..n {
         home.install(&format!("noop{i:03}"), &lib_release("tp-noop"), json!({}));
     }
     let host = HostBuilder::new().discovered(&home.search()).build();
     let framework = bub_host::framework::Framework::new(&host, "/bench");
-    let iters: u32 = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
+    let iters: u32 = env_or("ITERS", 300_000);
     let t = Instant::now();
     for _ in 0..iters {
         let mut inbound = json!({"content": "hello", "channel": "bench", "chat_id": "42"});

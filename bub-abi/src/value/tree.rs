@@ -165,33 +165,18 @@ impl NodeMap {
     /// static-keys map stays one (a tape line with a new payload, say).
     fn with(&self, key: &str, node: Node) -> Self {
         match self {
-            NodeMap::Small(v) => {
-                let at = v.iter().position(|(k, _)| k == key);
-                if at.is_none() && v.len() >= SMALL_MAP {
-                    return inserted(self.clone_for_insert(), key, node);
+            NodeMap::Small(v) => match v.iter().position(|(k, _)| k == key) {
+                Some(i) => NodeMap::Small(replaced(v, i, (v[i].0.clone(), node))),
+                None if v.len() >= SMALL_MAP => inserted(self.clone_for_insert(), key, node),
+                None => {
+                    let mut c = Vec::with_capacity(v.len() + 1);
+                    c.extend(v.iter().cloned());
+                    c.push((small(key), node));
+                    NodeMap::Small(c)
                 }
-                let mut c = Vec::with_capacity(v.len() + usize::from(at.is_none()));
-                match at {
-                    Some(i) => {
-                        c.extend(v[..i].iter().cloned());
-                        c.push((v[i].0.clone(), node));
-                        c.extend(v[i + 1..].iter().cloned());
-                    }
-                    None => {
-                        c.extend(v.iter().cloned());
-                        c.push((small(key), node));
-                    }
-                }
-                NodeMap::Small(c)
-            }
+            },
             NodeMap::Static(keys, values) => match keys.iter().position(|k| *k == key) {
-                Some(i) => {
-                    let mut c = Vec::with_capacity(values.len());
-                    c.extend(values[..i].iter().cloned());
-                    c.push(node);
-                    c.extend(values[i + 1..].iter().cloned());
-                    NodeMap::Static(keys, c)
-                }
+                Some(i) => NodeMap::Static(keys, replaced(values, i, node)),
                 None => inserted(self.clone_for_insert(), key, node),
             },
             NodeMap::Big(_) => inserted(self.clone_for_insert(), key, node),
@@ -210,6 +195,16 @@ impl NodeMap {
             NodeMap::Static(keys, v) => NodeMap::owned_keys(keys, v, 1),
         }
     }
+}
+
+/// A copy of `items` with item `i` replaced by `item` (the old one is not
+/// cloned).
+fn replaced<T: Clone>(items: &[T], i: usize, item: T) -> Vec<T> {
+    let mut c = Vec::with_capacity(items.len());
+    c.extend(items[..i].iter().cloned());
+    c.push(item);
+    c.extend(items[i + 1..].iter().cloned());
+    c
 }
 
 /// `map` with `key` set to `node`.
