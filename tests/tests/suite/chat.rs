@@ -189,7 +189,9 @@ fn chat_ctrl_c_cancels_the_running_turn() {
 
 /// Issue "agent" item 8: `bub chat` shows the agent's stream as it works
 /// (tool calls, their results, the text); Ctrl-C while the provider hangs
-/// cancels the run, which still ends on the tape (`loop.finish cancelled`).
+/// cancels the run, which still ends on the tape (`loop.finish cancelled`)
+/// before the prompt comes back: a Ctrl-D typed at once must not drop the
+/// cancelled run's recording (it once did under load).
 #[test]
 fn chat_shows_the_agents_stream_and_ctrl_c_cancels_the_run() {
     use bub_tests::provider::{chat, Provider, Reply};
