@@ -455,9 +455,14 @@ fn hostile_durations_and_a_broken_job_stop_nothing() {
     let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
     gateway.address(home.path(), "http-channel");
     wait_for("the good job", Duration::from_secs(30), || gateway.log().contains("job good fired on session s"));
-    let left: Value = serde_json::from_slice(&std::fs::read(jobs_file(&home)).unwrap()).unwrap();
-    let ids: Vec<&str> = left.as_array().unwrap().iter().filter_map(|j| j["id"].as_str()).collect();
-    assert_eq!(ids, ["broken"], "the fired one-shot job leaves, the broken entry stays for the user to fix");
+    // The plugin logs the firing, then removes the one-shot job: wait for
+    // the file to change rather than read it between the two.
+    let ids = || -> Vec<String> {
+        let left: Value = serde_json::from_slice(&std::fs::read(jobs_file(&home)).unwrap()).unwrap();
+        left.as_array().unwrap().iter().filter_map(|j| j["id"].as_str().map(str::to_owned)).collect()
+    };
+    wait_for("the fired job to leave jobs.json", Duration::from_secs(10), || ids() != ["broken", "good"]);
+    assert_eq!(ids(), ["broken"], "the fired one-shot job leaves, the broken entry stays for the user to fix");
     assert!(gateway.log().contains("skipping job broken"), "{}", gateway.log());
 }
 
