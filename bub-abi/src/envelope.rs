@@ -40,8 +40,20 @@ pub fn default_session_id(message: &Envelope) -> String {
     if let Some(id) = field_of(message, "session_id") {
         return py_str(id);
     }
-    let part = |k| field_of(message, k).map(py_str).unwrap_or_else(|| "default".into());
-    format!("{}:{}", part("channel"), part("chat_id"))
+    // Written into one string: no copy of each part first (every turn
+    // without a resolver makes this id).
+    let mut id = String::new();
+    for (i, key) in ["channel", "chat_id"].into_iter().enumerate() {
+        if i > 0 {
+            id.push(':');
+        }
+        match field_of(message, key) {
+            Some(Value::String(s)) => id.push_str(s),
+            Some(other) => id.push_str(&py_str(other)),
+            None => id.push_str("default"),
+        }
+    }
+    id
 }
 
 /// `unpack_batch`: None → `[]`, a list → its items, anything else → `[v]`.
@@ -109,6 +121,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The default session id is Bub's `f"{channel}:{chat_id}"` over
+    /// `str()` of each part, `default` for a missing or null one; a
+    /// `session_id` present wins as is.
+    #[test]
+    fn default_session_id_is_channel_colon_chat_id() {
+        assert_eq!(default_session_id(&json!({"channel": "tg", "chat_id": "42"})), "tg:42");
+        assert_eq!(default_session_id(&json!({"channel": "tg", "chat_id": 42})), "tg:42");
+        assert_eq!(default_session_id(&json!({"chat_id": true, "channel": null})), "default:True");
+        assert_eq!(default_session_id(&json!({})), "default:default");
+        assert_eq!(default_session_id(&json!({"session_id": "", "channel": "tg"})), "");
+    }
 
     /// Behaviour of §4.1: a channel message's context names its channel and chat.
     #[test]

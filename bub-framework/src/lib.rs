@@ -48,7 +48,10 @@ pub mod random;
 pub mod scope;
 mod turn;
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use bub_abi::types::{Envelope, StateMap};
 use serde::Serialize;
@@ -80,8 +83,9 @@ pub struct TurnResult {
 #[derive(Clone)]
 pub struct Framework {
     runtime: Runtime,
-    home: PathBuf,
-    workspace: PathBuf,
+    // Shared: a turn clones its framework (`attach`), paths and all.
+    home: Arc<Path>,
+    workspace: Arc<Path>,
     // The workspace as turn states and providers receive it, made once.
     workspace_text: Arc<str>,
     scope: Arc<scope::Shared>,
@@ -94,8 +98,8 @@ impl Framework {
         let workspace_text = workspace.display().to_string().into();
         Framework {
             runtime: host.runtime(),
-            home: host.places().home.clone(),
-            workspace,
+            home: host.places().home.as_path().into(),
+            workspace: workspace.into(),
             workspace_text,
             scope: Default::default(),
         }
@@ -153,7 +157,9 @@ impl Framework {
     pub fn attach(&self, state: &bub_abi::TurnState) -> Attached {
         let owner = Arc::new(self.clone());
         state.attach(&owner);
-        let _ = state.set("_runtime_agent", &serde_json::json!({"$agent": "bub"}));
+        let mut marker = serde_json::Map::with_capacity(1);
+        marker.insert("$agent".into(), "bub".into());
+        let _ = state.set_json("_runtime_agent", serde_json::Value::Object(marker));
         Attached { _owner: owner }
     }
 

@@ -91,7 +91,10 @@ impl Framework {
             rt.deliver_outbound(outbound).await?;
         }
 
-        let mut state = state_map.to_map();
+        // The handle goes first: unless a plugin kept it, the map is then
+        // taken rather than copied.
+        drop(state);
+        let mut state = state_map.into_map();
         // A marker for this turn only (see `Framework::attach`).
         state.shift_remove("_runtime_agent");
         Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })

@@ -12,6 +12,9 @@
 //! cost of a step as the context grows (issue 23).
 //!
 //! `BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] [MEMORY=0] cargo run --release -p bub-tests --example agent_bench [RUNS]`
+//!
+//! A profile of the measured steps only (not the set-up or the prefill):
+//! `mkfifo ctl; MEMORY=0 PERF_CTL=ctl perf record -D -1 --control fifo:ctl -g target/release/examples/agent_bench 100`.
 
 use bub_host::WithBuiltin as _;
 use bub_host::{builtin::agent as bub, discovery::SearchPath, framework::Framework, HostBuilder};
@@ -41,6 +44,15 @@ fn status_kib(field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Profiles of the measured runs only: with `PERF_CTL=<fifo>`, tells a
+/// `perf record -D -1 --control fifo:<fifo>` to start sampling here, after
+/// the set-up, the warm-up runs and the tapes' prefill.
+fn perf_enable() {
+    if let Some(fifo) = std::env::var_os("PERF_CTL") {
+        std::fs::write(fifo, "enable\n").expect("PERF_CTL: a fifo perf reads (--control fifo:…)");
+    }
 }
 
 async fn one_run(fw: &Framework, session: &str, context_at_least: usize) {
@@ -115,6 +127,7 @@ fn main() {
             one_run(&fw, &format!("warm/{i}"), 0).await;
         }
         prefill(home.path(), &ws, runs, tape_entries);
+        perf_enable();
         let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
         for i in 0..runs {
             one_run(&fw, &format!("bench/{i}"), tape_entries.saturating_sub(1)).await;

@@ -126,6 +126,21 @@ impl TurnState {
         }
     }
 
+    /// Stores the JSON `value` under `key`. For a state this binary made
+    /// (the host's own), the value goes into the map as it is, without the
+    /// round trip through a host value that [`set`](Self::set) makes; the
+    /// host value is made when a hook first reads the key.
+    pub fn set_json(&self, key: &str, value: Value) -> Result<(), HookError> {
+        match self.memory() {
+            Some(store) => {
+                store.lock().write(key, value, None);
+                store.forget_object(key);
+                Ok(())
+            }
+            None => self.set(key, &value),
+        }
+    }
+
     /// Removes `key`; returns whether it was present.
     pub fn remove(&self, key: &str) -> bool {
         self.handle.remove(RStr::from_str(key))
@@ -269,6 +284,15 @@ impl SharedMap {
     pub fn to_map(&self) -> Map<String, Value> {
         self.lock().json.clone()
     }
+
+    /// The whole map, as JSON, without a copy when nothing else holds it
+    /// (the turn is over and no plugin kept its state).
+    pub fn into_map(self) -> Map<String, Value> {
+        match Arc::try_unwrap(self.0) {
+            Ok(entries) => entries.into_inner().unwrap_or_else(|e| e.into_inner()).json,
+            Err(shared) => SharedMap(shared).to_map(),
+        }
+    }
 }
 
 /// The standard state store: a JSON map behind a mutex, and the live
@@ -409,6 +433,39 @@ mod tests {
         assert!(state.remove("b"));
         assert_eq!(state.keys(), ["a", "c", "d"]);
         assert_eq!(shared.to_map().keys().collect::<Vec<_>>(), ["a", "c", "d"]);
+    }
+
+    /// `set_json` stores as `set` does (read back, key order, a write the
+    /// revision counts), without the round trip through a host value.
+    #[test]
+    fn set_json_stores_as_set_does() {
+        let (state, shared) = TurnState::shared(serde_json::Map::new());
+        state.set("a", &1).unwrap();
+        let r0 = state.revision().unwrap();
+        state.set_json("m", serde_json::json!({"$agent": "bub"})).unwrap();
+        assert_ne!(state.revision(), Some(r0));
+        assert_eq!(state.get_value("m"), Some(serde_json::json!({"$agent": "bub"})));
+        // A key read (its host value handed out), then written: the new value.
+        state.set_json("a", serde_json::json!(2)).unwrap();
+        assert_eq!(state.get::<i64>("a").unwrap(), Some(2));
+        assert_eq!(shared.to_map().keys().collect::<Vec<_>>(), ["a", "m"]);
+    }
+
+    /// The turn's result takes the map when nothing else holds it, and
+    /// copies it when a plugin kept the state past the turn.
+    #[test]
+    fn into_map_takes_the_map_or_copies_it_while_shared() {
+        let (state, shared) = TurnState::shared(serde_json::Map::new());
+        state.set("k", &1).unwrap();
+        let kept = state.clone();
+        drop(state);
+        let copy = shared.clone().into_map();
+        assert_eq!(copy["k"], 1);
+        kept.set("k", &2).unwrap();
+        assert_eq!(copy["k"], 1, "a copy: later writes do not reach it");
+        drop(kept);
+        let taken = shared.into_map();
+        assert_eq!(taken["k"], 2);
     }
 
     #[test]
