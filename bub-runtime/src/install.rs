@@ -426,7 +426,11 @@ pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
     crate::file_cache::read_kept(path, read_settings_file_now)
 }
 
-fn read_settings_file_now(path: &Path) -> std::io::Result<String> {
+/// [`read_settings_file`] without the cache: for files read once per
+/// process (a plugin's `plugin.json` at load), where the cache's two
+/// `stat`s would be pure cost and 100 manifests would evict the files it
+/// is for (`config.json`, the sessions).
+pub(crate) fn read_settings_file_now(path: &Path) -> std::io::Result<String> {
     let bytes = bub_abi::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
         // The caller names the file; the rule alone reads better after it.
         bub_abi::files::TrustError::Refused(why) => std::io::Error::new(

@@ -238,10 +238,21 @@ impl Registry {
                         .filter(|_| matches!(hook, HookId::RunModel | HookId::RunModelStream)),
                     max_result_bytes: self.settings.max_result_bytes,
                 };
-                insert_like_pluggy(&mut self.stored[hook as usize], imp);
-                let mut order = self.stored[hook as usize].clone();
-                order.reverse();
-                self.calls[hook as usize] = order;
+                // Call order is the stored order reversed: the new
+                // implementation goes to the mirrored place (copying the
+                // whole list per registration made loading N plugins
+                // quadratic).
+                let stored = &mut self.stored[hook as usize];
+                let at = insert_like_pluggy(stored, imp.clone());
+                let mirrored = stored.len() - 1 - at;
+                self.calls[hook as usize].insert(mirrored, imp);
+                debug_assert!(
+                    self.calls[hook as usize]
+                        .iter()
+                        .map(|i| i.plugin_index)
+                        .eq(self.stored[hook as usize].iter().rev().map(|i| i.plugin_index)),
+                    "call order must be the stored order reversed"
+                );
             }
         }
         self.plugins.push(record);
@@ -280,13 +291,12 @@ impl Registry {
     }
 }
 
-fn insert_like_pluggy(list: &mut Vec<Impl>, imp: Impl) {
-    match imp.marker {
-        HookMarker::TryLast => list.insert(0, imp),
-        HookMarker::TryFirst => list.push(imp),
-        HookMarker::Normal => {
-            let at = list.iter().rposition(|i| i.marker != HookMarker::TryFirst).map_or(0, |i| i + 1);
-            list.insert(at, imp);
-        }
-    }
+fn insert_like_pluggy(list: &mut Vec<Impl>, imp: Impl) -> usize {
+    let at = match imp.marker {
+        HookMarker::TryLast => 0,
+        HookMarker::TryFirst => list.len(),
+        HookMarker::Normal => list.iter().rposition(|i| i.marker != HookMarker::TryFirst).map_or(0, |i| i + 1),
+    };
+    list.insert(at, imp);
+    at
 }
