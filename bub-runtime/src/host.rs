@@ -206,7 +206,7 @@ impl HostBuilder {
             workspace: self.workspace.unwrap_or_else(current_workspace),
         };
         let mut registry = Registry::with_settings(self.settings.clone());
-        let mut taken: HashMap<String, PathBuf> = HashMap::new();
+        let mut taken = Taken::default();
         // Each folder's manifest is read once here (the file cache keeps only
         // a few files, and with many plugins a second read would miss it).
         let manifests: Vec<Option<Result<Manifest, LoadError>>> = self
@@ -250,7 +250,7 @@ impl HostBuilder {
                 // failed: the order stays deterministic and the failure visible.
                 // A folder whose manifest names another plugin claims nothing.
                 if record.claims {
-                    taken.entry(record.name.clone()).or_insert_with(|| record.path.clone().unwrap_or_default());
+                    taken.take(&record.name, record.path.as_deref());
                 }
                 registry.register(record);
             }
@@ -320,7 +320,7 @@ fn replacements(
 /// What every source's load reads: names already taken, replacements, the
 /// app config and the host's places.
 struct Loading<'a> {
-    taken: &'a HashMap<String, PathBuf>,
+    taken: &'a Taken,
     replaced: &'a HashMap<String, NotLoaded>,
     app_config: &'a Map<String, serde_json::Value>,
     places: &'a Places,
@@ -528,9 +528,31 @@ pub fn env_prefix(name: &str) -> String {
     format!("BUB_{}__", name.to_uppercase().replace('-', "_"))
 }
 
+/// The names claimed so far in a load, and their settings variables'
+/// prefixes: each looked up by hash, not by comparing every earlier
+/// plugin's prefix (which made loading N plugins quadratic).
+#[derive(Default)]
+struct Taken {
+    /// Name → the library or folder that claimed it (empty: built in).
+    by_name: HashMap<String, PathBuf>,
+    /// Settings prefix ([`env_prefix`]) → the first name that claimed it.
+    by_env: HashMap<String, String>,
+}
+
+impl Taken {
+    /// Claims `name` for `path`; the first claim of a name or a prefix stays.
+    fn take(&mut self, name: &str, path: Option<&Path>) {
+        if self.by_name.contains_key(name) {
+            return;
+        }
+        self.by_name.insert(name.to_owned(), path.map(Path::to_path_buf).unwrap_or_default());
+        self.by_env.entry(env_prefix(name)).or_insert_with(|| name.to_owned());
+    }
+}
+
 /// The record of a plugin whose name, or settings variables, an earlier
 /// plugin already took.
-fn shadowed(name: &str, path: &Path, taken: &HashMap<String, PathBuf>) -> Option<PluginRecord> {
+fn shadowed(name: &str, path: &Path, taken: &Taken) -> Option<PluginRecord> {
     let first = |p: &PathBuf| {
         if p.as_os_str().is_empty() {
             "a plugin built into bub".to_owned()
@@ -538,11 +560,12 @@ fn shadowed(name: &str, path: &Path, taken: &HashMap<String, PathBuf>) -> Option
             p.display().to_string()
         }
     };
-    let detail = match taken.get(name) {
+    let detail = match taken.by_name.get(name) {
         Some(path) => LoadError::Shadowed { name: name.to_owned(), first: first(path) },
         None => {
             let env = env_prefix(name);
-            let (other, path) = taken.iter().find(|(other, _)| env_prefix(other) == env)?;
+            let other = taken.by_env.get(&env)?;
+            let path = &taken.by_name[other];
             LoadError::SettingsTaken { name: name.to_owned(), other: other.clone(), first: first(path), env }
         }
     };
