@@ -32,6 +32,7 @@ pub mod code_mode;
 pub mod confine;
 pub mod environment;
 pub mod inbox;
+mod local_time;
 pub mod onboarding;
 pub mod own_tools;
 pub mod shells;
@@ -118,7 +119,7 @@ fn prompt_text(context: &str, content: String) -> String {
         return content;
     }
     // Python's `datetime.now().astimezone().isoformat(timespec="seconds")`.
-    let now = jiff::Zoned::now().strftime("%Y-%m-%dT%H:%M:%S%:z");
+    let now = jiff::Timestamp::now().to_zoned(local_time::zone()).strftime("%Y-%m-%dT%H:%M:%S%:z");
     format!("{context}\n---Date: {now}---\n{content}")
 }
 
