@@ -76,7 +76,10 @@ pub struct Builtin {
 /// framework to ask (its tools' confinement, the cli channel's command
 /// prefix, the models it offers). None is a secret, so they may travel in
 /// its constructor config.
-const OWN_VARIABLES: [&str; 6] = [
+const OWN_VARIABLES: [&str; 8] = [
+    // The local time zone of the prompt's date line (`local_time`).
+    "TZ",
+    "TZDIR",
     "BUB_CONFINE_WORKSPACE",
     "BUB_COMMAND_PREFIX",
     "BUB_MODEL",
@@ -114,12 +117,12 @@ impl Builtin {
 
 /// Bub's prompt text: `<context>\n---Date: <local ISO time>---\n<content>`,
 /// the prefix only when the context is not empty.
-fn prompt_text(context: &str, content: String) -> String {
+fn prompt_text(context: &str, content: String, environment: &bub_runtime::settings::Environment) -> String {
     if context.is_empty() {
         return content;
     }
     // Python's `datetime.now().astimezone().isoformat(timespec="seconds")`.
-    let now = jiff::Timestamp::now().to_zoned(local_time::zone()).strftime("%Y-%m-%dT%H:%M:%S%:z");
+    let now = jiff::Timestamp::now().to_zoned(local_time::zone(environment)).strftime("%Y-%m-%dT%H:%M:%S%:z");
     format!("{context}\n---Date: {now}---\n{content}")
 }
 
@@ -206,7 +209,7 @@ impl Plugin for Builtin {
         if content.trim().starts_with(prefix) {
             return Some(Value::String(content.trim().to_owned()));
         }
-        let text = prompt_text(&context_str(&message), content);
+        let text = prompt_text(&context_str(&message), content, &self.environment);
         let media = media_parts(&message);
         if media.is_empty() {
             return Some(Value::String(text));

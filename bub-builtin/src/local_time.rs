@@ -21,18 +21,25 @@ use jiff::tz::TimeZone;
 /// of the machine's zone.
 const FRESH_FOR: Duration = Duration::from_secs(300);
 
-/// The local time zone (UTC when none can be read).
-pub fn zone() -> TimeZone {
-    static ZONE: Mutex<Option<(Instant, TimeZone)>> = Mutex::new(None);
+/// What a zone was read from: `TZ` and `TZDIR` (`None`: unset).
+type Source = (Option<String>, Option<String>);
+
+/// The local time zone for the host's variables `environment` (its `TZ`
+/// and `TZDIR`); UTC when none can be read.
+pub fn zone(environment: &bub_runtime::settings::Environment) -> TimeZone {
+    // `Environment::get` treats an empty value as unset; for TZ, empty is UTC.
+    let var = |name: &str| environment.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
+    let source: Source = (var("TZ"), var("TZDIR"));
+    static ZONE: Mutex<Option<(Source, Instant, TimeZone)>> = Mutex::new(None);
     let mut kept = bub_abi::sync::lock(&ZONE);
-    match &*kept {
-        Some((read, zone)) if read.elapsed() < FRESH_FOR => zone.clone(),
-        _ => {
-            let zone = read_zone(std::env::var("TZ").ok().as_deref(), std::env::var_os("TZDIR").map(PathBuf::from));
-            *kept = Some((Instant::now(), zone.clone()));
-            zone
+    if let Some((from, read, zone)) = &*kept {
+        if *from == source && read.elapsed() < FRESH_FOR {
+            return zone.clone();
         }
     }
+    let zone = read_zone(source.0.as_deref(), source.1.as_deref().map(PathBuf::from));
+    *kept = Some((source, Instant::now(), zone.clone()));
+    zone
 }
 
 /// The zone `TZ` names (`None`: unset), zone files under `tzdir`.
@@ -61,6 +68,17 @@ mod tests {
 
     fn offset_at(zone: &TimeZone, ts: &str) -> i32 {
         zone.to_offset(ts.parse().unwrap()).seconds()
+    }
+
+    /// The zone follows the host's variables, not the process's: two hosts
+    /// with different `TZ` in one process each get theirs.
+    #[test]
+    fn the_zone_is_the_hosts_tz() {
+        let env = |tz: &str| bub_runtime::settings::Environment::from_pairs([("TZ", tz)]);
+        let ts: jiff::Timestamp = "2026-01-01T12:00:00Z".parse().unwrap();
+        assert_eq!(zone(&env("EST5")).to_offset(ts).seconds(), -5 * 3600);
+        assert_eq!(zone(&env("")).to_offset(ts).seconds(), 0, "empty TZ is UTC");
+        assert_eq!(zone(&env("JST-9")).to_offset(ts).seconds(), 9 * 3600);
     }
 
     /// The C library's rules, checked against a zone file the test writes
