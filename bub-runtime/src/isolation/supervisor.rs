@@ -266,14 +266,14 @@ impl Supervisor {
         bub_abi::sync::lock(&self.inner).peer.clone().filter(|p| p.closed().is_none())
     }
 
-    /// When the next start may be tried (after a crash's backoff), or why
-    /// it never will.
-    fn next_start(&self) -> Result<Option<Instant>, HookError> {
+    /// When the next start may be tried (after a crash's backoff) and how
+    /// it last crashed, or why it never will start again.
+    fn next_start(&self) -> Result<Option<(Instant, Option<String>)>, HookError> {
         let inner = bub_abi::sync::lock(&self.inner);
         if let Some(why) = &inner.stopped {
             return Err(HookError::new(ErrorKind::CLOSED, format!("{} is stopped: {why}", self.label())));
         }
-        Ok(inner.not_before.filter(|t| *t > Instant::now()))
+        Ok(inner.not_before.filter(|t| *t > Instant::now()).map(|t| (t, inner.status.last_crash.clone())))
     }
 
     /// The running process's connection, starting it again if it ended
@@ -286,11 +286,18 @@ impl Supervisor {
         if let Some(p) = self.live() {
             return Ok(p);
         }
-        if let Some(t) = self.next_start()? {
+        if let Some((t, crash)) = self.next_start()? {
+            // A call in the backoff names the crash too: it failed because
+            // of it as much as the calls in flight did.
             let wait = t.saturating_duration_since(Instant::now());
+            let crash = crash.map(|c| format!("{c}; ")).unwrap_or_default();
             return Err(HookError::new(
                 ErrorKind::CLOSED,
-                format!("{} is restarting after a crash (next try in {:.1} s)", self.label(), wait.as_secs_f64()),
+                format!(
+                    "{} is restarting after a crash ({crash}next try in {:.1} s)",
+                    self.label(),
+                    wait.as_secs_f64()
+                ),
             ));
         }
         bub_abi::sync::lock(&self.inner).status.restarts += 1;
@@ -437,7 +444,7 @@ impl Supervisor {
             return self.send(&peer, member, hook, args, state, object, sync);
         }
         if sync {
-            if let Ok(Some(t)) = self.next_start() {
+            if let Ok(Some((t, _))) = self.next_start() {
                 let wait = t.saturating_duration_since(Instant::now());
                 if wait <= SYNC_RESTART_WAIT {
                     std::thread::sleep(wait);
@@ -545,7 +552,7 @@ impl Supervisor {
 
     /// The process, once its backoff passed and it started (async).
     async fn wait_for_start(self: &Arc<Self>) -> Result<Arc<Peer>, HookError> {
-        if let Some(t) = self.next_start()? {
+        if let Some((t, _)) = self.next_start()? {
             tokio::time::sleep_until(t.into()).await;
         }
         let sup = self.clone();

@@ -124,8 +124,9 @@ fn nothing_accepted_is_lost_when_the_gateway_is_stopped_or_killed_under_load() {
 /// 7th call, under gateway load (60 messages over 6 sessions through the
 /// HTTP channel, also isolated). The gateway never goes down; every
 /// message is answered; only the turns whose call was in flight in the
-/// crashing process fail, each naming the plugin; the plugin is started
-/// again each time, and every session is served afterwards.
+/// crashing process, or reached the plugin in its restart backoff, fail,
+/// each naming the plugin and the crash; the plugin is started again each
+/// time, and every session is served afterwards.
 #[test]
 fn an_isolated_plugin_crashing_every_nth_call_fails_only_the_turns_in_flight() {
     let home = Home::new();
