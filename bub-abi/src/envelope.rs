@@ -42,17 +42,15 @@ pub fn default_session_id(message: &Envelope) -> String {
     }
     // Written into one string: no copy of each part first (every turn
     // without a resolver makes this id).
+    let part = |id: &mut String, key| match field_of(message, key) {
+        Some(Value::String(s)) => id.push_str(s),
+        Some(other) => id.push_str(&py_str(other)),
+        None => id.push_str("default"),
+    };
     let mut id = String::new();
-    for (i, key) in ["channel", "chat_id"].into_iter().enumerate() {
-        if i > 0 {
-            id.push(':');
-        }
-        match field_of(message, key) {
-            Some(Value::String(s)) => id.push_str(s),
-            Some(other) => id.push_str(&py_str(other)),
-            None => id.push_str("default"),
-        }
-    }
+    part(&mut id, "channel");
+    id.push(':');
+    part(&mut id, "chat_id");
     id
 }
 

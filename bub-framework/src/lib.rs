@@ -157,9 +157,7 @@ impl Framework {
     pub fn attach(&self, state: &bub_abi::TurnState) -> Attached {
         let owner = Arc::new(self.clone());
         state.attach(&owner);
-        let mut marker = serde_json::Map::with_capacity(1);
-        marker.insert("$agent".into(), "bub".into());
-        let _ = state.set_json("_runtime_agent", serde_json::Value::Object(marker));
+        let _ = state.set_json("_runtime_agent", serde_json::json!({"$agent": "bub"}));
         Attached { _owner: owner }
     }
 

@@ -131,20 +131,12 @@ pub fn run(ctx: &Context, args: &ChatArgs) -> Result<()> {
                     r = framework.process_inbound(&mut message, true) => if let Err(e) = r {
                         tracing::debug!(target: "bub::chat", "turn failed: {e}");
                     },
-                    _ = cancelled => {
-                        eprintln!("^C turn cancelled");
-                        // The cancelled run records its `loop.finish` and
-                        // merges its tape in the background; the next turn
-                        // (or exit, which drops the runtime) must not come
-                        // before that. Ctrl-C again stops waiting.
-                        let settled = bub_host::agent::run::settled(std::time::Duration::from_secs(10));
-                        tokio::select! {
-                            done = settled => if !done {
-                                eprintln!("the cancelled run did not finish recording within 10 s");
-                            },
-                            _ = interrupted.notified() => {}
-                        }
-                    }
+                    // The next turn waits for the cancelled one's record;
+                    // Ctrl-C again stops waiting.
+                    _ = cancelled => tokio::select! {
+                        _ = super::interrupt::turn_cancelled() => {}
+                        _ = interrupted.notified() => {}
+                    },
                 }
                 busy.store(false, Ordering::SeqCst);
                 let _ = done.send(());

@@ -56,3 +56,14 @@ pub fn watch(term: bool) -> Result<Arc<Notify>> {
     ready_rx.recv().map_err(|_| anyhow::anyhow!("the Ctrl-C watcher did not start"))??;
     Ok(interrupted)
 }
+
+/// After Ctrl-C cancelled a turn: says so, then waits (at most 10 s) until
+/// the cancelled run has recorded its `loop.finish` and merged its tape,
+/// which it does in the background: what follows (another turn, the
+/// scope's exit, the runtime's end) must not come before that.
+pub async fn turn_cancelled() {
+    eprintln!("^C turn cancelled");
+    if !bub_host::agent::run::settled(std::time::Duration::from_secs(10)).await {
+        eprintln!("the cancelled run did not finish recording within 10 s");
+    }
+}

@@ -76,10 +76,7 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<()> {
         };
         let Some(turn) = turn else {
             cancelled = true;
-            eprintln!("^C turn cancelled");
-            if !bub_host::agent::run::settled(std::time::Duration::from_secs(10)).await {
-                eprintln!("the cancelled run did not finish recording within 10 s");
-            }
+            super::interrupt::turn_cancelled().await;
             let error = bub_abi::types::ErrorInfo {
                 kind: "CancelledError".into(),
                 message: "the turn was cancelled".into(),
