@@ -349,14 +349,13 @@ impl FileTapeStore {
         };
         let mut torn = Vec::new();
         if len > parsed.offset {
-            let mut tail = vec![0; (len - parsed.offset) as usize];
-            file.read_exact_at(&mut tail, parsed.offset).map_err(|e| failed(&e))?;
+            let tail = read_exact_from(&file, parsed.offset, len - parsed.offset).map_err(|e| failed(&e))?;
             // Complete lines are consumed; a torn last line (no newline yet)
             // is read, but again next time too, when an append may have
             // completed it.
-            let complete = tail.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            let complete = memchr::memrchr(b'\n', &tail).map_or(0, |i| i + 1);
             if complete > 0 {
-                for line in tail[..complete - 1].split(|b| *b == b'\n') {
+                for line in lines(&tail[..complete - 1]) {
                     parsed.lines += 1;
                     parse_line(&mut parsed.entries, line, parsed.lines, &path);
                 }
@@ -494,6 +493,33 @@ fn entry_value(entry: &Value, now: &str) -> Result<Value, BoxError> {
         None => out.insert("date", now),
     };
     Ok(out)
+}
+
+/// `len` bytes of `file` from `offset`, read into a buffer that is not
+/// zeroed first (a long tape's first read wrote its whole length of
+/// zeroes, then the file over them).
+fn read_exact_from(file: &std::fs::File, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut file = file;
+    file.seek(std::io::SeekFrom::Start(offset))?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(len).read_to_end(&mut bytes)?;
+    if (bytes.len() as u64) < len {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter while it was read"));
+    }
+    Ok(bytes)
+}
+
+/// The lines of `text` (split at each newline, as `split` would), found
+/// with a SIMD search rather than a byte-at-a-time loop.
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    memchr::memchr_iter(b'\n', text).map(Some).chain(std::iter::once(None)).map(move |end| {
+        let end = end.unwrap_or(text.len());
+        let line = &text[start..end];
+        start = end + 1;
+        line
+    })
 }
 
 /// Parses one tape line into `out`; a blank line is nothing, an
@@ -636,6 +662,14 @@ mod tests {
 
     fn line(id: u64, content: &str) -> String {
         format!("{{\"id\":{id},\"kind\":\"message\",\"payload\":{{\"content\":\"{content}\"}},\"date\":\"d\"}}\n")
+    }
+
+    #[test]
+    fn lines_split_as_split_does() {
+        for text in ["", "a", "a\n", "\n", "\n\n", "ab\ncd", "ab\n\ncd\n"] {
+            let want: Vec<&[u8]> = text.as_bytes().split(|b| *b == b'\n').collect();
+            assert_eq!(super::lines(text.as_bytes()).collect::<Vec<_>>(), want, "{text:?}");
+        }
     }
 
     /// The entries of an answer, read back.

@@ -33,6 +33,9 @@ fn main() {
     if std::env::args().any(|a| a == "turn") {
         return turn_only();
     }
+    if std::env::args().any(|a| a == "tape") {
+        return tape_only();
+    }
     if std::env::args().any(|a| a == "state" || a == "chain" || a == "prompt") {
         return values_only();
     }
@@ -205,4 +208,37 @@ fn turn_only() {
     }
     println!("process_inbound model+{n} noops: {:.0} ns/turn", t.elapsed().as_nanos() as f64 / iters as f64);
     Box::leak(Box::new(home));
+}
+
+/// The first read of a tape of `ENTRIES` (1,000) lines, `ITERS` (200) times,
+/// each by a new store (nothing parsed before): what starting an agent run
+/// on a long session costs before its first step (`agent_bench`'s lines).
+fn tape_only() {
+    use bub_abi::resources::TapeStore as _;
+    let entries: usize = env_or("ENTRIES", 1000);
+    let iters: u32 = env_or("ITERS", 200);
+    let dir = tempfile::tempdir().unwrap();
+    let body: String = (1..=entries)
+        .map(|id| {
+            let payload = if id == 1 {
+                json!({"name": "session/start", "state": {"owner": "human"}})
+            } else if id % 2 == 0 {
+                json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))})
+            } else {
+                json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))})
+            };
+            let kind = if id == 1 { "anchor" } else { "message" };
+            let line =
+                json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
+            format!("{line}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("t.jsonl"), body).unwrap();
+    let query = bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() };
+    let t = Instant::now();
+    for _ in 0..iters {
+        let store = bub_host::builtin::tape_store::FileTapeStore::new(dir.path());
+        std::hint::black_box(run(store.fetch_all_answer(query.clone())).unwrap());
+    }
+    println!("first read of {entries} lines: {:.1} us", t.elapsed().as_nanos() as f64 / iters as f64 / 1000.0);
 }

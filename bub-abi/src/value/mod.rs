@@ -873,6 +873,13 @@ mod tests {
         let deep = format!(r#"{{"payload":{}{}}}"#, "[".repeat(200), "]".repeat(200));
         assert!(Value::from_json(&deep).is_err());
         assert!(Value::from_json_shallow(&deep).is_err());
+        // Brackets counted wherever they are (in strings too), up to the
+        // limit: fewer stay text and read back as parsed in full.
+        for n in [1, 120] {
+            let nested = format!(r#"{{"p":{}"{{["{}}}"#, "[".repeat(n), "]".repeat(n));
+            let (lazy, full) = (Value::from_json_shallow(&nested).unwrap(), Value::from_json(&nested).unwrap());
+            assert_eq!(lazy.to_json(), full.to_json(), "{n} deep");
+        }
     }
 
     #[test]

@@ -926,7 +926,7 @@ fn shallow_node(text: &str) -> Result<Node, serde_json::Error> {
     // parse when read (the raw scan does not count nesting). More are
     // parsed now, so a line nested too deep is unreadable here, as a full
     // parse would find it.
-    let deep = || text.bytes().filter(|b| matches!(b, b'{' | b'[')).count() >= 128;
+    let deep = || text.len() >= 128 && memchr::memchr2_iter(b'{', b'[', text.as_bytes()).nth(127).is_some();
     Ok(match plain_scalar(text) {
         Some(node) => node,
         // (`{}` and `[]` are scalars above.)
