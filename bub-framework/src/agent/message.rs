@@ -120,13 +120,15 @@ fn exact_spans(text: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<us
         return None;
     }
     let content_start = role_end + CONTENT.len();
+    // The next quote or backslash by a SIMD search, not byte by byte: a
+    // long session's first read scans every stored message's content.
     let mut i = content_start + 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => break,
-            _ => i += 1,
+    loop {
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'"' {
+            break;
         }
+        i += 2;
     }
     // The content's closing quote, then the map's closing brace, last.
     (i + 2 == b.len() && b[i + 1] == b'}').then(|| (ROLE.len() - 1..role_end + 1, content_start..i + 1))
@@ -670,7 +672,10 @@ mod tests {
             r#"{"role":"user","content":"\"}"}"#,
             r#"{"role":"developer","content":"x"}"#,
         ];
-        for text in exact {
+        // Past the SIMD search's 32-byte blocks too.
+        let long =
+            format!(r#"{{"role":"user","content":"{}\"{}\\{}"}}"#, "a".repeat(70), "b".repeat(40), "c".repeat(33));
+        for text in exact.iter().copied().chain([long.as_str()]) {
             let (role, content) = exact_spans(text).unwrap_or_else(|| panic!("not read: {text}"));
             let map: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
             assert_eq!(serde_json::from_str::<Value>(&text[role.clone()]).unwrap(), map["role"], "{text}");
