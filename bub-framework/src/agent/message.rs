@@ -375,10 +375,19 @@ pub struct CallRequest {
 
 /// A request's last host value: `before_llm_call` and `after_llm_call` get
 /// the same one instead of a list of every context message built twice
-/// per step. The fields are public, so it is checked before reuse (each
-/// message's node is compared by address first: O(1) per message).
+/// per step. The fields are public, so it is checked before reuse: the
+/// messages by address, against the ones it was built from, which it
+/// keeps (so a message changed since, through `Arc::make_mut`, is a copy
+/// at another address).
 #[derive(Default)]
-pub(crate) struct HostedCache(std::sync::Mutex<Option<bub_abi::Value>>);
+pub(crate) struct HostedCache(std::sync::Mutex<Option<Hosted>>);
+
+/// A request's host value and the messages it lists.
+#[derive(Clone)]
+pub(crate) struct Hosted {
+    value: bub_abi::Value,
+    messages: Vec<Shared>,
+}
 
 impl Clone for HostedCache {
     fn clone(&self) -> Self {
@@ -404,8 +413,8 @@ impl CallRequest {
     /// after the first request that carried it.
     pub fn hosted(&self) -> bub_abi::Value {
         let mut cache = bub_abi::sync::lock(&self.hosted_cache.0);
-        if let Some(kept) = cache.as_ref().filter(|kept| self.reads_as(kept.as_ref())) {
-            return kept.clone();
+        if let Some(kept) = cache.as_ref().filter(|kept| self.reads_as(kept)) {
+            return kept.value.clone();
         }
         // Built node by node, in `LlmCallRequest`'s key order: each message
         // is a pointer to its kept node (serde went through every message's
@@ -425,22 +434,25 @@ impl CallRequest {
             .insert("messages", messages)
             .insert("tool_names", tool_names)
             .insert("max_tokens", self.max_tokens);
-        *cache = Some(hosted.clone());
+        *cache = Some(Hosted { value: hosted.clone(), messages: self.messages.clone() });
         hosted
     }
 
     /// Whether `kept` (an earlier [`hosted`](Self::hosted)) still reads as
-    /// this request.
-    fn reads_as(&self, kept: bub_abi::ValueRef<'_>) -> bool {
-        let text = |key: &str| kept.get(key).and_then(|v| v.as_str());
-        let (Some(messages), Some(tools)) = (kept.get("messages"), kept.get("tool_names")) else { return false };
+    /// this request. The messages are compared by address, in Rust: through
+    /// the value table, a 1,000-message context cost as much to check as
+    /// to build again.
+    fn reads_as(&self, kept: &Hosted) -> bool {
+        let value = kept.value.as_ref();
+        let text = |key: &str| value.get(key).and_then(|v| v.as_str());
+        let Some(tools) = value.get("tool_names") else { return false };
         text("run_id") == Some(self.run_id.as_str())
             && text("model") == Some(self.model.as_str())
-            && kept.get("max_tokens").and_then(|v| v.as_u64()) == self.max_tokens
+            && value.get("max_tokens").and_then(|v| v.as_u64()) == self.max_tokens
             && tools.len() == self.tool_names.len()
             && tools.items().zip(&self.tool_names).all(|(a, b)| a.as_str() == Some(b.as_str()))
-            && messages.len() == self.messages.len()
-            && messages.items().zip(&self.messages).all(|(a, m)| a == m.hosted().as_ref())
+            && kept.messages.len() == self.messages.len()
+            && kept.messages.iter().zip(&self.messages).all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
     /// As Bub's `LLMCallRequest` (the messages copied).
