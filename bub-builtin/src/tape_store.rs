@@ -63,6 +63,9 @@ struct Parsed {
     ino: u64,
     /// Bytes parsed: up to and including the last newline read.
     offset: u64,
+    /// Where parsing started: 0 for a whole tape (the only kind kept),
+    /// else the line after a read's `after_id` (see [`tail_start`]).
+    base: u64,
     /// The bytes just before `offset` (at most [`GUARD`]).
     guard: Vec<u8>,
     /// Lines read so far (for the line numbers of warnings).
@@ -171,6 +174,11 @@ const LINE_KEYS: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
 
 /// How many bytes before the parsed offset are compared on the next read.
 const GUARD: u64 = 64;
+/// How far from a tape's end a read from an id looks for that id when the
+/// tape is not kept parsed (see [`tail_start`]): the lines since the
+/// agent's last step or turn; further back, parsing the whole tape (and
+/// keeping it) is as cheap.
+const TAIL_WINDOW: u64 = 64 * 1024;
 /// From how many unparsed bytes a read goes to the blocking pool.
 const BLOCKING_READ: u64 = 64 * 1024;
 /// How many tapes' parsed entries a store keeps (a gateway serves many
@@ -252,7 +260,15 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(tape, |_| 0, |_| true, usize::MAX, |entries| entries.iter().map(|e| e.entry()).collect())?
+        self.read_from(
+            tape,
+            None,
+            false,
+            |_| 0,
+            |_| true,
+            usize::MAX,
+            |entries| entries.iter().map(|e| e.entry()).collect(),
+        )?
     }
 
     /// How many bytes of `tape`'s file were not parsed yet (all of it when
@@ -296,7 +312,10 @@ impl FileTapeStore {
         // (`limit: 1` answers from the tape's first entries, however long).
         let plain = !by_anchor && query.between_dates.is_none() && query.query.is_none();
         let take = query.limit.filter(|_| plain).unwrap_or(usize::MAX);
-        self.read_from(&query.tape, start, keep, take, |candidates| {
+        // Such an answer from the tape's start needs only the lines up to
+        // its last entry parsed.
+        let prefix = plain && query.after_id.is_none() && take != usize::MAX;
+        self.read_from(&query.tape, query.after_id, prefix, start, keep, take, |candidates| {
             match bub_abi::tape::select_positions(&candidates, query)? {
                 Some(positions) => {
                     Ok(TapeEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
@@ -312,9 +331,23 @@ impl FileTapeStore {
     /// `finish` of the readable entries `keep` keeps, from the index
     /// `start` picks in what was parsed (plus a torn last line that happens
     /// to parse): it borrows them, nothing is copied.
+    ///
+    /// A tape not kept parsed is parsed whole and kept, unless the read is
+    /// from an id (`after_id`: what the agent asks for between steps and
+    /// turns, its context already folded): then only the lines after the
+    /// last one with that id or less are parsed, and nothing is kept. A
+    /// gateway whose long sessions outgrow the cache would otherwise parse
+    /// a whole tape for every message, to answer with its last few lines.
+    /// With `prefix` (the answer is the first `take` entries `keep` keeps,
+    /// from the tape's start), lines are parsed only until there are that
+    /// many: the agent's "is there an anchor yet?" is answered by a long
+    /// tape's first line, and what was parsed is kept and continued later.
+    #[allow(clippy::too_many_arguments)]
     fn read_from<R>(
         &self,
         tape: &str,
+        after_id: Option<u64>,
+        prefix: bool,
         start: impl FnOnce(&[Stored]) -> usize,
         keep: impl Fn(&Stored) -> bool,
         take: usize,
@@ -343,34 +376,62 @@ impl FileTapeStore {
             let mut seen = vec![0; p.guard.len()];
             file.read_exact_at(&mut seen, p.offset - p.guard.len() as u64).is_ok() && seen == p.guard
         };
+        let cached = cached.filter(|p| still(p));
+        // A read from an id with more than a window of the tape left to
+        // parse: the lines after that id alone, what is kept left as it is.
+        let unparsed = len - cached.as_ref().map_or(0, |p| p.offset);
+        let base = match after_id {
+            Some(id) if unparsed > TAIL_WINDOW => tail_start(&file, len, id).map_err(|e| failed(&e))?,
+            _ => 0,
+        };
+        let fresh = |base| Parsed { dev, ino, offset: base, base, guard: Vec::new(), lines: 0, entries: Vec::new() };
         let mut parsed = match cached {
-            Some(p) if still(&p) => p,
-            _ => Parsed { dev, ino, offset: 0, guard: Vec::new(), lines: 0, entries: Vec::new() },
+            Some(kept) if base > 0 => {
+                self.keep(path.clone(), kept);
+                fresh(base)
+            }
+            Some(kept) => kept,
+            None => fresh(base),
         };
         let mut torn = Vec::new();
-        if len > parsed.offset {
+        // Entries `keep` keeps among those parsed, when `prefix` counts them.
+        let mut found = if prefix { parsed.entries.iter().filter(|e| keep(e)).take(take).count() } else { 0 };
+        if len > parsed.offset && !(prefix && found >= take) {
             let tail = read_exact_from(&file, parsed.offset, len - parsed.offset).map_err(|e| failed(&e))?;
             // Complete lines are consumed; a torn last line (no newline yet)
             // is read, but again next time too, when an append may have
             // completed it.
             let complete = memchr::memrchr(b'\n', &tail).map_or(0, |i| i + 1);
+            let mut consumed = 0;
             if complete > 0 {
                 for line in lines(&tail[..complete - 1]) {
+                    consumed += line.len() + 1;
                     parsed.lines += 1;
-                    parse_line(&mut parsed.entries, line, parsed.lines, &path);
+                    let before = parsed.entries.len();
+                    parse_line(&mut parsed.entries, line, (parsed.lines, parsed.base), &path);
+                    if prefix && parsed.entries.get(before).is_some_and(&keep) {
+                        found += 1;
+                        if found >= take {
+                            break;
+                        }
+                    }
                 }
                 let mut guard = std::mem::take(&mut parsed.guard);
-                guard.extend_from_slice(&tail[complete.saturating_sub(GUARD as usize)..complete]);
+                guard.extend_from_slice(&tail[consumed.saturating_sub(GUARD as usize)..consumed]);
                 parsed.guard = guard.split_off(guard.len().saturating_sub(GUARD as usize));
-                parsed.offset += complete as u64;
+                parsed.offset += consumed as u64;
             }
-            parse_line(&mut torn, &tail[complete..], parsed.lines + 1, &path);
+            if consumed == complete {
+                parse_line(&mut torn, &tail[complete..], (parsed.lines + 1, parsed.base), &path);
+            }
         }
         let from = start(&parsed.entries).min(parsed.entries.len());
         // Filtered before they are looked at: a query for events or anchors
         // sees those alone.
         let out = finish(parsed.entries[from..].iter().filter(|e| keep(e)).chain(&torn).take(take).collect());
-        self.keep(path, parsed);
+        if parsed.base == 0 {
+            self.keep(path, parsed);
+        }
         Ok(out)
     }
 
@@ -523,19 +584,49 @@ fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Parses one tape line into `out`; a blank line is nothing, an
-/// unreadable one is skipped with a warning.
-fn parse_line(out: &mut Vec<Stored>, line: &[u8], number: usize, path: &Path) {
+/// unreadable one is skipped with a warning naming it: line `number` of
+/// those from byte `base` on.
+fn parse_line(out: &mut Vec<Stored>, line: &[u8], (number, base): (usize, u64), path: &Path) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
     match Stored::parse(line) {
         Ok(entry) => out.push(entry),
-        Err(e) => tracing::warn!(
-            target: "bub::tape",
-            "skipping unreadable line {number} of {} (a torn write?): {e}",
-            path.display()
-        ),
+        Err(e) => {
+            let line = match base {
+                0 => format!("line {number}"),
+                _ => format!("line {number} after byte {base}"),
+            };
+            tracing::warn!(target: "bub::tape", "skipping unreadable {line} of {} (a torn write?): {e}", path.display())
+        }
     }
+}
+
+/// Where the lines after `after_id` start in `file` (of `len` bytes): just
+/// past the last complete line that reads as an entry with that id or
+/// less, found from the end within the last [`TAIL_WINDOW`] bytes; 0 (a
+/// whole read) when none does there. A whole read starts its answer at the
+/// same place (`select` starts after the last entry with such an id), so
+/// both answer the same entries, whatever the ids' order.
+fn tail_start(file: &std::fs::File, len: u64, after_id: u64) -> std::io::Result<u64> {
+    let from = len.saturating_sub(TAIL_WINDOW);
+    let bytes = read_exact_from(file, from, len - from)?;
+    // Complete lines only; a window that does not start the file starts
+    // inside a line.
+    let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
+    let first = match from {
+        0 => 0,
+        _ => memchr::memchr(b'\n', &bytes).map_or(complete, |i| i + 1),
+    };
+    let mut end = complete;
+    while end > first {
+        let start = memchr::memrchr(b'\n', &bytes[first..end - 1]).map_or(first, |i| first + i + 1);
+        if Stored::parse(&bytes[start..end - 1]).is_ok_and(|e| e.id <= after_id) {
+            return Ok(from + end as u64);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 #[derive(serde::Deserialize)]
@@ -720,8 +811,15 @@ mod tests {
     fn parsed_tapes_are_bounded_by_count_and_bytes_least_recently_read_first() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileTapeStore::new(dir.path()).with_cache_bytes(100);
-        let parsed =
-            |offset: u64| super::Parsed { dev: 0, ino: 0, offset, guard: Vec::new(), lines: 0, entries: Vec::new() };
+        let parsed = |offset: u64| super::Parsed {
+            dev: 0,
+            ino: 0,
+            offset,
+            base: 0,
+            guard: Vec::new(),
+            lines: 0,
+            entries: Vec::new(),
+        };
         let names = |s: &FileTapeStore| {
             let mut n: Vec<String> = bub_abi::sync::lock(&s.parsed).keys().map(|k| k.display().to_string()).collect();
             n.sort();
@@ -793,6 +891,84 @@ mod tests {
         let missing: TapeQuery =
             serde_json::from_value(serde_json::json!({"tape": "t", "between_anchors": ["a", "zz"]})).unwrap();
         assert!(store.select(&missing).is_err(), "an anchor the tape lacks fails the query");
+    }
+
+    /// Issue 23: a read from an id of a tape not kept parsed (the agent's
+    /// read between turns, once a gateway's sessions outgrow the cache)
+    /// parses the tape's last lines only and keeps nothing, and answers as
+    /// a read of the whole tape does: with ids out of order, unreadable and
+    /// blank lines, a torn last line; an id not among the last 64 KiB
+    /// falls back to a whole read, which is kept.
+    #[test]
+    fn a_read_from_an_id_of_a_tape_not_kept_parses_only_its_tail_and_answers_alike() {
+        use bub_abi::types::TapeQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::new();
+        for id in 1..=1500u64 {
+            if id == 700 {
+                text += "{\"id\":700,\"kind\":\"anchor\",\"payload\":{\"name\":\"mid\"},\"meta\":{},\"date\":\"d\"}\n";
+            } else {
+                text += &line(id, &"x".repeat(60));
+            }
+        }
+        // The end: an older id again, an unreadable line (with a low id),
+        // a blank line, an anchor, then a torn line.
+        text += &line(1490, "again");
+        text += "{\"id\":3,\"kind\":\"message\",\"payload\":[1,}\n\n";
+        text += "{\"id\":1501,\"kind\":\"anchor\",\"payload\":{\"name\":\"end\"},\"meta\":{},\"date\":\"d\"}\n";
+        text += &line(1502, "torn")[..30];
+        assert!(text.len() > 2 * super::TAIL_WINDOW as usize);
+        std::fs::write(dir.path().join("t.jsonl"), &text).unwrap();
+        let kept = |s: &FileTapeStore| bub_abi::sync::lock(&s.parsed).keys().count();
+        for (after_id, tail) in
+            [(1499, true), (1495, true), (1490, true), (1489, true), (1501, true), (9999, true), (3, false), (0, false)]
+        {
+            for shape in [
+                serde_json::json!({}),
+                serde_json::json!({"kinds": ["message"], "limit": 3}),
+                serde_json::json!({"last_anchor": true}),
+                serde_json::json!({"after_anchor": "mid"}),
+            ] {
+                let mut q = shape.clone();
+                q["tape"] = "t".into();
+                q["after_id"] = after_id.into();
+                let q: TapeQuery = serde_json::from_value(q).unwrap();
+                let whole = FileTapeStore::new(dir.path());
+                whole.read("t").unwrap();
+                let fresh = FileTapeStore::new(dir.path());
+                let (want, got) = (whole.select(&q), fresh.select(&q));
+                match (want, got) {
+                    (Ok(want), Ok(got)) => assert_eq!(answered(got), answered(want), "{q:?}"),
+                    (want, got) => assert_eq!(want.is_err(), got.is_err(), "{q:?}"),
+                }
+                assert_eq!(kept(&fresh), usize::from(!tail), "after {after_id}: kept or not");
+            }
+        }
+        // The first entries of a kind (the agent's "is there an anchor
+        // yet?"): parsed up to the last one answered, and that kept; a read
+        // from an id then reads the tail, the kept prefix left as it was.
+        let offset =
+            |s: &FileTapeStore| bub_abi::sync::lock(&s.parsed).get(&dir.path().join("t.jsonl")).map(|p| p.offset);
+        let whole = FileTapeStore::new(dir.path());
+        whole.read("t").unwrap();
+        let store = FileTapeStore::new(dir.path());
+        let torn = text.len() - 30;
+        for (limit, parsed_to) in [(1, text.find("{\"id\":701,").unwrap()), (2, torn), (9, torn)] {
+            let q: TapeQuery =
+                serde_json::from_value(serde_json::json!({"tape": "t", "kinds": ["anchor"], "limit": limit})).unwrap();
+            assert_eq!(answered(store.select(&q).unwrap()), answered(whole.select(&q).unwrap()), "{q:?}");
+            let parsed_to = parsed_to as u64;
+            assert_eq!(
+                offset(&store),
+                Some(parsed_to),
+                "limit {limit}: parsed to the line after the last one answered"
+            );
+            if limit == 1 {
+                let q: TapeQuery = serde_json::from_value(serde_json::json!({"tape": "t", "after_id": 1499})).unwrap();
+                assert_eq!(answered(store.select(&q).unwrap()), answered(whole.select(&q).unwrap()));
+                assert_eq!(offset(&store), Some(parsed_to), "the kept prefix left as it was");
+            }
+        }
     }
 
     /// Issue 23: what the store parsed once it hands out as shared host

@@ -23,7 +23,8 @@
 //!
 //! `cargo run --release -p bub-tests --example gateway_load [MESSAGES] [SESSIONS]`
 //! (`BUB_LOAD_BIN=path/to/bub` runs another build of `bub`, to compare two
-//! commits back to back).
+//! commits back to back, or a script that runs it under
+//! `perf record -D -1 --control fifo:$PERF_CTL`: the load alone is sampled).
 
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,11 @@ fn main() {
             t.await.expect("a prefill task");
         }
     });
+    // `PERF_CTL=<fifo>`: a `perf record -D -1 --control fifo:<fifo>` around
+    // the gateway (through `BUB_LOAD_BIN`) samples the measured load only.
+    if let Some(fifo) = std::env::var_os("PERF_CTL") {
+        std::fs::write(fifo, "enable\n").expect("PERF_CTL: a fifo perf reads (--control fifo:…)");
+    }
     let started = Instant::now();
     let latencies: Vec<(String, Duration)> = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
