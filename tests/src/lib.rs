@@ -66,8 +66,25 @@ pub const TEST_PLUGINS: &[&str] = &[
 /// ABI fixtures (each built alone).
 pub const FIXTURES: &[&str] = &["prev-minor-plugin", "abi-1-plugin", "abi-major-3-plugin", "broken-layout-plugin"];
 
+/// A cargo command building with the Python the python bridge is built
+/// with (`PYO3_PYTHON`, else what `scripts/python-for-bridge.sh` picks, as
+/// the scripts do): without it, PyO3's build script sees another
+/// environment and cargo builds the bridge again, on every benchmark run.
 fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    static PYTHON: OnceLock<Option<String>> = OnceLock::new();
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let python = PYTHON.get_or_init(|| {
+        if std::env::var_os("PYO3_PYTHON").is_some() {
+            return None;
+        }
+        let out = Command::new(workspace().join("scripts/python-for-bridge.sh")).output().ok()?;
+        let python = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !python.is_empty()).then_some(python)
+    });
+    if let Some(python) = python {
+        cmd.env("PYO3_PYTHON", python);
+    }
+    cmd
 }
 
 fn run(mut cmd: Command, what: &str) {
