@@ -66,17 +66,20 @@ pub const TEST_PLUGINS: &[&str] = &[
 /// ABI fixtures (each built alone).
 pub const FIXTURES: &[&str] = &["prev-minor-plugin", "abi-1-plugin", "abi-major-3-plugin", "broken-layout-plugin"];
 
-/// A cargo command building with the Python the python bridge is built
-/// with (`PYO3_PYTHON`, else what `scripts/python-for-bridge.sh` picks, as
-/// the scripts do): without it, PyO3's build script sees another
-/// environment and cargo builds the bridge again, on every benchmark run.
-fn cargo() -> Command {
+/// A cargo command; a release one (the benchmarks') builds with the Python
+/// the python bridge is built with (`PYO3_PYTHON`, else what
+/// `scripts/python-for-bridge.sh` picks, as the scripts do): run bare, a
+/// benchmark otherwise built the bridge again on every run, in an
+/// environment PyO3's build script had not seen. Debug builds keep the
+/// environment of the `cargo test` that runs them, which built the same
+/// packages.
+fn cargo(release: bool) -> Command {
     static PYTHON: OnceLock<Option<String>> = OnceLock::new();
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    if !release || std::env::var_os("PYO3_PYTHON").is_some() {
+        return cmd;
+    }
     let python = PYTHON.get_or_init(|| {
-        if std::env::var_os("PYO3_PYTHON").is_some() {
-            return None;
-        }
         let out = Command::new(workspace().join("scripts/python-for-bridge.sh")).output().ok()?;
         let python = String::from_utf8(out.stdout).ok()?.trim().to_owned();
         (out.status.success() && !python.is_empty()).then_some(python)
@@ -99,7 +102,7 @@ pub fn build_plugins(release: bool) -> &'static Path {
     let cell = if release { &RELEASE } else { &DEBUG };
     cell.get_or_init(|| {
         let target = target_dir();
-        let mut cmd = cargo();
+        let mut cmd = cargo(release);
         cmd.current_dir(workspace()).arg("build").arg("--quiet");
         if release {
             cmd.arg("--release");
@@ -110,7 +113,7 @@ pub fn build_plugins(release: bool) -> &'static Path {
         cmd.args(["-p", "bub-host"]);
         run(cmd, "the test plugins");
         for f in FIXTURES {
-            let mut cmd = cargo();
+            let mut cmd = cargo(release);
             cmd.current_dir(workspace()).args([
                 "build",
                 "--quiet",
