@@ -941,7 +941,12 @@ pub(crate) fn shallow_fields(
     keys: &'static [&'static str],
     values: &[&serde_json::value::RawValue],
 ) -> Result<Node, serde_json::Error> {
-    let nodes = values.iter().map(|raw| shallow_node(raw.get())).collect::<Result<Vec<_>, _>>()?;
+    // Sized up front: collecting `Result`s cannot know the count, so the
+    // list started at four and was grown for a tape line's fifth field.
+    let mut nodes = Vec::with_capacity(values.len());
+    for raw in values {
+        nodes.push(shallow_node(raw.get())?);
+    }
     Ok(Node::Object(Arc::new(NodeMap::Static(keys, nodes))))
 }
 
