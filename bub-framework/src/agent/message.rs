@@ -231,6 +231,17 @@ impl Message {
         })
     }
 
+    /// The stored text of a [plain](Message::plain) message that is
+    /// exactly `{"role":…,"content":…}` ([`Plain::exact`]), without
+    /// slicing out its parts: a request body splices it in as it is, for
+    /// every message of the context at every step.
+    pub fn exact_text(&self) -> Option<&str> {
+        if !self.plain.as_ref()?.exact {
+            return None;
+        }
+        self.stored_text()
+    }
+
     /// A plain message's stored text: its host value's.
     fn stored_text(&self) -> Option<&str> {
         self.plain.as_ref()?;

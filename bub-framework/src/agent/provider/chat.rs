@@ -11,7 +11,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{JsonArray, Message, Part, Plain, WireForm};
+use crate::agent::message::{JsonArray, Message, Part, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -164,10 +164,10 @@ pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
     let form = if REASONING_CONTENT_PROVIDERS.contains(&kind) { WireForm::ChatWithReasoning } else { WireForm::Chat };
     let repaired = repair_tool_calls(&request.messages);
-    let messages = JsonArray::new(repaired.iter().map(|m| match m.plain() {
+    let messages = JsonArray::new(repaired.iter().map(|m| match m.exact_text() {
         // Its stored text, borrowed: never copied into a kept wire text.
-        Some(Plain { exact: Some(text), .. }) => Part::Text(Cow::Borrowed(text)),
-        _ => m.wire_part(form, move |m, out| write_message(m, kind, out)),
+        Some(text) => Part::Text(Cow::Borrowed(text)),
+        None => m.wire_part(form, move |m, out| write_message(m, kind, out)),
     }));
     let mut body = Map::new();
     body.insert("model".into(), json!(client.model));
@@ -327,6 +327,8 @@ mod tests {
         let messages: Vec<_> = plain.iter().map(|p| Message::stored(&stored(p)).expect("plain")).collect();
         assert_eq!(messages[0].plain().unwrap().exact, Some(exact));
         assert_eq!(messages[1].plain().unwrap().exact, None);
+        let exact_texts: Vec<_> = messages.iter().map(|m| m.exact_text()).collect();
+        assert_eq!(exact_texts, messages.iter().map(|m| m.plain().unwrap().exact).collect::<Vec<_>>());
         assert_eq!(messages.iter().map(|m| m.role()).collect::<Vec<_>>(), ["user", "assistant", "developer", "user"]);
         assert_eq!(messages[3].plain().unwrap().role_json, r#""us\u0065r""#);
 
