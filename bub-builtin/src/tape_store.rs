@@ -463,12 +463,7 @@ impl FileTapeStore {
             file.seek(SeekFrom::Start(tail_start))?;
             tail.clear();
             file.read_to_end(&mut tail)?;
-            // The window's first line may be cut: only what follows its
-            // first newline is a whole line (unless it starts the file).
-            let whole = match tail_start {
-                0 => &tail[..],
-                _ => tail.iter().position(|b| *b == b'\n').map_or(&tail[..0], |i| &tail[i + 1..]),
-            };
+            let whole = &tail[first_whole_line(&tail, tail_start)..];
             last = last_id(whole);
             if last.is_some() || tail_start == 0 {
                 break;
@@ -602,6 +597,17 @@ fn parse_line(out: &mut Vec<Stored>, line: &[u8], (number, base): (usize, u64), 
     }
 }
 
+/// Where the first whole line of `window` (a file's bytes from offset
+/// `from` on) starts: a window that does not start the file may begin
+/// inside a line, so only what follows its first newline counts (nothing,
+/// when it holds none).
+fn first_whole_line(window: &[u8], from: u64) -> usize {
+    match from {
+        0 => 0,
+        _ => memchr::memchr(b'\n', window).map_or(window.len(), |i| i + 1),
+    }
+}
+
 /// Where the lines after `after_id` start in `file` (of `len` bytes): just
 /// past the last complete line that reads as an entry with that id or
 /// less, found from the end within the last [`TAIL_WINDOW`] bytes; 0 (a
@@ -611,13 +617,9 @@ fn parse_line(out: &mut Vec<Stored>, line: &[u8], (number, base): (usize, u64), 
 fn tail_start(file: &std::fs::File, len: u64, after_id: u64) -> std::io::Result<u64> {
     let from = len.saturating_sub(TAIL_WINDOW);
     let bytes = read_exact_from(file, from, len - from)?;
-    // Complete lines only; a window that does not start the file starts
-    // inside a line.
+    // Complete lines only.
     let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
-    let first = match from {
-        0 => 0,
-        _ => memchr::memchr(b'\n', &bytes).map_or(complete, |i| i + 1),
-    };
+    let first = first_whole_line(&bytes, from);
     let mut end = complete;
     while end > first {
         let start = memchr::memrchr(b'\n', &bytes[first..end - 1]).map_or(first, |i| first + i + 1);
