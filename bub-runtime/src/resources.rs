@@ -49,43 +49,30 @@ impl FetchedEntry {
     }
 }
 
-/// A tape entry without its payload.
-#[derive(serde::Deserialize)]
-struct EntryHead {
-    #[serde(default)]
-    id: u64,
-    kind: String,
-    #[serde(default)]
-    meta: Map<String, Value>,
-    #[serde(default)]
-    date: String,
-}
-
-impl EntryHead {
-    /// A message entry's head and payload (a map), read in one pass over
-    /// its keys: serde's visitor for a map of five keys was a tenth of a
-    /// long session's first read, and a lookup by key per field half as
-    /// much again. `None` for any other entry, or a field not of its type
-    /// (which serde then reads, or reports).
-    fn of_message(item: bub_abi::ValueRef<'_>) -> Option<(EntryHead, bub_abi::ValueRef<'_>)> {
-        let (mut id, mut kind, mut payload, mut meta, mut date) = (0, None, None, None, "");
-        for (key, value) in item.entries() {
-            match key {
-                "id" => id = value.as_u64()?,
-                "kind" => kind = Some(value.as_str()?),
-                "payload" => payload = Some(value),
-                "meta" => meta = Some(value),
-                "date" => date = value.as_str()?,
-                _ => {}
-            }
+/// A message entry with its payload (a map) left as the host value it
+/// arrived in, read in one pass over its keys: serde's visitor for a map
+/// of five keys was a tenth of a long session's first read, and a lookup
+/// by key per field half as much again. `None` for any other entry, or a
+/// field not of its type (which serde then reads, or reports).
+fn message_entry(item: bub_abi::ValueRef<'_>) -> Option<(TapeEntry, bub_abi::ValueRef<'_>)> {
+    let (mut id, mut kind, mut payload, mut meta, mut date) = (0, None, None, None, "");
+    for (key, value) in item.entries() {
+        match key {
+            "id" => id = value.as_u64()?,
+            "kind" => kind = Some(value.as_str()?),
+            "payload" => payload = Some(value),
+            "meta" => meta = Some(value),
+            "date" => date = value.as_str()?,
+            _ => {}
         }
-        let payload = payload.filter(|p| kind == Some("message") && p.is_object())?;
-        let meta = match meta {
-            Some(m) if !(m.is_object() && m.is_empty()) => m.deserialize().ok()?,
-            _ => Map::new(),
-        };
-        Some((EntryHead { id, kind: "message".to_owned(), meta, date: date.to_owned() }, payload))
     }
+    let payload = payload.filter(|p| kind == Some("message") && p.is_object())?;
+    let meta = match meta {
+        Some(m) if !(m.is_object() && m.is_empty()) => m.deserialize().ok()?,
+        _ => Map::new(),
+    };
+    let entry = TapeEntry { id, kind: "message".to_owned(), payload: Map::new(), meta, date: date.to_owned() };
+    Some((entry, payload))
 }
 
 /// A resource method failed.
@@ -332,13 +319,9 @@ impl TapeStore {
             // was copied twice over (and its pages faulted in again).
             let mut out = Vec::with_capacity(items.len());
             for item in items.items() {
-                let fetched = match EntryHead::of_message(item) {
+                let fetched = match message_entry(item) {
                     // The payload stays a host value (see `FetchedEntry`).
-                    Some((h, payload)) => {
-                        let entry =
-                            TapeEntry { id: h.id, kind: h.kind, payload: Map::new(), meta: h.meta, date: h.date };
-                        FetchedEntry { entry, message_payload: Some(payload.to_owned()) }
-                    }
+                    Some((entry, payload)) => FetchedEntry { entry, message_payload: Some(payload.to_owned()) },
                     None => {
                         let entry = item.deserialize::<TapeEntry>().map_err(|e| unexpected(&e))?;
                         FetchedEntry { entry, message_payload: None }
@@ -614,8 +597,9 @@ impl TapeContext {
 mod tests {
     use super::*;
 
-    /// The one-pass read of a message entry gives the head serde gives, or
-    /// nothing where serde has an error; any other entry is left to serde.
+    /// The one-pass read of a message entry gives the entry serde gives
+    /// (but its payload, kept apart), or nothing where serde has an error;
+    /// any other entry is left to serde.
     #[test]
     fn a_message_entry_head_reads_as_serde_reads_it() {
         let heads = [
@@ -631,19 +615,19 @@ mod tests {
             r#"{"id":7,"kind":"message","payload":{},"date":null}"#,
             r#"{"id":7,"kind":"message","payload":{},"extra":1}"#,
         ];
-        let show = |h: &EntryHead| format!("{} {} {:?} {}", h.id, h.kind, h.meta, h.date);
+        let show = |h: &TapeEntry| format!("{} {} {:?} {}", h.id, h.kind, h.meta, h.date);
         for text in heads {
             let item = bub_abi::Value::from_json(text).unwrap();
-            let quick = EntryHead::of_message(item.as_ref()).map(|(h, _)| show(&h));
-            assert_eq!(quick, item.deserialize::<EntryHead>().ok().map(|h| show(&h)), "{text}");
+            let quick = message_entry(item.as_ref()).map(|(h, _)| show(&h));
+            assert_eq!(quick, item.deserialize::<TapeEntry>().ok().map(|h| show(&h)), "{text}");
         }
         let item = bub_abi::Value::from_json(heads[2]).unwrap();
-        let (head, payload) = EntryHead::of_message(item.as_ref()).unwrap();
+        let (head, payload) = message_entry(item.as_ref()).unwrap();
         assert_eq!(show(&head), r#"7 message {"run_id": String("r")} d"#);
         assert!(payload.is_object() && payload.is_empty());
         // Not a message, or a payload that is not a map: serde's.
         for text in [r#"{"id":7,"kind":"event","payload":{}}"#, r#"{"id":7,"kind":"message","payload":[1]}"#] {
-            assert!(EntryHead::of_message(bub_abi::Value::from_json(text).unwrap().as_ref()).is_none(), "{text}");
+            assert!(message_entry(bub_abi::Value::from_json(text).unwrap().as_ref()).is_none(), "{text}");
         }
     }
 }
