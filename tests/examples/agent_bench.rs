@@ -7,7 +7,7 @@
 //! 1,000-entry tape read back as the model's context.
 //!
 //! With `TAPE_ENTRIES=N`, every run's session tape already holds N entries
-//! (an anchor then user/assistant messages, the file `prefill_line` writes,
+//! (an anchor then user/assistant messages, the file `bub_tests::prefill_line` writes,
 //! the same bytes as `agent_bench.py` writes) before the run starts: the
 //! cost of a step as the context grows (issue 23).
 //!
@@ -76,26 +76,12 @@ async fn one_run(fw: &Framework, session: &str, context_at_least: usize) {
     assert!(n >= context_at_least, "the first request carried {n} messages, fewer than the tape's {context_at_least}");
 }
 
-/// Line `id` of a prefilled tape: the bootstrap anchor, then alternating
-/// user and assistant messages of about 120 bytes of text.
-fn prefill_line(id: usize) -> String {
-    let (kind, payload) = if id == 1 {
-        ("anchor", json!({"name": "session/start", "state": {"owner": "human"}}))
-    } else if id.is_multiple_of(2) {
-        ("message", json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))}))
-    } else {
-        ("message", json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))}))
-    };
-    let line = json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
-    format!("{line}\n")
-}
-
 /// Writes the tapes of sessions `bench/0..runs` with `entries` entries each.
 fn prefill(home: &std::path::Path, ws: &std::path::Path, runs: usize, entries: usize) {
     if entries == 0 {
         return;
     }
-    let body: String = (1..=entries).map(prefill_line).collect();
+    let body: String = (1..=entries).map(bub_tests::prefill_line).collect();
     let dir = home.join("tapes");
     std::fs::create_dir_all(&dir).unwrap();
     for i in 0..runs {

@@ -218,21 +218,7 @@ fn tape_only() {
     let entries: usize = env_or("ENTRIES", 1000);
     let iters: u32 = env_or("ITERS", 200);
     let dir = tempfile::tempdir().unwrap();
-    let body: String = (1..=entries)
-        .map(|id| {
-            let payload = if id == 1 {
-                json!({"name": "session/start", "state": {"owner": "human"}})
-            } else if id % 2 == 0 {
-                json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))})
-            } else {
-                json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))})
-            };
-            let kind = if id == 1 { "anchor" } else { "message" };
-            let line =
-                json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
-            format!("{line}\n")
-        })
-        .collect();
+    let body: String = (1..=entries).map(bub_tests::prefill_line).collect();
     std::fs::write(dir.path().join("t.jsonl"), body).unwrap();
     let query = bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() };
     let t = Instant::now();

@@ -373,3 +373,19 @@ pub fn mask_date(text: &str) -> String {
     assert_eq!(shape, "9999+99+99T99:99:99+99:99", "not a local ISO time to the second: {stamp:?}");
     format!("{}{OPEN}<now>---{}", &text[..start], &rest[end + 3..])
 }
+
+/// Line `id` of a prefilled tape, as the builtin store writes it: the
+/// bootstrap anchor, then alternating user and assistant messages of about
+/// 120 bytes of text. The benchmarks' long tapes (`agent_bench`, the same
+/// bytes as `scripts/agent_bench.py` writes; `microbench tape`).
+pub fn prefill_line(id: usize) -> String {
+    let (kind, payload) = if id == 1 {
+        ("anchor", json!({"name": "session/start", "state": {"owner": "human"}}))
+    } else if id.is_multiple_of(2) {
+        ("message", json!({"role": "user", "content": format!("question {id}: {}", "lorem ipsum ".repeat(8))}))
+    } else {
+        ("message", json!({"role": "assistant", "content": format!("answer {id}: {}", "dolor sit amet ".repeat(8))}))
+    };
+    let line = json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
+    format!("{line}\n")
+}
