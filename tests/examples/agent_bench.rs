@@ -53,15 +53,6 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Profiles of the measured runs only: with `PERF_CTL=<fifo>`, tells a
-/// `perf record -D -1 --control fifo:<fifo>` to start sampling here, after
-/// the set-up, the warm-up runs and the tapes' prefill.
-fn perf_enable() {
-    if let Some(fifo) = std::env::var_os("PERF_CTL") {
-        std::fs::write(fifo, "enable\n").expect("PERF_CTL: a fifo perf reads (--control fifo:…)");
-    }
-}
-
 async fn one_run(fw: &Framework, session: &str, context_at_least: usize) {
     let (state, _) = fw.build_state(&json!({"session_id": session}), session).await.expect("state");
     let stream = bub::run_stream(fw, session, vec![json!("read a.txt")], state).await.expect("a run");
@@ -120,7 +111,8 @@ fn main() {
             one_run(&fw, &format!("warm/{i}"), 0).await;
         }
         prefill(home.path(), &ws, runs, tape_entries);
-        perf_enable();
+        // Sampled from here: not the set-up, the warm-up runs, the prefill.
+        bub_tests::perf_enable();
         let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
         for i in 0..runs {
             one_run(&fw, &format!("bench/{i}"), tape_entries.saturating_sub(1)).await;

@@ -90,11 +90,9 @@ fn main() {
             t.await.expect("a prefill task");
         }
     });
-    // `PERF_CTL=<fifo>`: a `perf record -D -1 --control fifo:<fifo>` around
-    // the gateway (through `BUB_LOAD_BIN`) samples the measured load only.
-    if let Some(fifo) = std::env::var_os("PERF_CTL") {
-        std::fs::write(fifo, "enable\n").expect("PERF_CTL: a fifo perf reads (--control fifo:…)");
-    }
+    // A `perf record` around the gateway (through `BUB_LOAD_BIN`) samples
+    // the measured load only.
+    bub_tests::perf_enable();
     let started = Instant::now();
     let latencies: Vec<(String, Duration)> = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();

@@ -389,3 +389,12 @@ pub fn prefill_line(id: usize) -> String {
     let line = json!({"id": id, "kind": kind, "payload": payload, "meta": {}, "date": "2026-12-01T00:00:00+00:00"});
     format!("{line}\n")
 }
+
+/// For a profile of a benchmark's measured part only: with
+/// `PERF_CTL=<fifo>`, tells a `perf record -D -1 --control fifo:<fifo>`
+/// to start sampling now (nothing without it).
+pub fn perf_enable() {
+    if let Some(fifo) = std::env::var_os("PERF_CTL") {
+        std::fs::write(fifo, "enable\n").expect("PERF_CTL: a fifo perf reads (--control fifo:…)");
+    }
+}
