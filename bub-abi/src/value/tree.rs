@@ -941,11 +941,35 @@ pub(crate) fn shallow_fields(
     keys: &'static [&'static str],
     values: &[&serde_json::value::RawValue],
 ) -> Result<Node, serde_json::Error> {
+    fields_of(keys, values.iter().map(|raw| raw.get()))
+}
+
+/// As [`shallow_fields`], for `text` written as the compact map of exactly
+/// `keys` in their order, split and checked by [`super::compact`]; `accept`
+/// sees the values' texts first. `None` when the scan leaves `text` to
+/// serde_json or `accept` refuses it.
+pub(crate) fn compact_fields(
+    keys: &'static [&'static str],
+    text: &str,
+    accept: impl FnOnce(&[&str]) -> bool,
+) -> Option<Node> {
+    let (values, n) = super::compact::fields(keys, text)?;
+    let values = &values[..n];
+    // The scan checked the texts are JSON: `shallow_node` cannot fail on
+    // them, but an error is still an answer of `None`, not a panic.
+    accept(values).then(|| fields_of(keys, values.iter().copied()).ok())?
+}
+
+/// A [`NodeMap::Static`] of `keys` to the [`shallow_node`]s of `texts`.
+fn fields_of<'t>(
+    keys: &'static [&'static str],
+    texts: impl ExactSizeIterator<Item = &'t str>,
+) -> Result<Node, serde_json::Error> {
     // Sized up front: collecting `Result`s cannot know the count, so the
     // list started at four and was grown for a tape line's fifth field.
-    let mut nodes = Vec::with_capacity(values.len());
-    for raw in values {
-        nodes.push(shallow_node(raw.get())?);
+    let mut nodes = Vec::with_capacity(texts.len());
+    for text in texts {
+        nodes.push(shallow_node(text)?);
     }
     Ok(Node::Object(Arc::new(NodeMap::Static(keys, nodes))))
 }
