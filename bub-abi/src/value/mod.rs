@@ -584,6 +584,33 @@ impl Value {
         Some(Value { node: tree::into_raw(node), vt })
     }
 
+    /// This list with its first `keep` items kept (the first replaced by
+    /// `first` when given) and `tail` appended, all shared: in place when
+    /// this handle holds the list alone (nothing else shares it), else on
+    /// a copy. For the host's own long-lived lists (a model request's
+    /// messages, extended step by step instead of rebuilt). False, and
+    /// nothing changed, when this handle is shared, is not a list of this
+    /// table, holds fewer than `keep` items, or in a plugin.
+    #[doc(hidden)]
+    pub fn splice_refs<'a>(
+        &mut self,
+        keep: usize,
+        first: Option<ValueRef<'a>>,
+        tail: impl IntoIterator<Item = ValueRef<'a>>,
+    ) -> bool {
+        let own = tree::own_vtable();
+        let lent = |v: &ValueRef<'_>| same_table(v.vt, own);
+        if !same_table(self.vt, own) || !first.as_ref().is_none_or(lent) {
+            return false;
+        }
+        // All checked before the list changes.
+        let tail: Option<Vec<*const std::ffi::c_void>> = tail.into_iter().map(|v| lent(&v).then_some(v.node)).collect();
+        let Some(tail) = tail else { return false };
+        // SAFETY: `self.node` is this handle's owned pointer; the others
+        // are lent by the caller's values for this call.
+        unsafe { tree::splice_refs(self.node, keep, first.map(|f| f.node), &mut tail.into_iter()) }
+    }
+
     /// Builds a host value from any `Serialize` (a [`Value`] inside is
     /// taken as a handle, uncopied).
     pub fn from_serialize<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, HookError> {
@@ -903,6 +930,37 @@ mod tests {
             let (lazy, full) = (Value::from_json_shallow(&nested).unwrap(), Value::from_json(&nested).unwrap());
             assert_eq!(lazy.to_json(), full.to_json(), "{n} deep");
         }
+    }
+
+    #[test]
+    fn a_list_spliced_alone_changes_in_place_and_a_shared_one_on_a_copy() {
+        let item = |s: &str| Value::from_json(&format!(r#"{{"m":"{s} {}"}}"#, "x".repeat(30))).unwrap();
+        let (a, b, c, d, s) = (item("a"), item("b"), item("c"), item("d"), item("s"));
+        let mut list = Value::array_with_capacity(8);
+        for v in [&a, &b, &c] {
+            list.push_ref(v.as_ref());
+        }
+        let items =
+            |l: &Value| l.as_ref().items().map(|i| i.get("m").unwrap().as_str().unwrap().as_ptr()).collect::<Vec<_>>();
+        let ptr = |v: &Value| v.as_ref().get("m").unwrap().as_str().unwrap().as_ptr();
+        let first_node = |l: &Value| l.as_ref().index(0).unwrap().node;
+        // Alone: in place (the list's items stay where they were), shared
+        // items (the same strings).
+        let before = list.as_ref().index(1).unwrap().node;
+        assert!(list.splice_refs(2, Some(s.as_ref()), [d.as_ref()]));
+        assert_eq!(items(&list), [ptr(&s), ptr(&b), ptr(&d)]);
+        assert_eq!(list.as_ref().index(1).unwrap().node, before, "spliced in place");
+        // Shared with another value: that one keeps its list.
+        let other = list.clone();
+        assert!(list.splice_refs(1, None, [a.as_ref(), c.as_ref()]));
+        assert_eq!(items(&list), [ptr(&s), ptr(&a), ptr(&c)]);
+        assert_eq!(items(&other), [ptr(&s), ptr(&b), ptr(&d)]);
+        assert_ne!(first_node(&list), first_node(&other), "copied, not changed under the other");
+        // Refused, unchanged: more kept than held, not a list.
+        assert!(!list.splice_refs(4, None, [a.as_ref()]));
+        assert_eq!(items(&list), [ptr(&s), ptr(&a), ptr(&c)]);
+        let mut map = item("m");
+        assert!(!map.splice_refs(0, None, [a.as_ref()]));
     }
 
     #[test]

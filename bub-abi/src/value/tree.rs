@@ -652,6 +652,39 @@ extern "C" fn v_push_ref(array: *const c_void, item: *const c_void) -> bool {
     }
 }
 
+/// The list behind the owned pointer `list`, its first `keep` items kept
+/// (the first replaced by `first` when given) and `tail` appended, all
+/// shared: in place when the caller's handle holds the list alone, else
+/// on a copy of it. False (nothing changed) when `list` is shared at its
+/// root, is not a list, or holds fewer than `keep` items. Host only: not
+/// in the table, so no plugin can change a list it was lent.
+///
+/// # Safety
+///
+/// `list` came from [`into_raw`] and is the caller's; `first` and `tail`
+/// are nodes of this table the caller lends for the call.
+pub(crate) unsafe fn splice_refs(
+    list: *const c_void,
+    keep: usize,
+    first: Option<*const c_void>,
+    tail: &mut dyn Iterator<Item = *const c_void>,
+) -> bool {
+    // SAFETY: the caller's builder (see `builder`).
+    let Some(Node::Array(items)) = (unsafe { builder(list) }) else { return false };
+    if items.len() < keep {
+        return false;
+    }
+    let items = inner_mut(items);
+    items.truncate(keep);
+    if let (Some(first), Some(slot)) = (first, items.first_mut()) {
+        // SAFETY: lent for the call; shared (cloned) here.
+        *slot = unsafe { raw_node(first) }.clone();
+    }
+    // SAFETY: as `first`.
+    items.extend(tail.map(|item| unsafe { raw_node(item) }.clone()));
+    true
+}
+
 /// Sets `key` in a map built by the caller to a borrowed `item`, shared;
 /// like [`v_push_ref`] on failure.
 extern "C" fn v_insert_ref(object: *const c_void, key: RStr<'_>, item: *const c_void) -> bool {

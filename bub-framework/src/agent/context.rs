@@ -36,13 +36,22 @@ pub fn query(tape: &str, spec: &TapeContextSpec) -> TapeQuery {
 /// The context messages of the run's tape (shared with the kept context
 /// and every request that carries them: see [`super::message`]).
 pub async fn messages(tape: &RunTape, spec: &TapeContextSpec) -> Result<Vec<Shared>, AgentError> {
+    Ok(for_request(tape, spec).await?.0)
+}
+
+/// [`messages`], and the slot where the requests over the kept context
+/// leave their host list of messages (see [`super::message::ListSlot`]).
+pub(crate) async fn for_request(
+    tape: &RunTape,
+    spec: &TapeContextSpec,
+) -> Result<(Vec<Shared>, super::message::ListSlot), AgentError> {
     let query = query(tape.name(), spec);
     let (parent_hidden, own) = tape.own_entries(&query).await;
     let mut selector = if parent_hidden { Selector::default() } else { session_part(tape, &query).await };
     for e in &own {
         selector.push(e);
     }
-    Ok(selector.messages)
+    Ok((selector.messages, selector.list_slot))
 }
 
 /// The selector over the session tape's part of the context: kept from the
@@ -151,6 +160,9 @@ pub struct Selector {
     /// What the messages weigh in a [`ContextCache`] (see
     /// [`ContextCache::budget`]).
     bytes: usize,
+    /// Where the requests over these messages leave their host list for
+    /// the next step or turn (shared by the kept selector's copies).
+    list_slot: super::message::ListSlot,
 }
 
 impl Selector {

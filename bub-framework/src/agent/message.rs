@@ -382,6 +382,38 @@ pub struct CallRequest {
     /// The last [`hosted`](CallRequest::hosted) form, reused while the
     /// request still reads the same.
     pub(crate) hosted_cache: HostedCache,
+    /// The message list of the last request over the same kept context
+    /// (see [`ListSlot`]); none for a request of its own.
+    pub(crate) list_slot: ListSlot,
+}
+
+/// Where the requests over one kept context (one session's, see
+/// `context`) leave their host list of messages for the next one: step
+/// after step and turn after turn a request holds the last one's messages
+/// plus a few, and its list is that list with the new ones appended, in
+/// place, instead of a pointer per message taken again. On a long
+/// session that pass touched every message's node and was most of what
+/// the gateway spent more on 100-turn sessions than on fresh ones.
+/// A new slot is empty; its clones share it.
+#[derive(Clone, Default)]
+pub(crate) struct ListSlot(Arc<std::sync::Mutex<Option<KeptList>>>);
+
+/// A request's host list of messages and the messages it lists.
+pub(crate) struct KeptList {
+    list: bub_abi::Value,
+    messages: Vec<Shared>,
+}
+
+impl PartialEq for ListSlot {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ListSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListSlot")
+    }
 }
 
 /// A request's last host value: `before_llm_call` and `after_llm_call` get
@@ -430,10 +462,7 @@ impl CallRequest {
         // Built node by node, in `LlmCallRequest`'s key order: each message
         // is a pointer to its kept node (serde went through every message's
         // handle, a tenth of a 1,000-entry step's events).
-        let mut messages = bub_abi::Value::array_with_capacity(self.messages.len());
-        for m in &self.messages {
-            messages.push_ref(m.hosted().as_ref());
-        }
+        let messages = self.message_list();
         let mut tool_names = bub_abi::Value::array_with_capacity(self.tool_names.len());
         for name in &self.tool_names {
             tool_names.push(name.as_str());
@@ -447,6 +476,47 @@ impl CallRequest {
             .insert("max_tokens", self.max_tokens);
         *cache = Some(Hosted { value: hosted.clone(), messages: self.messages.clone() });
         hosted
+    }
+
+    /// The host list of the messages: the last request's over the same
+    /// kept context, its first message (the system prompt, new every step)
+    /// replaced and the messages after their common part appended, when
+    /// there is one; else a new list, left in the slot for the next.
+    fn message_list(&self) -> bub_abi::Value {
+        let slot = &self.list_slot.0;
+        // Taken out: the list is then this request's alone to change (a
+        // plugin that kept the last request keeps its own list: the
+        // splice copies it then).
+        let kept = bub_abi::sync::lock(slot).take();
+        let list = match kept {
+            Some(mut kept) if !kept.messages.is_empty() && !self.messages.is_empty() => {
+                let same = kept.messages[1..].iter().zip(&self.messages[1..]).take_while(|(a, b)| Arc::ptr_eq(a, b));
+                let keep = 1 + same.count();
+                let first = Some(self.messages[0].hosted().as_ref());
+                let tail = self.messages[keep..].iter().map(|m| m.hosted().as_ref());
+                if kept.list.splice_refs(keep, first, tail) {
+                    kept.messages.truncate(keep);
+                    kept.messages[0] = self.messages[0].clone();
+                    kept.messages.extend_from_slice(&self.messages[keep..]);
+                    let list = kept.list.clone();
+                    *bub_abi::sync::lock(slot) = Some(kept);
+                    return list;
+                }
+                self.new_list()
+            }
+            _ => self.new_list(),
+        };
+        *bub_abi::sync::lock(slot) = Some(KeptList { list: list.clone(), messages: self.messages.clone() });
+        list
+    }
+
+    /// The messages' host list, built afresh: a pointer to each one's node.
+    fn new_list(&self) -> bub_abi::Value {
+        let mut messages = bub_abi::Value::array_with_capacity(self.messages.len());
+        for m in &self.messages {
+            messages.push_ref(m.hosted().as_ref());
+        }
+        messages
     }
 
     /// Whether `kept` (an earlier [`hosted`](Self::hosted)) still reads as
@@ -486,6 +556,7 @@ impl CallRequest {
             tool_names: r.tool_names,
             max_tokens: r.max_tokens,
             hosted_cache: HostedCache::default(),
+            list_slot: ListSlot::default(),
         }
     }
 }
@@ -661,6 +732,7 @@ mod tests {
             tool_names: vec!["fs_read".into()],
             max_tokens: Some(100),
             hosted_cache: Default::default(),
+            list_slot: Default::default(),
         };
         let address = |h: &bub_abi::Value| h.as_ref().get("run_id").and_then(|r| r.as_str()).map(str::as_ptr);
         let first = request.hosted();
@@ -681,6 +753,52 @@ mod tests {
             // Key for key, in order, as serde writes `LlmCallRequest`.
             assert_eq!(request.hosted().to_json(), serde_json::to_string(&request.to_abi()).unwrap());
         }
+    }
+
+    /// Requests over one kept context build on the last one's list: each
+    /// reads as its own messages whatever came before (a new system
+    /// prompt, more messages, fewer, others, none), and a request's value
+    /// kept by someone is not changed by the next one's.
+    #[test]
+    fn requests_over_one_context_list_their_own_messages_whatever_came_before() {
+        let slot = ListSlot::default();
+        let msg = |role: &str, text: &str| Message::new(json!({"role": role, "content": text}));
+        let history: Vec<Shared> = (0..5).map(|i| msg("user", &format!("m{i}"))).collect();
+        let request = |system: &str, messages: &[Shared]| {
+            let mut all = vec![msg("system", system)];
+            all.extend(messages.iter().cloned());
+            CallRequest {
+                run_id: "run-1".into(),
+                model: "openai:gpt".into(),
+                messages: all,
+                tool_names: vec![],
+                max_tokens: None,
+                hosted_cache: Default::default(),
+                list_slot: slot.clone(),
+            }
+        };
+        let reads_as_itself = |r: &CallRequest| {
+            let hosted = r.hosted();
+            assert_eq!(hosted.deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), r.to_abi());
+            hosted
+        };
+        reads_as_itself(&request("s1", &history[..2]));
+        reads_as_itself(&request("s2", &history[..3]));
+        // The last request's value kept while the next ones are built.
+        let kept_request = request("s3", &history[..4]);
+        let kept = reads_as_itself(&kept_request);
+        reads_as_itself(&request("s4", &history));
+        assert_eq!(kept.deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), kept_request.to_abi());
+        drop(kept);
+        let others: Vec<Shared> = (0..3).map(|i| msg("assistant", &format!("o{i}"))).collect();
+        for messages in [&history[..], &history[..1], &[], &others[..], &history[..2]] {
+            reads_as_itself(&request("s", messages));
+        }
+        // A request of no messages at all.
+        let mut empty = request("s", &[]);
+        empty.messages.clear();
+        reads_as_itself(&empty);
+        reads_as_itself(&request("s", &history));
     }
 
     /// The one-scan reading of a stored message finds the same role and

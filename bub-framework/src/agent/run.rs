@@ -531,7 +531,7 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     if let Some(p) = &prompt {
         new_messages.push(json!({"role": "user", "content": user_content(p)}));
     }
-    let history = match context::messages(&cx.tape, &agent.context).await {
+    let (history, list_slot) = match context::for_request(&cx.tape, &agent.context).await {
         Ok(h) => h,
         Err(e) => {
             let chat = ChatFinished {
@@ -565,6 +565,7 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         tool_names: tool_names.clone(),
         max_tokens: Some(max_tokens),
         hosted_cache: Default::default(),
+        list_slot,
     };
     let mut started = Event::LlmCallStarted { request, decision: None };
     agent.events.emit(&mut started, cx).await?;
