@@ -194,16 +194,16 @@ const LINE_KEYS: [&str; 5] = ["id", "kind", "payload", "meta", "date"];
 
 /// How many bytes before the parsed offset are compared on the next read.
 const GUARD: u64 = 64;
-/// How far from a tape's end a read from an id looks for that id when the
-/// tape is not kept parsed (see [`tail_start`]): the lines since the
-/// agent's last step or turn; further back, parsing the whole tape (and
-/// keeping it) is as cheap.
+/// How far from a tape's end the store looks for a line (see
+/// [`tail_windows`]): a read from an id, when the tape is not kept parsed,
+/// for the lines since the agent's last step or turn; an append for the
+/// last id. Further back, parsing the whole tape (and keeping it) is as
+/// cheap.
 const TAIL_WINDOW: u64 = 64 * 1024;
-/// The first window [`tail_start`] reads, four times larger each time the
-/// line is not in it, up to [`TAIL_WINDOW`]: the line sought is nearly
+/// The first window [`tail_windows`] reads, four times larger each time
+/// the line is not in it, up to [`TAIL_WINDOW`]: the line sought is nearly
 /// always among the last few (one turn's entries), and reading and
-/// copying 64 KiB for each of a turn's reads showed in the gateway's
-/// profile on long sessions.
+/// copying 64 KiB each time showed in the profiles of long sessions.
 const TAIL_FIRST_WINDOW: u64 = 4 * 1024;
 /// From how many unparsed bytes a read goes to the blocking pool.
 const BLOCKING_READ: u64 = 64 * 1024;
@@ -469,35 +469,29 @@ impl FileTapeStore {
     /// Appends `entries` under the tape file's exclusive lock, with one
     /// sync: ids follow the file's last id, read under that lock.
     fn append_locked<E: Appendable>(&self, path: &Path, entries: &mut [E]) -> Result<(), BoxError> {
-        use std::io::{Read, Seek, SeekFrom};
         // Conversations are secrets: tapes are owner-only (0700 / 0600).
         bub_abi::files::create_private_dir(&self.dir)?;
         let mut file = bub_abi::files::open_private_append(path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         let len = file.metadata()?.len();
-        // The last complete line holding an id, from the tail: its last 4
-        // KiB (a few entries), then 64 KiB, then the whole tape only when
-        // those hold none. Reading 64 KiB at once made every append of a
-        // long session cost a 64 KiB read and buffer.
+        // The last line holding an id (a torn last one included), from the
+        // tail's windows, then the whole tape only when those hold none.
         let last_id = |bytes: &[u8]| {
             bytes.split(|b| *b == b'\n').rev().find_map(|l| serde_json::from_slice::<IdOnly>(l).ok()).map(|e| e.id)
         };
         let mut tail = Vec::new();
         let mut last = None;
-        for window in [4 * 1024, 64 * 1024] {
-            let tail_start = len.saturating_sub(window);
-            file.seek(SeekFrom::Start(tail_start))?;
-            tail.clear();
-            file.read_to_end(&mut tail)?;
-            let whole = &tail[first_whole_line(&tail, tail_start)..];
-            last = last_id(whole);
-            if last.is_some() || tail_start == 0 {
+        for window in tail_windows(&file, len) {
+            let from;
+            (from, tail) = window?;
+            last = last_id(&tail[first_whole_line(&tail, from)..]);
+            if last.is_some() {
                 break;
             }
         }
         let last = match last {
             Some(id) => id,
-            None if len > 64 * 1024 => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
+            None if len > TAIL_WINDOW => self.read(&path_tape(path))?.iter().map(|e| e.id).max().unwrap_or(0),
             None => 0,
         };
         // Written through a 1 MiB buffer, not built whole first (a run with
@@ -641,13 +635,8 @@ fn first_whole_line(window: &[u8], from: u64) -> usize {
 /// same place (`select` starts after the last entry with such an id), so
 /// both answer the same entries, whatever the ids' order.
 fn tail_start(file: &std::fs::File, len: u64, after_id: u64) -> std::io::Result<u64> {
-    // A smaller window holds the same whole lines as the end of a larger
-    // one, scanned in the same order, so growing it answers as reading
-    // the largest at once would.
-    let mut window = TAIL_FIRST_WINDOW.min(TAIL_WINDOW);
-    loop {
-        let from = len.saturating_sub(window);
-        let bytes = read_exact_from(file, from, len - from)?;
+    for window in tail_windows(file, len) {
+        let (from, bytes) = window?;
         // Complete lines only.
         let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
         let first = first_whole_line(&bytes, from);
@@ -659,11 +648,25 @@ fn tail_start(file: &std::fs::File, len: u64, after_id: u64) -> std::io::Result<
             }
             end = start;
         }
-        if from == 0 || window >= TAIL_WINDOW {
-            return Ok(0);
-        }
-        window = (window * 4).min(TAIL_WINDOW);
     }
+    Ok(0)
+}
+
+/// The bytes of a file of `len` bytes from offset `from` to its end, for
+/// growing windows: its last [`TAIL_FIRST_WINDOW`] bytes, four times as
+/// many each time up to [`TAIL_WINDOW`], none after one that starts the
+/// file. A reader looking for the last line that matches, from the end,
+/// stops at the first window holding one: a smaller window holds the same
+/// whole lines as the end of a larger one, in the same order, so it finds
+/// what reading the largest at once would.
+fn tail_windows(file: &std::fs::File, len: u64) -> impl Iterator<Item = std::io::Result<(u64, Vec<u8>)>> + '_ {
+    let mut next = Some(TAIL_FIRST_WINDOW.min(TAIL_WINDOW));
+    std::iter::from_fn(move || {
+        let window = next?;
+        let from = len.saturating_sub(window);
+        next = (from > 0 && window < TAIL_WINDOW).then(|| (window * 4).min(TAIL_WINDOW));
+        Some(read_exact_from(file, from, len - from).map(|bytes| (from, bytes)))
+    })
 }
 
 #[derive(serde::Deserialize)]
