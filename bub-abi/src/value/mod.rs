@@ -589,8 +589,8 @@ impl Value {
     /// this handle holds the list alone (nothing else shares it), else on
     /// a copy. For the host's own long-lived lists (a model request's
     /// messages, extended step by step instead of rebuilt). False, and
-    /// nothing changed, when this handle is shared, is not a list of this
-    /// table, holds fewer than `keep` items, or in a plugin.
+    /// nothing changed, when this is not a list of this table, holds fewer
+    /// than `keep` items, when an item is of another table, or in a plugin.
     #[doc(hidden)]
     pub fn splice_refs<'a>(
         &mut self,
@@ -608,7 +608,7 @@ impl Value {
         let Some(tail) = tail else { return false };
         // SAFETY: `self.node` is this handle's owned pointer; the others
         // are lent by the caller's values for this call.
-        unsafe { tree::splice_refs(self.node, keep, first.map(|f| f.node), &mut tail.into_iter()) }
+        unsafe { tree::splice_refs(self.node, keep, first.map(|f| f.node), &tail) }
     }
 
     /// Builds a host value from any `Serialize` (a [`Value`] inside is

@@ -667,7 +667,7 @@ pub(crate) unsafe fn splice_refs(
     list: *const c_void,
     keep: usize,
     first: Option<*const c_void>,
-    tail: &mut dyn Iterator<Item = *const c_void>,
+    tail: &[*const c_void],
 ) -> bool {
     // SAFETY: the caller's builder (see `builder`).
     let Some(Node::Array(items)) = (unsafe { builder(list) }) else { return false };
@@ -681,7 +681,7 @@ pub(crate) unsafe fn splice_refs(
         *slot = unsafe { raw_node(first) }.clone();
     }
     // SAFETY: as `first`.
-    items.extend(tail.map(|item| unsafe { raw_node(item) }.clone()));
+    items.extend(tail.iter().map(|&item| unsafe { raw_node(item) }.clone()));
     true
 }
 

@@ -382,8 +382,9 @@ pub struct CallRequest {
     /// The last [`hosted`](CallRequest::hosted) form, reused while the
     /// request still reads the same.
     pub(crate) hosted_cache: HostedCache,
-    /// The message list of the last request over the same kept context
-    /// (see [`ListSlot`]); none for a request of its own.
+    /// Where the last request over the same kept context left its list of
+    /// messages (see [`ListSlot`]); a slot of its own for a request built
+    /// alone.
     pub(crate) list_slot: ListSlot,
 }
 
@@ -396,13 +397,7 @@ pub struct CallRequest {
 /// the gateway spent more on 100-turn sessions than on fresh ones.
 /// A new slot is empty; its clones share it.
 #[derive(Clone, Default)]
-pub(crate) struct ListSlot(Arc<std::sync::Mutex<Option<KeptList>>>);
-
-/// A request's host list of messages and the messages it lists.
-pub(crate) struct KeptList {
-    list: bub_abi::Value,
-    messages: Vec<Shared>,
-}
+pub(crate) struct ListSlot(Arc<std::sync::Mutex<Option<Hosted>>>);
 
 impl PartialEq for ListSlot {
     fn eq(&self, _: &Self) -> bool {
@@ -425,7 +420,9 @@ impl std::fmt::Debug for ListSlot {
 #[derive(Default)]
 pub(crate) struct HostedCache(std::sync::Mutex<Option<Hosted>>);
 
-/// A request's host value and the messages it lists.
+/// A host value built from a request's messages (the request, or its list
+/// of messages) and those messages, to tell by address whether a later
+/// request has the same.
 #[derive(Clone)]
 pub(crate) struct Hosted {
     value: bub_abi::Value,
@@ -494,11 +491,11 @@ impl CallRequest {
                 let keep = 1 + same.count();
                 let first = Some(self.messages[0].hosted().as_ref());
                 let tail = self.messages[keep..].iter().map(|m| m.hosted().as_ref());
-                if kept.list.splice_refs(keep, first, tail) {
+                if kept.value.splice_refs(keep, first, tail) {
                     kept.messages.truncate(keep);
                     kept.messages[0] = self.messages[0].clone();
                     kept.messages.extend_from_slice(&self.messages[keep..]);
-                    let list = kept.list.clone();
+                    let list = kept.value.clone();
                     *bub_abi::sync::lock(slot) = Some(kept);
                     return list;
                 }
@@ -506,7 +503,7 @@ impl CallRequest {
             }
             _ => self.new_list(),
         };
-        *bub_abi::sync::lock(slot) = Some(KeptList { list: list.clone(), messages: self.messages.clone() });
+        *bub_abi::sync::lock(slot) = Some(Hosted { value: list.clone(), messages: self.messages.clone() });
         list
     }
 
