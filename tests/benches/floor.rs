@@ -20,7 +20,9 @@
 //! The case names are `hooks.rs`'s with a `floor/` prefix; `cargo bench -p
 //! bub-tests --bench floor` runs them (see BENCHMARKS.md, sixteenth session).
 
-use std::{hint::black_box, time::Duration};
+mod common;
+
+use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use futures_util::future::BoxFuture;
@@ -340,11 +342,7 @@ fn process_inbound(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_millis(1500))
-        .sample_size(30)
-        .without_plots();
+    config = common::criterion();
     targets = call_first, call_many, before_tool_call, process_inbound
 }
 criterion_main!(benches);

@@ -8,6 +8,8 @@
 //! usable inside the timed loop (JSON replies parsed), as Python's are objects.
 //! `scripts/bench.sh` turns criterion's estimates into hook_bench.py's JSON lines.
 
+mod common;
+
 use bub_host::WithBuiltin as _;
 use std::{
     future::Future,
@@ -347,11 +349,7 @@ fn process_inbound(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_millis(1500))
-        .sample_size(30)
-        .without_plots();
+    config = common::criterion();
     targets = call_first, call_many, before_tool_call, loading, process_inbound
 }
 criterion_main!(benches);

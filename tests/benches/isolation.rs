@@ -6,7 +6,9 @@
 //! waits for its answer, so it cannot be polled by hand as the dispatch
 //! benchmarks do).
 
-use std::{hint::black_box, time::Duration};
+mod common;
+
+use std::hint::black_box;
 
 use bub_abi::{HookId, TurnState};
 use bub_host::{CallArgs, Host, HostBuilder, PluginStatus, RuntimeSettings};
@@ -56,11 +58,7 @@ fn isolation(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_millis(1500))
-        .sample_size(30)
-        .without_plots();
+    config = common::criterion();
     targets = isolation
 }
 criterion_main!(benches);

@@ -6,7 +6,9 @@
 //! Python 3.12+ and pip the benchmark says so and measures nothing.
 //! `scripts/bench-python-bridge.sh` runs both and prints the table.
 
-use std::{future::Future, hint::black_box, time::Duration};
+mod common;
+
+use std::{future::Future, hint::black_box};
 
 use bub_abi::{
     types::{StateMap, ToolCall},
@@ -104,11 +106,7 @@ fn bridge(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_millis(1500))
-        .sample_size(30)
-        .without_plots();
+    config = common::criterion();
     targets = bridge
 }
 criterion_main!(benches);
