@@ -93,6 +93,10 @@ fn main() {
     // A `perf record` around the gateway (through `BUB_LOAD_BIN`) samples
     // the measured load only.
     bub_tests::perf_enable();
+    // The gateway's CPU time (all its threads, user and system) spent on
+    // the load alone: steadier than throughput, which the load's own
+    // concurrency bounds as much as the gateway does.
+    let cpu_before = gateway.pid().and_then(cpu_ticks);
     let started = Instant::now();
     let latencies: Vec<(String, Duration)> = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
@@ -118,6 +122,7 @@ fn main() {
         out
     });
     let wall = started.elapsed();
+    let cpu = gateway.pid().and_then(cpu_ticks).zip(cpu_before).map(|(after, before)| after - before);
     // The gateway's peak memory (VmHWM), read before it stops.
     let peak_kb: u64 = gateway
         .pid()
@@ -184,13 +189,30 @@ fn main() {
     let pct = |p: f64| times[((times.len() as f64 * p).ceil() as usize).saturating_sub(1)];
     println!(
         "gateway load: {messages} messages over {sessions} sessions (holding {prefill} turns each before) in {:.2} s = {:.0} messages/s; \
-         latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; gateway peak RSS {:.1} MB; every message one reply, \
+         latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; gateway CPU {} ms ({} µs a message), peak RSS {:.1} MB; every message one reply, \
          turns in arrival order, no overlapping turns ({overtaken} sessions had a request overtaken on the wire)",
         wall.as_secs_f64(),
         messages as f64 / wall.as_secs_f64(),
         pct(0.50).as_secs_f64() * 1e3,
         pct(0.99).as_secs_f64() * 1e3,
         times.last().unwrap().as_secs_f64() * 1e3,
+        cpu.map_or("?".into(), |t| (t * 1000 / ticks_per_second()).to_string()),
+        cpu.map_or("?".into(), |t| (t * 1_000_000 / ticks_per_second() / messages as u64).to_string()),
         peak_kb as f64 / 1024.0,
     );
+}
+
+/// User plus system CPU time of process `pid` and its threads, gone ones
+/// included, in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which may hold spaces, in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks a second in `/proc` (`USER_HZ`, fixed at 100 on Linux
+/// whatever the kernel's own tick rate).
+const fn ticks_per_second() -> u64 {
+    100
 }
