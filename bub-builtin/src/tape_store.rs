@@ -205,7 +205,7 @@ const TAIL_WINDOW: u64 = 64 * 1024;
 /// always among the last few (one turn's entries), and reading and
 /// copying 64 KiB each time showed in the profiles of long sessions.
 const TAIL_FIRST_WINDOW: u64 = 4 * 1024;
-/// From how many unparsed bytes a read goes to the blocking pool.
+/// From how many bytes to parse a read goes to the blocking pool.
 const BLOCKING_READ: u64 = 64 * 1024;
 /// How many tapes' parsed entries a store keeps (a gateway serves many
 /// sessions; past this the least recently read are dropped).
@@ -286,24 +286,16 @@ impl FileTapeStore {
     /// skipped with a warning. Parses only what was appended since the last
     /// read of the same file.
     pub fn read(&self, tape: &str) -> Result<Vec<TapeEntry>, BoxError> {
-        self.read_from(
+        whole(self.read_from(
             tape,
+            None,
             None,
             false,
             |_| 0,
             |_| true,
             usize::MAX,
             |entries| entries.iter().map(|e| e.entry()).collect(),
-        )?
-    }
-
-    /// How many bytes of `tape`'s file were not parsed yet (all of it when
-    /// it was never read; 0 when it cannot be told).
-    fn unparsed_bytes(&self, tape: &str) -> u64 {
-        let Ok(path) = self.path(tape) else { return 0 };
-        let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else { return 0 };
-        let parsed = bub_abi::sync::lock(&self.parsed).get(&path).map_or(0, |p| p.offset);
-        len.saturating_sub(parsed)
+        ))?
     }
 
     /// What `query` selects, as host values when it can be selected by the
@@ -315,6 +307,17 @@ impl FileTapeStore {
     /// since its last step, or what follows the last anchor, so a step
     /// costs the same on a long tape as on a short one.
     fn select(&self, query: &TapeQuery) -> Result<TapeEntries, BoxError> {
+        whole(self.select_within(query, None))
+    }
+
+    /// [`select`](Self::select), parsing at most `budget` bytes of the
+    /// tape: `None` when it would take more (nothing is lost: what was
+    /// kept stays kept). A runtime worker reads within a budget, and only
+    /// what exceeds it goes to the blocking pool: deciding by the bytes
+    /// not yet parsed sent every read from an id of a long tape not kept
+    /// there, although it parses a few lines, and the handoff cost more
+    /// than the read.
+    fn select_within(&self, query: &TapeQuery, budget: Option<u64>) -> Result<Option<TapeEntries>, BoxError> {
         let after_anchor = query.last_anchor || query.after_anchor.is_some();
         let by_anchor = after_anchor || query.between_anchors.is_some();
         let start = |parsed: &[Stored]| {
@@ -341,7 +344,7 @@ impl FileTapeStore {
         // Such an answer from the tape's start needs only the lines up to
         // its last entry parsed.
         let prefix = plain && query.after_id.is_none() && take != usize::MAX;
-        self.read_from(&query.tape, query.after_id, prefix, start, keep, take, |candidates| {
+        self.read_from(&query.tape, query.after_id, budget, prefix, start, keep, take, |candidates| {
             match bub_abi::tape::select_positions(&candidates, query)? {
                 Some(positions) => {
                     Ok(TapeEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
@@ -352,6 +355,7 @@ impl FileTapeStore {
                 }
             }
         })?
+        .transpose()
     }
 
     /// `finish` of the readable entries `keep` keeps, from the index
@@ -368,17 +372,20 @@ impl FileTapeStore {
     /// from the tape's start), lines are parsed only until there are that
     /// many: the agent's "is there an anchor yet?" is answered by a long
     /// tape's first line, and what was parsed is kept and continued later.
+    /// With a `budget`, a read that would parse more bytes than that
+    /// answers `None` instead, leaving what is kept as it was.
     #[allow(clippy::too_many_arguments)]
     fn read_from<R>(
         &self,
         tape: &str,
         after_id: Option<u64>,
+        budget: Option<u64>,
         prefix: bool,
         start: impl FnOnce(&[Stored]) -> usize,
         keep: impl Fn(&Stored) -> bool,
         take: usize,
         finish: impl FnOnce(Vec<&Stored>) -> R,
-    ) -> Result<R, BoxError> {
+    ) -> Result<Option<R>, BoxError> {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
@@ -386,7 +393,7 @@ impl FileTapeStore {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bub_abi::sync::lock(&self.parsed).remove(&path);
-                return Ok(finish(Vec::new()));
+                return Ok(Some(finish(Vec::new())));
             }
             Err(e) => return Err(failed(&e).into()),
         };
@@ -422,7 +429,16 @@ impl FileTapeStore {
         let mut torn = Vec::new();
         // Entries `keep` keeps among those parsed, when `prefix` counts them.
         let mut found = if prefix { parsed.entries.iter().filter(|e| keep(e)).take(take).count() } else { 0 };
-        if len > parsed.offset && !(prefix && found >= take) {
+        let answered = prefix && found >= take;
+        if budget.is_some_and(|b| len - parsed.offset > b) && !answered {
+            // Put back as it was taken out (a tail read's was kept again
+            // above; a tape never read has nothing to put back).
+            if parsed.base == 0 && parsed.offset > 0 {
+                self.keep(path, parsed);
+            }
+            return Ok(None);
+        }
+        if len > parsed.offset && !answered {
             let tail = read_exact_from(&file, parsed.offset, len - parsed.offset).map_err(|e| failed(&e))?;
             // Complete lines are consumed; a torn last line (no newline yet)
             // is read, but again next time too, when an append may have
@@ -458,12 +474,16 @@ impl FileTapeStore {
         if parsed.base == 0 {
             self.keep(path, parsed);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn keep(&self, path: PathBuf, parsed: Parsed) {
         let bytes = parsed.offset;
-        bub_abi::sync::lock(&self.parsed).keep(path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
+        // Freed after the lock is released (the guard goes with the
+        // statement): a dropped tape of 200 KB took over a millisecond to
+        // free, and every other tape's read waited on this lock.
+        let dropped = bub_abi::sync::lock(&self.parsed).keep(path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
+        drop(dropped);
     }
 
     /// Appends `entries` under the tape file's exclusive lock, with one
@@ -513,6 +533,11 @@ impl FileTapeStore {
         file.sync_data()?;
         Ok(())
     }
+}
+
+/// The answer of a read without a budget, which is never put off.
+fn whole<R>(read: Result<Option<R>, BoxError>) -> Result<R, BoxError> {
+    read?.ok_or_else(|| "a tape read without a budget was put off (a bug in the tape store)".into())
 }
 
 /// An entry the store writes: a `TapeEntry`, or a host value in its
@@ -728,17 +753,20 @@ impl TapeStore for FileTapeStore {
 
     fn fetch_all_answer(&self, query: TapeQuery) -> impl Fut<TapeEntries> {
         let this = self.clone();
-        let unparsed_bytes = self.unparsed_bytes(&query.tape);
         async move {
-            let read = move || this.select(&query);
-            // A long unparsed stretch (a tape's first read, a big append by
+            // A long stretch to parse (a tape's first read, a big append by
             // another process) is parsed on the blocking pool, not on a
-            // runtime worker that other sessions' turns are waiting for.
+            // runtime worker that other sessions' turns are waiting for;
+            // what takes less is read where it is asked for.
             match tokio::runtime::Handle::try_current() {
-                Ok(rt) if unparsed_bytes >= BLOCKING_READ => {
-                    rt.spawn_blocking(read).await.map_err(|e| format!("reading a tape: {e}"))?
-                }
-                _ => read(),
+                Ok(rt) => match this.select_within(&query, Some(BLOCKING_READ))? {
+                    Some(answer) => Ok(answer),
+                    None => rt
+                        .spawn_blocking(move || this.select(&query))
+                        .await
+                        .map_err(|e| format!("reading a tape: {e}"))?,
+                },
+                Err(_) => this.select(&query),
             }
         }
     }
@@ -1057,6 +1085,68 @@ mod tests {
                 assert_eq!(offset(&store), Some(parsed_to), "the kept prefix left as it was");
             }
         }
+    }
+
+    /// Issue 23: a runtime worker reads within a budget, and only a read
+    /// that would parse more is put off (to the blocking pool): a read from
+    /// an id of a long tape not kept, or one a kept prefix answers, is not;
+    /// a first whole read, or a long stretch appended, is. A read put off
+    /// leaves what was kept as it was, and the read without a budget
+    /// answers as a fresh store does.
+    #[test]
+    fn a_read_within_a_budget_is_put_off_only_when_it_would_parse_more() {
+        use bub_abi::types::TapeQuery;
+        let budget = Some(super::BLOCKING_READ);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut text =
+            "{\"id\":1,\"kind\":\"anchor\",\"payload\":{\"name\":\"start\"},\"meta\":{},\"date\":\"d\"}\n".to_owned();
+        for id in 2..=1500u64 {
+            text += &line(id, &"x".repeat(60));
+        }
+        assert!(text.len() as u64 > 2 * super::BLOCKING_READ);
+        std::fs::write(&path, &text).unwrap();
+        let query = |q: serde_json::Value| -> TapeQuery {
+            let mut q = q;
+            q["tape"] = "t".into();
+            serde_json::from_value(q).unwrap()
+        };
+        let (all, tail, first_anchor) = (
+            query(serde_json::json!({})),
+            query(serde_json::json!({"after_id": 1497})),
+            query(serde_json::json!({"kinds": ["anchor"], "limit": 1})),
+        );
+        let offset = |s: &FileTapeStore| bub_abi::sync::lock(&s.parsed).get(&path).map(|p| p.offset);
+        let fresh = || FileTapeStore::new(dir.path());
+        let within = |s: &FileTapeStore, q: &TapeQuery| s.select_within(q, budget).unwrap().map(answered);
+        let whole = |q: &TapeQuery| answered(fresh().select(q).unwrap());
+
+        let store = fresh();
+        assert_eq!(within(&store, &all), None, "a first whole read is put off");
+        assert_eq!(within(&store, &first_anchor), None, "so is a first prefix read: its length is not known");
+        assert_eq!(offset(&store), None, "nothing parsed, nothing kept");
+        assert_eq!(within(&store, &tail), Some(whole(&tail)), "the lines after an id: read here");
+        // A kept prefix answers the first anchor without parsing.
+        store.select(&first_anchor).unwrap();
+        let prefix = offset(&store);
+        assert_eq!(within(&store, &first_anchor), Some(whole(&first_anchor)));
+        assert_eq!(within(&store, &tail), Some(whole(&tail)));
+        assert_eq!(offset(&store), prefix, "the kept prefix left as it was");
+
+        // A kept whole tape: a few lines appended are read here, a long
+        // stretch is put off and the kept tape left as it was.
+        store.read("t").unwrap();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, line(1501, "more").as_bytes()).unwrap();
+        assert_eq!(within(&store, &all), Some(whole(&all)));
+        let kept = offset(&store);
+        assert_eq!(kept, Some(std::fs::metadata(&path).unwrap().len()));
+        let long: String = (1502..=3000u64).map(|id| line(id, &"y".repeat(60))).collect();
+        std::io::Write::write_all(&mut file, long.as_bytes()).unwrap();
+        assert_eq!(within(&store, &all), None);
+        assert_eq!(offset(&store), kept, "put off: what was kept is kept");
+        assert_eq!(answered(store.select(&all).unwrap()), whole(&all));
+        assert_eq!(within(&store, &all), Some(whole(&all)), "all parsed now: read here");
     }
 
     /// Issue 23: what the store parsed once it hands out as shared host
