@@ -593,9 +593,16 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     let mut options = run.options.clone();
     options.shift_remove("tools");
     options.shift_remove("max_tokens");
-    // The messages are shared with the provider's request, not copied.
-    let model_request =
-        ModelRequest { messages: request.messages.clone(), tools: defs, max_tokens: request.max_tokens, options };
+    // The messages are lent to the provider's request and taken back
+    // after: not even a reference count per message (on a long session
+    // each is a cache miss, see `message`).
+    let mut request = request;
+    let model_request = ModelRequest {
+        messages: std::mem::take(&mut request.messages),
+        tools: defs,
+        max_tokens: request.max_tokens,
+        options,
+    };
     let call_started = Instant::now();
     let mut text_so_far = String::new();
     let outcome = call_model(agent, &request.model, &model_request, tx, &mut text_so_far).await;
@@ -611,7 +618,7 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         error: outcome.as_ref().err().map(|e| AgentError::Provider(e.clone()).info()),
         duration_ms: elapsed.as_millis() as u64,
     };
-    drop(model_request);
+    request.messages = model_request.messages;
     let model = request.model.clone();
     let mut finished = Event::LlmCallFinished { request, result };
     agent.events.emit(&mut finished, cx).await?;
