@@ -96,7 +96,7 @@ fn main() {
     // The gateway's CPU time (all its threads, user and system) spent on
     // the load alone: steadier than throughput, which the load's own
     // concurrency bounds as much as the gateway does.
-    let cpu_before = gateway.pid().and_then(cpu_ticks);
+    let cpu_before = gateway.pid().map(thread_cpu);
     let started = Instant::now();
     let latencies: Vec<(String, Duration)> = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(sessions * 2).build().unwrap();
@@ -122,7 +122,7 @@ fn main() {
         out
     });
     let wall = started.elapsed();
-    let cpu = gateway.pid().and_then(cpu_ticks).zip(cpu_before).map(|(after, before)| after - before);
+    let cpu = gateway.pid().map(thread_cpu).zip(cpu_before).map(|(after, before)| cpu_between(&before, &after));
     // The gateway's peak memory (VmHWM), read before it stops.
     let peak_kb: u64 = gateway
         .pid()
@@ -196,23 +196,28 @@ fn main() {
         pct(0.50).as_secs_f64() * 1e3,
         pct(0.99).as_secs_f64() * 1e3,
         times.last().unwrap().as_secs_f64() * 1e3,
-        cpu.map_or("?".into(), |t| (t * 1000 / ticks_per_second()).to_string()),
-        cpu.map_or("?".into(), |t| (t * 1_000_000 / ticks_per_second() / messages as u64).to_string()),
+        cpu.map_or("?".into(), |ns| format!("{:.1}", ns as f64 / 1e6)),
+        cpu.map_or("?".into(), |ns| (ns / 1000 / messages as u64).to_string()),
         peak_kb as f64 / 1024.0,
     );
 }
 
-/// User plus system CPU time of process `pid` and its threads, gone ones
-/// included, in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name, which may hold spaces, in parentheses.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+/// Each thread of process `pid` with the CPU time it has run, in ns
+/// (`/proc/<pid>/task/<tid>/schedstat`: exact, where `/proc/<pid>/stat`
+/// counts 10 ms ticks).
+fn thread_cpu(pid: u32) -> std::collections::HashMap<String, u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((t.file_name().to_string_lossy().into_owned(), stat.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
 }
 
-/// Clock ticks a second in `/proc` (`USER_HZ`, fixed at 100 on Linux
-/// whatever the kernel's own tick rate).
-const fn ticks_per_second() -> u64 {
-    100
+/// The CPU time the gateway's threads ran between two [`thread_cpu`]
+/// readings: a thread started meanwhile counts whole; one that ended
+/// meanwhile is not seen (tokio's blocking threads outlive the load).
+fn cpu_between(before: &std::collections::HashMap<String, u64>, after: &std::collections::HashMap<String, u64>) -> u64 {
+    after.iter().map(|(tid, ns)| ns - before.get(tid).copied().unwrap_or(0).min(*ns)).sum()
 }
