@@ -61,7 +61,6 @@
 use std::{
     future::Future,
     pin::Pin,
-    sync::OnceLock,
     task::{Context, Poll},
 };
 
@@ -73,7 +72,7 @@ use crate::{
     HookId, Object,
 };
 
-static HOST: OnceLock<HostServicesRef> = OnceLock::new();
+static HOST: crate::sync::SetOnce<HostServicesRef> = crate::sync::SetOnce::new();
 
 /// The host's ABI `(major, minor)`, once a host initialised this plugin.
 pub(crate) fn host_minor() -> Option<(u64, u64)> {

@@ -5,7 +5,7 @@
 //! subscriber that hands each event to the host's log callback, and a panic
 //! hook that reports panics (with their location) the same way.
 
-use std::{fmt::Write as _, sync::OnceLock};
+use std::fmt::Write as _;
 
 use abi_stable::std_types::RStr;
 use tracing::{
@@ -20,11 +20,11 @@ struct HostLog {
     plugin: String,
 }
 
-static HOST_LOG: OnceLock<HostLog> = OnceLock::new();
+static HOST_LOG: crate::sync::SetOnce<HostLog> = crate::sync::SetOnce::new();
 
 /// Installs the forwarding subscriber and panic hook (once per library).
 pub fn install(host: HostServicesRef, plugin: &str) {
-    if HOST_LOG.set(HostLog { host, plugin: plugin.to_owned() }).is_err() {
+    if !HOST_LOG.set(HostLog { host, plugin: plugin.to_owned() }) {
         return;
     }
     let _ = tracing::subscriber::set_global_default(Forwarder);

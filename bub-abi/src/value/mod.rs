@@ -53,7 +53,7 @@ mod de;
 mod ser;
 pub(crate) mod tree;
 
-use std::{marker::PhantomData, sync::OnceLock};
+use std::marker::PhantomData;
 
 use abi_stable::std_types::{RStr, RString};
 
@@ -89,7 +89,7 @@ impl serde::ser::Error for Error {
     }
 }
 
-static HOST_TABLE: OnceLock<ValueVTableRef> = OnceLock::new();
+static HOST_TABLE: crate::sync::SetOnce<ValueVTableRef> = crate::sync::SetOnce::new();
 
 /// How many values were copied from one table into another (only values
 /// built before a plugin's init should ever be; the tests keep it at 0 on
