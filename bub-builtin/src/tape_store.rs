@@ -205,6 +205,9 @@ const TAIL_WINDOW: u64 = 64 * 1024;
 /// always among the last few (one turn's entries), and reading and
 /// copying 64 KiB each time showed in the profiles of long sessions.
 const TAIL_FIRST_WINDOW: u64 = 4 * 1024;
+/// The first window a prefix read reads (see [`FileTapeStore::read_from`]),
+/// four times larger each time its answer is not in it.
+const PREFIX_FIRST_WINDOW: u64 = 16 * 1024;
 /// From how many bytes to parse a read goes to the blocking pool.
 const BLOCKING_READ: u64 = 64 * 1024;
 /// How many tapes' parsed entries a store keeps (a gateway serves many
@@ -369,8 +372,8 @@ impl FileTapeStore {
     /// gateway whose long sessions outgrow the cache would otherwise parse
     /// a whole tape for every message, to answer with its last few lines.
     /// With `prefix` (the answer is the first `take` entries `keep` keeps,
-    /// from the tape's start), lines are parsed only until there are that
-    /// many: the agent's "is there an anchor yet?" is answered by a long
+    /// from the tape's start), lines are read in growing windows and parsed
+    /// only until there are that many: the agent's "is there an anchor yet?" is answered by a long
     /// tape's first line, and what was parsed is kept and continued later.
     /// With a `budget`, a read that would parse more bytes than that
     /// answers `None` instead, leaving what is kept as it was.
@@ -439,32 +442,50 @@ impl FileTapeStore {
             return Ok(None);
         }
         if len > parsed.offset && !answered {
-            let tail = read_exact_from(&file, parsed.offset, len - parsed.offset).map_err(|e| failed(&e))?;
-            // Complete lines are consumed; a torn last line (no newline yet)
-            // is read, but again next time too, when an append may have
-            // completed it.
-            let complete = memchr::memrchr(b'\n', &tail).map_or(0, |i| i + 1);
-            let mut consumed = 0;
-            if complete > 0 {
-                for line in lines(&tail[..complete - 1]) {
-                    consumed += line.len() + 1;
-                    parsed.lines += 1;
-                    let before = parsed.entries.len();
-                    parse_line(&mut parsed.entries, line, (parsed.lines, parsed.base), &path);
-                    if prefix && parsed.entries.get(before).is_some_and(&keep) {
-                        found += 1;
-                        if found >= take {
-                            break;
+            // A prefix read reads in growing windows, its answer being
+            // nearly always in the tape's first lines: reading the whole
+            // rest first held a 100 MB tape in memory to find line 1.
+            // Any other read parses the rest, so reads it at once.
+            let mut window = if prefix { PREFIX_FIRST_WINDOW } else { u64::MAX };
+            loop {
+                let end = len.min(parsed.offset.saturating_add(window));
+                let tail = read_exact_from(&file, parsed.offset, end - parsed.offset).map_err(|e| failed(&e))?;
+                // Complete lines are consumed; a torn last line (no newline
+                // yet) is read, but again next time too, when an append may
+                // have completed it.
+                let complete = memchr::memrchr(b'\n', &tail).map_or(0, |i| i + 1);
+                let mut consumed = 0;
+                let mut answered = false;
+                if complete > 0 {
+                    for line in lines(&tail[..complete - 1]) {
+                        consumed += line.len() + 1;
+                        parsed.lines += 1;
+                        let before = parsed.entries.len();
+                        parse_line(&mut parsed.entries, line, (parsed.lines, parsed.base), &path);
+                        if prefix && parsed.entries.get(before).is_some_and(&keep) {
+                            found += 1;
+                            if found >= take {
+                                answered = true;
+                                break;
+                            }
                         }
                     }
+                    let mut guard = std::mem::take(&mut parsed.guard);
+                    guard.extend_from_slice(&tail[consumed.saturating_sub(GUARD as usize)..consumed]);
+                    parsed.guard = guard.split_off(guard.len().saturating_sub(GUARD as usize));
+                    parsed.offset += consumed as u64;
                 }
-                let mut guard = std::mem::take(&mut parsed.guard);
-                guard.extend_from_slice(&tail[consumed.saturating_sub(GUARD as usize)..consumed]);
-                parsed.guard = guard.split_off(guard.len().saturating_sub(GUARD as usize));
-                parsed.offset += consumed as u64;
-            }
-            if consumed == complete {
-                parse_line(&mut torn, &tail[complete..], (parsed.lines + 1, parsed.base), &path);
+                if end == len {
+                    if consumed == complete {
+                        parse_line(&mut torn, &tail[complete..], (parsed.lines + 1, parsed.base), &path);
+                    }
+                    break;
+                }
+                if answered {
+                    break;
+                }
+                // Not there yet, or a line longer than the window.
+                window = window.saturating_mul(4);
             }
         }
         let from = start(&parsed.entries).min(parsed.entries.len());
@@ -605,6 +626,8 @@ fn read_exact_from(file: &std::fs::File, offset: u64, len: u64) -> std::io::Resu
     file.seek(std::io::SeekFrom::Start(offset))?;
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(len).read_to_end(&mut bytes)?;
+    #[cfg(test)]
+    tests::READ.with(|read| read.set(read.get() + bytes.len() as u64));
     if (bytes.len() as u64) < len {
         return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter while it was read"));
     }
@@ -1147,6 +1170,59 @@ mod tests {
         assert_eq!(offset(&store), kept, "put off: what was kept is kept");
         assert_eq!(answered(store.select(&all).unwrap()), whole(&all));
         assert_eq!(within(&store, &all), Some(whole(&all)), "all parsed now: read here");
+    }
+
+    thread_local! {
+        /// Bytes `read_exact_from` read on this thread.
+        pub(super) static READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Bounded resources (issue 23): the first entries of a kind (the
+    /// agent's "is there an anchor yet?") are read in growing windows from
+    /// the tape's start, not with the whole tape at once, and answer as a
+    /// whole read does wherever the answer lies: in the first window,
+    /// across windows, after a line longer than a window, or nowhere.
+    #[test]
+    fn a_prefix_read_reads_windows_until_its_answer() {
+        use bub_abi::types::TapeQuery;
+        let anchor = |id: u64| {
+            format!(
+                "{{\"id\":{id},\"kind\":\"anchor\",\"payload\":{{\"name\":\"a{id}\"}},\"meta\":{{}},\"date\":\"d\"}}\n"
+            )
+        };
+        let filler = |from: u64, to: u64| (from..to).map(|id| line(id, &"x".repeat(200))).collect::<String>();
+        let window = super::PREFIX_FIRST_WINDOW as usize;
+        let tapes = [
+            ("first", anchor(1) + &filler(2, 20_000)),
+            ("later", filler(1, 2_000) + &anchor(2_000) + &filler(2_001, 20_000)),
+            ("long line", line(1, &"y".repeat(3 * window)) + &anchor(2) + &filler(3, 20_000)),
+            ("none", filler(1, 2_000) + &line(2_000, "torn")[..20]),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in &tapes {
+            let tape = name.replace(' ', "_");
+            std::fs::write(dir.path().join(format!("{tape}.jsonl")), text).unwrap();
+            let q: TapeQuery =
+                serde_json::from_value(serde_json::json!({"tape": tape, "kinds": ["anchor"], "limit": 1})).unwrap();
+            let whole = FileTapeStore::new(dir.path());
+            whole.read(&tape).unwrap();
+            let store = FileTapeStore::new(dir.path());
+            READ.with(|r| r.set(0));
+            assert_eq!(answered(store.select(&q).unwrap()), answered(whole.select(&q).unwrap()), "{name}");
+            let read = READ.with(|r| r.get()) as usize;
+            let answer_end = text.find("\"kind\":\"anchor\"").map(|at| at + text[at..].find('\n').unwrap() + 1);
+            match answer_end {
+                // Windows of 1, 4, 16, … times the first, the last one
+                // less than four times what the answer needed.
+                Some(end) => assert!(read <= window.max(6 * end), "{name}: read {read} bytes for an answer {end} in"),
+                // A window's unfinished last line is read again with the
+                // next one.
+                None => assert!(read >= text.len() && read < 2 * text.len(), "{name}: read {read} of {}", text.len()),
+            }
+            if *name == "first" {
+                assert_eq!(read, window, "the first window holds the answer");
+            }
+        }
     }
 
     /// Issue 23: what the store parsed once it hands out as shared host
