@@ -13,7 +13,8 @@
 //!   channel's `follow_up` admission): a traced plugin records each turn's
 //!   `load_state` (start) and `save_state` (end), which must alternate;
 //!
-//! and reports throughput and p50/p99 latency (request sent → reply).
+//! and reports throughput, p50/p99 latency (request sent → reply) and the
+//! gateway's CPU time during the load (its threads' `schedstat`).
 //!
 //! With `PREFILL_TURNS=N`, every session first holds N turns, sent through
 //! the gateway one after another per session (all sessions at once) and
