@@ -423,10 +423,16 @@ pub(crate) struct HostedCache(std::sync::Mutex<Option<Hosted>>);
 /// A host value built from a request's messages (the request, or its list
 /// of messages) and those messages, to tell by address whether a later
 /// request has the same.
+///
+/// The messages are shared by the request's kept value and the slot's
+/// list (copied when one changes them while the other still holds them):
+/// a copy of a `Vec<Shared>` is a reference count in every message,
+/// memory a gateway cycling through long sessions has not touched since
+/// the session's last turn.
 #[derive(Clone)]
 pub(crate) struct Hosted {
     value: bub_abi::Value,
-    messages: Vec<Shared>,
+    messages: Arc<Vec<Shared>>,
 }
 
 impl Clone for HostedCache {
@@ -459,7 +465,7 @@ impl CallRequest {
         // Built node by node, in `LlmCallRequest`'s key order: each message
         // is a pointer to its kept node (serde went through every message's
         // handle, a tenth of a 1,000-entry step's events).
-        let messages = self.message_list();
+        let (messages, built_from) = self.message_list();
         let mut tool_names = bub_abi::Value::array_with_capacity(self.tool_names.len());
         for name in &self.tool_names {
             tool_names.push(name.as_str());
@@ -471,15 +477,17 @@ impl CallRequest {
             .insert("messages", messages)
             .insert("tool_names", tool_names)
             .insert("max_tokens", self.max_tokens);
-        *cache = Some(Hosted { value: hosted.clone(), messages: self.messages.clone() });
+        *cache = Some(Hosted { value: hosted.clone(), messages: built_from });
         hosted
     }
 
     /// The host list of the messages: the last request's over the same
     /// kept context, its first message (the system prompt, new every step)
     /// replaced and the messages after their common part appended, when
-    /// there is one; else a new list, left in the slot for the next.
-    fn message_list(&self) -> bub_abi::Value {
+    /// there is one; else a new list, left in the slot for the next. With
+    /// the messages it was built from (this request's, shared with the
+    /// slot).
+    fn message_list(&self) -> (bub_abi::Value, Arc<Vec<Shared>>) {
         let slot = &self.list_slot.0;
         // Taken out: the list is then this request's alone to change (a
         // plugin that kept the last request keeps its own list: the
@@ -492,19 +500,22 @@ impl CallRequest {
                 let first = Some(self.messages[0].hosted().as_ref());
                 let tail = self.messages[keep..].iter().map(|m| m.hosted().as_ref());
                 if kept.value.splice_refs(keep, first, tail) {
-                    kept.messages.truncate(keep);
-                    kept.messages[0] = self.messages[0].clone();
-                    kept.messages.extend_from_slice(&self.messages[keep..]);
-                    let list = kept.value.clone();
+                    // In place unless the last request still holds them.
+                    let messages = Arc::make_mut(&mut kept.messages);
+                    messages.truncate(keep);
+                    messages[0] = self.messages[0].clone();
+                    messages.extend_from_slice(&self.messages[keep..]);
+                    let built = (kept.value.clone(), kept.messages.clone());
                     *bub_abi::sync::lock(slot) = Some(kept);
-                    return list;
+                    return built;
                 }
                 self.new_list()
             }
             _ => self.new_list(),
         };
-        *bub_abi::sync::lock(slot) = Some(Hosted { value: list.clone(), messages: self.messages.clone() });
-        list
+        let messages = Arc::new(self.messages.clone());
+        *bub_abi::sync::lock(slot) = Some(Hosted { value: list.clone(), messages: messages.clone() });
+        (list, messages)
     }
 
     /// The messages' host list, built afresh: a pointer to each one's node.
@@ -796,6 +807,51 @@ mod tests {
         empty.messages.clear();
         reads_as_itself(&empty);
         reads_as_itself(&request("s", &history));
+    }
+
+    /// Issue 23: a request's kept value and the slot share one copy of the
+    /// messages it was built from. The next request's splice extends that
+    /// copy in place once nobody else holds it, and copies it while the
+    /// last request still does, so that request still reads as its own.
+    #[test]
+    fn a_request_shares_its_messages_with_the_slot_until_one_changes() {
+        let slot = ListSlot::default();
+        let msg = |role: &str, text: &str| Message::new(json!({"role": role, "content": text}));
+        let history: Vec<Shared> = (0..6).map(|i| msg("user", &format!("m{i}"))).collect();
+        let request = |system: &str, n: usize| {
+            let mut all = vec![msg("system", system)];
+            all.extend(history[..n].iter().cloned());
+            CallRequest {
+                run_id: "run-1".into(),
+                model: "openai:gpt".into(),
+                messages: all,
+                tool_names: vec![],
+                max_tokens: None,
+                hosted_cache: Default::default(),
+                list_slot: slot.clone(),
+            }
+        };
+        let cached = |r: &CallRequest| bub_abi::sync::lock(&r.hosted_cache.0).as_ref().unwrap().messages.clone();
+        let in_slot = || bub_abi::sync::lock(&slot.0).as_ref().unwrap().messages.clone();
+        let first = request("s1", 3);
+        first.hosted();
+        assert!(Arc::ptr_eq(&cached(&first), &in_slot()), "one copy for the request and the slot");
+        // The first request still held: the next one's splice copies.
+        let second = request("s2", 4);
+        second.hosted();
+        assert!(!Arc::ptr_eq(&cached(&first), &in_slot()));
+        assert!(Arc::ptr_eq(&cached(&second), &in_slot()));
+        let address = |h: &bub_abi::Value| h.as_ref().get("run_id").and_then(|r| r.as_str()).map(str::as_ptr);
+        let kept = first.hosted();
+        assert_eq!(kept.deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), first.to_abi());
+        assert_eq!(address(&first.hosted()), address(&kept), "the first request's value is still its kept one");
+        // Once nobody else holds it, the next splice extends it in place.
+        drop((first, kept, second));
+        let before = Arc::as_ptr(&in_slot());
+        let third = request("s3", 6);
+        let hosted = third.hosted();
+        assert_eq!(Arc::as_ptr(&in_slot()), before, "extended in place");
+        assert_eq!(hosted.deserialize::<bub_abi::types::LlmCallRequest>().unwrap(), third.to_abi());
     }
 
     /// The one-scan reading of a stored message finds the same role and
