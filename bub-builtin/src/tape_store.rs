@@ -373,8 +373,9 @@ impl FileTapeStore {
     /// a whole tape for every message, to answer with its last few lines.
     /// With `prefix` (the answer is the first `take` entries `keep` keeps,
     /// from the tape's start), lines are read in growing windows and parsed
-    /// only until there are that many: the agent's "is there an anchor yet?" is answered by a long
-    /// tape's first line, and what was parsed is kept and continued later.
+    /// only until there are that many: the agent's "is there an anchor
+    /// yet?" is answered by a long tape's first line, and what was parsed
+    /// is kept and continued later.
     /// With a `budget`, a read that would parse more bytes than that
     /// answers `None` instead, leaving what is kept as it was.
     #[allow(clippy::too_many_arguments)]
