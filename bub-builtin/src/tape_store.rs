@@ -501,11 +501,7 @@ impl FileTapeStore {
 
     fn keep(&self, path: PathBuf, parsed: Parsed) {
         let bytes = parsed.offset;
-        // Freed after the lock is released (the guard goes with the
-        // statement): a dropped tape of 200 KB took over a millisecond to
-        // free, and every other tape's read waited on this lock.
-        let dropped = bub_abi::sync::lock(&self.parsed).keep(path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
-        drop(dropped);
+        Lru::keep_in(&self.parsed, path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
     }
 
     /// Appends `entries` under the tape file's exclusive lock, with one

@@ -84,6 +84,15 @@ impl<K: Eq + Hash + Clone, V> Lru<K, V> {
         }
         dropped
     }
+
+    /// [`keep`](Self::keep) in the map behind `lock`, what it drops freed
+    /// after the lock is released: both caches keep their map under a lock
+    /// every session's read takes.
+    pub fn keep_in(lock: &std::sync::Mutex<Self>, key: K, value: V, weight: u64, max_len: usize, max_weight: u64) {
+        // The guard goes with the statement, before `dropped` does.
+        let dropped = bub_abi::sync::lock(lock).keep(key, value, weight, max_len, max_weight);
+        drop(dropped);
+    }
 }
 
 #[cfg(test)]

@@ -117,10 +117,7 @@ impl<S: Clone + Default> Folds<S> {
         if weight > self.budget {
             return;
         }
-        // Freed after the lock is released (the guard goes with the
-        // statement): other sessions' reads do not wait on it.
-        let dropped = bub_abi::sync::lock(&self.kept).keep(key, kept, weight as u64, self.tapes, self.budget as u64);
-        drop(dropped);
+        Lru::keep_in(&self.kept, key, kept, weight as u64, self.tapes, self.budget as u64);
     }
 }
 
