@@ -52,8 +52,8 @@ fn expect(b: &[u8], i: usize, want: &[u8]) -> Option<usize> {
 fn value_end(b: &[u8], i: usize, depth: u32) -> Option<usize> {
     match *b.get(i)? {
         b'"' => string_end(b, i),
-        b'{' => object_end(b, i, depth),
-        b'[' => array_end(b, i, depth),
+        b'{' => members_end(b, i, depth, b'}', true),
+        b'[' => members_end(b, i, depth, b']', false),
         b't' => expect(b, i, b"true"),
         b'f' => expect(b, i, b"false"),
         b'n' => expect(b, i, b"null"),
@@ -140,41 +140,28 @@ fn digits(b: &[u8], i: usize) -> usize {
     i + b[i..].iter().take_while(|c| c.is_ascii_digit()).count()
 }
 
-fn object_end(b: &[u8], i: usize, depth: u32) -> Option<usize> {
+/// A map (`keyed`, closed by `}`) or a list (closed by `]`) starting at
+/// `b[i]`: its members, each a value after a string key and a colon in a
+/// map, separated by commas.
+fn members_end(b: &[u8], i: usize, depth: u32, close: u8, keyed: bool) -> Option<usize> {
     if depth >= MAX_DEPTH {
         return None;
     }
     let mut j = i + 1;
-    if b.get(j) == Some(&b'}') {
+    if b.get(j) == Some(&close) {
         return Some(j + 1);
     }
     loop {
-        if b.get(j) != Some(&b'"') {
-            return None;
+        if keyed {
+            if b.get(j) != Some(&b'"') {
+                return None;
+            }
+            j = expect(b, string_end(b, j)?, b":")?;
         }
-        j = expect(b, string_end(b, j)?, b":")?;
         j = value_end(b, j, depth + 1)?;
-        match b.get(j)? {
+        match *b.get(j)? {
             b',' => j += 1,
-            b'}' => return Some(j + 1),
-            _ => return None,
-        }
-    }
-}
-
-fn array_end(b: &[u8], i: usize, depth: u32) -> Option<usize> {
-    if depth >= MAX_DEPTH {
-        return None;
-    }
-    let mut j = i + 1;
-    if b.get(j) == Some(&b']') {
-        return Some(j + 1);
-    }
-    loop {
-        j = value_end(b, j, depth + 1)?;
-        match b.get(j)? {
-            b',' => j += 1,
-            b']' => return Some(j + 1),
+            c if c == close => return Some(j + 1),
             _ => return None,
         }
     }
