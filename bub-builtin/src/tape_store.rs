@@ -433,7 +433,7 @@ impl FileTapeStore {
         let mut torn = Vec::new();
         // Entries `keep` keeps among those parsed, when `prefix` counts them.
         let mut found = if prefix { parsed.entries.iter().filter(|e| keep(e)).take(take).count() } else { 0 };
-        let answered = prefix && found >= take;
+        let mut answered = prefix && found >= take;
         if budget.is_some_and(|b| len - parsed.offset > b) && !answered {
             // Put back as it was taken out (a tail read's was kept again
             // above; a tape never read has nothing to put back).
@@ -456,7 +456,6 @@ impl FileTapeStore {
                 // have completed it.
                 let complete = memchr::memrchr(b'\n', &tail).map_or(0, |i| i + 1);
                 let mut consumed = 0;
-                let mut answered = false;
                 if complete > 0 {
                     for line in lines(&tail[..complete - 1]) {
                         consumed += line.len() + 1;

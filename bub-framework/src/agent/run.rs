@@ -569,7 +569,7 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     };
     let mut started = Event::LlmCallStarted { request, decision: None };
     agent.events.emit(&mut started, cx).await?;
-    let Event::LlmCallStarted { request, decision } = started else { unreachable!("same event") };
+    let Event::LlmCallStarted { mut request, decision } = started else { unreachable!("same event") };
     // 7. A finish decision answers without the provider.
     if let Some(d) = decision {
         let chat = ChatFinished {
@@ -596,7 +596,6 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     // The messages are lent to the provider's request and taken back
     // after: not even a reference count per message (on a long session
     // each is a cache miss, see `message`).
-    let mut request = request;
     let model_request = ModelRequest {
         messages: std::mem::take(&mut request.messages),
         tools: defs,
