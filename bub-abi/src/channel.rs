@@ -1,12 +1,13 @@
 //! Helpers for channel plugins (IM bots): settings under Bub's variable
 //! names, replies split at a platform's length limit, the text of an
 //! outbound whose content is Bub's JSON, a reply streamed into one edited
-//! message, and error messages with their causes.
+//! message, error messages with their causes, answers read under a cap,
+//! and the pace of refusals ("Access denied.") sent to strangers.
 //!
 //! Not part of the ABI: plain code compiled into each plugin that uses it.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -111,6 +112,77 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
+/// An answer read chunk by chunk, refused once it passes `limit` bytes:
+/// a network peer (the platform, a proxy, a self-hosted server) can send
+/// an endless body, and reading it whole would grow the gateway until it
+/// aborts.
+#[derive(Debug)]
+pub struct CappedBody {
+    limit: u64,
+    bytes: Vec<u8>,
+}
+
+impl CappedBody {
+    /// An empty body that takes at most `limit` bytes.
+    pub fn new(limit: u64) -> CappedBody {
+        CappedBody { limit, bytes: Vec::new() }
+    }
+
+    /// Adds `chunk`; an error saying how large the answer got once it
+    /// passes the limit (what was read is dropped).
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+        if self.bytes.len() as u64 + chunk.len() as u64 > self.limit {
+            self.bytes = Vec::new();
+            return Err(format!("the answer is larger than {} bytes", self.limit));
+        }
+        self.bytes.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// The bytes read.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// When a refusal ("Access denied.") may be sent to a conversation: at
+/// most once per `interval` each, so strangers writing to the bot cannot
+/// make it spend its rate limit (and its listed users' time) on them.
+/// Remembers at most `capacity` conversations; past that the oldest are
+/// forgotten.
+#[derive(Debug)]
+pub struct RefusalPace {
+    interval: Duration,
+    capacity: usize,
+    last: HashMap<String, Instant>,
+}
+
+impl RefusalPace {
+    /// One refusal per conversation per `interval`.
+    pub fn new(interval: Duration, capacity: usize) -> RefusalPace {
+        RefusalPace { interval, capacity: capacity.max(1), last: HashMap::new() }
+    }
+
+    /// Whether `chat` may be sent a refusal now (and, if so, counts it).
+    pub fn allow(&mut self, chat: &str) -> bool {
+        let now = Instant::now();
+        if self.last.get(chat).is_some_and(|t| now.duration_since(*t) < self.interval) {
+            return false;
+        }
+        if self.last.len() >= self.capacity {
+            let interval = self.interval;
+            self.last.retain(|_, t| now.duration_since(*t) < interval);
+            if self.last.len() >= self.capacity {
+                if let Some(oldest) = self.last.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) {
+                    self.last.remove(&oldest);
+                }
+            }
+        }
+        self.last.insert(chat.to_owned(), now);
+        true
+    }
+}
+
 /// How a platform counts a message's length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {
@@ -180,6 +252,30 @@ pub fn reply_text(content: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_body_refuses_the_byte_past_its_limit() {
+        let mut body = CappedBody::new(10);
+        body.push(b"12345").unwrap();
+        body.push(b"67890").unwrap();
+        let err = body.push(b"1").unwrap_err();
+        assert!(err.contains("larger than 10 bytes"), "{err}");
+        let mut body = CappedBody::new(10);
+        body.push(b"abc").unwrap();
+        assert_eq!(body.into_bytes(), b"abc");
+    }
+
+    #[test]
+    fn refusals_are_paced_per_conversation_and_memory_is_bounded() {
+        let mut pace = RefusalPace::new(Duration::from_secs(60), 2);
+        assert!(pace.allow("a"));
+        assert!(!pace.allow("a"), "a second refusal within the interval");
+        assert!(pace.allow("b"));
+        assert!(pace.allow("c"), "a new conversation past the capacity");
+        assert!(pace.last.len() <= 2);
+        let mut quick = RefusalPace::new(Duration::ZERO, 4);
+        assert!(quick.allow("a") && quick.allow("a"));
+    }
 
     #[test]
     fn live_replies_send_once_then_edit_at_most_once_an_interval() {

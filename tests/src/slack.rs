@@ -6,6 +6,12 @@
 //! records the acknowledgements, and can ask for a reconnect
 //! (`disconnect`) or drop the connection. Shapes from api.slack.com
 //! (Socket Mode, Events API).
+//!
+//! Slack's delivery rule, as its Events API documents it: an event whose
+//! envelope is not acknowledged is sent again, with `retry_attempt` one
+//! higher and `retry_reason`, at most three times. Here the retries go out
+//! when the next connection opens (a restarted app), so a test sees
+//! exactly what an app that stopped without acknowledging gets back.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -45,7 +51,14 @@ struct State {
     files: HashMap<String, Vec<u8>>,
     next_ts: u64,
     next_envelope: u64,
+    // Every envelope sent, for Slack's retries of unacknowledged ones.
+    sent: Vec<Value>,
+    // The token of every file request.
+    file_requests: Vec<String>,
 }
+
+/// How often Slack retries an unacknowledged event.
+pub const RETRIES: u64 = 3;
 
 /// The fake.
 pub struct FakeSlack {
@@ -118,7 +131,8 @@ impl FakeSlack {
                     let id = format!("env-{}", state.next_envelope);
                     let envelope = json!({"envelope_id": id, "type": "events_api", "accepts_response_payload": false,
                         "retry_attempt": 0, "payload": {"type": "event_callback", "team_id": "T1", "event": event}});
-                    if current.send(Control::Send(envelope)).is_ok() {
+                    if current.send(Control::Send(envelope.clone())).is_ok() {
+                        state.sent.push(envelope);
                         return id;
                     }
                     state.current = None;
@@ -146,6 +160,16 @@ impl FakeSlack {
     /// How many Socket Mode connections were made.
     pub fn connections(&self) -> usize {
         self.state.lock().unwrap().connections
+    }
+
+    /// The bearer tokens file downloads came with, in order.
+    pub fn file_requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().file_requests.clone()
+    }
+
+    /// Every envelope sent (retries included), in order.
+    pub fn sent(&self) -> Vec<Value> {
+        self.state.lock().unwrap().sent.clone()
     }
 
     /// The acknowledged envelope ids.
@@ -194,6 +218,32 @@ async fn serve_socket(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
     if ws.send(Message::text(json!({"type": "hello", "num_connections": 1}).to_string())).await.is_err() {
         return;
     }
+    // Slack's retries: what was never acknowledged comes again.
+    let retries: Vec<Value> = {
+        let mut s = state.lock().unwrap();
+        let mut retries = Vec::new();
+        let acked = s.acks.clone();
+        for envelope in &s.sent {
+            let id = envelope["envelope_id"].as_str().unwrap_or("");
+            let attempt = envelope["retry_attempt"].as_u64().unwrap_or(0);
+            let retried = s.sent.iter().any(|e| {
+                e["envelope_id"] == envelope["envelope_id"] && e["retry_attempt"].as_u64().unwrap_or(0) > attempt
+            });
+            if !acked.iter().any(|a| a == id) && !retried && attempt < RETRIES {
+                let mut again = envelope.clone();
+                again["retry_attempt"] = json!(attempt + 1);
+                again["retry_reason"] = json!("timeout");
+                retries.push(again);
+            }
+        }
+        s.sent.extend(retries.iter().cloned());
+        retries
+    };
+    for envelope in retries {
+        if ws.send(Message::text(envelope.to_string())).await.is_err() {
+            return;
+        }
+    }
     loop {
         tokio::select! {
             frame = ws.next() => match frame {
@@ -234,7 +284,10 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     let path = request.line.split_whitespace().nth(1).unwrap_or("").to_owned();
     let token = request.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("").to_owned();
     if let Some(name) = path.strip_prefix("/files/") {
-        let bytes = state.lock().unwrap().files.get(name).cloned();
+        let mut s = state.lock().unwrap();
+        s.file_requests.push(token.clone());
+        let bytes = s.files.get(name).cloned();
+        drop(s);
         match bytes.filter(|_| token == BOT_TOKEN) {
             Some(bytes) => answer(&mut out, 200, "", &bytes),
             None => answer(&mut out, 404, "", b"{}"),

@@ -42,16 +42,38 @@ pub fn unit_path() -> Result<PathBuf> {
     Ok(config.join("systemd").join("user").join(UNIT))
 }
 
-/// systemd's quoting of one word (Bub's `_systemd_quote`).
-fn quote(value: &str) -> String {
-    let escaped = value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-        .replace('\r', "\\r")
-        .replace('\t', "\\t")
-        .replace('%', "%%");
+/// One word of `ExecStart=` (systemd.service "Command lines"): quoted,
+/// with C escapes for `"` and `\`, specifiers (`%`) doubled and `$`
+/// doubled (systemd expands `$NAME` in command lines).
+fn exec_word(value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('%', "%%").replace('$', "$$");
     format!("\"{escaped}\"")
+}
+
+/// What no unit file can say: control characters (a newline ends the
+/// setting), whitespace at either end (systemd strips it), a path that is
+/// not absolute or not UTF-8.
+fn unit_path_text(path: &Path, what: &str) -> Result<String> {
+    let Some(text) = path.to_str() else {
+        bail!("the {what} {} is not valid UTF-8, which a systemd unit cannot name; use another folder", path.display())
+    };
+    if !path.is_absolute() {
+        bail!("the {what} {text:?} is not an absolute path; systemd needs one");
+    }
+    if text.chars().any(char::is_control) || text.trim() != text {
+        bail!(
+            "the {what} {text:?} has a control character or whitespace at an end, which a systemd unit cannot \
+             name; use another folder"
+        );
+    }
+    Ok(text.to_owned())
+}
+
+/// A setting that takes one path (`WorkingDirectory=`, `EnvironmentFile=`):
+/// the rest of the line, unquoted (systemd reads quotes as part of the
+/// path), specifiers (`%`) doubled.
+fn path_value(path: &Path, what: &str) -> Result<String> {
+    Ok(unit_path_text(path, what)?.replace('%', "%%"))
 }
 
 /// What the service runs.
@@ -74,31 +96,45 @@ impl Service<'_> {
         self.home.join("gateway.env")
     }
 
-    /// The unit file's text.
-    pub fn unit(&self) -> String {
+    /// The unit file's text, or why no unit can name these paths. Every
+    /// setting is written as systemd.syntax and systemd.exec read it;
+    /// `systemd-analyze verify` accepts the result.
+    pub fn unit(&self) -> Result<String> {
+        let executable = unit_path_text(self.executable, "bub binary")?;
+        let program = exec_word(&executable).replace("$$", "$");
+        // systemd refuses an executable whose name has quotes or backslashes.
+        if executable.contains(['"', '\'', '\\']) {
+            bail!(
+                "the bub binary's path {executable:?} has a quote or a backslash, which systemd refuses in an \
+                 executable's name; install bub elsewhere (e.g. ~/.cargo/bin) and run --install from there"
+            );
+        }
         let mut command = vec![
-            self.executable.display().to_string(),
             "--home".into(),
-            self.home.display().to_string(),
+            unit_path_text(self.home, "home")?,
             "--workspace".into(),
-            self.workspace.display().to_string(),
+            unit_path_text(self.workspace, "workspace")?,
             "gateway".into(),
         ];
         for channel in self.channels {
+            if channel.chars().any(char::is_control) {
+                bail!("the channel name {channel:?} has a control character");
+            }
             command.extend(["--enable-channel".to_owned(), channel.clone()]);
         }
-        let exec: Vec<String> = command.iter().map(|w| quote(w)).collect();
+        // The program's path is not searched for `$NAME` (its arguments are).
+        let exec: Vec<String> = std::iter::once(program).chain(command.iter().map(|w| exec_word(w))).collect();
         // systemd waits this long after SIGTERM before SIGKILL: past the
         // gateway's grace, so running turns may finish and the rest is saved.
         let stop = self.grace.as_secs() + 15;
-        format!(
+        Ok(format!(
             "[Unit]\nDescription=Bub gateway (bub-rs)\nWants=network-online.target\nAfter=network-online.target\n\n\
              [Service]\nType=simple\nWorkingDirectory={}\nExecStart={}\nEnvironmentFile=-{}\n\
              Restart=on-failure\nRestartSec=5s\nTimeoutStopSec={stop}s\n\n[Install]\nWantedBy=default.target\n",
-            quote(&self.workspace.display().to_string()),
+            path_value(self.workspace, "workspace")?,
             exec.join(" "),
-            quote(&self.env_file().display().to_string()),
-        )
+            path_value(&self.env_file(), "environment file")?,
+        ))
     }
 }
 
@@ -111,14 +147,29 @@ fn kept(key: &str) -> bool {
     (key.starts_with("BUB_") && key != "BUB_HOME") || key.ends_with("_API_KEY") || proxy
 }
 
-/// The environment file: `KEY="value"` lines in systemd's syntax.
+/// The environment file: `KEY="value"` lines as systemd.exec's
+/// `EnvironmentFile=` reads them: in double quotes, a backslash escapes
+/// only `"`, `\`, `` ` `` and `$` (any other stays, so `\n` would reach the
+/// service as two characters), and a newline is part of the value.
+/// Names that are no environment name are left out.
 pub fn env_file_text(vars: impl IntoIterator<Item = (String, String)>) -> String {
-    let mut vars: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| kept(k)).collect();
+    let valid = |k: &str| {
+        !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut vars: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| kept(k) && valid(k)).collect();
     vars.sort();
     let mut text = String::from("# bub gateway --install: the service's environment (only you can read this file)\n");
     for (key, value) in vars {
-        let value = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-        let _ = writeln!(text, "{key}=\"{value}\"");
+        let mut quoted = String::with_capacity(value.len() + 2);
+        for c in value.chars() {
+            if matches!(c, '"' | '\\' | '`' | '$') {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        let _ = writeln!(text, "{key}=\"{quoted}\"");
     }
     text
 }
@@ -149,6 +200,8 @@ fn by_hand(steps: &[&str]) -> String {
 
 /// `--install`.
 pub fn install(service: &Service<'_>) -> Result<()> {
+    // Refused before anything is written.
+    let unit = service.unit()?;
     let path = unit_path()?;
     let dir = path.parent().expect("a unit path has a folder");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -160,7 +213,7 @@ pub fn install(service: &Service<'_>) -> Result<()> {
     bub_abi::files::create_private_dir(service.home)
         .and_then(|()| bub_abi::files::write_private(&service.env_file(), env.as_bytes()))
         .with_context(|| format!("cannot write {}", service.env_file().display()))?;
-    std::fs::write(&path, service.unit()).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
     println!("wrote {}", path.display());
     println!("wrote {} (the service's variables; only you can read it)", service.env_file().display());
     let started = (|| -> Result<bool> {
@@ -175,7 +228,57 @@ pub fn install(service: &Service<'_>) -> Result<()> {
             println!("{e:#}\n{}", by_hand(&["daemon-reload", &format!("enable --now {UNIT}")]));
         }
     }
+    enable_linger();
     Ok(())
+}
+
+/// The user's name, for logind: the password database's entry of our
+/// uid (`$USER` is not set under every service manager or `sudo -u`).
+fn user_name() -> Option<String> {
+    let uid = rustix::process::getuid().as_raw().to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let from_db = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() > 2 && fields[2] == uid).then(|| fields[0].to_owned())
+    });
+    from_db.or_else(|| std::env::var("USER").ok()).filter(|u| !u.is_empty())
+}
+
+/// Whether logind keeps this user's manager running without a login
+/// session (`loginctl enable-linger`): it records that as a file.
+fn lingering(user: &str) -> bool {
+    Path::new("/var/lib/systemd/linger").join(user).exists()
+}
+
+/// A user service runs only while the user is logged in unless lingering
+/// is on: then it starts at boot and survives logout. Turned on here, or
+/// the command printed when that is not allowed.
+fn enable_linger() {
+    let Some(user) = user_name() else {
+        println!("lingering: cannot tell who you are; run `loginctl enable-linger $USER` so the gateway runs without a login");
+        return;
+    };
+    if lingering(&user) {
+        println!("lingering: on for {user} (the gateway starts at boot and survives logout)");
+        return;
+    }
+    match Command::new("loginctl").args(["enable-linger", &user]).output() {
+        Ok(out) if out.status.success() && lingering(&user) => {
+            println!("lingering: turned on for {user} (the gateway starts at boot and survives logout)")
+        }
+        Ok(out) => {
+            let detail = String::from_utf8_lossy(if out.stderr.is_empty() { &out.stdout } else { &out.stderr });
+            println!(
+                "lingering: not turned on ({}); without it the gateway stops when you log out. Run \
+                 `sudo loginctl enable-linger {user}`",
+                detail.trim()
+            );
+        }
+        Err(_) => println!(
+            "lingering: no loginctl here; on a systemd machine run `sudo loginctl enable-linger {user}` so the \
+             gateway starts at boot and survives logout"
+        ),
+    }
 }
 
 /// `--uninstall`.
@@ -218,6 +321,14 @@ pub fn status(home: &Path) -> Result<()> {
             (Some(enabled), Some(active)) => println!("systemd: {enabled}, {active}"),
             _ => println!("systemd: no user manager answers (systemctl --user status {UNIT})"),
         }
+        match user_name() {
+            Some(user) if lingering(&user) => println!("lingering: on for {user} (starts at boot, survives logout)"),
+            Some(user) => println!(
+                "lingering: off for {user}: the service stops at logout and starts only at login \
+                 (sudo loginctl enable-linger {user})"
+            ),
+            None => println!("lingering: unknown (cannot tell who you are)"),
+        }
     } else {
         println!("service: not installed (bub gateway --install)");
     }
@@ -236,22 +347,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_unit_quotes_every_word_and_restarts_on_failure() {
+    fn the_unit_quotes_command_words_and_writes_paths_bare() {
         let channels = vec!["telegram".to_owned(), "my chan%".to_owned()];
         let service = Service {
             executable: Path::new("/opt/bub/bin/bub"),
-            home: Path::new("/home/a/.bub"),
-            workspace: Path::new("/home/a/my \"ws\""),
+            home: Path::new("/home/a/.bub $x"),
+            workspace: Path::new("/home/a/my \"ws\" 100%"),
             channels: &channels,
             grace: std::time::Duration::from_secs(30),
         };
-        let unit = service.unit();
-        assert!(unit.contains(r#"WorkingDirectory="/home/a/my \"ws\"""#), "{unit}");
+        let unit = service.unit().unwrap();
+        assert!(unit.contains("WorkingDirectory=/home/a/my \"ws\" 100%%\n"), "{unit}");
         assert!(unit.contains(
-            r#"ExecStart="/opt/bub/bin/bub" "--home" "/home/a/.bub" "--workspace" "/home/a/my \"ws\"" "gateway" "--enable-channel" "telegram" "--enable-channel" "my chan%%""#
+            r#"ExecStart="/opt/bub/bin/bub" "--home" "/home/a/.bub $$x" "--workspace" "/home/a/my \"ws\" 100%%" "gateway" "--enable-channel" "telegram" "--enable-channel" "my chan%%""#
         ), "{unit}");
         assert!(unit.contains("Restart=on-failure\n") && unit.contains("TimeoutStopSec=45s\n"), "{unit}");
-        assert!(unit.contains("EnvironmentFile=-\"/home/a/.bub/gateway.env\""), "{unit}");
+        assert!(unit.contains("EnvironmentFile=-/home/a/.bub $x/gateway.env\n"), "{unit}");
+    }
+
+    #[test]
+    fn paths_a_unit_cannot_name_are_refused_with_the_reason() {
+        let channels = vec![];
+        let service = |executable: &'static str, workspace: &'static str| Service {
+            executable: Path::new(executable),
+            home: Path::new("/home/a/.bub"),
+            workspace: Path::new(workspace),
+            channels: &channels,
+            grace: std::time::Duration::from_secs(30),
+        };
+        let err = service("/opt/it's/bub", "/w").unit().unwrap_err().to_string();
+        assert!(err.contains("quote or a backslash") && err.contains("install bub elsewhere"), "{err}");
+        let err = service("/opt/bub", "/w/line\nbreak").unit().unwrap_err().to_string();
+        assert!(err.contains("control character"), "{err}");
+        let err = service("/opt/bub", "/w/trailing ").unit().unwrap_err().to_string();
+        assert!(err.contains("whitespace at an end"), "{err}");
+        let err = service("/opt/bub", "relative").unit().unwrap_err().to_string();
+        assert!(err.contains("not an absolute path"), "{err}");
     }
 
     #[test]
@@ -266,5 +397,11 @@ mod tests {
         assert!(text.contains("BUB_TELEGRAM_TOKEN=\"1:a\\\"b\"\n"), "{text}");
         assert!(text.contains("OPENAI_API_KEY=\"sk\"") && text.contains("https_proxy="), "{text}");
         assert!(!text.contains("PATH=") && !text.contains("BUB_HOME"), "{text}");
+        let text = env_file_text([
+            ("BUB_X".to_owned(), "a$b`c\\d\ne".to_owned()),
+            ("BUB_BAD-NAME".to_owned(), "x".to_owned()),
+        ]);
+        assert!(text.contains(concat!(r#"BUB_X="a\$b\`c\\d"#, "\ne\"\n")), "{text}");
+        assert!(!text.contains("BAD-NAME"), "{text}");
     }
 }

@@ -1,7 +1,10 @@
 //! The Slack Web API calls the channel makes, with Slack's rate-limit rule
 //! in one place: a `429` says how long to wait in `Retry-After` (capped);
 //! a request that never reached Slack (connect error) is retried with
-//! backoff. Errors never carry a token.
+//! backoff. Every answer is read under a cap (`max_answer_bytes`). The bot
+//! token goes only to the API and to Slack's file host over https: a file
+//! URL is the event's word, and an event can name any host. Errors never
+//! carry a token.
 
 use std::time::Duration;
 
@@ -45,11 +48,28 @@ pub struct Api {
     base: String,
     bot_token: String,
     app_token: String,
+    max_answer: u64,
+}
+
+/// Slack's file host: `url_private` of a workspace's files.
+const FILE_HOST: &str = "files.slack.com";
+
+/// Whether the bot token may be sent with a request for `url`: to Slack's
+/// file host over https, or to the origin of the API the channel was
+/// configured with (a self-hosted or test API serves its own files).
+pub fn may_carry_token(url: &str, api_base: &str) -> bool {
+    let (Ok(url), Ok(api)) = (reqwest::Url::parse(url), reqwest::Url::parse(api_base)) else { return false };
+    let slack_files = url.scheme() == "https" && url.host_str() == Some(FILE_HOST) && url.port().is_none();
+    let same_origin = url.scheme() == api.scheme()
+        && url.host_str() == api.host_str()
+        && url.port_or_known_default() == api.port_or_known_default();
+    (slack_files || same_origin) && url.username().is_empty() && url.password().is_none()
 }
 
 impl Api {
-    /// A client for `base` (`https://slack.com/api`).
-    pub fn new(base: &str, bot_token: &str, app_token: &str) -> Result<Api, String> {
+    /// A client for `base` (`https://slack.com/api`) whose answers may be
+    /// `max_answer` bytes long at most.
+    pub fn new(base: &str, bot_token: &str, app_token: &str, max_answer: u64) -> Result<Api, String> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(30))
@@ -60,6 +80,7 @@ impl Api {
             base: base.trim_end_matches('/').to_owned(),
             bot_token: bot_token.to_owned(),
             app_token: app_token.to_owned(),
+            max_answer,
         })
     }
 
@@ -82,7 +103,21 @@ impl Api {
                 .unwrap_or(1);
             return Ok(Err(wait));
         }
-        let answer: Value = response.json().await.map_err(network)?;
+        let mut body = bub_abi::channel::CappedBody::new(self.max_answer);
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(network)? {
+            body.push(&chunk).map_err(|e| ApiError::Network {
+                message: format!(
+                    "{method}: {e}; an API or proxy sending this much is refused \
+                     (raise BUB_SLACK_MAX_ANSWER_BYTES if it is right)"
+                ),
+                connect: false,
+            })?;
+        }
+        let answer: Value = serde_json::from_slice(&body.into_bytes()).map_err(|e| ApiError::Network {
+            message: format!("{method}: the answer is not JSON ({e})"),
+            connect: false,
+        })?;
         if answer["ok"] == json!(true) {
             Ok(Ok(answer))
         } else {
@@ -131,6 +166,19 @@ impl Api {
         Ok(answer["ts"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// `chat.postMessage` once, with no retry: for what is dropped rather
+    /// than waited for (a refusal to a stranger under a rate limit).
+    pub async fn post_once(&self, channel: &str, text: &str, thread_ts: Option<&str>) -> Result<(), ApiError> {
+        let mut body = json!({"channel": channel, "text": text});
+        if let Some(ts) = thread_ts {
+            body["thread_ts"] = json!(ts);
+        }
+        match self.once("chat.postMessage", &self.bot_token, &body).await? {
+            Ok(_) => Ok(()),
+            Err(seconds) => Err(ApiError::RateLimited(seconds)),
+        }
+    }
+
     /// `chat.update` of message `ts`, once: a failed edit is made good by
     /// the next.
     pub async fn update(&self, channel: &str, ts: &str, text: &str) -> Result<(), ApiError> {
@@ -143,17 +191,40 @@ impl Api {
 
     /// A file of the workspace (`url_private`, bot token), at most `limit` bytes.
     pub async fn download(&self, url: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+        if !may_carry_token(url, &self.base) {
+            return Err(ApiError::Slack(format!(
+                "a file at {} is not on {FILE_HOST} over https; not sending the bot token there",
+                reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_else(|_| "?".into())
+            )));
+        }
         let mut response = self.client.get(url).bearer_auth(&self.bot_token).send().await.map_err(network)?;
         if !response.status().is_success() {
             return Err(ApiError::Slack(format!("file download answered {}", response.status())));
         }
-        let mut body = Vec::new();
+        let mut body = bub_abi::channel::CappedBody::new(limit);
         while let Some(chunk) = response.chunk().await.map_err(network)? {
-            body.extend_from_slice(&chunk);
-            if body.len() as u64 > limit {
-                return Err(ApiError::Slack(format!("file larger than {limit} bytes")));
-            }
+            body.push(&chunk).map_err(|e| ApiError::Slack(format!("the file: {e} (max_file_bytes)")))?;
         }
-        Ok(body)
+        Ok(body.into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_carry_token;
+
+    #[test]
+    fn the_bot_token_goes_only_to_slacks_file_host_over_https_or_the_apis_origin() {
+        let api = "https://slack.com/api";
+        assert!(may_carry_token("https://files.slack.com/files-pri/T1-F1/a.png", api));
+        assert!(!may_carry_token("http://files.slack.com/files-pri/T1-F1/a.png", api), "plain http");
+        assert!(!may_carry_token("https://files.slack.com.evil.example/a.png", api));
+        assert!(!may_carry_token("https://evil.example/a.png", api));
+        assert!(!may_carry_token("https://files.slack.com:8443/a.png", api), "another port");
+        assert!(!may_carry_token("https://user@files.slack.com/a.png", api), "credentials in the URL");
+        assert!(!may_carry_token("not a url", api));
+        let local = "http://127.0.0.1:4000/api";
+        assert!(may_carry_token("http://127.0.0.1:4000/files/a.png", local), "the configured API's origin");
+        assert!(!may_carry_token("http://127.0.0.1:4001/files/a.png", local), "another local port");
     }
 }

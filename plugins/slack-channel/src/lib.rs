@@ -6,9 +6,14 @@
 //! BUB_SLACK_BOT_TOKEN=xoxb-… BUB_SLACK_APP_TOKEN=xapp-… bub gateway --enable-channel slack
 //! ```
 //!
-//! Every envelope Slack sends is acknowledged at once (Slack redelivers
-//! what is not acknowledged within three seconds); `message` events of
-//! people become gateway messages: session `slack:<channel>`, the content
+//! An envelope is acknowledged once its event is settled: handed to the
+//! gateway (whose journal then holds it), or deliberately not handed over
+//! (not a person's message, a stranger). One the gateway refuses (it is
+//! stopping) is not acknowledged, so Slack sends it again, on this
+//! connection or the next one after a restart; Slack retries an event
+//! three times (at once, after a minute, after five), so a gateway down
+//! longer than that loses what came meanwhile, as any Slack app does.
+//! `message` events of people become gateway messages: session `slack:<channel>`, the content
 //! a JSON object of the text and its metadata (as Bub's Telegram channel
 //! makes it), images (at most `max_file_bytes`, 2 MiB) as media parts,
 //! `,` commands (after an optional leading mention) as `kind: command`.
@@ -17,8 +22,13 @@
 //! thread when the message was in one, split at `max_message_chars`
 //! (4000); with `stream_output` the reply is one message updated as the
 //! model writes (`chat.update`, at most once a second). A `disconnect`
-//! envelope, a closed or broken connection: a new connection is opened
-//! (backoff up to 30 s). Slack has no typing indicator for bots; none is
+//! envelope, a closed or broken connection: a new connection is opened,
+//! at once after a connection that lived a while, else after a backoff
+//! (doubling up to 30 s), so a peer that accepts and closes connections
+//! cannot make the channel spin. Files are downloaded with the bot token
+//! only from Slack's file host over https (`files.slack.com`) or the
+//! origin of `api_base`; every answer is read under a cap
+//! (`max_answer_bytes`, 16 MiB; WebSocket messages the same). Slack has no typing indicator for bots; none is
 //! shown.
 //!
 //! Settings [inferred: Bub's own Slack plugin is not in the 0.6 sources we
@@ -29,7 +39,8 @@
 //! `BUB_SLACK_API_BASE` (`https://slack.com/api`); or the plugin config's
 //! keys of the same names in lower case (the environment wins), with
 //! `name` (`slack`), `command_prefix`, `max_file_bytes`,
-//! `max_message_chars`, `stream_output`, `edit_interval_ms`.
+//! `max_message_chars`, `stream_output`, `edit_interval_ms`,
+//! `max_answer_bytes`.
 
 mod api;
 pub mod inbound;
@@ -44,7 +55,7 @@ use std::{
 
 use base64::Engine;
 use bub_abi::{
-    channel::{reply_text, split_message, Count, LiveReply, Settings},
+    channel::{reply_text, split_message, Count, LiveReply, RefusalPace, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
@@ -74,6 +85,7 @@ struct Config {
     max_message_chars: usize,
     stream_output: bool,
     edit_interval: Duration,
+    max_answer_bytes: u64,
 }
 
 impl Config {
@@ -91,6 +103,7 @@ impl Config {
             max_message_chars: s.number("max_message_chars", 4000)?.max(1) as usize,
             stream_output: s.flag("stream_output"),
             edit_interval: Duration::from_millis(s.number("edit_interval_ms", 1000)?),
+            max_answer_bytes: s.number("max_answer_bytes", 16 * 1024 * 1024)?,
         })
     }
 }
@@ -113,6 +126,7 @@ impl Plugin for SlackPlugin {
             bot_threads: Mutex::new(HashSet::new()),
             seen: Mutex::new(VecDeque::new()),
             live: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
         };
         Some(vec![Object::channel(SlackChannel(Arc::new(shared)))])
     }
@@ -133,7 +147,15 @@ struct Shared {
     // Recent message ids: a mention arrives as `message` and `app_mention`.
     seen: Mutex<VecDeque<(String, String)>>,
     live: Mutex<HashMap<String, LiveReply>>,
+    // When a conversation may next be told "Access denied.".
+    refusals: Mutex<RefusalPace>,
 }
+
+/// A conversation's stranger is told "Access denied." at most this often.
+const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A connection that lived less than this is followed by a backoff.
+const SHORT_CONNECTION: Duration = Duration::from_secs(10);
 
 impl Shared {
     fn api(&self) -> Result<Api, BoxError> {
@@ -182,7 +204,7 @@ impl Channel for SlackChannel {
                             Socket Mode) or the plugin's bot_token and app_token"
                     .into());
             };
-            let api = Api::new(&config.api_base, bot, app)?;
+            let api = Api::new(&config.api_base, bot, app, config.max_answer_bytes)?;
             let (user, team) = api.auth_test().await.map_err(|e| {
                 format!("slack channel: auth.test at {}: {e}; check BUB_SLACK_BOT_TOKEN", config.api_base)
             })?;
@@ -301,7 +323,7 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
             None => api.open_connection().await.map_err(|e| e.to_string()),
         };
         let connected = match next {
-            Ok(url) => connect(&url).await,
+            Ok(url) => connect(&url, shared.config.max_answer_bytes).await,
             Err(e) => Err(e),
         };
         let mut ws = match connected {
@@ -319,6 +341,7 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
                 continue;
             }
         };
+        let opened = std::time::Instant::now();
         loop {
             let frame = tokio::select! {
                 frame = ws.next() => frame,
@@ -330,22 +353,24 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
             match frame {
                 Some(Ok(Frame::Text(text))) => {
                     let Ok(envelope) = serde_json::from_str::<Value>(&text) else { continue };
-                    if let Some(id) = envelope["envelope_id"].as_str() {
+                    // Settled first: an event the gateway did not take
+                    // stays unacknowledged, and Slack sends it again.
+                    let settled = match envelope["type"].as_str() {
+                        Some("events_api") => on_event(&shared, &envelope["payload"]["event"]).await,
+                        _ => true,
+                    };
+                    if let Some(id) = envelope["envelope_id"].as_str().filter(|_| settled) {
                         if let Err(e) = ws.send(Frame::text(json!({"envelope_id": id}).to_string())).await {
                             tracing::warn!("slack: acknowledging an envelope: {e}");
                             break;
                         }
                     }
                     match envelope["type"].as_str() {
-                        Some("hello") => {
-                            backoff = Duration::from_secs(1);
-                            tracing::info!("slack: connected (Socket Mode)");
-                        }
+                        Some("hello") => tracing::info!("slack: connected (Socket Mode)"),
                         Some("disconnect") => {
                             tracing::info!("slack: Slack asks to reconnect ({})", envelope["reason"]);
                             break;
                         }
-                        Some("events_api") => on_event(&shared, &envelope["payload"]["event"]).await,
                         _ => {}
                     }
                 }
@@ -363,12 +388,26 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
                 }
             }
         }
+        if opened.elapsed() >= SHORT_CONNECTION {
+            backoff = Duration::from_secs(1);
+            continue;
+        }
+        tracing::info!(
+            "slack: the connection lasted {:.1} s; reconnecting in {} s",
+            opened.elapsed().as_secs_f64(),
+            backoff.as_secs()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn connect(url: &str) -> Result<Socket, String> {
+async fn connect(url: &str, max_message: u64) -> Result<Socket, String> {
     // rustls with ring and the Mozilla roots, chosen here rather than by
     // whichever crypto provider the process happens to have.
     let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
@@ -378,7 +417,11 @@ async fn connect(url: &str) -> Result<Socket, String> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_tungstenite::Connector::Rustls(Arc::new(tls));
-    let connecting = tokio_tungstenite::connect_async_tls_with_config(url, None, false, Some(connector));
+    let max = usize::try_from(max_message).unwrap_or(usize::MAX);
+    let limits = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(url, Some(limits), false, Some(connector));
     match tokio::time::timeout(Duration::from_secs(20), connecting).await {
         Ok(Ok((ws, _))) => Ok(ws),
         Ok(Err(e)) => Err(e.to_string()),
@@ -386,40 +429,59 @@ async fn connect(url: &str) -> Result<Socket, String> {
     }
 }
 
-async fn on_event(shared: &Arc<Shared>, event: &Value) {
+/// Hands one event to the gateway; whether it is settled: taken, a
+/// duplicate of one taken, or deliberately not handed over (no person's
+/// message, a stranger). `false`: the gateway refused it, so it must not
+/// be acknowledged.
+async fn on_event(shared: &Arc<Shared>, event: &Value) -> bool {
     let bot_user = bub_abi::sync::lock(&shared.bot_user).clone();
-    let Some(message) = inbound::parse(event, &bot_user) else { return };
+    let Some(message) = inbound::parse(event, &bot_user) else { return true };
+    let key = (message.channel.clone(), message.ts.clone());
     {
         let mut seen = bub_abi::sync::lock(&shared.seen);
-        let key = (message.channel.clone(), message.ts.clone());
         if seen.contains(&key) {
-            return;
+            return true;
         }
-        seen.push_back(key);
+        seen.push_back(key.clone());
         if seen.len() > 256 {
             seen.pop_front();
         }
     }
+    let taken = hand_over(shared, &bot_user, message).await;
+    if !taken {
+        // Not seen after all: Slack's redelivery must be handled.
+        bub_abi::sync::lock(&shared.seen).retain(|k| *k != key);
+    }
+    taken
+}
+
+async fn hand_over(shared: &Arc<Shared>, bot_user: &str, message: inbound::Inbound) -> bool {
     let config = &shared.config;
     if !config.allow_channels.is_empty() && !config.allow_channels.contains(&message.channel) {
-        return;
+        return true;
     }
     if !config.allow_users.is_empty() && !config.allow_users.contains(&message.user) {
-        // Told only when the message was for the bot, not for every line of a channel.
-        if message.is_active(&bot_user, false) {
-            if let Err(e) = shared.post(&message.channel, "Access denied.").await {
-                tracing::warn!("{e}");
+        // Told only when the message was for the bot, not for every line
+        // of a channel; off this loop, paced, and dropped when rate-limited.
+        if message.is_active(bot_user, false) && bub_abi::sync::lock(&shared.refusals).allow(&message.channel) {
+            if let Ok(api) = shared.api() {
+                let (channel, thread) = (message.channel.clone(), message.thread_ts.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = api.post_once(&channel, "Access denied.", thread.as_deref()).await {
+                        tracing::info!("slack: not telling {channel} it has no access: {e}");
+                    }
+                });
             }
         }
-        return;
+        return true;
     }
     let in_thread = message
         .thread_ts
         .as_ref()
         .is_some_and(|t| bub_abi::sync::lock(&shared.bot_threads).contains(&(message.channel.clone(), t.clone())));
-    let active = message.is_active(&bot_user, in_thread);
+    let active = message.is_active(bot_user, in_thread);
     bub_abi::sync::lock(&shared.threads).insert(message.channel.clone(), message.thread_ts.clone());
-    let text = message.text_without_mention(&bot_user);
+    let text = message.text_without_mention(bot_user);
     let mut envelope = json!({
         "channel": config.name,
         "chat_id": message.channel,
@@ -438,13 +500,11 @@ async fn on_event(shared: &Arc<Shared>, event: &Value) {
                 if size.is_some_and(|s| s > config.max_file_bytes) {
                     continue;
                 }
-                match shared.api() {
-                    Ok(api) => match api.download(url, config.max_file_bytes).await {
-                        Ok(bytes) => media.push(json!({"type": "image", "media_type": mime,
-                            "data": base64::engine::general_purpose::STANDARD.encode(bytes)})),
-                        Err(e) => tracing::warn!("slack: cannot fetch a file of {}: {e}", message.channel),
-                    },
-                    Err(_) => return,
+                let Ok(api) = shared.api() else { return true };
+                match api.download(url, config.max_file_bytes).await {
+                    Ok(bytes) => media.push(json!({"type": "image", "media_type": mime,
+                        "data": base64::engine::general_purpose::STANDARD.encode(bytes)})),
+                    Err(e) => tracing::warn!("slack: cannot fetch a file of {}: {e}", message.channel),
                 }
             }
         }
@@ -464,16 +524,23 @@ async fn on_event(shared: &Arc<Shared>, event: &Value) {
     let shared = shared.clone();
     let finish = async move {
         if let Err(e) = submitted.await {
-            tracing::warn!("slack: the gateway did not take a message of {chat}: {e}");
+            tracing::warn!("slack: a message of {chat} got no answer: {e}");
         }
         // A streamed reply the turn did not complete (it failed) ends here.
         bub_abi::sync::lock(&shared.live).remove(&chat);
     };
     match first {
-        Poll::Ready(Err(e)) => tracing::warn!("slack: the gateway did not take a message of {}: {e}", message.channel),
-        Poll::Ready(Ok(_)) => {}
+        Poll::Ready(Err(e)) => {
+            tracing::warn!(
+                "slack: the gateway did not take a message of {}: {e}; Slack will send it again",
+                message.channel
+            );
+            false
+        }
+        Poll::Ready(Ok(_)) => true,
         Poll::Pending => {
             tokio::spawn(finish);
+            true
         }
     }
 }

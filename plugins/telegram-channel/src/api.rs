@@ -75,13 +75,21 @@ pub struct Bot {
     client: reqwest::Client,
     methods: String,
     files: String,
+    max_answer: u64,
 }
 
 impl Bot {
     /// A bot for `token` at `api_base` (`https://api.telegram.org`), through
     /// `proxy` when given (`http://…`, `socks5://…`). `read_timeout` bounds a
-    /// request (long polls add their own `timeout` to it).
-    pub fn new(api_base: &str, token: &str, proxy: Option<&str>, read_timeout: Duration) -> Result<Bot, String> {
+    /// request (long polls add their own `timeout` to it); `max_answer`
+    /// bounds the size of an answer.
+    pub fn new(
+        api_base: &str,
+        token: &str,
+        proxy: Option<&str>,
+        read_timeout: Duration,
+        max_answer: u64,
+    ) -> Result<Bot, String> {
         let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(read_timeout);
         if let Some(proxy) = proxy {
             let proxy = reqwest::Proxy::all(proxy).map_err(|e| {
@@ -93,7 +101,7 @@ impl Bot {
         }
         let client = builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let base = api_base.trim_end_matches('/');
-        Ok(Bot { client, methods: format!("{base}/bot{token}"), files: format!("{base}/file/bot{token}") })
+        Ok(Bot { client, methods: format!("{base}/bot{token}"), files: format!("{base}/file/bot{token}"), max_answer })
     }
 
     /// Downloads a file by its `file_path` (from `getFile`), refusing more
@@ -105,24 +113,33 @@ impl Bot {
             let message = format!("the file download answered {}", response.status());
             return Err(ApiError::Network { message, connect: false });
         }
-        let mut body = Vec::new();
+        let mut body = bub_abi::channel::CappedBody::new(limit);
         while let Some(chunk) = response.chunk().await.map_err(network)? {
-            body.extend_from_slice(&chunk);
-            if body.len() as u64 > limit {
-                return Err(ApiError::Decode(format!("the file is larger than {limit} bytes")));
-            }
+            body.push(&chunk).map_err(|e| ApiError::Decode(format!("the file download: {e} (max_file_bytes)")))?;
         }
-        Ok(body)
+        Ok(body.into_bytes())
     }
 
-    async fn once<Output: DeserializeOwned>(&self, method: &str, body: Option<String>) -> Result<Output, ApiError> {
+    /// One call, no retry: for what is not worth waiting for (a refusal
+    /// sent to a stranger is dropped when Telegram rate-limits).
+    pub async fn once<Output: DeserializeOwned>(&self, method: &str, body: Option<String>) -> Result<Output, ApiError> {
         let mut request = self.client.post(format!("{}/{method}", self.methods));
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body);
         }
         let response = request.send().await.map_err(network)?;
         let success = response.status().is_success();
-        let text = response.text().await.map_err(network)?;
+        let mut read = bub_abi::channel::CappedBody::new(self.max_answer);
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(network)? {
+            read.push(&chunk).map_err(|e| {
+                ApiError::Decode(format!(
+                    "{method}: {e}; a proxy or Bot API server sending this much is refused \
+                     (raise BUB_TELEGRAM_MAX_ANSWER_BYTES if it is right)"
+                ))
+            })?;
+        }
+        let text = String::from_utf8_lossy(&read.into_bytes()).into_owned();
         if success {
             return serde_json::from_str(&text).map_err(|e| ApiError::Decode(format!("{method}: {e}")));
         }

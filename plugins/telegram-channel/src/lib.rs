@@ -59,7 +59,7 @@ use std::{
 
 use base64::Engine;
 use bub_abi::{
-    channel::{LiveReply, Settings},
+    channel::{LiveReply, RefusalPace, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
@@ -101,6 +101,7 @@ struct Config {
     max_file_bytes: u64,
     stream_output: bool,
     edit_interval: Duration,
+    max_answer_bytes: u64,
 }
 
 impl Config {
@@ -119,6 +120,7 @@ impl Config {
             max_file_bytes: s.number("max_file_bytes", 2 * 1024 * 1024)?,
             stream_output: s.flag("stream_output"),
             edit_interval: Duration::from_millis(s.number("edit_interval_ms", 1000)?),
+            max_answer_bytes: s.number("max_answer_bytes", 16 * 1024 * 1024)?,
         })
     }
 }
@@ -139,6 +141,7 @@ impl Plugin for TelegramPlugin {
             poller: Mutex::new(None),
             typing: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
         };
         Some(vec![Object::channel(TelegramChannel(Arc::new(shared)))])
     }
@@ -156,7 +159,12 @@ struct Shared {
     typing: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
     // A chat's reply being streamed into one message.
     live: Mutex<HashMap<String, LiveReply>>,
+    // When a chat may next be told "Access denied.".
+    refusals: Mutex<RefusalPace>,
 }
+
+/// A chat outside the allow-list is told it has no access at most this often.
+const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
 
 struct Poller {
     stop: watch::Sender<bool>,
@@ -177,6 +185,25 @@ impl Shared {
         let Some(bot) = bot else { return Ok(None) };
         let params = SendMessageParams::builder().chat_id(Shared::chat_id(chat)).text(text).build();
         Ok(Some(bot.send_message(&params).await?.result))
+    }
+
+    /// Tells `chat` it is refused, off the receive loop, once: at most once
+    /// a [`REFUSAL_INTERVAL`] per chat, and dropped when Telegram
+    /// rate-limits, so strangers cannot delay the listed users' messages.
+    fn refuse(&self, chat: &str, text: &'static str) {
+        if !bub_abi::sync::lock(&self.refusals).allow(chat) {
+            tracing::debug!("telegram: chat {chat} was refused recently; not telling it again");
+            return;
+        }
+        let Some(bot) = bub_abi::sync::lock(&self.bot).clone() else { return };
+        let params = SendMessageParams::builder().chat_id(Shared::chat_id(chat)).text(text).build();
+        let body = serde_json::to_string(&params).unwrap_or_default();
+        let chat = chat.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = bot.once::<Value>("sendMessage", Some(body)).await {
+                tracing::info!("telegram: not telling chat {chat} it has no access: {e}");
+            }
+        });
     }
 
     async fn send_text(&self, chat: &str, text: &str) -> Result<(), BoxError> {
@@ -204,7 +231,8 @@ impl Channel for TelegramChannel {
                  `bub plugins config telegram-channel token=...`",
             )?;
             let read_timeout = Duration::from_secs(u64::from(config.poll_timeout) + 30);
-            let bot = Bot::new(&config.api_base, &token, config.proxy.as_deref(), read_timeout)?;
+            let bot =
+                Bot::new(&config.api_base, &token, config.proxy.as_deref(), read_timeout, config.max_answer_bytes)?;
             let me: User = match bot.get_me().await {
                 Ok(me) => me.result,
                 Err(e) if e.code() == Some(401) || e.code() == Some(404) => {
@@ -349,15 +377,24 @@ async fn edit(bot: &Bot, chat: &str, message_id: i32, text: &str) -> Result<(), 
 
 /// The polling loop: one `getUpdates` at a time, each update handed to the
 /// gateway in order; network trouble and `429`s wait and retry.
+///
+/// Telegram confirms an update when `getUpdates` is next called with an
+/// `offset` above its `update_id`, and then never sends it again. So the
+/// offset moves past an update only once the gateway has taken it (its
+/// journal holds it) or the channel settled it (ignored, refused); an
+/// update the gateway does not take (it is stopping) is left
+/// unconfirmed, with the rest of its batch, and Telegram sends them again
+/// after the next start.
 async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>) {
-    let mut offset: Option<i64> = None;
+    let mut confirmed = Confirmed::default();
     let mut backoff = Duration::from_secs(1);
+    let mut held = Duration::from_secs(1);
     loop {
         if *stopped.borrow() {
             break;
         }
         let params = GetUpdatesParams::builder()
-            .maybe_offset(offset)
+            .maybe_offset(confirmed.offset())
             .timeout(shared.config.poll_timeout)
             .allowed_updates(vec![AllowedUpdate::Message])
             .build();
@@ -391,20 +428,47 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
                 }
             }
         };
+        let mut refused = false;
         for raw in updates {
             let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { continue };
-            offset = Some(id + 1);
-            match serde_json::from_value::<Update>(raw) {
-                Ok(Update { content: UpdateContent::Message(message), .. }) => {
-                    on_message(&shared, &bot, *message).await;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("telegram: skipping update {id} this version cannot read: {e}"),
+            if !confirmed.is_new(id) {
+                continue;
             }
+            let taken = match serde_json::from_value::<Update>(raw) {
+                Ok(Update { content: UpdateContent::Message(message), .. }) => {
+                    on_message(&shared, &bot, *message).await
+                }
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::warn!("telegram: skipping update {id} this version cannot read: {e}");
+                    true
+                }
+            };
+            if !taken {
+                refused = true;
+                break;
+            }
+            confirmed.settle(id);
+        }
+        if refused {
+            // Not confirmed: asked again after a pause (the gateway may
+            // take it then), or after the next start when it is stopping.
+            tracing::info!(
+                "telegram: the gateway takes no messages now; updates from here stay with Telegram \
+                 (asked again in {} s)",
+                held.as_secs()
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(held) => {}
+                _ = stopped.changed() => break,
+            }
+            held = (held * 2).min(Duration::from_secs(30));
+        } else {
+            held = Duration::from_secs(1);
         }
     }
-    // Confirm what was handed over (the next getUpdates would have).
-    if let Some(offset) = offset {
+    // Confirm what was taken (the next getUpdates would have).
+    if let Some(offset) = confirmed.offset() {
         let params = GetUpdatesParams::builder().offset(offset).timeout(0).limit(1).build();
         let body = serde_json::to_string(&params).unwrap_or_default();
         let confirm = bot.call::<frankenstein::response::MethodResponse<Vec<Value>>>("getUpdates", Some(body));
@@ -412,48 +476,85 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
     }
 }
 
-async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) {
+/// The updates settled so far: the highest `update_id`, and the `offset`
+/// that confirms it. Ids are compared, never wrapped: an `update_id` of
+/// `i64::MAX` (from a broken or hostile server) cannot be passed with an
+/// offset, so it is confirmed as far as one can and then skipped if sent
+/// again, instead of wrapping to a negative offset that asks for
+/// everything anew.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Confirmed(Option<i64>);
+
+impl Confirmed {
+    /// The `offset` for the next `getUpdates`.
+    fn offset(self) -> Option<i64> {
+        self.0.map(|id| id.saturating_add(1))
+    }
+
+    /// Whether update `id` was not settled yet.
+    fn is_new(self, id: i64) -> bool {
+        self.0.is_none_or(|last| id > last)
+    }
+
+    /// Update `id` is settled.
+    fn settle(&mut self, id: i64) {
+        self.0 = Some(self.0.map_or(id, |last| last.max(id)));
+    }
+}
+
+/// Hands one message to the gateway; whether it is settled: taken, or
+/// deliberately not handed over (a stranger, a bot command). `false`: the
+/// gateway refused it, and it must stay unconfirmed.
+async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) -> bool {
     let config = &shared.config;
     let chat = message.chat.id.to_string();
     let allowed_chat = config.allow_chats.is_empty() || config.allow_chats.contains(&chat);
     let command = inbound::bot_command(&message);
     if command.as_deref() == Some("start") {
-        let answer = if allowed_chat { "Bub is online. Send text to start." } else { NO_ACCESS_MESSAGE };
-        if let Err(e) = shared.say(&chat, answer).await {
-            tracing::warn!("telegram: answering /start in chat {chat}: {e}");
+        if allowed_chat {
+            if let Err(e) = shared.say(&chat, "Bub is online. Send text to start.").await {
+                tracing::warn!("telegram: answering /start in chat {chat}: {e}");
+            }
+        } else {
+            shared.refuse(&chat, NO_ACCESS_MESSAGE);
         }
-        return;
+        return true;
     }
     if !allowed_chat {
-        return;
+        return true;
     }
     // Bot commands are not messages, `/bub <text>` aside.
     let text = message.text.clone().unwrap_or_default();
     let bub_command = command.as_deref() == Some("bub") && text.split_whitespace().nth(1).is_some();
     if command.is_some() && !bub_command {
-        return;
+        return true;
     }
-    let Some(user) = message.from.as_deref() else { return };
+    let Some(user) = message.from.as_deref() else { return true };
+    let me = bub_abi::sync::lock(&shared.me).clone();
     if !config.allow_users.is_empty() {
         let id = user.id.to_string();
         let known = config.allow_users.contains(&id)
             || user.username.as_ref().is_some_and(|name| config.allow_users.contains(name));
         if !known {
-            if let Err(e) = shared.say(&chat, "Access denied.").await {
-                tracing::warn!("telegram: answering chat {chat}: {e}");
+            // Told only when the message was for the bot: a group's
+            // chatter that addresses nobody gets no answer.
+            if inbound::is_active(&message, &me) {
+                shared.refuse(&chat, "Access denied.");
             }
-            return;
+            return true;
         }
     }
-    let me = bub_abi::sync::lock(&shared.me).clone();
     let envelope = build_message(shared, bot, &message, &me).await;
     let active = envelope["is_active"] == json!(true) || envelope["kind"] == json!("command");
     let client = MessageHandlerClient(&shared.handler);
     if !active {
-        if let Err(e) = client.handle(&envelope).await {
-            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
-        }
-        return;
+        return match client.handle(&envelope).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+                false
+            }
+        };
     }
     // `submit` answers when the turn ends: "typing…" until then. Polled once
     // here, which queues the message, so a chat's messages reach the
@@ -462,21 +563,25 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) {
     let mut submitted = Box::pin(async move { MessageHandlerClient(&handler).submit(&envelope).await });
     let first = std::future::poll_fn(|cx| Poll::Ready(submitted.as_mut().poll(cx))).await;
     if let Poll::Ready(outcome) = first {
-        if let Err(e) = outcome {
-            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
-        }
-        return;
+        return match outcome {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+                false
+            }
+        };
     }
     typing_begin(shared, &chat);
     let shared = shared.clone();
     tokio::spawn(async move {
         if let Err(e) = submitted.await {
-            tracing::warn!("telegram: the gateway did not take a message of chat {chat}: {e}");
+            tracing::warn!("telegram: a message of chat {chat} got no answer: {e}");
         }
         typing_end(&shared, &chat);
         // A streamed reply the turn did not complete (it failed) ends here.
         bub_abi::sync::lock(&shared.live).remove(&chat);
     });
+    true
 }
 
 fn typing_begin(shared: &Arc<Shared>, chat: &str) {
@@ -610,5 +715,18 @@ mod tests {
         assert_eq!(config.api_base, "https://api.telegram.org");
         let bad = json!({"poll_timeout": "soon"});
         assert!(Config::from(bad.as_object().unwrap()).is_err());
+    }
+
+    #[test]
+    fn the_offset_confirms_settled_updates_and_never_wraps() {
+        let mut confirmed = Confirmed::default();
+        assert_eq!(confirmed.offset(), None, "nothing settled: no offset, Telegram sends from the oldest");
+        assert!(confirmed.is_new(7));
+        confirmed.settle(7);
+        assert_eq!(confirmed.offset(), Some(8));
+        assert!(!confirmed.is_new(7) && confirmed.is_new(8));
+        confirmed.settle(i64::MAX);
+        assert_eq!(confirmed.offset(), Some(i64::MAX), "saturates instead of wrapping to i64::MIN");
+        assert!(!confirmed.is_new(i64::MAX), "sent again, it is skipped, not handled twice");
     }
 }

@@ -614,6 +614,12 @@ fn gateway_installs_as_a_systemd_user_service() {
     let fake = bin.path().join("systemctl");
     std::fs::write(&fake, format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display())).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // logind's `enable-linger` (it records lingering as a file we cannot
+    // write here, so it is asked for and reported as not on).
+    let linger_log = bin.path().join("loginctl.log");
+    let loginctl = bin.path().join("loginctl");
+    std::fs::write(&loginctl, format!("#!/bin/sh\necho \"$@\" >> {}\n", linger_log.display())).unwrap();
+    std::fs::set_permissions(&loginctl, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bub = |args: &[&str], path: &std::path::Path| {
         let out = std::process::Command::new(bub_tests::bub_bin())
             .arg("--home")
@@ -634,7 +640,7 @@ fn gateway_installs_as_a_systemd_user_service() {
     let unit_path = xdg.path().join("systemd/user/bub-gateway.service");
     let unit = std::fs::read_to_string(&unit_path).unwrap_or_else(|e| panic!("{e}: {out}"));
     let ws = std::fs::canonicalize(workspace.path()).unwrap();
-    assert!(unit.contains(&format!("WorkingDirectory=\"{}\"", ws.display())), "{unit}");
+    assert!(unit.contains(&format!("WorkingDirectory={}\n", ws.display())), "{unit}");
     assert!(unit.contains("\"gateway\" \"--enable-channel\" \"telegram\""), "{unit}");
     assert!(unit.contains("Restart=on-failure"), "{unit}");
     assert!(!unit.contains("secret"), "no secret in the unit file: {unit}");
@@ -644,9 +650,13 @@ fn gateway_installs_as_a_systemd_user_service() {
     assert_eq!(std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o077, 0, "owner-only");
     let calls = std::fs::read_to_string(&log).unwrap();
     assert_eq!(calls, "--user daemon-reload\n--user enable bub-gateway.service\n--user restart bub-gateway.service\n");
+    let linger = std::fs::read_to_string(&linger_log).unwrap_or_default();
+    assert!(linger.starts_with("enable-linger "), "lingering was asked for: {linger:?}\n{out}");
+    assert!(out.contains("lingering:") && out.contains("loginctl enable-linger"), "{out}");
 
     let status = bub(&["gateway", "--status"], bin.path());
     assert!(status.contains("installed") && status.contains("none running"), "{status}");
+    assert!(status.contains("lingering: off"), "--status says whether lingering is on: {status}");
 
     // No systemctl: the unit is written all the same, the steps printed.
     let nowhere = bin.path().join("empty");
@@ -673,4 +683,93 @@ fn gateway_status_names_running_gateways() {
     let (out, err, ok) = run_bub(&home, &["gateway", "--status"]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("running, pid {}", gateway.pid().unwrap())), "{out}");
+}
+
+/// The unit `--install` writes is one real systemd accepts:
+/// `systemd-analyze verify` (systemd 252 refused the quoted
+/// `WorkingDirectory=` it used to get) passes for a binary, home and
+/// workspace whose paths have spaces, `%`, `$`, quotes and non-ASCII, and
+/// `EnvironmentFile=` names the environment file itself (systemd reads a
+/// quoted path as part of the name, and the `-` made it skip the file
+/// silently, so tokens never reached the service).
+#[test]
+fn the_installed_unit_passes_systemd_analyze_verify_with_awkward_paths() {
+    let Ok(analyze) = which("systemd-analyze") else {
+        eprintln!("SKIPPED: systemd-analyze is not installed (Debian's `systemd` package; .ci/run installs it)");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let odd = "a b 100% $x \"dq\" 'sq' ü";
+    let bin = root.path().join(format!("bin {odd}").replace(['"', '\''], ""));
+    let home = root.path().join(format!("home {odd}"));
+    let workspace = root.path().join(format!("ws {odd}"));
+    let xdg = root.path().join("xdg");
+    for dir in [&bin, &workspace, &xdg] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let bub = bin.join("bub");
+    if std::fs::hard_link(bub_tests::bub_bin(), &bub).is_err() {
+        std::fs::copy(bub_tests::bub_bin(), &bub).unwrap();
+    }
+    let out = std::process::Command::new(&bub)
+        .arg("--home")
+        .arg(&home)
+        .arg("--workspace")
+        .arg(&workspace)
+        .args(["gateway", "--install", "--enable-channel", "telegram"])
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("PATH", root.path())
+        .env("BUB_TELEGRAM_TOKEN", "123:se$cret\"`x")
+        .env_remove("BUB_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{printed}");
+    let unit_path = xdg.join("systemd/user/bub-gateway.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap_or_else(|e| panic!("{e}: {printed}"));
+    let verify = std::process::Command::new(analyze).arg("verify").arg(&unit_path).output().unwrap();
+    let said = String::from_utf8_lossy(&verify.stderr).into_owned() + &String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success() && !said.contains("bub-gateway"), "systemd-analyze verify: {said}\n{unit}");
+    // What systemd reads for the two path settings: the rest of the line,
+    // with `%%` as `%`.
+    let setting = |name: &str| {
+        let line = unit.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("{unit}"));
+        line.replace("%%", "%")
+    };
+    let ws = std::fs::canonicalize(&workspace).unwrap();
+    assert_eq!(setting("WorkingDirectory"), ws.to_str().unwrap());
+    let env_file = format!("-{}", home.join("gateway.env").display());
+    assert_eq!(setting("EnvironmentFile"), env_file, "{unit}");
+    assert!(std::path::Path::new(&env_file[1..]).is_file());
+    // systemd.exec's environment file rules: in double quotes a backslash
+    // escapes `"`, `\\`, `` ` `` and `$`.
+    let env = std::fs::read_to_string(&env_file[1..]).unwrap();
+    assert!(env.contains(r#"BUB_TELEGRAM_TOKEN="123:se\$cret\"\`x""#), "{env}");
+
+    // A binary whose path has a quote cannot be a systemd executable: refused
+    // with the reason, nothing written.
+    let quoted = root.path().join("it's");
+    std::fs::create_dir_all(&quoted).unwrap();
+    std::fs::remove_file(&unit_path).unwrap();
+    if std::fs::hard_link(bub_tests::bub_bin(), quoted.join("bub")).is_err() {
+        std::fs::copy(bub_tests::bub_bin(), quoted.join("bub")).unwrap();
+    }
+    let out = std::process::Command::new(quoted.join("bub"))
+        .arg("--home")
+        .arg(&home)
+        .arg("--workspace")
+        .arg(&workspace)
+        .args(["gateway", "--install"])
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("PATH", root.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("install bub elsewhere"), "{err}");
+    assert!(!unit_path.exists(), "nothing written");
+}
+
+fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    std::env::split_paths(&path).map(|dir| dir.join(tool)).find(|p| p.is_file()).ok_or(())
 }

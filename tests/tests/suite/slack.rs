@@ -30,7 +30,11 @@ fn gateway(home: &Home, fake: &FakeSlack) -> GatewayProcess {
 }
 
 fn dm(user: &str, text: &str, ts: &str) -> Value {
-    json!({"type": "message", "channel": "D1", "user": user, "text": text, "ts": ts, "channel_type": "im"})
+    dm_in("D1", user, text, ts)
+}
+
+fn dm_in(channel: &str, user: &str, text: &str, ts: &str) -> Value {
+    json!({"type": "message", "channel": channel, "user": user, "text": text, "ts": ts, "channel_type": "im"})
 }
 
 /// A direct message is acknowledged and answered in the conversation; a
@@ -128,5 +132,80 @@ fn slack_reconnects_when_asked_and_after_a_drop() {
         request.contains("still there?") && request.contains(&format!("data:image/png;base64,{data}")),
         "{request}"
     );
+    drop(gateway);
+}
+
+/// Slack sends an unacknowledged event again (Events API retries, on the
+/// next connection here). A stop must acknowledge only what the gateway
+/// took: events that arrive while it stops (it refuses them) come back
+/// after the next start and are answered there, each once.
+#[test]
+fn slack_events_refused_during_a_stop_are_answered_once_after_the_next_start() {
+    let home = Home::new();
+    let fake = FakeSlack::start();
+    slack(&home, &fake, json!({}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 1500, "return": null}}));
+    let mut first = GatewayProcess::start(
+        home.path(),
+        &["--enable-channel", "slack"],
+        &[("BUB_DEBOUNCE_SECONDS", "0.2"), ("BUB_SHUTDOWN_GRACE_SECONDS", "20")],
+    );
+    fake.wait_for("a Socket Mode connection", || fake.connections() >= 1);
+    let before = fake.push_event(dm_in("D0", "U1", "before the stop", "1.0"));
+    fake.wait_for("the first event acknowledged", || fake.acks().contains(&before));
+    std::thread::sleep(Duration::from_millis(300));
+    first.signal("TERM");
+    fake.wait_for("the gateway stopping", || first.log().contains("stopping: no new messages"));
+    let channels: Vec<String> = (1..=10).map(|n| format!("D{n}")).collect();
+    let during: Vec<String> = channels
+        .iter()
+        .enumerate()
+        .map(|(n, channel)| {
+            fake.push_event(dm_in(channel, "U1", &format!("during the stop {channel}"), &format!("2.{n}")))
+        })
+        .collect();
+    let status = first.wait(Duration::from_secs(60)).expect("the gateway exits once its turn is done");
+    assert!(status.success(), "{status}\n{}", first.log());
+    assert_eq!(fake.posted("D0").len(), 1, "the turn running at the stop was answered");
+    let acked = fake.acks();
+    for id in &during {
+        assert!(!acked.contains(id), "{id} was acknowledged but not taken:\n{}", first.log());
+    }
+
+    let second = gateway(&home, &fake);
+    for channel in &channels {
+        fake.wait_for(&format!("the answer in {channel}"), || !fake.posted(channel).is_empty());
+        assert!(
+            fake.posted(channel)[0].0.contains(&format!("during the stop {channel}")),
+            "{:?}",
+            fake.posted(channel)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    for channel in channels.iter().chain(["D0".to_owned()].iter()) {
+        assert_eq!(fake.posted(channel).len(), 1, "{channel} answered more than once");
+    }
+    let acked = fake.acks();
+    assert!(during.iter().all(|id| acked.contains(id)), "the retries were acknowledged once taken");
+    drop(second);
+}
+
+/// The bot token goes only to Slack's file host over https (or the
+/// configured API's origin): a `url_private` naming another host is not
+/// fetched, and the message still reaches the turn.
+#[test]
+fn slack_never_sends_the_bot_token_to_a_file_url_on_another_host() {
+    let home = Home::new();
+    let fake = FakeSlack::start();
+    let elsewhere = FakeSlack::start();
+    slack(&home, &fake, json!({}));
+    let gateway = gateway(&home, &fake);
+    let mut message = dm("U1", "a picture", "5.0");
+    message["subtype"] = json!("file_share");
+    message["files"] = json!([{"mimetype": "image/png", "url_private": elsewhere.add_file("x.png", b"png"), "size": 3},
+                              {"mimetype": "image/png", "url_private": "http://files.slack.com/x.png", "size": 3}]);
+    fake.push_event(message);
+    fake.wait_for("the reply", || !fake.posted("D1").is_empty());
+    assert!(elsewhere.file_requests().is_empty(), "the token went to another host");
     drop(gateway);
 }

@@ -91,9 +91,14 @@ fn telegram_allow_lists_and_group_mentions() {
     let sent = texts_to(&api, 8, 1);
     assert_eq!(sent, vec!["You are not allowed to chat with me. Please deploy your own instance of Bub."]);
 
-    // An allowed group, a user outside the list: refused.
+    // An allowed group, a user outside the list: chatter that addresses
+    // nobody gets no answer; a mention is refused, and a second one within
+    // the minute is not answered again (strangers cannot spend the bot's
+    // rate limit).
+    api.push_message(group_text(-100, 8, "just chatting among us", json!([])));
     let mention = format!("@{BOT_USERNAME} hi");
     let entities = json!([{"type": "mention", "offset": 0, "length": BOT_USERNAME.len() + 1}]);
+    api.push_message(group_text(-100, 8, &mention, entities.clone()));
     api.push_message(group_text(-100, 8, &mention, entities.clone()));
     assert_eq!(texts_to(&api, -100, 1), vec!["Access denied."]);
 
@@ -109,6 +114,7 @@ fn telegram_allow_lists_and_group_mentions() {
     api.push_message(group_text(-100, 9, &format!("@{BOT_USERNAME} what now"), entities));
     let sent = texts_to(&api, -100, 2);
     assert!(sent[1].contains("what now") && !sent[1].contains("idle chatter"), "{sent:?}");
+    assert_eq!(sent[0], "Access denied.", "one refusal for the chatter and two mentions: {sent:?}");
     // A private chat of a listed user.
     api.push_message(private_text(7, "just us"));
     assert!(texts_to(&api, 7, 1)[0].contains("just us"));
@@ -182,4 +188,48 @@ fn telegram_streamed_replies_are_edited_into_one_message() {
     assert_eq!(sent.len(), 1, "one message, edited: {sent:?}");
     assert!("streamed reply here".starts_with(&sent[0]) && sent[0].len() < "streamed reply here".len(), "{sent:?}");
     drop(gateway);
+}
+
+/// Telegram confirms every update below the `offset` of the next
+/// `getUpdates` and never sends it again (Bot API, getUpdates). A stop
+/// must confirm only what the gateway took: messages that arrive while
+/// it stops (it refuses them) stay with Telegram and are answered after
+/// the next start, and nothing is answered twice.
+#[test]
+fn telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({}));
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 1500, "return": null}}));
+    let mut first = gateway(&home, &api, &[("BUB_SHUTDOWN_GRACE_SECONDS", "20")]);
+    api.push_message(private_text(5, "before the stop"));
+    api.wait_for("chat 5's turn running", WAIT, |calls| calls.iter().any(|c| c.method == "sendChatAction"));
+    first.signal("TERM");
+    let deadline = Instant::now() + WAIT;
+    while !first.log().contains("stopping: no new messages") {
+        assert!(Instant::now() < deadline, "the gateway did not begin to stop:\n{}", first.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let chats: Vec<u64> = (6..=15).collect();
+    for chat in &chats {
+        api.push_message(private_text(*chat, &format!("during the stop {chat}")));
+    }
+    let status = first.wait(WAIT).expect("the gateway exits once its turn is done");
+    assert!(status.success(), "{status}\n{}", first.log());
+    assert_eq!(api.sent_to(5).len(), 1, "the turn running at the stop was answered");
+    assert!(first.log().contains("did not take a message"), "{}", first.log());
+    for chat in &chats {
+        assert!(api.sent_to(*chat as i64).is_empty(), "chat {chat} was answered by the stopping gateway");
+    }
+
+    let second = gateway(&home, &api, &[]);
+    for chat in &chats {
+        let sent = texts_to(&api, *chat as i64, 1);
+        assert!(sent[0].contains(&format!("during the stop {chat}")), "{sent:?}");
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    for chat in chats.iter().chain([5].iter()) {
+        assert_eq!(api.sent_to(*chat as i64).len(), 1, "chat {chat} answered more than once");
+    }
+    drop(second);
 }
