@@ -54,18 +54,59 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Opens `path` for appending (and reading), created `0600` if missing; an
 /// existing file that others can read or write is narrowed to `0600` when
-/// it is the user's own.
+/// it is the user's own. A symbolic link at `path` is refused (`ELOOP`),
+/// not followed: a link planted there would have bub append to, and narrow
+/// the mode of, whatever file it names.
 pub fn open_private_append(path: &Path) -> std::io::Result<File> {
-    let file = std::fs::OpenOptions::new().create(true).append(true).read(true).mode(0o600).open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .mode(0o600)
+        .custom_flags(NOFOLLOW)
+        .open(path)
+        .map_err(|e| refused_link(e, path))?;
     narrow(&file)?;
     Ok(file)
 }
 
-/// Opens `path` for writing, truncated, created `0600` if missing.
+/// Opens `path` for writing, truncated, created `0600` if missing; a
+/// symbolic link at `path` is refused, as by [`open_private_append`].
 pub fn create_private(path: &Path) -> std::io::Result<File> {
-    let file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(NOFOLLOW)
+        .open(path)
+        .map_err(|e| refused_link(e, path))?;
     narrow(&file)?;
     Ok(file)
+}
+
+/// `O_NOFOLLOW`: the last component of a path is never a link followed.
+pub const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+
+/// Opens `path` for reading without following a link at it: a private
+/// file (a tape) that is a link was put there by someone else.
+pub fn open_nofollow(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().read(true).custom_flags(NOFOLLOW).open(path).map_err(|e| refused_link(e, path))
+}
+
+/// `ELOOP` from an `O_NOFOLLOW` open, said as what it is.
+fn refused_link(e: std::io::Error, path: &Path) -> std::io::Error {
+    if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+        return std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is a symbolic link; bub does not follow links at its private files (someone may have put \
+                 it there to make bub write elsewhere): remove it",
+                path.display()
+            ),
+        );
+    }
+    e
 }
 
 /// The process's effective user id, asked once: trust checks compare file

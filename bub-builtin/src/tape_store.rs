@@ -393,7 +393,7 @@ impl FileTapeStore {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
-        let file = match std::fs::File::open(&path) {
+        let file = match bub_abi::files::open_nofollow(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bub_abi::sync::lock(&self.parsed).remove(&path);

@@ -56,6 +56,54 @@ fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> 
     Ok(())
 }
 
+/// Refuses a home (`$BUB_HOME`) that another user could have written: the
+/// home and its `tapes` folder must be the user's own (or root's) and not
+/// writable by group or others (no sticky exception: a sticky home still
+/// lets others add files), and every folder above them the same unless
+/// sticky. Otherwise plugins would be refused but tapes still read: a
+/// tape another user planted would be read as history, and a link she
+/// put at a tape's path would have bub append to (and narrow the mode of)
+/// any file. What does not exist yet is skipped (bub creates it `0700`).
+pub fn check_home(home: &Path) -> Result<(), LoadError> {
+    let fix = || {
+        format!(
+            "use a home of your own: unset BUB_HOME (for ~/.bub) or pass --home DIR; or, if {} is yours, \
+             `chown -R $(id -u) {0}` and `chmod go-w {0}`",
+            home.display()
+        )
+    };
+    let home = crate::discovery::absolute(home.to_path_buf());
+    let existing = home.ancestors().find(|p| p.exists()).unwrap_or(Path::new("/"));
+    let real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
+    for dir in [home.clone(), home.join("tapes")] {
+        let Ok(meta) = std::fs::metadata(&dir) else { continue };
+        let me = bub_abi::files::euid();
+        if meta.mode() & 0o022 != 0 {
+            return Err(LoadError::Untrusted {
+                path: dir.clone(),
+                detail: format!(
+                    "is writable by group or others (mode {:o}): others could plant tapes read as your history",
+                    meta.mode() & 0o7777
+                ),
+                fix: fix(),
+            });
+        }
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(LoadError::Untrusted {
+                path: dir.clone(),
+                detail: format!("is owned by uid {}, but bub runs as uid {me}", meta.uid()),
+                fix: fix(),
+            });
+        }
+    }
+    check_parents(&real.join("home")).map_err(|e| match e {
+        LoadError::Untrusted { path, detail, .. } => {
+            LoadError::Untrusted { path, detail: detail.replace("the plugin folder", "the home"), fix: fix() }
+        }
+        other => other,
+    })
+}
+
 /// Refuses a plugin folder any of whose parents, up to `/`, another user
 /// could write (a sticky folder such as `/tmp` is fine: others cannot
 /// rename or remove what they do not own in it).

@@ -6,10 +6,16 @@
 //!
 //! One check Bub does not make: the file must belong to the user running
 //! bub (or root) and not be writable by others, since whoever can write it
-//! chooses where the model's API key is sent (`BUB_API_BASE`). A refused
-//! file is named on standard error.
+//! chooses where the model's API key is sent (`BUB_API_BASE`). The check is
+//! made on the file opened once, and what is parsed is what that open file
+//! holds: a check of the path followed by a second open could be raced by
+//! anyone who owns a folder above it. A refused file is named on standard
+//! error.
 
-use std::{os::unix::fs::MetadataExt, path::Path, sync::OnceLock};
+use std::sync::OnceLock;
+
+/// A `.env` larger than this is refused (it is a handful of settings).
+const MAX_DOTENV_BYTES: u64 = 1024 * 1024;
 
 /// The variables the `.env` set (not those of the environment), so that
 /// `bub gateway --install` does not copy them out of it.
@@ -24,29 +30,20 @@ pub fn from_dotenv(key: &str) -> bool {
 pub fn load() {
     let Ok(start) = std::env::current_dir() else { return };
     let Some(path) = start.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else { return };
-    if let Err(why) = trusted(&path) {
-        eprintln!("warning: {} not loaded: {why}", path.display());
-        return;
-    }
+    let bytes = match bub_abi::files::read_trusted(&path, MAX_DOTENV_BYTES) {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            eprintln!("warning: {} not loaded: {why}", path.display());
+            return;
+        }
+    };
     // Existing variables win (dotenvy never overrides), as python-dotenv's
     // default `override=False`.
     let before: std::collections::HashSet<String> =
         std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
-    if let Err(e) = dotenvy::from_path(&path) {
+    if let Err(e) = dotenvy::from_read(bytes.as_slice()) {
         eprintln!("warning: {} not loaded: {e}", path.display());
     }
     let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| !before.contains(k)).collect();
     let _ = LOADED.set(set);
-}
-
-fn trusted(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    let me = bub_abi::files::euid();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(format!("it belongs to uid {}, not to you (uid {me})", meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err("others can write it (chmod go-w)".into());
-    }
-    Ok(())
 }

@@ -104,6 +104,9 @@ impl Context {
 /// from their `PluginContext` (no environment variable is set).
 fn context(home: Option<PathBuf>, workspace: Option<PathBuf>) -> anyhow::Result<Context> {
     let home = home.map(absolute).unwrap_or_else(bub_home);
+    if let Err(e) = bub_host::integrity::check_home(&home) {
+        anyhow::bail!("refusing the home {}: {e}", home.display());
+    }
     let workspace = match workspace {
         Some(w) => std::fs::canonicalize(&w)
             .with_context(|| format!("workspace {} not found (-w/--workspace)", w.display()))?,

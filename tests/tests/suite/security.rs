@@ -662,3 +662,66 @@ fn tape_postgres_survives_a_restart_and_a_frozen_server() {
         assert_ne!(rows.trim(), "0", "the last turn is not on the tape");
     }
 }
+
+/// A home another user could have written is refused, not half used:
+/// plugins there were refused already, but tapes were still read (a
+/// planted tape became history) and written. A home owned by another user,
+/// or writable by others, stops every command with the reason and the fix.
+#[test]
+fn a_home_another_user_owns_or_can_write_is_refused() {
+    let home = Home::new();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (_, err, ok) = run_bub(&home, &["run", "hello"]);
+    assert!(!ok && err.contains("refusing the home") && err.contains("writable by group or others"), "{err}");
+    assert!(err.contains("--home DIR"), "the fix is named: {err}");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (_, err, ok) = run_bub(&home, &["run", "hello"]);
+    assert!(ok, "its own home again: {err}");
+
+    // Its tape folder made writable by others is refused the same.
+    std::fs::set_permissions(home.path().join("tapes"), std::fs::Permissions::from_mode(0o757)).unwrap();
+    let (_, err, ok) = run_bub(&home, &["run", "hello"]);
+    assert!(!ok && err.contains("tapes"), "{err}");
+    std::fs::set_permissions(home.path().join("tapes"), std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let Some((uid, gid)) = nobody() else {
+        eprintln!("SKIPPED the second-user part: not root, no `nobody` to own the home");
+        return;
+    };
+    let theirs = tempfile::tempdir().unwrap();
+    let shared = theirs.path().join("bub");
+    std::fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(uid), Some(gid)).unwrap();
+    let out = Command::new(bub_bin()).arg("--home").arg(&shared).args(["run", "hello"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&format!("owned by uid {uid}")), "{err}");
+}
+
+/// A symbolic link at a tape's path is not followed: bub neither appends
+/// to the file it names nor changes that file's mode (a link to any file
+/// would otherwise be written and chmod'ed 0600, as root too).
+#[test]
+fn a_link_at_a_tape_path_is_refused_and_its_target_untouched() {
+    let home = Home::new();
+    let (_, err, ok) = run_bub(&home, &["run", "first"]);
+    assert!(ok, "{err}");
+    let tapes: Vec<PathBuf> = std::fs::read_dir(home.path().join("tapes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    assert!(!tapes.is_empty(), "the first turn wrote a tape");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("precious.txt");
+    std::fs::write(&target, "precious\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for tape in &tapes {
+        std::fs::remove_file(tape).unwrap();
+        std::os::unix::fs::symlink(&target, tape).unwrap();
+    }
+    let (_, err, _) = run_bub(&home, &["run", "second"]);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n", "the link's target was written: {err}");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "the link's target's mode was changed");
+    assert!(err.contains("symbolic link"), "the reason is said: {err}");
+}
