@@ -113,9 +113,12 @@ pub fn main() -> ExitCode {
 }
 
 /// The socket on standard input, which then reads `/dev/null` (a plugin
-/// that reads standard input must not eat the protocol).
+/// that reads standard input must not eat the protocol). The socket is
+/// moved to a close-on-exec descriptor: a subprocess the plugin starts
+/// must not hold it, or a crash of this process would not close it, and
+/// the host would learn of the crash only when its pings went unanswered.
 fn take_connection() -> std::io::Result<UnixStream> {
-    let fd = rustix::io::dup(std::io::stdin())?;
+    let fd = rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 3)?;
     let stream = UnixStream::from(fd);
     stream.peer_addr().map_err(|_| std::io::Error::other("its standard input is not a socket"))?;
     let null = std::fs::File::open("/dev/null")?;

@@ -406,8 +406,9 @@ impl Supervisor {
         drop(inner);
         tracing::error!(target: "bub::isolation", "{}: {why}; killing its process", self.label());
         peer.close(format!("killed by bub: {why}"));
+        // The whole group: the process and what it started.
         if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            end_group(pid);
         }
     }
 
@@ -738,20 +739,35 @@ fn same_hooks(a: &[Registration], b: &[Registration]) -> bool {
 }
 
 /// Waits up to two seconds for a process whose socket closed; kills it
-/// after that. `None` when it had to be killed.
+/// after that. `None` when it had to be killed. Either way its process
+/// group goes with it: what the plugin started (a shell, a server) would
+/// otherwise be orphaned, holding whatever it held. The group is ended
+/// while the process is exited but not yet reaped, so its id cannot have
+/// been reused by then.
 fn wait_briefly(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
     let until = Instant::now() + Duration::from_secs(2);
+    let pid = Pid::from_child(child);
     loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
+        match waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG) {
+            Ok(Some(_)) => {
+                end_group(pid);
+                return child.wait().ok();
+            }
             Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
             _ => {
+                end_group(pid);
                 let _ = child.kill();
                 let _ = child.wait();
                 return None;
             }
         }
     }
+}
+
+/// SIGKILL to the process group an isolated plugin's process leads.
+fn end_group(pid: rustix::process::Pid) {
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
 }
 
 #[allow(unsafe_code)]

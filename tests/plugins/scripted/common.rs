@@ -17,6 +17,7 @@
 //     "panic_in_future": "msg",
 //     "print": "text",                       println! it (to the process's stdout)
 //     "env_var": "NAME",                     answer the variable's value (null when unset)
+//     "spawn_process": ["sleep", "60"],    start a subprocess first (traces "<hook>:pid:<pid>")
 //     "crash": "abort" | "segfault" | "exit" | "stack_overflow",  take the process down
 //                                          (also as "init": …)
 //     "crash_every": [n, "segfault"],        crash on every n-th call (of any hook so
@@ -100,6 +101,14 @@ impl Scripted {
         }
         if let Some(msg) = script.get("panic").and_then(Value::as_str) {
             panic!("{msg}");
+        }
+        if let Some(argv) = script.get("spawn_process").and_then(Value::as_array) {
+            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+            if let Some((program, rest)) = argv.split_first() {
+                if let Ok(child) = std::process::Command::new(program).args(rest).spawn() {
+                    self.trace(&format!("{hook}:pid:{}", child.id()));
+                }
+            }
         }
         if let Some(how) = script.get("crash").and_then(Value::as_str) {
             crash(how);

@@ -373,3 +373,40 @@ fn an_isolated_channel_is_started_again_after_its_process_dies() {
     assert!(gateway.log().contains("a channel of it was started again"), "{}", gateway.log());
     assert!(gateway.wait(Duration::from_millis(10)).is_none(), "the gateway went down");
 }
+
+/// A crash right after the plugin started a subprocess is named at once
+/// (its socket is close-on-exec, so the subprocess does not keep it open
+/// and the host sees the end at the crash, not when pings go unanswered),
+/// and the subprocess is ended with the plugin's process group instead of
+/// being left orphaned.
+#[test]
+fn a_crash_after_a_spawn_is_named_at_once_and_the_subprocess_ends_with_it() {
+    let home = Home::new();
+    home.scripted(
+        "spawner",
+        "",
+        json!({"resolve_session": {"spawn_process": ["sleep", "120"], "crash": "segfault", "return": "never"}}),
+    );
+    home.isolate("spawner", json!({"enabled": true}));
+    let host = host(&home, &[("BUB_HOOK_TIMEOUT_SECONDS", "60")]);
+    let started = std::time::Instant::now();
+    let err = resolve(&host).unwrap_err();
+    let took = started.elapsed();
+    assert!(err.contains("killed by SIGSEGV"), "the signal is named: {err}");
+    assert!(took < Duration::from_secs(10), "named after {took:?}, not at the crash: {err}");
+    let pid: u32 = home
+        .trace()
+        .iter()
+        .find_map(|line| line.split(":pid:").nth(1).and_then(|p| p.parse().ok()))
+        .unwrap_or_else(|| panic!("the subprocess's pid was traced: {:?}", home.trace()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.split(") ").nth(1).unwrap_or("").starts_with('Z'));
+        if !alive {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the plugin's subprocess {pid} outlived it");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
