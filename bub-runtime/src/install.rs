@@ -202,8 +202,14 @@ impl Installer {
         let library =
             if source.is_dir() { build_crate(&source, fetched.target_dir.as_deref())? } else { source.clone() };
         // A crate may ship skills (`skills/<name>/SKILL.md`): installed with
-        // the library, found by the agent in the plugin's folder.
-        let skills = Some(source.join("skills")).filter(|s| source.is_dir() && s.is_dir());
+        // the library, found by the agent in the plugin's folder. A link
+        // named `skills` is not followed: a crate from a stranger could
+        // point it at any folder of the machine (`/etc`) to have it copied.
+        let skills = Some(source.join("skills"))
+            .filter(|s| source.is_dir() && std::fs::symlink_metadata(s).is_ok_and(|m| m.is_dir()));
+        if source.is_dir() && std::fs::symlink_metadata(source.join("skills")).is_ok_and(|m| m.is_symlink()) {
+            tracing::warn!(target: "bub::install", "not installing skills: {} is a link", source.join("skills").display());
+        }
 
         // Owner-only whatever the umask: under umask 002 a group-writable
         // folder would make every plugin in it fail the loader's checks, and

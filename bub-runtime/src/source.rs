@@ -19,6 +19,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use serde::{Deserialize, Serialize};
@@ -170,36 +171,144 @@ pub(crate) struct Fetched {
     pub source: Source,
     /// Where to build (fetched crates share one cache).
     pub target_dir: Option<PathBuf>,
-    pub _temp: Option<tempfile::TempDir>,
+    pub _temp: Option<FetchDir>,
 }
 
 fn fetch_error(source: &Source, why: impl Into<String>) -> InstallError {
     InstallError::Fetch { spec: source.to_string(), why: why.into() }
 }
 
-/// Runs a command, its output captured; the error quotes its stderr.
+/// How long one fetch command (`git clone`, `cargo metadata`) may run:
+/// `BUB_INSTALL_TIMEOUT_SECONDS`, default 300. A server that accepts the
+/// connection and never answers would otherwise hang the install forever.
+fn fetch_timeout() -> Duration {
+    std::env::var("BUB_INSTALL_TIMEOUT_SECONDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(Duration::from_secs(300), Duration::from_secs_f64)
+}
+
+/// Runs a command, its output captured, in a process group of its own
+/// that is ended when it outlives [`fetch_timeout`] (git runs its
+/// transport as a child); the error quotes its stderr.
 fn run(source: &Source, cmd: &mut Command, what: &str) -> Result<String, InstallError> {
-    let output = cmd.stdin(Stdio::null()).output().map_err(|e| {
-        let program = cmd.get_program().to_string_lossy().into_owned();
-        let hint =
-            if e.kind() == std::io::ErrorKind::NotFound { format!(" (install {program})") } else { String::new() };
-        fetch_error(source, format!("cannot run {program}{hint}: {e}"))
-    })?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            let program = cmd.get_program().to_string_lossy().into_owned();
+            let hint =
+                if e.kind() == std::io::ErrorKind::NotFound { format!(" (install {program})") } else { String::new() };
+            fetch_error(source, format!("cannot run {program}{hint}: {e}"))
+        })?;
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let limit = fetch_timeout();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) | Err(_) => {
+                let group = rustix::process::Pid::from_child(&child);
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fetch_error(
+                    source,
+                    format!(
+                        "{what} did not finish within {} s and was stopped; is the server reachable? \
+                         (BUB_INSTALL_TIMEOUT_SECONDS sets the limit)",
+                        limit.as_secs_f64()
+                    ),
+                ));
+            }
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if !status.success() {
+        let stderr = String::from_utf8_lossy(&stderr);
         let detail: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).take(12).collect();
         return Err(fetch_error(source, format!("{what} failed: {}", detail.join(" | "))));
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
 }
 
-/// A fresh owner-only folder under `scratch`, removed when dropped.
-fn fetch_dir(source: &Source, scratch: &Path) -> Result<tempfile::TempDir, InstallError> {
+/// A fetch folder: a fresh owner-only folder under the scratch folder,
+/// removed when dropped, and locked while in use, so that the next fetch
+/// can tell a folder an install still uses from one a killed install left.
+pub(crate) struct FetchDir {
+    temp: tempfile::TempDir,
+    _lock: crate::install::FileLock,
+}
+
+impl FetchDir {
+    fn path(&self) -> &Path {
+        self.temp.path()
+    }
+}
+
+/// The lock file inside a fetch folder.
+const FETCH_LOCK: &str = ".lock";
+
+/// Removes the fetch folders of installs that were killed: their lock is
+/// free (a folder without a lock file is removed once a day old).
+fn remove_abandoned(scratch: &Path) {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let Ok(entries) = std::fs::read_dir(scratch) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let fetch_folder =
+            entry.file_name().to_string_lossy().starts_with(".fetch-") && entry.file_type().is_ok_and(|t| t.is_dir());
+        if !fetch_folder {
+            continue;
+        }
+        // A folder made this minute may not hold its lock yet.
+        let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if age.is_none_or(|age| age < Duration::from_secs(60)) {
+            continue;
+        }
+        let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let Ok(fd) = rustix::fs::open(path.join(FETCH_LOCK), flags, Mode::empty()) else {
+            if age.is_some_and(|age| age > Duration::from_secs(24 * 3600)) {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            continue;
+        };
+        if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            tracing::info!(target: "bub::install", "removing {}, left by an install that was stopped", path.display());
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// A fresh fetch folder under `scratch`, after removing abandoned ones.
+fn fetch_dir(source: &Source, scratch: &Path) -> Result<FetchDir, InstallError> {
     bub_abi::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
-    tempfile::Builder::new()
+    remove_abandoned(scratch);
+    let temp = tempfile::Builder::new()
         .prefix(".fetch-")
         .tempdir_in(scratch)
-        .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))
+        .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))?;
+    let lock =
+        crate::install::lock_file(&temp.path().join(FETCH_LOCK)).map_err(|e| fetch_error(source, e.to_string()))?;
+    Ok(FetchDir { temp, _lock: lock })
 }
 
 /// Fetches `source` into a temporary folder under `scratch`.

@@ -1,5 +1,7 @@
 //! `bub plugins install | remove | enable | disable | info` as a user runs them.
 
+use std::time::Duration;
+
 use bub_tests::{lib, workspace, Home};
 use serde_json::{json, Value};
 
@@ -506,6 +508,9 @@ fn install_from_a_git_repository_and_update_from_it() {
     let repo = tempfile::tempdir().unwrap();
     let abi = format!("{{ path = {:?} }}", workspace().join("bub-abi").display().to_string());
     plugin_crate(repo.path(), "0.1.0", &abi);
+    // A link named `skills` is not followed: installing a stranger's crate
+    // must not copy a folder of the machine into the plugin.
+    std::os::unix::fs::symlink("/etc", repo.path().join("skills")).unwrap();
     git(repo.path(), &["init", "--quiet", "--initial-branch=main"]);
     git(repo.path(), &["add", "."]);
     git(repo.path(), &["commit", "--quiet", "-m", "0.1.0"]);
@@ -523,6 +528,7 @@ fn install_from_a_git_repository_and_update_from_it() {
     assert_eq!(manifest["source"]["kind"], "git");
     assert_eq!(manifest["source"]["url"], url.as_str());
     assert_eq!(list(&home)[1], ("bub-fetched-plugin".into(), "loaded".into()));
+    assert!(!home.path().join("plugins/bub-fetched-plugin/skills").exists(), "the `skills` link was followed");
 
     // A second plugin pinned to the tag, under another name.
     let (out, err, ok) = bub_offline(&home, &["plugins", "install", &format!("{url}@v0.1.0"), "--name", "pinned"]);
@@ -653,4 +659,44 @@ fn install_a_crate_from_the_registry() {
     let (_, err, ok) = bub_offline(&home, &["plugins", "install", "bub-no-such-plugin"]);
     assert!(!ok);
     assert!(err.contains("cannot fetch crate bub-no-such-plugin") && err.contains("cargo metadata"), "{err}");
+}
+
+/// A git server that accepts the connection and never answers does not
+/// hang the install: it is stopped after `BUB_INSTALL_TIMEOUT_SECONDS`
+/// with the reason and the setting. A fetch folder that a killed install
+/// left (its lock free) is removed by the next fetch.
+#[test]
+fn a_git_server_that_never_answers_times_out_and_leftovers_are_removed() {
+    let home = Home::new();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepts, then says nothing, for the whole test.
+    std::thread::spawn(move || {
+        let connection = silent.accept();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(connection);
+    });
+    let left = home.path().join("cache/fetch/.fetch-left-by-a-kill");
+    std::fs::create_dir_all(left.join("repo")).unwrap();
+    std::fs::write(left.join(".lock"), "").unwrap();
+    let aged = std::process::Command::new("touch").args(["-d", "2 hours ago"]).arg(&left).status().unwrap();
+    assert!(aged.success());
+    let bin = bub_tests::bub_bin();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(bin)
+        .arg("--home")
+        .arg(home.path())
+        .args(["plugins", "install", &format!("http://127.0.0.1:{port}/plugin.git")])
+        .env("BUB_INSTALL_TIMEOUT_SECONDS", "2")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env_remove("BUB_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the install hung for {:?}", started.elapsed());
+    assert!(err.contains("did not finish within 2 s") && err.contains("BUB_INSTALL_TIMEOUT_SECONDS"), "{err}");
+    let fetch = home.path().join("cache/fetch");
+    let leftovers: Vec<_> = std::fs::read_dir(&fetch).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "fetch folders left: {leftovers:?}");
 }
