@@ -166,6 +166,14 @@ pub fn cargo() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
+/// `$BUB_INSTALL_TIMEOUT_SECONDS` (300): how long one command fetching a
+/// plugin's source (`git clone`, `cargo metadata`) may run.
+#[allow(clippy::disallowed_methods)]
+pub fn env_install_timeout() -> Duration {
+    parse_seconds(&std::env::var("BUB_INSTALL_TIMEOUT_SECONDS").unwrap_or_default(), 300.0)
+        .unwrap_or(Duration::from_secs(300))
+}
+
 /// `CARGO_TARGET_DIR`, when set: fetched plugins build there instead of
 /// Bub's own build cache.
 #[allow(clippy::disallowed_methods)]

@@ -178,19 +178,8 @@ fn fetch_error(source: &Source, why: impl Into<String>) -> InstallError {
     InstallError::Fetch { spec: source.to_string(), why: why.into() }
 }
 
-/// How long one fetch command (`git clone`, `cargo metadata`) may run:
-/// `BUB_INSTALL_TIMEOUT_SECONDS`, default 300. A server that accepts the
-/// connection and never answers would otherwise hang the install forever.
-fn fetch_timeout() -> Duration {
-    std::env::var("BUB_INSTALL_TIMEOUT_SECONDS")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(Duration::from_secs(300), Duration::from_secs_f64)
-}
-
 /// Runs a command, its output captured, in a process group of its own
-/// that is ended when it outlives [`fetch_timeout`] (git runs its
+/// that is ended when it outlives `BUB_INSTALL_TIMEOUT_SECONDS` (git runs its
 /// transport as a child); the error quotes its stderr.
 fn run(source: &Source, cmd: &mut Command, what: &str) -> Result<String, InstallError> {
     use std::io::Read;
@@ -218,7 +207,7 @@ fn run(source: &Source, cmd: &mut Command, what: &str) -> Result<String, Install
     }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let limit = fetch_timeout();
+    let limit = crate::settings::env_install_timeout();
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
