@@ -84,12 +84,14 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
     let mut media = media_of(&first.message);
     let mut waiters = first.waiters;
     let mut marks = first.marks;
+    let mut tickets = first.tickets;
     let mut last = first.message;
     for m in messages {
         contents.push(content_of(&m.message));
         media.extend(media_of(&m.message));
         waiters.extend(m.waiters);
         marks.extend(m.marks);
+        tickets.extend(m.tickets);
         last = m.message;
     }
     if let Value::Object(map) = &mut last {
@@ -98,7 +100,7 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
             map.insert("media".into(), Value::Array(media));
         }
     }
-    Some(Inbound { message: last, waiters, marks })
+    Some(Inbound { message: last, waiters, marks, tickets })
 }
 
 fn media_of(message: &Value) -> Vec<Value> {

@@ -28,14 +28,22 @@ pub(super) struct Handle {
     rx: Mutex<Option<mpsc::UnboundedReceiver<Inbound>>>,
     open: Arc<AtomicBool>,
     journal: Journaled,
+    backlog: Arc<super::backlog::Backlog>,
 }
 
 type Journaled = Arc<Mutex<Option<Arc<super::journal::Journal>>>>;
 
 impl Handle {
-    pub fn new() -> Handle {
+    /// A handler whose messages wait in `backlog` until their turn.
+    pub fn new(backlog: Arc<super::backlog::Backlog>) -> Handle {
         let (tx, rx) = mpsc::unbounded_channel();
-        Handle { tx, rx: Mutex::new(Some(rx)), open: Arc::new(AtomicBool::new(true)), journal: Default::default() }
+        Handle {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            open: Arc::new(AtomicBool::new(true)),
+            journal: Default::default(),
+            backlog,
+        }
     }
 
     /// The object channels receive.
@@ -44,6 +52,7 @@ impl Handle {
             tx: self.tx.clone(),
             open: self.open.clone(),
             journal: self.journal.clone(),
+            backlog: self.backlog.clone(),
         })
     }
 
@@ -68,6 +77,7 @@ struct GatewayHandler {
     tx: mpsc::UnboundedSender<Inbound>,
     open: Arc<AtomicBool>,
     journal: Journaled,
+    backlog: Arc<super::backlog::Backlog>,
 }
 
 impl GatewayHandler {
@@ -76,9 +86,11 @@ impl GatewayHandler {
             return Err(HookError::plugin("the gateway is stopping and takes no new messages; send it again later"));
         }
         let message = complete(message)?;
+        let session = message.get("session_id").and_then(Value::as_str).unwrap_or_default();
+        let ticket = self.backlog.admit(session).map_err(HookError::plugin)?;
         let journal = bub_abi::sync::lock(&self.journal).clone();
         let marks = super::Marks::new(journal.as_ref(), &message);
-        let inbound = Inbound { message, waiters: waiter.into_iter().collect(), marks };
+        let inbound = Inbound { message, waiters: waiter.into_iter().collect(), marks, tickets: vec![ticket] };
         self.tx.send(inbound).map_err(|_| HookError::plugin("the gateway has stopped; the message was not taken"))
     }
 }

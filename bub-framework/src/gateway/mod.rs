@@ -35,6 +35,7 @@
 //! sync hook holds one worker, not the whole gateway.
 
 mod admission;
+mod backlog;
 mod debounce;
 mod handler;
 mod journal;
@@ -93,6 +94,8 @@ pub(crate) struct Inbound {
     pub waiters: Vec<oneshot::Sender<Delivery>>,
     /// Its lines in the journal (a debounced batch has several).
     pub marks: Marks,
+    /// Its places in the backlog, given back when its turn starts.
+    pub tickets: Vec<backlog::Ticket>,
 }
 
 /// Where an inbound message is journaled, and as what.
@@ -121,7 +124,7 @@ impl Inbound {
     /// A message no one waits for (steering leftovers), journaled.
     fn queued(message: Envelope, journal: Option<&std::sync::Arc<journal::Journal>>) -> Inbound {
         let marks = Marks::new(journal, &message);
-        Inbound { message, waiters: Vec::new(), marks }
+        Inbound { message, waiters: Vec::new(), marks, tickets: Vec::new() }
     }
 
     fn session_hint(&self) -> String {
@@ -173,7 +176,7 @@ impl Gateway {
     /// Collects the channels (`provide_channels`, handing them the
     /// gateway's message handler) and asks each for its [`ChannelInfo`].
     pub async fn new(framework: Framework, settings: GatewaySettings) -> Result<Gateway, GatewayError> {
-        let handler = handler::Handle::new();
+        let handler = handler::Handle::new(backlog::Backlog::new(settings.max_queued, settings.max_session_queue));
         let mut channels = Vec::new();
         for channel in framework.get_channels(&handler.object())? {
             let info = channel.info().await.unwrap_or_else(|e| {
@@ -497,7 +500,9 @@ impl Core {
         }
     }
 
-    fn start(&mut self, session_id: String, inbound: Inbound) {
+    fn start(&mut self, session_id: String, mut inbound: Inbound) {
+        // Running now: no longer waiting in the backlog.
+        inbound.tickets.clear();
         let framework = self.framework.clone();
         let stream_output = self.settings.stream_output
             || field_of(&inbound.message, "stream_output").is_some_and(bub_abi::envelope::truthy);

@@ -32,6 +32,13 @@ pub struct GatewaySettings {
     /// bub-rs only). Bub runs every `process` admission at once; a
     /// session's further messages wait their turn, in order.
     pub max_session_turns: usize,
+    /// Messages taken and waiting for their turn, in all
+    /// (`BUB_MAX_QUEUED_MESSAGES`, 10,000; bub-rs only). Past it the
+    /// handler refuses messages, as while stopping, so nothing grows
+    /// without end (a plugin handing messages over from inside its turns).
+    pub max_queued: usize,
+    /// The same per session (`BUB_MAX_SESSION_QUEUE`, 100; bub-rs only).
+    pub max_session_queue: usize,
 }
 
 impl Default for GatewaySettings {
@@ -45,6 +52,8 @@ impl Default for GatewaySettings {
             shutdown_grace: Duration::from_secs(30),
             max_turns: 32,
             max_session_turns: 4,
+            max_queued: 10_000,
+            max_session_queue: 100,
         }
     }
 }
@@ -93,6 +102,8 @@ impl GatewaySettings {
             shutdown_grace: seconds("BUB_SHUTDOWN_GRACE_SECONDS").unwrap_or(d.shutdown_grace),
             max_turns: count(env, "BUB_MAX_CONCURRENT_TURNS").unwrap_or(d.max_turns),
             max_session_turns: count(env, "BUB_MAX_SESSION_TURNS").unwrap_or(d.max_session_turns),
+            max_queued: count(env, "BUB_MAX_QUEUED_MESSAGES").unwrap_or(d.max_queued),
+            max_session_queue: count(env, "BUB_MAX_SESSION_QUEUE").unwrap_or(d.max_session_queue),
         }
     }
 }

@@ -387,3 +387,51 @@ fn the_python_bridge_runs_isolated_with_its_plugins_behind_it() {
     assert!(pos("load_state") < pos("build_prompt live=Counter"), "the live object crossed as itself: {trace:#?}");
     assert!(pos("build_prompt") < pos("run_model seen=True n=1"));
 }
+
+/// A Python `run_model` that hands three messages back to the host in
+/// every turn (each of which is a turn that hands back three more) cannot
+/// grow the gateway without end: past `BUB_MAX_SESSION_QUEUE` the handler
+/// refuses, the plugin's `process_inbound` raises with the reason and the
+/// setting, the log says so, and the gateway stays small and stops when
+/// asked.
+#[test]
+fn messages_born_inside_turns_are_bounded_by_the_session_queue() {
+    let Some(venv) = python::venv_or_skip("messages_born_inside_turns_are_bounded_by_the_session_queue") else {
+        return;
+    };
+    let home = home_with(venv, false);
+    let trace = home.trace_file();
+    let trace = trace.to_str().unwrap();
+    let mut gateway = GatewayProcess::start(
+        home.path(),
+        &[],
+        &[
+            ("BUB_COURIER_MESSAGE", "py:start"),
+            ("BUB_PROBE_TRACE", trace),
+            ("BUB_PROBE_MODEL", "1"),
+            ("BUB_PROBE_FLOOD", "3"),
+            ("BUB_MAX_SESSION_QUEUE", "20"),
+            ("VIRTUAL_ENV", ""),
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !home.trace().iter().any(|l| l.starts_with("flood refused")) {
+        assert!(std::time::Instant::now() < deadline, "nothing was refused:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Let it run on: the backlog stays at its bound.
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", gateway.pid().unwrap()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().unwrap()))
+        .unwrap();
+    let refused = home.trace().into_iter().find(|l| l.starts_with("flood refused")).unwrap();
+    assert!(refused.contains("BUB_MAX_SESSION_QUEUE=20") && refused.contains("send it again later"), "{refused}");
+    gateway.signal("TERM");
+    let status = gateway.wait(Duration::from_secs(60));
+    let log = gateway.log();
+    assert!(status.is_some_and(|s| s.success()), "{log}");
+    assert!(log.contains("refusing a message") && log.contains("BUB_MAX_SESSION_QUEUE"), "{log}");
+    assert!(rss_kb < 400_000, "the gateway grew to {rss_kb} kB");
+}

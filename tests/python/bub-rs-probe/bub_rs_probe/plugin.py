@@ -35,7 +35,22 @@ class Counter:
             return self.count
 
 
+async def _flood(self, session_id) -> None:
+    """What a careless plugin does: hand messages back to the host from
+    inside its turn, each of which is a turn that hands back more."""
+    for i in range(int(os.environ.get("BUB_PROBE_FLOOD", "0"))):
+        try:
+            await self.framework.process_inbound(
+                {"session_id": session_id, "channel": "courier", "chat_id": "1", "content": f"py:flood {i}"}
+            )
+        except Exception as e:  # noqa: BLE001 - traced for the test
+            trace(f"flood refused: {e}")
+
+
 async def _run_model(self, prompt, session_id, state):
+    if os.environ.get("BUB_PROBE_FLOOD"):
+        await _flood(self, session_id)
+        return "flooded"
     counter = state.get("probe_counter")
     n = counter.bump() if isinstance(counter, Counter) else -1
     trace(f"run_model seen={state.get('probe_prompt_seen')} n={n}")
