@@ -183,7 +183,15 @@ fn discover(provider: &str, base: &str, key: &str) -> Result<Vec<String>, String
                 }
                 _ => {}
             }
-            let body: Value = response.json().await.map_err(|_| "The models endpoint answered no model list.")?;
+            // A model list is kilobytes; an endless answer is refused at 8 MiB.
+            let mut response = response;
+            let mut body = bub_abi::channel::CappedBody::new(8 << 20);
+            while let Some(chunk) = response.chunk().await.map_err(|_| "The models endpoint answered no model list.")? {
+                body.push(&chunk)
+                    .map_err(|_| "The models endpoint's answer is larger than 8 MiB; enter a model ID manually.")?;
+            }
+            let body: Value = serde_json::from_slice(&body.into_bytes())
+                .map_err(|_| "The models endpoint answered no model list.")?;
             let mut ids: Vec<String> = body["data"]
                 .as_array()
                 .or_else(|| body["models"].as_array())

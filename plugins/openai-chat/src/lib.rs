@@ -99,8 +99,17 @@ impl OpenAiChat {
         };
         let status = response.status();
         if !status.is_success() {
-            let detail = response.text().await.unwrap_or_default();
-            let detail: String = detail.chars().take(500).collect();
+            // Only the head of an error body is shown: read no more (a
+            // proxy can send an endless one).
+            let mut response = response;
+            const HEAD: usize = 64 * 1024;
+            let mut head = Vec::new();
+            while head.len() < HEAD {
+                let next = tokio::time::timeout(self.idle_timeout, response.chunk()).await;
+                let Ok(Ok(Some(chunk))) = next else { break };
+                head.extend_from_slice(&chunk[..chunk.len().min(HEAD - head.len())]);
+            }
+            let detail: String = String::from_utf8_lossy(&head).chars().take(500).collect();
             return Err(("provider", format!("HTTP {status} from {url}: {detail}")));
         }
         // Server-sent events framed by the same parser as the builtin
