@@ -164,6 +164,16 @@ pub struct HookFailure {
     pub error: HookError,
 }
 
+impl HookFailure {
+    /// Whether the hook was cancelled at its deadline
+    /// (`BUB_HOOK_TIMEOUT_SECONDS`) rather than failing by itself: a caller
+    /// may wait and try again (the plugin may have been held up, as Python
+    /// plugins are behind one that blocks their shared loop).
+    pub fn timed_out(&self) -> bool {
+        self.error.kind == ErrorKind::ERROR && self.error.message.ends_with(crate::runtime::DEADLINE_MARK)
+    }
+}
+
 fn describe(plugin: &str, hook: &HookId, error: &HookError) -> String {
     match error.kind {
         ErrorKind::PANIC => format!("plugin '{plugin}' panicked in hook '{hook}': {}", error.message),

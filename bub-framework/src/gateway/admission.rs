@@ -15,6 +15,21 @@ impl Core {
     pub(super) async fn admit_and_schedule(&mut self, mut inbound: Inbound) {
         let session_id = match self.framework.resolve_session(&inbound.message).await {
             Ok(id) => id,
+            Err(crate::FrameworkError::Hook(failure)) if failure.timed_out() => {
+                // Held up, not failed (a Python plugin behind another that
+                // blocks their shared loop): the message waits and is
+                // admitted again, instead of being dropped. Its backlog
+                // place stays taken meanwhile, and a stop saves it.
+                let wait = std::time::Duration::from_secs(1 << inbound.put_off.min(5));
+                inbound.put_off += 1;
+                tracing::warn!(
+                    target: "bub::gateway",
+                    "channel.manager {failure}; the message waits and is admitted again in {} s",
+                    wait.as_secs()
+                );
+                self.put_off.push((tokio::time::Instant::now() + wait, inbound));
+                return;
+            }
             Err(e) => {
                 tracing::error!(target: "bub::gateway", "channel.manager resolve_session failed: {e}");
                 self.framework.runtime().notify_error("resolve_session", &e.info(), Some(&inbound.message)).await;

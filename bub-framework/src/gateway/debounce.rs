@@ -100,7 +100,7 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
             map.insert("media".into(), Value::Array(media));
         }
     }
-    Some(Inbound { message: last, waiters, marks, tickets })
+    Some(Inbound { message: last, waiters, marks, tickets, put_off: 0 })
 }
 
 fn media_of(message: &Value) -> Vec<Value> {

@@ -90,7 +90,8 @@ impl GatewayHandler {
         let ticket = self.backlog.admit(session).map_err(HookError::plugin)?;
         let journal = bub_abi::sync::lock(&self.journal).clone();
         let marks = super::Marks::new(journal.as_ref(), &message);
-        let inbound = Inbound { message, waiters: waiter.into_iter().collect(), marks, tickets: vec![ticket] };
+        let inbound =
+            Inbound { message, waiters: waiter.into_iter().collect(), marks, tickets: vec![ticket], put_off: 0 };
         self.tx.send(inbound).map_err(|_| HookError::plugin("the gateway has stopped; the message was not taken"))
     }
 }

@@ -96,6 +96,9 @@ pub(crate) struct Inbound {
     pub marks: Marks,
     /// Its places in the backlog, given back when its turn starts.
     pub tickets: Vec<backlog::Ticket>,
+    /// How often its admission was put off (its `resolve_session` ran
+    /// past its deadline).
+    pub put_off: u32,
 }
 
 /// Where an inbound message is journaled, and as what.
@@ -124,7 +127,7 @@ impl Inbound {
     /// A message no one waits for (steering leftovers), journaled.
     fn queued(message: Envelope, journal: Option<&std::sync::Arc<journal::Journal>>) -> Inbound {
         let marks = Marks::new(journal, &message);
-        Inbound { message, waiters: Vec::new(), marks, tickets: Vec::new() }
+        Inbound { message, waiters: Vec::new(), marks, tickets: Vec::new(), put_off: 0 }
     }
 
     fn session_hint(&self) -> String {
@@ -338,6 +341,9 @@ struct Core {
     // Messages left when the grace period ran out.
     leftovers: Vec<Envelope>,
     journal: Option<std::sync::Arc<journal::Journal>>,
+    // Messages whose admission was put off, and when to try again (their
+    // session could not be resolved in time: a plugin held up).
+    put_off: Vec<(Instant, Inbound)>,
 }
 
 impl Core {
@@ -358,6 +364,7 @@ impl Core {
             turns_done: 0,
             leftovers: Vec::new(),
             journal: None,
+            put_off: Vec::new(),
         }
     }
 
@@ -387,7 +394,23 @@ impl Core {
                     None => std::future::pending().await,
                 }
             };
+            let next_try = self.put_off.iter().map(|(at, _)| *at).min();
+            let retry = async {
+                match next_try {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                _ = retry => {
+                    let now = Instant::now();
+                    let (due, later): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut self.put_off).into_iter().partition(|(at, _)| *at <= now);
+                    self.put_off = later;
+                    for (_, inbound) in due {
+                        self.admit_and_schedule(inbound).await;
+                    }
+                }
                 Some(message) = inbound.recv() => self.receive(message),
                 Some(message) = self.ready_rx.recv() => self.admit_and_schedule(message).await,
                 Some(done) = self.turns.join_next_with_id() => self.turn_done(done),
@@ -421,6 +444,7 @@ impl Core {
             && self.turns.is_empty()
             && self.debounce_tasks.is_empty()
             && self.waiting.is_empty()
+            && self.put_off.is_empty()
             && self.sessions.values().all(|s| s.pending.is_empty())
     }
 
@@ -623,6 +647,7 @@ impl Core {
             rest.push(m);
         }
         rest.extend(std::mem::take(&mut self.waiting).into_iter().map(|(_, m)| m));
+        rest.extend(std::mem::take(&mut self.put_off).into_iter().map(|(_, m)| m));
         for session in std::mem::take(&mut self.sessions).into_values() {
             rest.extend(session.pending);
         }

@@ -189,6 +189,10 @@ pub(crate) fn start(imp: &Impl, call: &mut HookCall<'_>) -> Result<Done, FfiFutu
     }
 }
 
+/// Ends the message of a hook cancelled at its deadline
+/// ([`crate::HookFailure::timed_out`] tells such a failure apart).
+pub(crate) const DEADLINE_MARK: &str = "(BUB_HOOK_TIMEOUT_SECONDS)";
+
 /// Awaits a pending implementation under its deadline (and the slow
 /// warning of the model stage), each poll marked for the watchdog.
 #[inline(never)]
@@ -208,10 +212,7 @@ pub(crate) async fn wait(imp: &Impl, fut: FfiFuture<HookReturn>) -> Done {
             Err(_) => {
                 return Done::Error(HookError::new(
                     ErrorKind::ERROR,
-                    format!(
-                        "did not finish within {}s and was cancelled (BUB_HOOK_TIMEOUT_SECONDS)",
-                        limit.as_secs_f64()
-                    ),
+                    format!("did not finish within {}s and was cancelled {DEADLINE_MARK}", limit.as_secs_f64()),
                 ))
             }
         },

@@ -36,13 +36,40 @@ _ready = threading.Event()
 _turn = threading.Lock()
 
 
+# When the loop last left its selector (0.0 while it waits in it), and the
+# submitted call whose first step it runs now: what ``holder()`` reports
+# when a call waits too long for the loop.
+_busy_since = 0.0
+_holder: str | None = None
+
+
 class _Selector(selectors.DefaultSelector):
     def select(self, timeout=None):  # type: ignore[override]
+        global _busy_since
+        _busy_since = 0.0
         _turn.release()
         try:
             return super().select(timeout)
         finally:
             _turn.acquire()
+            _busy_since = time.monotonic()
+
+
+def holder() -> tuple[str, float] | None:
+    """What keeps the loop from its other calls, and for how many seconds:
+    the submitted call running its first step (a blocking call such as
+    ``time.sleep`` in an ``async def`` hook blocks there), else the task
+    the loop runs; None while the loop waits for work."""
+    since = _busy_since
+    if since == 0.0:
+        return None
+    what = _holder
+    if what is None and _loop is not None:
+        task = asyncio.current_task(_loop)
+        if task is not None and task is not _host_task:
+            coro = task.get_coro()
+            what = getattr(coro, "__qualname__", None) or repr(task)
+    return (what or "the loop's own work", time.monotonic() - since)
 
 
 _host_task: asyncio.Task | None = None
@@ -131,17 +158,18 @@ class Call:
             self.task.cancel()
 
 
-def submit(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> Call:
+def submit(fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool, label: str = "") -> Call:
     """Runs ``fn(*args, **kwargs)`` on the loop thread; awaits an awaitable
     result (unless ``sync_only``: then, as Bub's ``call_*_sync``, it is
-    skipped); calls ``done(ok, value)`` once, on the loop thread."""
+    skipped); calls ``done(ok, value)`` once, on the loop thread. ``label``
+    (``plugin.hook``) names it while it holds the loop."""
     call = Call()
     assert _loop is not None
-    _loop.call_soon_threadsafe(_start, call, fn, args, kwargs, done, sync_only)
+    _loop.call_soon_threadsafe(_start, call, fn, args, kwargs, done, sync_only, label)
     return call
 
 
-def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool) -> None:
+def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only: bool, label: str = "") -> None:
     """A submitted call, on the loop thread as one of its callbacks: the
     steps a host thread runs holding the loop's turn (``run_call``)."""
     if call.cancelled:
@@ -155,9 +183,14 @@ def _start(call: Call, fn: Any, args: tuple, kwargs: dict, done: Any, sync_only:
             call.queued = now
         if now - call.queued < CANCEL_WAIT:
             assert _loop is not None
-            _loop.call_soon(_start, call, fn, args, kwargs, done, sync_only)
+            _loop.call_soon(_start, call, fn, args, kwargs, done, sync_only, label)
             return
-    kind, value = run_call(fn, args, kwargs, sync_only)
+    global _holder
+    _holder = label or None
+    try:
+        kind, value = run_call(fn, args, kwargs, sync_only)
+    finally:
+        _holder = None
     if kind == "running":
         call.task = value
         value.add_done_callback(lambda t: _finish(t, done))

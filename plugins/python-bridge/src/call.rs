@@ -111,7 +111,44 @@ enum State<T> {
     /// never waited): no slot, no callback, no future.
     Ready(Option<Result<T, HookError>>),
     /// Running on the loop: `call` cancels it while the host still waits.
-    Running { slot: Arc<Slot<T>>, call: Option<Py<PyAny>> },
+    /// A call handed to the loop thread knows its `plugin.hook` label, to
+    /// name what held the loop if the host gives up on it.
+    Running { slot: Arc<Slot<T>>, call: Option<Py<PyAny>>, waited: Option<Waited> },
+}
+
+/// A call handed to the loop thread: what it is and since when it waits.
+pub struct Waited {
+    label: String,
+    since: std::time::Instant,
+    interp: &'static Interp,
+}
+
+/// How long a loop busy past a call's end must have been busy to be named.
+const NAMED_AFTER: Duration = Duration::from_secs(1);
+
+impl Waited {
+    fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
+        Waited { label: format!("plugin '{plugin}' hook '{hook}'"), since: std::time::Instant::now(), interp }
+    }
+
+    /// The host gave up on this call: if the loop was held by something
+    /// else all that time, name it (the call's own error names only the
+    /// call, which may be innocent: it never got the loop).
+    fn name_the_holder(&self, py: Python<'_>) {
+        let Ok(holder) = self.interp.module(py).call_method0("holder") else { return };
+        let Ok(Some((what, held))) = holder.extract::<Option<(String, f64)>>() else { return };
+        let waited = self.since.elapsed();
+        if held < NAMED_AFTER.as_secs_f64() || what == self.label {
+            return;
+        }
+        tracing::warn!(
+            "python bridge: {} was given up after waiting {:.1} s for the Python loop, which {what} has held for \
+             {held:.1} s: a blocking call (time.sleep, a blocking read) inside an `async def` hook holds up every \
+             Python plugin; make it `await` or run it in a thread (asyncio.to_thread)",
+            self.label,
+            waited.as_secs_f64()
+        );
+    }
 }
 
 impl<T> Pending<T> {
@@ -125,7 +162,7 @@ impl<T> Pending<T> {
     pub fn try_take(&mut self) -> Option<Result<T, HookError>> {
         match &mut self.state {
             State::Ready(r) => r.take(),
-            State::Running { slot, call } => {
+            State::Running { slot, call, .. } => {
                 let taken = bub_abi::sync::lock(&slot.value).0.take();
                 if taken.is_some() {
                     *call = None;
@@ -139,7 +176,7 @@ impl<T> Pending<T> {
     pub fn wait(mut self, limit: Duration) -> Result<T, HookError> {
         let taken = match &mut self.state {
             State::Ready(r) => r.take(),
-            State::Running { slot, call } => {
+            State::Running { slot, call, .. } => {
                 let guard = bub_abi::sync::lock(&slot.value);
                 let (mut guard, _) = slot
                     .ready
@@ -170,7 +207,7 @@ impl<T> Future for Pending<T> {
             State::Ready(r) => {
                 Poll::Ready(r.take().unwrap_or_else(|| Err(HookError::plugin("polled after its answer"))))
             }
-            State::Running { slot, call } => {
+            State::Running { slot, call, .. } => {
                 let mut v = bub_abi::sync::lock(&slot.value);
                 match v.0.take() {
                     Some(r) => {
@@ -190,7 +227,7 @@ impl<T> Future for Pending<T> {
 
 impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
-        if let State::Running { call, slot } = &mut self.state {
+        if let State::Running { call, slot, waited } = &mut self.state {
             if let Some(call) = call.take() {
                 // The host gave up on it: cancel the Python task too. Both
                 // this and the completion callback run holding the GIL, so
@@ -204,6 +241,9 @@ impl<T> Drop for Pending<T> {
                     if let Err(e) = call.bind(py).call_method0("cancel") {
                         tracing::warn!("python bridge: cannot cancel a Python call: {e}");
                         CANCELLING.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    if let Some(waited) = waited {
+                        waited.name_the_holder(py);
                     }
                 });
             }
@@ -306,9 +346,29 @@ where
     T: Send + 'static,
     F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
 {
+    dispatch_named(py, interp, callable, invocation, sync_only, None, convert)
+}
+
+/// [`dispatch_with`] for a hook: `name` (plugin, hook) labels the call if
+/// it has to wait for the loop thread, to name what held the loop should
+/// the host give up on it.
+pub fn dispatch_named<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    callable: &Bound<'py, PyAny>,
+    invocation: Invocation<'py>,
+    sync_only: bool,
+    name: Option<(&str, &str)>,
+    convert: F,
+) -> Pending<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
     let loop_ = interp.event_loop();
     let Some(turn) = loop_.take_turn(py) else {
-        return submit(py, interp, callable, invocation, sync_only, convert);
+        let waited = name.map(|(plugin, hook)| Waited::new(plugin, hook, interp));
+        return submit_labelled(py, interp, callable, invocation, sync_only, waited, convert);
     };
     let outcome = loop_.run_here(py, &turn, callable, &invocation, sync_only);
     let pending = match outcome {
@@ -362,16 +422,43 @@ where
 {
     let (slot, done) = completion(py, convert)?;
     let call = interp.module(py).call_method1("watch", (task, done))?;
-    Ok(Pending { state: State::Running { slot, call: Some(call.unbind()) } })
+    Ok(Pending { state: State::Running { slot, call: Some(call.unbind()), waited: None } })
 }
 
-/// Hands the call to the loop thread (the loop is busy).
-fn submit<'py, T, F>(
+/// [`dispatch_with`] that always hands the call to the loop thread, never
+/// running it on the caller's: for `async def` hooks, whose deadline must
+/// hold. A coroutine that blocks (`time.sleep` in an `async def`) would
+/// otherwise block the host thread that called it, where no deadline can
+/// reach; on the loop thread it blocks only the loop, and the host's call
+/// fails at its deadline, naming it. `name` (plugin, hook) labels it.
+pub fn dispatch_on_loop<'py, T, F>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    callable: &Bound<'py, PyAny>,
+    invocation: Invocation<'py>,
+    name: (&str, &str),
+    convert: F,
+) -> Pending<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
+{
+    // Already the loop (a hook called from inside a hook): nested, at once.
+    if crate::event_loop::is_loop_thread() {
+        return dispatch_named(py, interp, callable, invocation, false, Some(name), convert);
+    }
+    let waited = Waited::new(name.0, name.1, interp);
+    submit_labelled(py, interp, callable, invocation, false, Some(waited), convert)
+}
+
+/// Hands the call to the loop thread (the loop is busy); `waited` names it.
+fn submit_labelled<'py, T, F>(
     py: Python<'py>,
     interp: &'static Interp,
     callable: &Bound<'py, PyAny>,
     invocation: Invocation<'py>,
     sync_only: bool,
+    waited: Option<Waited>,
     convert: F,
 ) -> Pending<T>
 where
@@ -381,8 +468,9 @@ where
     let submitted = (|| -> PyResult<Pending<T>> {
         let (slot, done) = completion(py, convert)?;
         let (args, kwargs) = invocation.into_plain(py)?;
-        let call = interp.module(py).call_method1("submit", (callable, args, kwargs, done, sync_only))?;
-        Ok(Pending { state: State::Running { slot, call: Some(call.unbind()) } })
+        let label = waited.as_ref().map_or("", |w| w.label.as_str());
+        let call = interp.module(py).call_method1("submit", (callable, args, kwargs, done, sync_only, label))?;
+        Ok(Pending { state: State::Running { slot, call: Some(call.unbind()), waited } })
     })();
     submitted.unwrap_or_else(|e| failed(HookError::plugin(crate::interp::traceback(py, &e))))
 }

@@ -73,6 +73,12 @@ thread_local! {
     static AS_LOOP: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Whether this thread acts as the loop now (the loop thread, or a host
+/// thread inside a call it runs holding the turn).
+pub fn is_loop_thread() -> bool {
+    AS_LOOP.with(Cell::get)
+}
+
 /// Marks the calling thread as the loop thread.
 pub fn mark_loop_thread() {
     AS_LOOP.with(|a| a.set(true));

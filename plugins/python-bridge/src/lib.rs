@@ -81,6 +81,9 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 /// One Python hookimpl.
 struct PyHook {
     func: Py<PyAny>,
+    /// An `async def`: called on the loop thread, never on the caller's
+    /// (see `call::dispatch_on_loop`).
+    coroutine: bool,
     argnames: Vec<String>,
     /// `argnames` as a tuple of interned strings: the call's keyword names.
     names: Py<PyTuple>,
@@ -227,7 +230,11 @@ impl PythonBridge {
                 answer(py, interp, id, value)
             };
             let invocation = call::Invocation::Named { values, names: hook.names.bind(py).clone() };
-            Ok(call::dispatch_with(py, interp, hook.func.bind(py), invocation, sync, finish))
+            let name = (owner.as_str(), id.name());
+            if hook.coroutine && !sync {
+                return Ok(call::dispatch_on_loop(py, interp, hook.func.bind(py), invocation, name, finish));
+            }
+            Ok(call::dispatch_named(py, interp, hook.func.bind(py), invocation, sync, Some(name), finish))
         });
         let mut pending = match pending {
             Ok(p) => p,
@@ -507,7 +514,8 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
                 continue;
             }
             let names = PyTuple::new(py, argnames.iter().map(|n| convert::key(py, n)))?.unbind();
-            hooks.insert(id, PyHook { func: func.unbind(), argnames, names });
+            let coroutine = py.import("inspect")?.call_method1("iscoroutinefunction", (&func,))?.is_truthy()?;
+            hooks.insert(id, PyHook { func: func.unbind(), coroutine, argnames, names });
             markers.push((id, marker));
         }
         if let Some(problem) = problem {

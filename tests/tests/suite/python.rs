@@ -435,3 +435,80 @@ fn messages_born_inside_turns_are_bounded_by_the_session_queue() {
     assert!(log.contains("refusing a message") && log.contains("BUB_MAX_SESSION_QUEUE"), "{log}");
     assert!(rss_kb < 400_000, "the gateway grew to {rss_kb} kB");
 }
+
+/// A Python hook that blocks the loop (`time.sleep` inside an `async def`
+/// hook) is cut off at the hook deadline and named; other sessions'
+/// messages wait for the loop instead of being dropped, and are answered.
+#[test]
+fn a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait() {
+    let Some(venv) = python::venv_or_skip("a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait") else {
+        return;
+    };
+    let home = home_with(venv, true);
+    home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": "t"}));
+    let trace = home.trace_file();
+    let mut gateway = GatewayProcess::start(
+        home.path(),
+        &[],
+        &[
+            ("BUB_PROBE_TRACE", trace.to_str().unwrap()),
+            ("BUB_HOOK_TIMEOUT_SECONDS", "3"),
+            ("BUB_PROBE_BLOCK_SECONDS", "12"),
+            ("VIRTUAL_ENV", ""),
+        ],
+    );
+    let base = gateway.address(home.path(), "http-channel");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let post = |content: &'static str, session: &'static str| {
+        let base = base.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let response = reqwest::Client::new()
+                .post(format!("{base}/v1/messages"))
+                .bearer_auth("t")
+                .json(&json!({"content": content, "session_id": session}))
+                .send()
+                .await
+                .expect("request");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null), started.elapsed())
+        }
+    };
+    let (blocked, others) = rt.block_on(async {
+        let blocked = tokio::spawn(post("py:block the loop", "a"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let others = futures_util::future::join_all((0..3).map(|i| {
+            let session = ["b", "c", "d"][i];
+            tokio::spawn(post("py:hello", session))
+        }))
+        .await;
+        (blocked.await.unwrap(), others.into_iter().map(Result::unwrap).collect::<Vec<_>>())
+    });
+    let log = gateway.log();
+    let (status, body, took) = blocked;
+    eprintln!("blocked: {status} {body} {took:?}");
+    for (status, body, took) in &others {
+        eprintln!("other: {status} {body} {took:?}");
+    }
+    // The blocking hook itself is cut off at its deadline and named (the
+    // turn's later Python hooks wait for the loop, so its reply comes when
+    // the loop is free again).
+    assert_eq!(status, 500, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("plugin 'probe' failed in hook 'build_prompt': did not finish within 3s"),
+        "the blocking hook is named, with its deadline: {body}\n{log}"
+    );
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    // The log names what held the loop when it gives up on a call that
+    // only waited for it.
+    assert!(
+        log.contains("for the Python loop, which plugin 'probe' hook 'build_prompt' has held"),
+        "the holder is named: {log}"
+    );
+    for (status, body, _) in &others {
+        assert_eq!(*status, 200, "another session was not answered: {body}\n{log}");
+    }
+    gateway.signal("TERM");
+    gateway.wait(Duration::from_secs(60));
+}

@@ -99,6 +99,11 @@ class Probe:
     async def build_prompt(self, message, session_id, state):
         trace(f"build_prompt live={type(state.get('probe_counter')).__name__}")
         content = field_of(message, "content", "")
+        if "block the loop" in str(content):
+            # What a careless plugin does: block the loop in an async hook.
+            import time
+
+            time.sleep(float(os.environ.get("BUB_PROBE_BLOCK_SECONDS", "30")))
         if not str(content).startswith("py:"):
             return None
         state["probe_prompt_seen"] = True
