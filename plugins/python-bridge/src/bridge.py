@@ -16,7 +16,9 @@ import dis
 import functools
 import importlib.metadata
 import inspect
+import os
 import selectors
+import sys
 import threading
 import time
 import traceback
@@ -402,6 +404,41 @@ class PluginManagerFacade:
         return name in self._plugins
 
 
+# The code objects of the hookimpls, by plugin and hook: what names the
+# plugin when one ends the process with ``os._exit`` (no signal, no atexit:
+# the host's crash handlers never see it).
+_hook_codes: dict[Any, tuple[str, str]] = {}
+_crash_file: str | None = None
+_real_exit = os._exit
+
+
+def register_hook(func: Any, plugin: str, hook: str) -> None:
+    """Remembers ``func`` as ``plugin``'s implementation of ``hook``."""
+    code = getattr(getattr(func, "__func__", func), "__code__", None)
+    if code is not None:
+        _hook_codes[code] = (plugin, hook)
+
+
+def _exit_named(status: int) -> None:
+    """``os._exit`` as plugins call it, leaving ``$BUB_HOME/.last-crash``
+    first, as the host's handlers do for a segfault: the next ``bub``
+    command names the plugin and the hook."""
+    try:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code not in _hook_codes:
+            frame = frame.f_back
+        if frame is not None and _crash_file:
+            plugin, hook = _hook_codes[frame.f_code]
+            fd = os.open(_crash_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, f"ended the process (os._exit({status}))\n{plugin}\t{hook}\n".encode())
+            finally:
+                os.close(fd)
+    except Exception:  # noqa: BLE001 - never keep the process from ending
+        pass
+    _real_exit(status)
+
+
 class Framework:
     """What a Python plugin's constructor receives instead of Bub's
     ``BubFramework``: the workspace, the plugin list, and
@@ -410,8 +447,11 @@ class Framework:
     this facade."""
 
     def __init__(self, workspace: str, home: str, submit_inbound: Any) -> None:
+        global _crash_file
         self.workspace = Path(workspace)
         self.home = Path(home)
+        _crash_file = str(self.home / ".last-crash")
+        os._exit = _exit_named
         self._plugins: dict[str, Any] = {}
         self._submit_inbound = submit_inbound
         self.plugin_manager = PluginManagerFacade(self._plugins)

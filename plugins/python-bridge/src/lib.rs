@@ -515,6 +515,7 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             }
             let names = PyTuple::new(py, argnames.iter().map(|n| convert::key(py, n)))?.unbind();
             let coroutine = py.import("inspect")?.call_method1("iscoroutinefunction", (&func,))?.is_truthy()?;
+            module.call_method1("register_hook", (&func, &name, &hook))?;
             hooks.insert(id, PyHook { func: func.unbind(), coroutine, argnames, names });
             markers.push((id, marker));
         }

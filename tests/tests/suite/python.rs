@@ -444,7 +444,23 @@ fn a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait() {
     let Some(venv) = python::venv_or_skip("a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait") else {
         return;
     };
+    blocking_hook_is_cut_off(venv, false);
+}
+
+/// The same with the bridge isolated in a process of its own.
+#[test]
+fn a_python_hook_that_blocks_the_loop_of_an_isolated_bridge_is_cut_off_and_others_wait() {
+    let name = "a_python_hook_that_blocks_the_loop_of_an_isolated_bridge_is_cut_off_and_others_wait";
+    let Some(venv) = python::venv_or_skip(name) else { return };
+    blocking_hook_is_cut_off(venv, true);
+}
+
+fn blocking_hook_is_cut_off(venv: &Path, isolated: bool) {
     let home = home_with(venv, true);
+    if isolated {
+        let env = ["BUB_PROBE_TRACE", "BUB_PROBE_BLOCK_SECONDS", "BUB_HOOK_TIMEOUT_SECONDS"];
+        home.isolate("python-bridge", json!({"enabled": true, "env": env}));
+    }
     home.install("http-channel", &lib("http-channel"), json!({"bind": "127.0.0.1:0", "token": "t"}));
     let trace = home.trace_file();
     let mut gateway = GatewayProcess::start(
@@ -486,9 +502,9 @@ fn a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait() {
     });
     let log = gateway.log();
     let (status, body, took) = blocked;
-    eprintln!("blocked: {status} {body} {took:?}");
+    eprintln!("isolated={isolated} blocked: {status} {body} {took:?}");
     for (status, body, took) in &others {
-        eprintln!("other: {status} {body} {took:?}");
+        eprintln!("isolated={isolated} other: {status} {body} {took:?}");
     }
     // The blocking hook itself is cut off at its deadline and named (the
     // turn's later Python hooks wait for the loop, so its reply comes when
@@ -511,4 +527,20 @@ fn a_python_hook_that_blocks_the_loop_is_cut_off_named_and_others_wait() {
     }
     gateway.signal("TERM");
     gateway.wait(Duration::from_secs(60));
+}
+
+/// `os._exit()` in a Python hook ends the process without a signal or an
+/// exit handler; the next run names the plugin and the hook all the same,
+/// as it names a segfault.
+#[test]
+fn os_exit_in_a_python_hook_is_named_by_the_next_run() {
+    let Some(venv) = python::venv_or_skip("os_exit_in_a_python_hook_is_named_by_the_next_run") else { return };
+    let home = home_with(venv, true);
+    let (_, err, ok) = bub(&home, &["run", "py:exit the process"], &[]);
+    assert!(!ok, "the process ended: {err}");
+    let (_, err, _) = bub(&home, &["run", "hello"], &[]);
+    assert!(
+        err.contains("the last bub run ended the process (os._exit(7)) in plugin 'probe' (in hook 'build_prompt')"),
+        "{err}"
+    );
 }

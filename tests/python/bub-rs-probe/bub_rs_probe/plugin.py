@@ -99,6 +99,8 @@ class Probe:
     async def build_prompt(self, message, session_id, state):
         trace(f"build_prompt live={type(state.get('probe_counter')).__name__}")
         content = field_of(message, "content", "")
+        if "exit the process" in str(content):
+            os._exit(7)
         if "block the loop" in str(content):
             # What a careless plugin does: block the loop in an async hook.
             import time
