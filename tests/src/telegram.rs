@@ -30,6 +30,9 @@ pub enum Trouble {
     RateLimit(u16),
     /// Close the connection without an answer.
     Drop,
+    /// `200` and a body that never ends (a broken proxy or a hostile
+    /// self-hosted Bot API), until the client stops reading or 1 GiB.
+    Endless,
 }
 
 /// A call a fake server answered (or refused).
@@ -195,6 +198,19 @@ fn serve(stream: std::net::TcpStream, state: &(Mutex<State>, Condvar)) {
     };
     match trouble {
         Some(Trouble::Drop) => return,
+        Some(Trouble::Endless) => {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+            if out.write_all(head.as_bytes()).is_err() || out.write_all(br#"{"ok":true,"result":["#).is_err() {
+                return;
+            }
+            let chunk = vec![b' '; 64 * 1024];
+            for _ in 0..(1 << 14) {
+                if out.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+            return;
+        }
         Some(Trouble::RateLimit(seconds)) => {
             let body = json!({"ok": false, "error_code": 429,
                 "description": format!("Too Many Requests: retry after {seconds}"),

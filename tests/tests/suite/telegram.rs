@@ -231,5 +231,36 @@ fn telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start
     for chat in chats.iter().chain([5].iter()) {
         assert_eq!(api.sent_to(*chat as i64).len(), 1, "chat {chat} answered more than once");
     }
+    println!(
+        "FAULT telegram SIGTERM with 10 updates arriving in the grace: 10 of 10 answered after the restart, 0 twice"
+    );
     drop(second);
+}
+
+/// Every Bot API answer is read under `max_answer_bytes`: an endless 200
+/// body (a broken proxy, a hostile self-hosted Bot API) is refused with the
+/// setting named, the gateway stays small, and polling goes on.
+#[test]
+fn telegram_an_endless_api_answer_is_refused_at_its_cap() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({"max_answer_bytes": 1_048_576}));
+    let gateway = gateway(&home, &api, &[]);
+    api.trouble("getUpdates", vec![Trouble::Endless]);
+    let deadline = Instant::now() + WAIT;
+    while !gateway.log().contains("BUB_TELEGRAM_MAX_ANSWER_BYTES") {
+        assert!(Instant::now() < deadline, "the endless answer was not refused:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("FAULT telegram endless getUpdates answer: refused at 1 MiB");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gateway.pid().unwrap())).unwrap();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap();
+    assert!(rss_kb < 300_000, "the gateway grew to {rss_kb} kB");
+    api.push_message(private_text(5, "still polling?"));
+    assert!(texts_to(&api, 5, 1)[0].contains("still polling?"));
+    drop(gateway);
 }
