@@ -139,6 +139,12 @@ impl Framework {
         if let Some(env) = self.get_environment(session_id).await? {
             defaults.insert("_runtime_environment".into(), scope::object_ref(env.resource()));
         }
+        // How deep this turn's message was born inside other turns (a
+        // plugin handing messages back from its turn): what it hands over
+        // in turn is one deeper, and the gateway bounds the depth.
+        if let Some(depth) = message.as_ref().get("_inbound_depth").and_then(|d| d.as_u64()) {
+            defaults.insert("_inbound_depth".into(), Value::from(depth));
+        }
         // Bub's builtin load_state restores the session's settings from its
         // tape; the framework holds the store, so it does it for the builtin,
         // just before the builtin's fragment (the lowest-priority one).

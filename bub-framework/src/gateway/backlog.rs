@@ -20,6 +20,7 @@ use std::{
 pub(crate) struct Backlog {
     max_total: usize,
     max_session: usize,
+    max_depth: u64,
     counts: Mutex<Counts>,
 }
 
@@ -39,17 +40,24 @@ pub(crate) struct Ticket {
 
 impl Backlog {
     /// At most `max_total` messages waiting in all, `max_session` in one
-    /// session.
-    pub fn new(max_total: usize, max_session: usize) -> Arc<Backlog> {
-        Arc::new(Backlog { max_total, max_session, counts: Mutex::new(Counts::default()) })
+    /// session, and none born more than `max_depth` turns deep.
+    pub fn new(max_total: usize, max_session: usize, max_depth: u64) -> Arc<Backlog> {
+        Arc::new(Backlog { max_total, max_session, max_depth, counts: Mutex::new(Counts::default()) })
     }
 
-    /// A place for a message of `session`, or why there is none (to hand
-    /// back to whoever handed the message over).
-    pub fn admit(self: &Arc<Self>, session: &str) -> Result<Ticket, String> {
+    /// A place for a message of `session`, `depth` turns deep (handed over
+    /// from inside a turn whose own message was `depth - 1` deep), or why
+    /// there is none (to hand back to whoever handed the message over).
+    pub fn admit(self: &Arc<Self>, session: &str, depth: u64) -> Result<Ticket, String> {
         let mut counts = bub_abi::sync::lock(&self.counts);
         let in_session = counts.sessions.get(session).copied().unwrap_or(0);
-        let full = if counts.total >= self.max_total {
+        let full = if depth > self.max_depth {
+            Some(format!(
+                "it was handed over from inside a turn {depth} turns deep (BUB_MAX_INBOUND_DEPTH={}): a plugin's \
+                 turns keep starting turns",
+                self.max_depth
+            ))
+        } else if counts.total >= self.max_total {
             Some(format!(
                 "the gateway has {} messages waiting for a turn (BUB_MAX_QUEUED_MESSAGES={})",
                 counts.total, self.max_total
@@ -106,17 +114,19 @@ mod tests {
 
     #[test]
     fn places_are_bounded_per_session_and_in_all_and_given_back_when_dropped() {
-        let backlog = Backlog::new(3, 2);
-        let a1 = backlog.admit("a").unwrap();
-        let _a2 = backlog.admit("a").unwrap();
-        let err = backlog.admit("a").unwrap_err();
+        let backlog = Backlog::new(3, 2, 4);
+        let a1 = backlog.admit("a", 0).unwrap();
+        let _a2 = backlog.admit("a", 4).unwrap();
+        let err = backlog.admit("a", 0).unwrap_err();
         assert!(err.contains("session a has 2 messages") && err.contains("BUB_MAX_SESSION_QUEUE=2"), "{err}");
-        let _b1 = backlog.admit("b").unwrap();
-        let err = backlog.admit("c").unwrap_err();
+        let _b1 = backlog.admit("b", 0).unwrap();
+        let err = backlog.admit("c", 0).unwrap_err();
         assert!(err.contains("BUB_MAX_QUEUED_MESSAGES=3"), "{err}");
         drop(a1);
         assert_eq!(backlog.total(), 2);
-        assert!(backlog.admit("a").is_ok(), "a place given back is taken again");
+        let err = backlog.admit("d", 5).unwrap_err();
+        assert!(err.contains("5 turns deep") && err.contains("BUB_MAX_INBOUND_DEPTH=4"), "{err}");
+        assert!(backlog.admit("a", 0).is_ok(), "a place given back is taken again");
         assert_eq!(backlog.total(), 2, "and given back once more when that ticket dropped");
     }
 }

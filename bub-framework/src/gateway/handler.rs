@@ -87,7 +87,8 @@ impl GatewayHandler {
         }
         let message = complete(message)?;
         let session = message.get("session_id").and_then(Value::as_str).unwrap_or_default();
-        let ticket = self.backlog.admit(session).map_err(HookError::plugin)?;
+        let depth = message.get("_inbound_depth").and_then(Value::as_u64).unwrap_or(0);
+        let ticket = self.backlog.admit(session, depth).map_err(HookError::plugin)?;
         let journal = bub_abi::sync::lock(&self.journal).clone();
         let marks = super::Marks::new(journal.as_ref(), &message);
         let inbound =

@@ -179,7 +179,11 @@ impl Gateway {
     /// Collects the channels (`provide_channels`, handing them the
     /// gateway's message handler) and asks each for its [`ChannelInfo`].
     pub async fn new(framework: Framework, settings: GatewaySettings) -> Result<Gateway, GatewayError> {
-        let handler = handler::Handle::new(backlog::Backlog::new(settings.max_queued, settings.max_session_queue));
+        let handler = handler::Handle::new(backlog::Backlog::new(
+            settings.max_queued,
+            settings.max_session_queue,
+            settings.max_inbound_depth,
+        ));
         let mut channels = Vec::new();
         for channel in framework.get_channels(&handler.object())? {
             let info = channel.info().await.unwrap_or_else(|e| {

@@ -39,6 +39,11 @@ pub struct GatewaySettings {
     pub max_queued: usize,
     /// The same per session (`BUB_MAX_SESSION_QUEUE`, 100; bub-rs only).
     pub max_session_queue: usize,
+    /// How deep messages handed over from inside turns may nest: a turn's
+    /// message handed over from inside a turn is one deeper than that
+    /// turn's (`BUB_MAX_INBOUND_DEPTH`, 8; bub-rs only). Deeper ones are
+    /// refused, so a plugin whose every turn starts turns comes to an end.
+    pub max_inbound_depth: u64,
 }
 
 impl Default for GatewaySettings {
@@ -54,6 +59,7 @@ impl Default for GatewaySettings {
             max_session_turns: 4,
             max_queued: 10_000,
             max_session_queue: 100,
+            max_inbound_depth: 8,
         }
     }
 }
@@ -104,6 +110,7 @@ impl GatewaySettings {
             max_session_turns: count(env, "BUB_MAX_SESSION_TURNS").unwrap_or(d.max_session_turns),
             max_queued: count(env, "BUB_MAX_QUEUED_MESSAGES").unwrap_or(d.max_queued),
             max_session_queue: count(env, "BUB_MAX_SESSION_QUEUE").unwrap_or(d.max_session_queue),
+            max_inbound_depth: count(env, "BUB_MAX_INBOUND_DEPTH").map_or(d.max_inbound_depth, |n| n as u64),
         }
     }
 }

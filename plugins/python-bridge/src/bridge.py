@@ -439,6 +439,20 @@ def _exit_named(status: int) -> None:
     _real_exit(status)
 
 
+def _turn_depth(frame: Any) -> int | None:
+    """How deep the turn whose hook called us was born inside other turns:
+    the ``state`` of the nearest hook frame (its ``_inbound_depth``, 0 when
+    it came from a channel); None outside a turn."""
+    while frame is not None:
+        if frame.f_code in _hook_codes:
+            state = frame.f_locals.get("state")
+            if isinstance(state, dict) and "_runtime_workspace" in state:
+                return int(state.get("_inbound_depth") or 0)
+            return None
+        frame = frame.f_back
+    return None
+
+
 class Framework:
     """What a Python plugin's constructor receives instead of Bub's
     ``BubFramework``: the workspace, the plugin list, and
@@ -462,6 +476,9 @@ class Framework:
         if dataclasses.is_dataclass(inbound) and not isinstance(inbound, type):
             message = {f.name: getattr(inbound, f.name) for f in dataclasses.fields(inbound)}
             message = {k: v for k, v in message.items() if not k.startswith("_")}
+        depth = _turn_depth(sys._getframe(1))
+        if depth is not None and isinstance(message, dict):
+            message = {**message, "_inbound_depth": depth + 1}
         return await self._submit_inbound(message)
 
     def __repr__(self) -> str:

@@ -550,3 +550,48 @@ fn os_exit_in_a_python_hook_is_named_by_the_next_run() {
         "{err}"
     );
 }
+
+/// The same flood with a depth bound: each message handed back from inside
+/// a turn is one deeper than that turn's, and past `BUB_MAX_INBOUND_DEPTH`
+/// it is refused, so the cascade ends by itself (1 + 3 + 9 turns at depth
+/// 2) instead of running for ever.
+#[test]
+fn messages_born_inside_turns_nest_at_most_the_depth_bound() {
+    let Some(venv) = python::venv_or_skip("messages_born_inside_turns_nest_at_most_the_depth_bound") else {
+        return;
+    };
+    let home = home_with(venv, false);
+    let trace = home.trace_file();
+    let trace = trace.to_str().unwrap();
+    let mut gateway = GatewayProcess::start(
+        home.path(),
+        &[],
+        &[
+            ("BUB_COURIER_MESSAGE", "py:start"),
+            ("BUB_PROBE_TRACE", trace),
+            ("BUB_PROBE_MODEL", "1"),
+            ("BUB_PROBE_FLOOD", "3"),
+            ("BUB_MAX_INBOUND_DEPTH", "2"),
+            ("VIRTUAL_ENV", ""),
+        ],
+    );
+    let turns = |home: &Home| home.trace().iter().filter(|l| l.starts_with("flood turn")).count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    // Settled: 13 turns, and nothing more for a while.
+    loop {
+        let before = turns(&home);
+        std::thread::sleep(Duration::from_secs(2));
+        if before == 13 && turns(&home) == 13 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} turns so far:\n{}", turns(&home), gateway.log());
+    }
+    let lines = home.trace();
+    let deepest = lines.iter().filter_map(|l| l.strip_prefix("flood turn depth=")).max();
+    assert_eq!(deepest, Some("2"), "{lines:#?}");
+    let refused: Vec<&String> = lines.iter().filter(|l| l.starts_with("flood refused")).collect();
+    assert_eq!(refused.len(), 27, "the 27 messages of depth 3 are refused: {refused:#?}");
+    assert!(refused[0].contains("3 turns deep (BUB_MAX_INBOUND_DEPTH=2)"), "{}", refused[0]);
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(60)).is_some_and(|s| s.success()), "{}", gateway.log());
+}

@@ -49,6 +49,7 @@ async def _flood(self, session_id) -> None:
 
 async def _run_model(self, prompt, session_id, state):
     if os.environ.get("BUB_PROBE_FLOOD"):
+        trace(f"flood turn depth={state.get('_inbound_depth', 0)}")
         await _flood(self, session_id)
         return "flooded"
     counter = state.get("probe_counter")
