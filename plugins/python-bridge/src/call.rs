@@ -127,7 +127,7 @@ pub struct Waited {
 const NAMED_AFTER: Duration = Duration::from_secs(1);
 
 impl Waited {
-    fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
+    pub fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
         Waited { label: format!("plugin '{plugin}' hook '{hook}'"), since: std::time::Instant::now(), interp }
     }
 
@@ -135,8 +135,9 @@ impl Waited {
     /// else all that time, name it (the call's own error names only the
     /// call, which may be innocent: it never got the loop).
     fn name_the_holder(&self, py: Python<'_>) {
-        let Ok(holder) = self.interp.module(py).call_method0("holder") else { return };
-        let Ok(Some((what, held))) = holder.extract::<Option<(String, f64)>>() else { return };
+        let on_loop = self.interp.module(py).call_method0("holder").ok();
+        let on_loop = on_loop.and_then(|h| h.extract::<Option<(String, f64)>>().ok()).flatten();
+        let Some((what, held)) = on_loop.or_else(crate::runner::holder) else { return };
         let waited = self.since.elapsed();
         if held < NAMED_AFTER.as_secs_f64() || what == self.label {
             return;
@@ -423,32 +424,6 @@ where
     let (slot, done) = completion(py, convert)?;
     let call = interp.module(py).call_method1("watch", (task, done))?;
     Ok(Pending { state: State::Running { slot, call: Some(call.unbind()), waited: None } })
-}
-
-/// [`dispatch_with`] that always hands the call to the loop thread, never
-/// running it on the caller's: for `async def` hooks, whose deadline must
-/// hold. A coroutine that blocks (`time.sleep` in an `async def`) would
-/// otherwise block the host thread that called it, where no deadline can
-/// reach; on the loop thread it blocks only the loop, and the host's call
-/// fails at its deadline, naming it. `name` (plugin, hook) labels it.
-pub fn dispatch_on_loop<'py, T, F>(
-    py: Python<'py>,
-    interp: &'static Interp,
-    callable: &Bound<'py, PyAny>,
-    invocation: Invocation<'py>,
-    name: (&str, &str),
-    convert: F,
-) -> Pending<T>
-where
-    T: Send + 'static,
-    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
-{
-    // Already the loop (a hook called from inside a hook): nested, at once.
-    if crate::event_loop::is_loop_thread() {
-        return dispatch_named(py, interp, callable, invocation, false, Some(name), convert);
-    }
-    let waited = Waited::new(name.0, name.1, interp);
-    submit_labelled(py, interp, callable, invocation, false, Some(waited), convert)
 }
 
 /// Hands the call to the loop thread (the loop is busy); `waited` names it.

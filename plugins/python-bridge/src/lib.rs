@@ -21,6 +21,7 @@ mod event_loop;
 mod interception;
 mod interp;
 mod objects;
+mod runner;
 mod state;
 
 use std::{
@@ -214,7 +215,7 @@ impl PythonBridge {
         // One GIL acquisition for the whole call (a thread keeps its Python
         // thread state between calls: `interp::keep_thread_state`).
         interp::keep_thread_state();
-        let pending = Python::attach(|py| -> Result<call::Pending<Answer>, HookError> {
+        let prepared = Python::attach(|py| -> Result<Prepared, HookError> {
             let (values, state_dict, typer) =
                 self.arguments(py, interp, id, hook, call, state.as_ref()).map_err(|e| {
                     HookError::plugin(format!("{owner}.{}: arguments: {}", id.name(), interp::traceback(py, &e)))
@@ -229,17 +230,51 @@ impl PythonBridge {
                 }
                 answer(py, interp, id, value)
             };
-            let invocation = call::Invocation::Named { values, names: hook.names.bind(py).clone() };
             let name = (owner.as_str(), id.name());
-            if hook.coroutine && !sync {
-                return Ok(call::dispatch_on_loop(py, interp, hook.func.bind(py), invocation, name, finish));
+            if hook.coroutine && !sync && !event_loop::is_loop_thread() {
+                // On the runner thread (see `runner`): the deadline holds.
+                let func = hook.func.clone_ref(py);
+                let names = hook.names.clone_ref(py);
+                let values: Vec<Py<PyAny>> = values.into_iter().map(Bound::unbind).collect();
+                return Ok(Prepared::Runner(Box::new(move || {
+                    interp::keep_thread_state();
+                    Python::attach(|py| {
+                        let values = values.into_iter().map(|v| v.into_bound(py)).collect();
+                        let invocation = call::Invocation::Named { values, names: names.into_bound(py) };
+                        let mut pending =
+                            call::dispatch_named(py, interp, func.bind(py), invocation, false, Some(name), finish);
+                        match pending.try_take() {
+                            Some(result) => runner::Outcome::Done(result),
+                            None => runner::Outcome::Later(pending),
+                        }
+                    })
+                })));
             }
-            Ok(call::dispatch_named(py, interp, hook.func.bind(py), invocation, sync, Some(name), finish))
+            let invocation = call::Invocation::Named { values, names: hook.names.bind(py).clone() };
+            Ok(Prepared::Now(call::dispatch_named(
+                py,
+                interp,
+                hook.func.bind(py),
+                invocation,
+                sync,
+                Some(name),
+                finish,
+            )))
         });
-        let mut pending = match pending {
-            Ok(p) => p,
-            Err(e) => return into_return(Err(e), owner, id),
-        };
+        let mut pending =
+            match prepared {
+                Ok(Prepared::Now(p)) => p,
+                Ok(Prepared::Runner(job)) => {
+                    let label = format!("plugin '{owner}' hook '{}'", id.name());
+                    return match runner::run(label, job) {
+                        Ok(result) => into_return(result, owner, id),
+                        Err(later) => HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move {
+                            into_return(later.await, owner, id)
+                        })),
+                    };
+                }
+                Err(e) => return into_return(Err(e), owner, id),
+            };
         // Finished on this thread (the common case): answered at once.
         if let Some(r) = pending.try_take() {
             return into_return(r, owner, id);
@@ -249,6 +284,13 @@ impl PythonBridge {
         }
         HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move { into_return(pending.await, owner, id) }))
     }
+}
+
+/// A hook call made ready under the GIL: running (or answered) here, or a
+/// job for the runner thread (an `async def` hook).
+enum Prepared {
+    Now(call::Pending<Answer>),
+    Runner(Box<dyn FnOnce() -> runner::Outcome<Answer> + Send>),
 }
 
 /// A call's arguments (by the hook's `names`), the state dict to write
