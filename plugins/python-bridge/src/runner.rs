@@ -165,23 +165,21 @@ enum Answer<T> {
 }
 
 impl<T: Send + 'static> Answer<T> {
-    fn into_future(self) -> impl std::future::Future<Output = Result<T, HookError>> {
-        async move {
-            match self {
-                Answer::Later(pending) => pending.await,
-                Answer::Waiting { rx, queued_at, label } => {
-                    let mut waiting = Waiting { rx: Some(rx), queued_at, label };
-                    let outcome = std::future::poll_fn(|cx| {
-                        let rx = waiting.rx.as_mut().expect("polled after its answer");
-                        std::pin::Pin::new(rx).poll(cx)
-                    })
-                    .await;
-                    waiting.rx = None;
-                    match outcome {
-                        Ok(Outcome::Done(result)) => result,
-                        Ok(Outcome::Later(pending)) => pending.await,
-                        Err(_) => Err(gone()),
-                    }
+    async fn into_future(self) -> Result<T, HookError> {
+        match self {
+            Answer::Later(pending) => pending.await,
+            Answer::Waiting { rx, queued_at, label } => {
+                let mut waiting = Waiting { rx: Some(rx), queued_at, label };
+                let outcome = std::future::poll_fn(|cx| {
+                    let rx = waiting.rx.as_mut().expect("polled after its answer");
+                    std::pin::Pin::new(rx).poll(cx)
+                })
+                .await;
+                waiting.rx = None;
+                match outcome {
+                    Ok(Outcome::Done(result)) => result,
+                    Ok(Outcome::Later(pending)) => pending.await,
+                    Err(_) => Err(gone()),
                 }
             }
         }
