@@ -55,6 +55,8 @@ struct State {
     sent: Vec<Value>,
     // The token of every file request.
     file_requests: Vec<String>,
+    // When each Socket Mode connection opened.
+    opened: Vec<Instant>,
 }
 
 /// How often Slack retries an unacknowledged event.
@@ -157,6 +159,11 @@ impl FakeSlack {
         }
     }
 
+    /// When each Socket Mode connection opened.
+    pub fn opened(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().opened.clone()
+    }
+
     /// How many Socket Mode connections were made.
     pub fn connections(&self) -> usize {
         self.state.lock().unwrap().connections
@@ -213,6 +220,7 @@ async fn serve_socket(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
     {
         let mut s = state.lock().unwrap();
         s.connections += 1;
+        s.opened.push(Instant::now());
         s.current = Some(tx);
     }
     if ws.send(Message::text(json!({"type": "hello", "num_connections": 1}).to_string())).await.is_err() {

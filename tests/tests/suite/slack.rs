@@ -118,6 +118,11 @@ fn slack_reconnects_when_asked_and_after_a_drop() {
     fake.drop_connection();
     fake.wait_for("a third connection", || fake.connections() >= 3);
     assert!(fake.calls_of("apps.connections.open").len() >= 3);
+    // Connections that closed at once are followed by a growing backoff
+    // (1 s, then 2 s), not reopened at once (~20 a second before).
+    let opened = fake.opened();
+    assert!(opened[1] - opened[0] >= Duration::from_millis(900), "{:?}", opened[1] - opened[0]);
+    assert!(opened[2] - opened[1] >= Duration::from_millis(1900), "{:?}", opened[2] - opened[1]);
     let image = b"\x89PNG fake";
     let mut message = dm("U1", "still there?", "9.0");
     message["subtype"] = json!("file_share");

@@ -264,3 +264,27 @@ fn telegram_an_endless_api_answer_is_refused_at_its_cap() {
     assert!(texts_to(&api, 5, 1)[0].contains("still polling?"));
     drop(gateway);
 }
+
+/// "Access denied." to a stranger is sent off the receive loop, once: when
+/// Telegram rate-limits it (429, retry after 20 s), it is dropped, and a
+/// listed user's message that came after it is answered at once (a
+/// refusal retried inside the loop held listed users up for 90 s).
+#[test]
+fn telegram_refusals_under_a_rate_limit_do_not_hold_up_listed_users() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({"allow_users": "7"}));
+    let gateway = gateway(&home, &api, &[]);
+    api.trouble("sendMessage", vec![Trouble::RateLimit(20)]);
+    api.push_message(private_text(8, "let me in"));
+    api.wait_for("the refusal tried", WAIT, |calls| calls.iter().any(|c| c.method == "sendMessage"));
+    let started = Instant::now();
+    api.push_message(private_text(7, "am I held up?"));
+    let sent = texts_to(&api, 7, 1);
+    assert!(sent[0].contains("am I held up?"), "{sent:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the listed user waited {:?}", started.elapsed());
+    std::thread::sleep(Duration::from_millis(500));
+    let to_stranger = api.calls_of("sendMessage").iter().filter(|c| c.params["chat_id"] == json!(8)).count();
+    assert_eq!(to_stranger, 1, "the rate-limited refusal was dropped, not retried");
+    drop(gateway);
+}
