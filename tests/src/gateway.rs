@@ -64,6 +64,17 @@ impl GatewayProcess {
         }
     }
 
+    /// Its resident memory now, in kB (`VmRSS`).
+    pub fn rss_kb(&self) -> u64 {
+        let pid = self.pid().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .expect("VmRSS in /proc/<pid>/status")
+    }
+
     /// Everything it logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -400,20 +400,7 @@ fn messages_born_inside_turns_are_bounded_by_the_session_queue() {
         return;
     };
     let home = home_with(venv, false);
-    let trace = home.trace_file();
-    let trace = trace.to_str().unwrap();
-    let mut gateway = GatewayProcess::start(
-        home.path(),
-        &[],
-        &[
-            ("BUB_COURIER_MESSAGE", "py:start"),
-            ("BUB_PROBE_TRACE", trace),
-            ("BUB_PROBE_MODEL", "1"),
-            ("BUB_PROBE_FLOOD", "3"),
-            ("BUB_MAX_SESSION_QUEUE", "20"),
-            ("VIRTUAL_ENV", ""),
-        ],
-    );
+    let mut gateway = flooding_gateway(&home, ("BUB_MAX_SESSION_QUEUE", "20"));
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while !home.trace().iter().any(|l| l.starts_with("flood refused")) {
         assert!(std::time::Instant::now() < deadline, "nothing was refused:\n{}", gateway.log());
@@ -421,11 +408,7 @@ fn messages_born_inside_turns_are_bounded_by_the_session_queue() {
     }
     // Let it run on: the backlog stays at its bound.
     std::thread::sleep(Duration::from_secs(3));
-    let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", gateway.pid().unwrap()))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().unwrap()))
-        .unwrap();
+    let rss_kb = gateway.rss_kb();
     let refused = home.trace().into_iter().find(|l| l.starts_with("flood refused")).unwrap();
     assert!(refused.contains("BUB_MAX_SESSION_QUEUE=20") && refused.contains("send it again later"), "{refused}");
     gateway.signal("TERM");
@@ -551,6 +534,22 @@ fn os_exit_in_a_python_hook_is_named_by_the_next_run() {
     );
 }
 
+/// A gateway whose courier channel starts a turn in which the probe's
+/// `run_model` hands three messages back, as every turn they start does,
+/// under the bound `bound`.
+fn flooding_gateway(home: &Home, bound: (&str, &str)) -> GatewayProcess {
+    let trace = home.trace_file();
+    let env = [
+        ("BUB_COURIER_MESSAGE", "py:start"),
+        ("BUB_PROBE_TRACE", trace.to_str().unwrap()),
+        ("BUB_PROBE_MODEL", "1"),
+        ("BUB_PROBE_FLOOD", "3"),
+        bound,
+        ("VIRTUAL_ENV", ""),
+    ];
+    GatewayProcess::start(home.path(), &[], &env)
+}
+
 /// The same flood with a depth bound: each message handed back from inside
 /// a turn is one deeper than that turn's, and past `BUB_MAX_INBOUND_DEPTH`
 /// it is refused, so the cascade ends by itself (1 + 3 + 9 turns at depth
@@ -561,20 +560,7 @@ fn messages_born_inside_turns_nest_at_most_the_depth_bound() {
         return;
     };
     let home = home_with(venv, false);
-    let trace = home.trace_file();
-    let trace = trace.to_str().unwrap();
-    let mut gateway = GatewayProcess::start(
-        home.path(),
-        &[],
-        &[
-            ("BUB_COURIER_MESSAGE", "py:start"),
-            ("BUB_PROBE_TRACE", trace),
-            ("BUB_PROBE_MODEL", "1"),
-            ("BUB_PROBE_FLOOD", "3"),
-            ("BUB_MAX_INBOUND_DEPTH", "2"),
-            ("VIRTUAL_ENV", ""),
-        ],
-    );
+    let mut gateway = flooding_gateway(&home, ("BUB_MAX_INBOUND_DEPTH", "2"));
     let turns = |home: &Home| home.trace().iter().filter(|l| l.starts_with("flood turn")).count();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     // Settled: 13 turns, and nothing more for a while.

@@ -253,12 +253,7 @@ fn telegram_an_endless_api_answer_is_refused_at_its_cap() {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!("FAULT telegram endless getUpdates answer: refused at 1 MiB");
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gateway.pid().unwrap())).unwrap();
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap();
+    let rss_kb = gateway.rss_kb();
     assert!(rss_kb < 300_000, "the gateway grew to {rss_kb} kB");
     api.push_message(private_text(5, "still polling?"));
     assert!(texts_to(&api, 5, 1)[0].contains("still polling?"));
