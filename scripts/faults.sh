@@ -23,5 +23,6 @@ cargo test -q -p bub-tests --test suite -- --nocapture --test-threads 1 \
     telegram::telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start \
     slack::slack_events_refused_during_a_stop_are_answered_once_after_the_next_start \
     telegram::telegram_an_endless_api_answer_is_refused_at_its_cap \
+    slack::slack_an_endless_api_answer_is_refused_at_its_cap \
     python::a_python_hook_that_blocks_the_loop \
     2>&1 | grep -E '^(FAULT|SKIPPED|kill=|test |test result)|panicked'

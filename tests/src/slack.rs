@@ -57,6 +57,8 @@ struct State {
     file_requests: Vec<String>,
     // When each Socket Mode connection opened.
     opened: Vec<Instant>,
+    // Methods whose next call gets a 200 body that never ends.
+    endless: Vec<String>,
 }
 
 /// How often Slack retries an unacknowledged event.
@@ -157,6 +159,12 @@ impl FakeSlack {
         if let Some(current) = self.state.lock().unwrap().current.take() {
             let _ = current.send(Control::Drop);
         }
+    }
+
+    /// The next call of `method` gets `200` and a body that never ends (a
+    /// broken proxy), until the client stops reading or 1 GiB.
+    pub fn endless(&self, method: &str) {
+        self.state.lock().unwrap().endless.push(method.to_owned());
     }
 
     /// When each Socket Mode connection opened.
@@ -303,11 +311,26 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
         return;
     }
     let method = path.trim_start_matches("/api/").to_owned();
-    let rate_limited = {
+    let (rate_limited, endless) = {
         let mut s = state.lock().unwrap();
         s.calls.push(Call { method: method.clone(), params: request.body.clone(), at: Instant::now() });
-        s.rate_limits.get_mut(&method).and_then(VecDeque::pop_front)
+        let endless = s.endless.iter().position(|m| *m == method).map(|i| s.endless.remove(i)).is_some();
+        (s.rate_limits.get_mut(&method).and_then(VecDeque::pop_front), endless)
     };
+    if endless {
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"ok\":true,\"x\":\"";
+        if out.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..(1 << 14) {
+            if out.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+        return;
+    }
     if let Some(seconds) = rate_limited {
         answer(&mut out, 429, &format!("retry-after: {seconds}\r\n"), br#"{"ok":false,"error":"ratelimited"}"#);
         return;

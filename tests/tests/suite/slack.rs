@@ -215,3 +215,21 @@ fn slack_never_sends_the_bot_token_to_a_file_url_on_another_host() {
     assert!(elsewhere.file_requests().is_empty(), "the token went to another host");
     drop(gateway);
 }
+
+/// Every Web API answer is read under `max_answer_bytes`: an endless 200
+/// body to `chat.postMessage` fails that post with the setting named, and
+/// the gateway stays small and answers the next message.
+#[test]
+fn slack_an_endless_api_answer_is_refused_at_its_cap() {
+    let home = Home::new();
+    let fake = FakeSlack::start();
+    slack(&home, &fake, json!({"max_answer_bytes": 1_048_576}));
+    let gateway = gateway(&home, &fake);
+    fake.endless("chat.postMessage");
+    fake.push_event(dm("U1", "first", "1.0"));
+    fake.wait_for("the refusal in the log", || gateway.log().contains("BUB_SLACK_MAX_ANSWER_BYTES"));
+    assert!(gateway.rss_kb() < 300_000, "the gateway grew to {} kB", gateway.rss_kb());
+    fake.push_event(dm("U1", "second", "2.0"));
+    fake.wait_for("the second answer", || fake.posted("D1").iter().any(|(t, _)| t.contains("second")));
+    drop(gateway);
+}
