@@ -195,7 +195,8 @@ macro_rules! __plugin_module {
 ///
 /// `export_plugin!(MyPlugin);` takes name, version and description from
 /// `Cargo.toml`; override them with
-/// `export_plugin!(MyPlugin, name = "x", version = "1.0.0", description = "…")`.
+/// `export_plugin!(MyPlugin, name = "x", version = "1.0.0", description = "…")`
+/// (a plugin set: `export_plugin!(MySet, set, description = "…")`).
 ///
 /// A plugin that takes over another one's job declares it with
 /// `export_plugin!(MyPlugin, replaces = ["audit-log"])` (also after
@@ -204,6 +205,9 @@ macro_rules! __plugin_module {
 #[macro_export]
 macro_rules! export_plugin {
     ($ty:ty, set $(,)?) => {
+        $crate::export_plugin!($ty, set, description = env!("CARGO_PKG_DESCRIPTION"));
+    };
+    ($ty:ty, set, description = $description:expr $(,)?) => {
         $crate::__plugin_module!(
             @with $crate::sdk::export::members::<$ty>,
             $ty,
@@ -211,7 +215,7 @@ macro_rules! export_plugin {
             __bub_plugin_module,
             env!("CARGO_PKG_NAME"),
             env!("CARGO_PKG_VERSION"),
-            env!("CARGO_PKG_DESCRIPTION")
+            $description
         );
         $crate::__root_symbol!($crate, __bub_plugin_module);
 

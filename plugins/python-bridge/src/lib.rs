@@ -477,6 +477,7 @@ impl PluginSet for PythonBridge {
             return Ok(Vec::new());
         };
         let interp = interp::get(venv)?;
+        Python::attach(|py| check_bub(py, venv))?;
         let found = Python::attach(|py| discover(py, interp, &self.setup)).map_err(|e| -> BoxError {
             Python::attach(|py| format!("python bridge: discovery failed: {}", interp::traceback(py, &e))).into()
         })?;
@@ -494,6 +495,40 @@ impl PluginSet for PythonBridge {
 }
 
 type Found = (PyMember, String, String, Vec<(HookId, HookMarker)>);
+
+/// The Bub release this bridge runs plugins of: the `bub` package a venv
+/// must hold (`bub plugins install --python` installs it beside each
+/// requirement). A macro so that the plugin's description can name it.
+macro_rules! bub_release {
+    () => {
+        "0.6.0a3"
+    };
+}
+
+/// Refuses a venv whose `bub` is of another release line than the one
+/// this bridge follows (`bub_release!`): plugins depend on an unpinned
+/// `bub`, and pip picks the last stable one (0.5.1, whose `ToolContext`
+/// the bridge's calls do not fit), so every tool call would fail later.
+fn check_bub(py: Python<'_>, venv: &std::path::Path) -> Result<(), BoxError> {
+    let wanted = bub_release!();
+    let line = |v: &str| v.split('.').take(2).collect::<Vec<_>>().join(".");
+    let found: Option<String> =
+        py.import("importlib.metadata").and_then(|m| m.call_method1("version", ("bub",))?.extract()).ok();
+    let fix = format!(
+        "install it with `bub plugins install --python 'bub[app]=={wanted}'` (or `{}/bin/python -m pip install \
+         'bub[app]=={wanted}'`)",
+        venv.display()
+    );
+    match found {
+        Some(v) if line(&v) == line(wanted) => Ok(()),
+        Some(v) => Err(format!(
+            "python bridge: the venv {} holds bub {v}, but this bridge runs plugins of Bub {wanted}: {fix}",
+            venv.display()
+        )
+        .into()),
+        None => Err(format!("python bridge: the venv {} has no `bub` package: {fix}", venv.display()).into()),
+    }
+}
 
 /// Bub's `load_hooks` over the venv, then each plugin's hookimpls checked
 /// as pluggy's `register` checks them (an argument its hook does not have
@@ -613,4 +648,16 @@ impl Inbound {
     }
 }
 
-bub_abi::export_plugin!(PythonBridge, set);
+bub_abi::export_plugin!(
+    PythonBridge,
+    set,
+    description = concat!(
+        "Runs Bub's Python plugins (a venv's `bub` entry points) as plugins of bub-rs; built for Bub ",
+        bub_release!(),
+        " on Python ",
+        env!("BUB_BRIDGE_PYTHON_VERSION"),
+        " (",
+        env!("BUB_BRIDGE_PYTHON"),
+        ")"
+    )
+);

@@ -196,7 +196,19 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
     let Some(_) = python::venv_or_skip("plugins_install_python_installs_into_the_bridges_venv") else { return };
     let home = Home::new();
     let venv = home.path().join("python").join("venv");
-    home.install("python-bridge", &lib("python-bridge"), json!({"python": python::python()}));
+    // An interpreter of another `major.minor` than the bridge links: the
+    // venv it makes is refused and removed, nothing installed into it.
+    let other = ["/usr/bin/python3.11", "/usr/bin/python3.13", "/usr/bin/python3.10"]
+        .into_iter()
+        .find(|p| Path::new(p).exists() && !python::python().contains(&p[9..]));
+    if let Some(other) = other {
+        home.install("python-bridge", &lib("python-bridge"), json!({"python": other}));
+        let (out, err, ok) = bub(&home, &["plugins", "install", "--python", "tiny-plugin"], &[]);
+        assert!(!ok && err.contains("but the python bridge links Python"), "{out}\n{err}");
+        assert!(!venv.exists(), "the venv of the wrong Python was removed");
+    }
+    // No `python` setting: the venv is made with the Python the bridge links.
+    home.install("python-bridge", &lib("python-bridge"), json!({}));
     let package = home.path().join("tiny-src");
     std::fs::create_dir_all(package.join("tiny_plugin")).unwrap();
     std::fs::write(
@@ -216,6 +228,13 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("python plugin tiny 0.2.0 (loaded)"), "{out}\n{err}");
     assert!(venv.join("pyvenv.cfg").exists());
+    // Beside it, in the same run, the Bub release the bridge follows (pip
+    // alone would pick the last stable bub for a plugin's unpinned `bub`).
+    let bub_version = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", "import importlib.metadata as m; print(m.version('bub'))"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bub_version.stdout).trim(), "0.6.0a3", "{err}");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(venv.join("pyvenv.cfg")).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "the venv is owner-only: {mode:o}");
@@ -580,4 +599,27 @@ fn messages_born_inside_turns_nest_at_most_the_depth_bound() {
     assert!(refused[0].contains("3 turns deep (BUB_MAX_INBOUND_DEPTH=2)"), "{}", refused[0]);
     gateway.signal("TERM");
     assert!(gateway.wait(Duration::from_secs(60)).is_some_and(|s| s.success()), "{}", gateway.log());
+}
+
+/// A venv whose `bub` is of another release line (pip's pick for a plugin's
+/// unpinned `bub` is the last stable one, 0.5.1) is refused when the bridge
+/// loads, with the command that fixes it, instead of loading plugins whose
+/// every tool call then fails.
+#[test]
+fn a_venv_with_another_bub_release_is_refused_with_the_fix() {
+    let Some(_) = python::venv_or_skip("a_venv_with_another_bub_release_is_refused_with_the_fix") else { return };
+    let home = Home::new();
+    let venv = home.path().join("old-venv");
+    let made =
+        std::process::Command::new(python::python()).args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(made.success());
+    let site = std::fs::read_dir(venv.join("lib")).unwrap().next().unwrap().unwrap().path().join("site-packages");
+    let dist = site.join("bub-0.5.1.dist-info");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("METADATA"), "Metadata-Version: 2.1\nName: bub\nVersion: 0.5.1\n").unwrap();
+    home.install("python-bridge", &lib("python-bridge"), json!({"venv": venv}));
+    let (out, err, _) = bub(&home, &["plugins", "list"], &[]);
+    let text = format!("{out}\n{err}");
+    assert!(text.contains("holds bub 0.5.1, but this bridge runs plugins of Bub 0.6.0a3"), "{text}");
+    assert!(text.contains("bub[app]==0.6.0a3"), "the fix is named: {text}");
 }

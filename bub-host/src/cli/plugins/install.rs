@@ -94,10 +94,34 @@ fn report(installed: &Installed) {
 /// The bridge plugin's install name.
 const BRIDGE: &str = "python-bridge";
 
+/// What the installed python bridge was built for, from its description
+/// ("… built for Bub 0.6.0a3 on Python 3.12 (/usr/bin/python3.12)").
+#[derive(Debug, PartialEq)]
+struct BridgeBuild {
+    bub: String,
+    python_version: String,
+    python: String,
+}
+
+impl BridgeBuild {
+    fn parse(description: &str) -> Option<BridgeBuild> {
+        let rest = description.split("built for Bub ").nth(1)?;
+        let (bub, rest) = rest.split_once(" on Python ")?;
+        let (version, rest) = rest.split_once(" (")?;
+        let python = rest.strip_suffix(')')?;
+        Some(BridgeBuild { bub: bub.to_owned(), python_version: version.to_owned(), python: python.to_owned() })
+    }
+}
+
 /// `bub plugins install --python <requirement>`: into the bridge's venv
 /// (its `venv` setting, else `VIRTUAL_ENV`, else `$BUB_HOME/python/venv`,
-/// as the bridge picks it; made with the
-/// bridge's `python` setting, `PYO3_PYTHON` or `python3` when missing).
+/// as the bridge picks it). A missing venv is made with the Python the
+/// bridge links (its `python` setting may name another interpreter of the
+/// same `major.minor`), and removed again if the first install fails.
+/// The requirement is installed in one run of pip (or uv) beside the Bub
+/// release the bridge runs plugins of (`bub[app]==<release>`): plugins
+/// depend on an unpinned `bub`, which would otherwise resolve to the last
+/// stable release, whose API the bridge does not follow.
 pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
     let installer = ctx.installer();
     let manifest = installer.manifest(BRIDGE).map_err(|e| {
@@ -115,18 +139,39 @@ pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
             None => ctx.home.join("python").join("venv"),
         },
     };
-    if !venv.join("bin/python").exists() {
-        let python =
-            setting("python").or_else(|| std::env::var("PYO3_PYTHON").ok()).unwrap_or_else(|| "python3".into());
-        eprintln!("making the plugin venv {} with {python}…", venv.display());
+    let build = bridge_build(ctx)?;
+    let made = !venv.join("bin/python").exists();
+    if made {
+        let python = setting("python").unwrap_or_else(|| build.python.clone());
+        eprintln!("making the plugin venv {} with {python} (Python {})…", venv.display(), build.python_version);
         if let Some(parent) = venv.parent() {
             std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        let status = Command::new(&python).args(["-m", "venv"]).arg(&venv).status().with_context(|| {
-            format!("running `{python} -m venv` (set the bridge's `python` setting to a Python 3.12+)")
+        let made_venv = Command::new(&python).args(["-m", "venv"]).arg(&venv).status();
+        let status = made_venv.with_context(|| {
+            format!(
+                "running `{python} -m venv` (set the bridge's `python` setting to a Python {})",
+                build.python_version
+            )
         })?;
         if !status.success() {
+            let _ = std::fs::remove_dir_all(&venv);
             bail!("`{python} -m venv {}` failed ({status})", venv.display());
+        }
+        match venv_python_version(&venv) {
+            Ok(v) if v == build.python_version => {}
+            found => {
+                let _ = std::fs::remove_dir_all(&venv);
+                bail!(
+                    "{python} made a venv of Python {}, but the python bridge links Python {} ({}): set the \
+                     bridge's `python` setting to a Python {} (`bub plugins config python-bridge python=…`); the \
+                     venv was removed",
+                    found.unwrap_or_else(|e| e),
+                    build.python_version,
+                    build.python,
+                    build.python_version
+                );
+            }
         }
     }
     let interpreter = venv.join("bin/python");
@@ -140,10 +185,15 @@ pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
         c.args(["-m", "pip", "install", "--disable-pip-version-check"]);
         c
     };
-    cmd.arg(requirement);
-    eprintln!("installing {requirement} into {} with {}…", venv.display(), if uv { "uv" } else { "pip" });
+    let bub = format!("bub[app]=={}", build.bub);
+    cmd.arg(requirement).arg(&bub);
+    eprintln!("installing {requirement} with {bub} into {} with {}…", venv.display(), if uv { "uv" } else { "pip" });
     let status = cmd.status().context("running the Python package installer")?;
     if !status.success() {
+        if made {
+            let _ = std::fs::remove_dir_all(&venv);
+            bail!("installing {requirement} into a new venv failed ({status}); the venv was removed");
+        }
         bail!("installing {requirement} into {} failed ({status}); nothing else changed", venv.display());
     }
     if venv.starts_with(&ctx.home) {
@@ -165,6 +215,32 @@ pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
     })
 }
 
+/// The `major.minor` of a venv's Python, from its `pyvenv.cfg`.
+fn venv_python_version(venv: &Path) -> Result<String, String> {
+    let cfg = venv.join("pyvenv.cfg");
+    let text = std::fs::read_to_string(&cfg).map_err(|e| format!("? ({}: {e})", cfg.display()))?;
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(key, _)| matches!(key.trim(), "version" | "version_info"))
+        .map(|(_, value)| value.trim().split('.').take(2).collect::<Vec<_>>().join("."))
+        .ok_or_else(|| format!("? ({} names no version)", cfg.display()))
+}
+
+/// What the installed bridge was built for, read from its description
+/// (loading the bridge library, not Python).
+fn bridge_build(ctx: &Context) -> Result<BridgeBuild> {
+    let host = ctx.host();
+    let record = host.registry().plugin(BRIDGE);
+    let description = record.map(|r| r.description.clone()).unwrap_or_default();
+    BridgeBuild::parse(&description).ok_or_else(|| {
+        anyhow::anyhow!(
+            "the installed python bridge does not say which Bub and Python it was built for (its description: \
+             {description:?}); rebuild it from this bub-rs (`cargo build --release -p python-bridge`) and install \
+             it again"
+        )
+    })
+}
+
 /// Clears group and other permission bits below `path` (bounded depth; a
 /// venv is a dozen levels at most). Best effort: a file that cannot be
 /// changed is left as it is, and `bub plugins list` reports it.
@@ -182,5 +258,25 @@ fn owner_only(path: &Path, depth: usize) {
         for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
             owner_only(&entry.path(), depth + 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BridgeBuild;
+
+    #[test]
+    fn the_bridges_description_says_its_bub_and_python() {
+        let d = "Runs Bub's Python plugins (a venv's `bub` entry points) as plugins of bub-rs; built for Bub 0.6.0a3 \
+                 on Python 3.12 (/root/.pyenv/versions/3.12.1/bin/python3.12)";
+        assert_eq!(
+            BridgeBuild::parse(d),
+            Some(BridgeBuild {
+                bub: "0.6.0a3".into(),
+                python_version: "3.12".into(),
+                python: "/root/.pyenv/versions/3.12.1/bin/python3.12".into()
+            })
+        );
+        assert_eq!(BridgeBuild::parse("Runs Bub's Python plugins"), None);
     }
 }
