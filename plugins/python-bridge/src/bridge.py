@@ -286,6 +286,23 @@ class EntryPointPlugin:
         self.tools: list[Any] = []
 
 
+def load_config(text: str) -> None:
+    """What Bub's framework does at start (``configure.load(config_file)``)
+    with the host's ``$BUB_HOME/config.json`` (read by the host under its
+    trust rules; JSON is YAML): ``bub.ensure_config`` and ``bub.config``
+    sections then read its sections, under the ``BUB_*`` environment, as
+    under Bub."""
+    import json
+
+    from bub import configure
+
+    data = json.loads(text) if text.strip() else {}
+    configure._global_config.clear()
+    configure._config_data.clear()
+    if isinstance(data, dict):
+        configure._config_data.update(data)
+
+
 def discover(framework: Any) -> list[EntryPointPlugin]:
     """Bub's ``load_hooks``: load every entry point of group ``bub`` (in
     importlib's order), then call the callable ones with the framework. A

@@ -541,6 +541,23 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
     if !environ.contains("BUB_HOME")? {
         environ.set_item("BUB_HOME", setup.home.to_string_lossy().as_ref())?;
     }
+    // Bub loads its config file before any plugin reads it.
+    let config_file = setup.home.join("config.json");
+    let config = match bub_abi::files::read_trusted(&config_file, 4 << 20) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(bub_abi::files::TrustError::Missing) => String::new(),
+        Err(e) => {
+            tracing::warn!("python bridge: not reading {} for Python plugins: {e}", config_file.display());
+            String::new()
+        }
+    };
+    if let Err(e) = module.call_method1("load_config", (config,)) {
+        tracing::warn!(
+            "python bridge: Python plugins do not see {}: {}",
+            config_file.display(),
+            interp::traceback(py, &e)
+        );
+    }
     let submitter = Bound::new(py, Inbound { interp })?;
     let framework = module.getattr("Framework")?.call1((
         setup.workspace.to_string_lossy().as_ref(),

@@ -623,3 +623,60 @@ fn a_venv_with_another_bub_release_is_refused_with_the_fix() {
     assert!(text.contains("holds bub 0.5.1, but this bridge runs plugins of Bub 0.6.0a3"), "{text}");
     assert!(text.contains("bub[app]==0.6.0a3"), "the fix is named: {text}");
 }
+
+/// A SearXNG-shaped search server on loopback: answers `GET /search` with
+/// one result and records the query strings it got.
+fn searxng_stub() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                    break;
+                }
+            }
+            log.lock().unwrap().push(line.trim().to_owned());
+            let body = json!({"results": [{"title": "Bub, the hook framework", "url": "https://example.invalid/bub",
+                "content": "grows everything from hooks", "engine": "stub", "category": "general"}]})
+            .to_string();
+            let mut out = stream;
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (base, seen)
+}
+
+/// A published plugin's settings through `bub.ensure_config`
+/// (bub-web-search 0.1.1 registers `web.search` only when its section names
+/// a provider): the section of `$BUB_HOME/config.json` is read, as Bub
+/// reads its config file, and the tool searches the configured server.
+#[test]
+fn python_plugins_read_their_config_json_section_through_bub_configure() {
+    let Some(venv) = python::venv_or_skip("python_plugins_read_their_config_json_section_through_bub_configure") else {
+        return;
+    };
+    let home = home_with(venv, false);
+    let (base, seen) = searxng_stub();
+    let config = json!({"web-search": {"provider": "searxng", "searxng_base_url": base}});
+    let config_file = home.path().join("config.json");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (out, err, ok) = bub(&home, &["run", ",web.search query=bub"], &[]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("Bub, the hook framework"), "the tool searched the configured server: {out}\n{err}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|l| l.starts_with("GET /search?q=bub")), "{seen:?}");
+}
