@@ -470,12 +470,48 @@ def _turn_depth(frame: Any) -> int | None:
     return None
 
 
+# Bub 0.6's ``BubFramework`` members the facade does not provide: asking
+# for one says so by name (NotImplementedError), not a bare AttributeError,
+# so a plugin's failure tells what bub-rs lacks. Methods answer with a
+# function that raises when called (``hasattr`` still holds, as under Bub).
+_FRAMEWORK_METHODS = frozenset(
+    "load_builtin_hooks load_hooks create_cli_app build_prompt continue_prompt build_state resolve_session "
+    "hook_report bind_channel_router dispatch_via_channel_router quit_via_channel_router admit_message "
+    "get_model_options steer_message get_channels running get_environment get_tape_store get_tape_sidecars "
+    "get_steering_inbox get_agent_hooks get_system_prompt build_tape_context collect_onboard_config".split()
+)
+_FRAMEWORK_ATTRIBUTES = frozenset(
+    "config_file _plugin_manager _hook_runtime _agent_hooks _plugin_status _channel_router _tape_store "
+    "_steering_inbox _environments".split()
+)
+
+
+def _not_provided(name: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"BubFramework.{name} is not provided by bub-rs's python bridge (the framework object is a facade: "
+        "workspace, home, plugin_manager.get_plugin and process_inbound); see docs/python-plugins.md"
+    )
+
+
 class Framework:
     """What a Python plugin's constructor receives instead of Bub's
     ``BubFramework``: the workspace, the plugin list, and
     ``process_inbound`` (through the message handler the host gave the
-    bridge's channels). Attributes it lacks raise an AttributeError naming
-    this facade."""
+    bridge's channels). A member of Bub's framework it lacks raises a
+    NotImplementedError naming it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _FRAMEWORK_METHODS:
+
+            def missing(*args: Any, **kwargs: Any) -> Any:
+                del args, kwargs
+                raise _not_provided(name)
+
+            missing.__name__ = name
+            return missing
+        if name in _FRAMEWORK_ATTRIBUTES:
+            raise _not_provided(name)
+        raise AttributeError(f"{type(self).__name__!r} (bub-rs's framework facade) has no attribute {name!r}")
 
     def __init__(self, workspace: str, home: str, submit_inbound: Any) -> None:
         global _crash_file

@@ -680,3 +680,23 @@ fn python_plugins_read_their_config_json_section_through_bub_configure() {
     let seen = seen.lock().unwrap().clone();
     assert!(seen.iter().any(|l| l.starts_with("GET /search?q=bub")), "{seen:?}");
 }
+
+/// What the framework facade lacks of Bub's `BubFramework` says so by name
+/// (NotImplementedError), a method when called and an attribute when read;
+/// what Bub's framework does not have either stays an AttributeError.
+#[test]
+fn the_framework_facade_names_what_it_does_not_provide() {
+    let Some(venv) = python::venv_or_skip("the_framework_facade_names_what_it_does_not_provide") else { return };
+    let home = home_with(venv, true);
+    for name in ["get_tape_store", "_plugin_manager", "no_such_thing"] {
+        let (_, err, ok) = bub(&home, &["run", &format!("py:framework {name}")], &[]);
+        assert!(ok, "{err}");
+    }
+    let trace = home.trace().join("\n");
+    assert!(
+        trace.contains("framework.get_tape_store: NotImplementedError: BubFramework.get_tape_store is not provided"),
+        "{trace}"
+    );
+    assert!(trace.contains("framework._plugin_manager: NotImplementedError: BubFramework._plugin_manager"), "{trace}");
+    assert!(trace.contains("framework.no_such_thing: AttributeError"), "{trace}");
+}

@@ -80,7 +80,17 @@ class Probe:
         trace("resolve_session")
         self.loop_thread = threading.current_thread().name
         chat = field_of(message, "chat_id", "")
-        if str(field_of(message, "content", "")).startswith("py:"):
+        content = str(field_of(message, "content", ""))
+        if content.startswith("py:framework "):
+            # What a plugin reaching into Bub's framework meets here.
+            name = content.split()[1]
+            try:
+                member = getattr(self.framework, name)
+                if callable(member):
+                    member()
+            except Exception as e:  # noqa: BLE001 - traced for the test
+                trace(f"framework.{name}: {type(e).__name__}: {e}")
+        if content.startswith("py:"):
             return f"probe:{chat}"
         return None
 
