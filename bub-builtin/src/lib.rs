@@ -126,18 +126,30 @@ fn prompt_text(context: &str, content: String, environment: &bub_runtime::settin
     format!("{context}\n---Date: {now}---\n{content}")
 }
 
+/// The message's media as prompt parts. An item without a source (no
+/// non-empty `url` or `data`: a channel that could not fetch it, or a
+/// Python `MediaItem` with only a `data_fetcher`) is left out with a log
+/// line: sent on, it reached the model as an image with an empty URL.
 fn media_parts(message: &Envelope) -> Vec<Value> {
     let Some(Value::Array(media)) = field_of(message, "media") else { return Vec::new() };
+    let source = |m: &Value, key: &str| m.get(key).and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty());
     media
         .iter()
         .filter_map(|m| {
             let kind = m.get("type").and_then(Value::as_str).unwrap_or("image");
-            let has_source = m.get("url").is_some() || m.get("data").is_some();
-            (matches!(kind, "image" | "audio" | "video") && has_source).then(|| {
-                let mut part = m.clone();
-                part["type"] = json!(kind);
-                part
-            })
+            if !matches!(kind, "image" | "audio" | "video") {
+                return None;
+            }
+            if !source(m, "url") && !source(m, "data") {
+                tracing::warn!(
+                    "a message's {kind} has no url or data (its channel could not fetch it); it is left out of the \
+                     prompt"
+                );
+                return None;
+            }
+            let mut part = m.clone();
+            part["type"] = json!(kind);
+            Some(part)
         })
         .collect()
 }
@@ -496,6 +508,21 @@ pub fn discover(search: &bub_runtime::discovery::SearchPath) -> bub_runtime::Hos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn media_without_a_source_is_left_out_of_the_prompt() {
+        let message = json!({"media": [
+            {"type": "image", "url": ""},
+            {"type": "image", "data": null, "media_type": "image/png"},
+            {"type": "image", "media_type": "image/png", "data": "iVBO"},
+            {"type": "audio", "url": "https://x/a.mp3"},
+            {"type": "document", "url": "https://x/d.pdf"},
+        ]});
+        let parts = media_parts(&message);
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert_eq!(parts[0]["data"], "iVBO");
+        assert_eq!(parts[1]["type"], "audio");
+    }
 
     /// The variables the builtin reads outside a turn reach it, and no
     /// other: `BUB_TAPE_CACHE_MB` was read by the store but never passed,
