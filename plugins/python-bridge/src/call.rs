@@ -126,9 +126,14 @@ pub struct Waited {
 /// How long a loop busy past a call's end must have been busy to be named.
 const NAMED_AFTER: Duration = Duration::from_secs(1);
 
+/// How a hook call is named in the log: `plugin 'p' hook 'h'`.
+pub fn label(plugin: &str, hook: &str) -> String {
+    format!("plugin '{plugin}' hook '{hook}'")
+}
+
 impl Waited {
-    pub fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
-        Waited { label: format!("plugin '{plugin}' hook '{hook}'"), since: std::time::Instant::now(), interp }
+    fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
+        Waited { label: label(plugin, hook), since: std::time::Instant::now(), interp }
     }
 
     /// The host gave up on this call: if the loop was held by something
@@ -282,7 +287,7 @@ where
         Ok(a) => a,
         Err(e) => return failed(HookError::plugin(crate::interp::traceback(py, &e))),
     };
-    dispatch_with(py, interp, callable, Invocation::Plain { args, kwargs }, sync_only, convert)
+    dispatch_with(py, interp, callable, Invocation::Plain { args, kwargs }, sync_only, None, convert)
 }
 
 /// How a callable is called: a tuple and a dict, or values by name (a
@@ -334,26 +339,10 @@ impl<'py> Invocation<'py> {
     }
 }
 
-/// [`dispatch`] with the arguments as an [`Invocation`].
+/// [`dispatch`] with the arguments as an [`Invocation`]; `name` (plugin,
+/// hook) labels the call if it has to wait for the loop thread, to name
+/// what held the loop should the host give up on it.
 pub fn dispatch_with<'py, T, F>(
-    py: Python<'py>,
-    interp: &'static Interp,
-    callable: &Bound<'py, PyAny>,
-    invocation: Invocation<'py>,
-    sync_only: bool,
-    convert: F,
-) -> Pending<T>
-where
-    T: Send + 'static,
-    F: FnOnce(Python<'_>, &Bound<'_, PyAny>) -> Result<T, HookError> + Send + 'static,
-{
-    dispatch_named(py, interp, callable, invocation, sync_only, None, convert)
-}
-
-/// [`dispatch_with`] for a hook: `name` (plugin, hook) labels the call if
-/// it has to wait for the loop thread, to name what held the loop should
-/// the host give up on it.
-pub fn dispatch_named<'py, T, F>(
     py: Python<'py>,
     interp: &'static Interp,
     callable: &Bound<'py, PyAny>,

@@ -82,8 +82,8 @@ fn hook_args(id: HookId) -> &'static [(&'static str, ArgKind, usize)] {
 /// One Python hookimpl.
 struct PyHook {
     func: Py<PyAny>,
-    /// An `async def`: called on the loop thread, never on the caller's
-    /// (see `call::dispatch_on_loop`).
+    /// An `async def`: called on the runner thread, never on the caller's
+    /// (see `runner`).
     coroutine: bool,
     argnames: Vec<String>,
     /// `argnames` as a tuple of interned strings: the call's keyword names.
@@ -242,7 +242,7 @@ impl PythonBridge {
                         let values = values.into_iter().map(|v| v.into_bound(py)).collect();
                         let invocation = call::Invocation::Named { values, names: names.into_bound(py) };
                         let mut pending =
-                            call::dispatch_named(py, interp, func.bind(py), invocation, false, Some(name), finish);
+                            call::dispatch_with(py, interp, func.bind(py), invocation, false, Some(name), finish);
                         match pending.try_take() {
                             Some(result) => runner::Outcome::Done(result),
                             None => runner::Outcome::Later(pending),
@@ -251,22 +251,13 @@ impl PythonBridge {
                 })));
             }
             let invocation = call::Invocation::Named { values, names: hook.names.bind(py).clone() };
-            Ok(Prepared::Now(call::dispatch_named(
-                py,
-                interp,
-                hook.func.bind(py),
-                invocation,
-                sync,
-                Some(name),
-                finish,
-            )))
+            Ok(Prepared::Now(call::dispatch_with(py, interp, hook.func.bind(py), invocation, sync, Some(name), finish)))
         });
         let mut pending =
             match prepared {
                 Ok(Prepared::Now(p)) => p,
                 Ok(Prepared::Runner(job)) => {
-                    let label = format!("plugin '{owner}' hook '{}'", id.name());
-                    return match runner::run(label, job) {
+                    return match runner::run(call::label(owner, id.name()), job) {
                         Ok(result) => into_return(result, owner, id),
                         Err(later) => HookReturn::pending(bub_abi::sdk::bridge::to_ffi(async move {
                             into_return(later.await, owner, id)

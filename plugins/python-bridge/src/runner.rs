@@ -20,7 +20,7 @@ use std::{
     collections::VecDeque,
     future::Future as _,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
         Condvar, Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -50,18 +50,12 @@ struct Runner {
     queue: Mutex<VecDeque<Job>>,
     ready: Condvar,
     queued: AtomicUsize,
-    /// What the runner runs now (a label) and since when (ms since
-    /// `EPOCH`; 0 = idle), to name it when it holds others up.
-    running: Mutex<Option<String>>,
-    since_ms: AtomicU64,
+    /// What the runner runs now (a label) and since when, to name it when
+    /// it holds others up.
+    running: Mutex<Option<(String, Instant)>>,
 }
 
 static RUNNER: OnceLock<Runner> = OnceLock::new();
-static EPOCH: OnceLock<Instant> = OnceLock::new();
-
-fn now_ms() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
-}
 
 fn runner() -> &'static Runner {
     RUNNER.get_or_init(|| {
@@ -74,7 +68,6 @@ fn runner() -> &'static Runner {
             ready: Condvar::new(),
             queued: AtomicUsize::new(0),
             running: Mutex::new(None),
-            since_ms: AtomicU64::new(0),
         }
     })
 }
@@ -100,16 +93,10 @@ fn serve() {
     }
 }
 
-/// What the runner has been running for more than a second, if anything.
+/// What the runner runs now, and for how many seconds it has.
 pub fn holder() -> Option<(String, f64)> {
-    let runner = RUNNER.get()?;
-    let since = runner.since_ms.load(Ordering::Acquire);
-    if since == 0 {
-        return None;
-    }
-    let held = now_ms().saturating_sub(since) as f64 / 1000.0;
-    let what = bub_abi::sync::lock(&runner.running).clone()?;
-    Some((what, held))
+    let running = bub_abi::sync::lock(&RUNNER.get()?.running);
+    running.as_ref().map(|(what, since)| (what.clone(), since.elapsed().as_secs_f64()))
 }
 
 /// Runs `call` (which makes the Python call and says how it ended) on the
@@ -128,10 +115,8 @@ pub fn run<T: Send + 'static>(
             return;
         }
         let runner = runner();
-        *bub_abi::sync::lock(&runner.running) = Some(label);
-        runner.since_ms.store(now_ms(), Ordering::Release);
+        *bub_abi::sync::lock(&runner.running) = Some((label, Instant::now()));
         let outcome = call();
-        runner.since_ms.store(0, Ordering::Release);
         *bub_abi::sync::lock(&runner.running) = None;
         // A caller gone meanwhile drops the outcome here (a call still
         // running on the loop is cancelled with its `Pending`).
