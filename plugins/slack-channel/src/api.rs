@@ -103,18 +103,16 @@ impl Api {
                 .unwrap_or(1);
             return Ok(Err(wait));
         }
-        let mut body = bub_abi::channel::CappedBody::new(self.max_answer);
         let mut response = response;
-        while let Some(chunk) = response.chunk().await.map_err(network)? {
-            body.push(&chunk).map_err(|e| ApiError::Network {
-                message: format!(
-                    "{method}: {e}; an API or proxy sending this much is refused \
-                     (raise BUB_SLACK_MAX_ANSWER_BYTES if it is right)"
-                ),
-                connect: false,
-            })?;
-        }
-        let answer: Value = serde_json::from_slice(&body.into_bytes()).map_err(|e| ApiError::Network {
+        let bytes = read_capped(&mut response, self.max_answer, |e| ApiError::Network {
+            message: format!(
+                "{method}: {e}; an API or proxy sending this much is refused \
+                 (raise BUB_SLACK_MAX_ANSWER_BYTES if it is right)"
+            ),
+            connect: false,
+        })
+        .await?;
+        let answer: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::Network {
             message: format!("{method}: the answer is not JSON ({e})"),
             connect: false,
         })?;
@@ -201,12 +199,23 @@ impl Api {
         if !response.status().is_success() {
             return Err(ApiError::Slack(format!("file download answered {}", response.status())));
         }
-        let mut body = bub_abi::channel::CappedBody::new(limit);
-        while let Some(chunk) = response.chunk().await.map_err(network)? {
-            body.push(&chunk).map_err(|e| ApiError::Slack(format!("the file: {e} (max_file_bytes)")))?;
-        }
-        Ok(body.into_bytes())
+        read_capped(&mut response, limit, |e| ApiError::Slack(format!("the file: {e} (max_file_bytes)"))).await
     }
+}
+
+/// `response`'s body, refused with `too_large` once it passes `limit` bytes.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: u64,
+    too_large: impl FnOnce(String) -> ApiError,
+) -> Result<Vec<u8>, ApiError> {
+    let mut body = bub_abi::channel::CappedBody::new(limit);
+    while let Some(chunk) = response.chunk().await.map_err(network)? {
+        if let Err(e) = body.push(&chunk) {
+            return Err(too_large(e));
+        }
+    }
+    Ok(body.into_bytes())
 }
 
 #[cfg(test)]

@@ -64,6 +64,21 @@ fn network(e: reqwest::Error) -> ApiError {
     ApiError::Network { connect, message: bub_abi::channel::error_chain(&e.without_url()) }
 }
 
+/// `response`'s body, refused with `too_large` once it passes `limit` bytes.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: u64,
+    too_large: impl FnOnce(String) -> ApiError,
+) -> Result<Vec<u8>, ApiError> {
+    let mut body = bub_abi::channel::CappedBody::new(limit);
+    while let Some(chunk) = response.chunk().await.map_err(network)? {
+        if let Err(e) = body.push(&chunk) {
+            return Err(too_large(e));
+        }
+    }
+    Ok(body.into_bytes())
+}
+
 /// The longest wait a `retry_after` may impose on one call.
 const MAX_RETRY_AFTER: u64 = 60;
 /// How often one call is tried at most (429s and connect errors).
@@ -113,11 +128,8 @@ impl Bot {
             let message = format!("the file download answered {}", response.status());
             return Err(ApiError::Network { message, connect: false });
         }
-        let mut body = bub_abi::channel::CappedBody::new(limit);
-        while let Some(chunk) = response.chunk().await.map_err(network)? {
-            body.push(&chunk).map_err(|e| ApiError::Decode(format!("the file download: {e} (max_file_bytes)")))?;
-        }
-        Ok(body.into_bytes())
+        read_capped(&mut response, limit, |e| ApiError::Decode(format!("the file download: {e} (max_file_bytes)")))
+            .await
     }
 
     /// One call, no retry: for what is not worth waiting for (a refusal
@@ -127,19 +139,16 @@ impl Bot {
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body);
         }
-        let response = request.send().await.map_err(network)?;
+        let mut response = request.send().await.map_err(network)?;
         let success = response.status().is_success();
-        let mut read = bub_abi::channel::CappedBody::new(self.max_answer);
-        let mut response = response;
-        while let Some(chunk) = response.chunk().await.map_err(network)? {
-            read.push(&chunk).map_err(|e| {
-                ApiError::Decode(format!(
-                    "{method}: {e}; a proxy or Bot API server sending this much is refused \
-                     (raise BUB_TELEGRAM_MAX_ANSWER_BYTES if it is right)"
-                ))
-            })?;
-        }
-        let text = String::from_utf8_lossy(&read.into_bytes()).into_owned();
+        let bytes = read_capped(&mut response, self.max_answer, |e| {
+            ApiError::Decode(format!(
+                "{method}: {e}; a proxy or Bot API server sending this much is refused \
+                 (raise BUB_TELEGRAM_MAX_ANSWER_BYTES if it is right)"
+            ))
+        })
+        .await?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         if success {
             return serde_json::from_str(&text).map_err(|e| ApiError::Decode(format!("{method}: {e}")));
         }
