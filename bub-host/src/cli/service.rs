@@ -101,7 +101,6 @@ impl Service<'_> {
     /// `systemd-analyze verify` accepts the result.
     pub fn unit(&self) -> Result<String> {
         let executable = unit_path_text(self.executable, "bub binary")?;
-        let program = exec_word(&executable).replace("$$", "$");
         // systemd refuses an executable whose name has quotes or backslashes.
         if executable.contains(['"', '\'', '\\']) {
             bail!(
@@ -122,7 +121,9 @@ impl Service<'_> {
             }
             command.extend(["--enable-channel".to_owned(), channel.clone()]);
         }
-        // The program's path is not searched for `$NAME` (its arguments are).
+        // The program's path is not searched for `$NAME` (its arguments are),
+        // and holds no quote or backslash (refused above): only `%` doubled.
+        let program = format!("\"{}\"", executable.replace('%', "%%"));
         let exec: Vec<String> = std::iter::once(program).chain(command.iter().map(|w| exec_word(w))).collect();
         // systemd waits this long after SIGTERM before SIGKILL: past the
         // gateway's grace, so running turns may finish and the rest is saved.
