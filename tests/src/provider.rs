@@ -88,6 +88,22 @@ impl Provider {
     }
 }
 
+/// Answers `200` with a JSON body that starts with `json_start` and then
+/// never ends (a broken proxy, a hostile server): `fill` bytes until the
+/// client stops reading, or 1 GiB.
+pub(crate) fn write_endless_json(out: &mut impl std::io::Write, json_start: &str, fill: u8) {
+    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{json_start}");
+    if out.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let chunk = vec![fill; 64 * 1024];
+    for _ in 0..(1 << 14) {
+        if out.write_all(&chunk).is_err() {
+            return;
+        }
+    }
+}
+
 pub(crate) fn read_request(stream: &std::net::TcpStream) -> Option<Request> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();

@@ -318,17 +318,7 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
         (s.rate_limits.get_mut(&method).and_then(VecDeque::pop_front), endless)
     };
     if endless {
-        let head =
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"ok\":true,\"x\":\"";
-        if out.write_all(head.as_bytes()).is_err() {
-            return;
-        }
-        let chunk = vec![b'x'; 64 * 1024];
-        for _ in 0..(1 << 14) {
-            if out.write_all(&chunk).is_err() {
-                return;
-            }
-        }
+        crate::provider::write_endless_json(&mut out, r#"{"ok":true,"x":""#, b'x');
         return;
     }
     if let Some(seconds) = rate_limited {

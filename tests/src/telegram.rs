@@ -199,16 +199,7 @@ fn serve(stream: std::net::TcpStream, state: &(Mutex<State>, Condvar)) {
     match trouble {
         Some(Trouble::Drop) => return,
         Some(Trouble::Endless) => {
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
-            if out.write_all(head.as_bytes()).is_err() || out.write_all(br#"{"ok":true,"result":["#).is_err() {
-                return;
-            }
-            let chunk = vec![b' '; 64 * 1024];
-            for _ in 0..(1 << 14) {
-                if out.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
+            crate::provider::write_endless_json(&mut out, r#"{"ok":true,"result":["#, b' ');
             return;
         }
         Some(Trouble::RateLimit(seconds)) => {
