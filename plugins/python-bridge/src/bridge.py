@@ -11,6 +11,7 @@ host and converts arguments and results.
 
 
 import asyncio
+import contextlib
 import dataclasses
 import dis
 import functools
@@ -406,10 +407,28 @@ def call_soon(fn: Any, *args: Any) -> None:
 
 
 class PluginManagerFacade:
-    """The part of pluggy's PluginManager Bub plugins read."""
+    """The part of pluggy's PluginManager Bub plugins read, and
+    ``subset_hook_caller`` for Bub's call-parent idiom."""
 
-    def __init__(self, plugins: dict[str, Any]) -> None:
+    def __init__(self, plugins: dict[str, Any], host: Any) -> None:
         self._plugins = plugins
+        self._host = host
+
+    def subset_hook_caller(self, name: str, remove_plugins: Any) -> "RestCaller":
+        """pluggy's caller of ``name`` without ``remove_plugins``, for the
+        idiom plugins use it for: a hook calling the implementations after
+        its own (``[self]``), e.g. to decorate the builtin's prompt. Those
+        run in the host, after the plugin in call order (implementations
+        before it are not called: under Bub they would call it again)."""
+        removed = list(remove_plugins or ())
+        names = [n for n, p in self._plugins.items() if any(p is r for r in removed)]
+        if len(removed) != 1 or len(names) != 1:
+            raise NotImplementedError(
+                "PluginManager.subset_hook_caller: bub-rs's python bridge supports removing exactly the calling "
+                "plugin (`subset_hook_caller(name, [self])`: the rest of the chain after it); see "
+                "docs/python-plugins.md"
+            )
+        return RestCaller(self._host, names[0], name)
 
     def get_plugin(self, name: str) -> Any:
         return self._plugins.get(name)
@@ -419,6 +438,25 @@ class PluginManagerFacade:
 
     def has_plugin(self, name: str) -> bool:
         return name in self._plugins
+
+
+class RestCaller:
+    """``subset_hook_caller``'s answer: called with the hook's arguments by
+    name, it answers as pluggy's would (the first non-None answer of a
+    first-result hook, else the list); an awaitable for an async hook."""
+
+    __slots__ = ("_host", "_plugin", "name")
+
+    def __init__(self, host: Any, plugin: str, name: str) -> None:
+        self._host = host
+        self._plugin = plugin
+        self.name = name
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self._host.call_rest(self._plugin, self.name, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<bub-rs rest of {self.name!r} after {self._plugin!r}>"
 
 
 # The code objects of the hookimpls, by plugin and hook: what names the
@@ -460,14 +498,8 @@ def _turn_depth(frame: Any) -> int | None:
     """How deep the turn whose hook called us was born inside other turns:
     the ``state`` of the nearest hook frame (its ``_inbound_depth``, 0 when
     it came from a channel); None outside a turn."""
-    while frame is not None:
-        if frame.f_code in _hook_codes:
-            state = frame.f_locals.get("state")
-            if isinstance(state, dict) and "_runtime_workspace" in state:
-                return int(state.get("_inbound_depth") or 0)
-            return None
-        frame = frame.f_back
-    return None
+    state = _turn_state(frame)
+    return None if state is None else int(state.get("_inbound_depth") or 0)
 
 
 # Bub 0.6's ``BubFramework`` members the facade does not provide: asking
@@ -477,28 +509,30 @@ def _turn_depth(frame: Any) -> int | None:
 _FRAMEWORK_METHODS = frozenset(
     "load_builtin_hooks load_hooks create_cli_app build_prompt continue_prompt build_state resolve_session "
     "hook_report bind_channel_router dispatch_via_channel_router quit_via_channel_router admit_message "
-    "get_model_options steer_message get_channels running get_environment get_tape_store get_tape_sidecars "
-    "get_steering_inbox get_agent_hooks get_system_prompt build_tape_context collect_onboard_config".split()
+    "get_model_options steer_message get_channels get_environment get_tape_store get_tape_sidecars "
+    "get_agent_hooks get_system_prompt build_tape_context collect_onboard_config".split()
 )
 _FRAMEWORK_ATTRIBUTES = frozenset(
-    "config_file _plugin_manager _hook_runtime _agent_hooks _plugin_status _channel_router _tape_store "
+    "config_file _hook_runtime _agent_hooks _plugin_status _channel_router _tape_store "
     "_steering_inbox _environments".split()
 )
 
 
-def _not_provided(name: str) -> NotImplementedError:
+def _not_provided(name: str, owner: str = "BubFramework") -> NotImplementedError:
     return NotImplementedError(
-        f"BubFramework.{name} is not provided by bub-rs's python bridge (the framework object is a facade: "
-        "workspace, home, plugin_manager.get_plugin and process_inbound); see docs/python-plugins.md"
+        f"{owner}.{name} is not provided by bub-rs's python bridge (the framework object is a facade: "
+        "workspace, home, plugin_manager, process_inbound, running, get_steering_inbox); "
+        "see docs/python-plugins.md"
     )
 
 
 class Framework:
     """What a Python plugin's constructor receives instead of Bub's
-    ``BubFramework``: the workspace, the plugin list, and
-    ``process_inbound`` (through the message handler the host gave the
-    bridge's channels). A member of Bub's framework it lacks raises a
-    NotImplementedError naming it."""
+    ``BubFramework``: the workspace, the plugin list, ``process_inbound``
+    (through the message handler the host gave the bridge's channels) and
+    the rest of a hook's chain (``_plugin_manager.subset_hook_caller``). A
+    member of Bub's framework it lacks raises a NotImplementedError naming
+    it."""
 
     def __getattr__(self, name: str) -> Any:
         if name in _FRAMEWORK_METHODS:
@@ -513,29 +547,235 @@ class Framework:
             raise _not_provided(name)
         raise AttributeError(f"{type(self).__name__!r} (bub-rs's framework facade) has no attribute {name!r}")
 
-    def __init__(self, workspace: str, home: str, submit_inbound: Any) -> None:
-        global _crash_file
+    def __init__(self, workspace: str, home: str, host: Any) -> None:
+        global _crash_file, _agent
         self.workspace = Path(workspace)
         self.home = Path(home)
         _crash_file = str(self.home / ".last-crash")
         os._exit = _exit_named
         self._plugins: dict[str, Any] = {}
-        self._submit_inbound = submit_inbound
-        self.plugin_manager = PluginManagerFacade(self._plugins)
+        self._host = host
+        self.plugin_manager = PluginManagerFacade(self._plugins, host)
+        self._plugin_manager = self.plugin_manager
+        _agent = Agent(self)
 
     async def process_inbound(self, inbound: Any, stream_output: bool = False) -> Any:
+        """Bub's ``process_inbound``: the message's turn, run by the host
+        (through its message handler, so it queues behind its session's
+        running turn), and its ``TurnResult`` (the session, the model's
+        output, the outbounds; ``prompt`` and ``state`` stay in the host).
+
+        Called from inside a turn (a tool such as ``schedule.trigger``
+        handing a message to its own session), the message is queued and
+        the answer is an empty ``TurnResult``: its turn runs after the one
+        that asked, which cannot wait for it."""
         del stream_output
-        message = inbound
-        if dataclasses.is_dataclass(inbound) and not isinstance(inbound, type):
-            message = {f.name: getattr(inbound, f.name) for f in dataclasses.fields(inbound)}
-            message = {k: v for k, v in message.items() if not k.startswith("_")}
         depth = _turn_depth(sys._getframe(1))
+        message, lifespan = await inbound_form(inbound)
         if depth is not None and isinstance(message, dict):
-            message = {**message, "_inbound_depth": depth + 1}
-        return await self._submit_inbound(message)
+            message["_inbound_depth"] = depth + 1
+            await self._host.handle(message)
+            if lifespan is not None:
+                _background(_lifespan_around(lifespan, None))
+            return _turn_result({"session_id": _session_of(message)})
+        if lifespan is not None:
+            await lifespan.__aenter__()
+            outcome = asyncio.ensure_future(self._host.submit(message))
+            await _lifespan_around(lifespan, outcome, entered=True)
+            delivery = outcome.result()
+        else:
+            delivery = await self._host.submit(message)
+        if delivery.get("status") in ("failed", "cancelled"):
+            raise HostError(delivery.get("error") or f"the turn {delivery.get('status')}")
+        return _turn_result(delivery)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> Any:
+        """Bub's ``running()``: the host holds the stores and lifespans for
+        as long as it runs, so this scope only hands over an exit stack."""
+        async with contextlib.AsyncExitStack() as stack:
+            yield stack
+
+    def get_steering_inbox(self) -> Any:
+        """The steering inbox of the turn this is called from (the state's
+        ``_runtime_steering_inbox``), else None."""
+        state = _turn_state(sys._getframe(1))
+        return None if state is None else state.get("_runtime_steering_inbox")
 
     def __repr__(self) -> str:
         return f"<bub-rs framework (python bridge) workspace={str(self.workspace)!r}>"
+
+
+# Bub 0.6's ``BubAgent`` members: what ``state["_runtime_agent"]`` lacks
+# says so by name.
+_AGENT_MEMBERS = frozenset(
+    "settings home tapes tape run run_stream build_prompt close model_options spill_dir".split()
+)
+
+
+class Agent:
+    """``state["_runtime_agent"]`` as a Python hook sees it (Bub's
+    ``BubAgent``): its ``framework`` is the facade, whose
+    ``_plugin_manager.subset_hook_caller`` reaches the rest of a chain;
+    the agent itself runs in the host."""
+
+    def __init__(self, framework: Framework) -> None:
+        self.framework = framework
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _AGENT_MEMBERS:
+            raise _not_provided(name, "BubAgent")
+        raise AttributeError(f"{type(self).__name__!r} (bub-rs's agent facade) has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return "<bub-rs agent (python bridge)>"
+
+
+_agent: Agent | None = None
+
+
+def runtime_agent() -> Any:
+    """The agent facade (``{"$agent": "bub"}`` in the host's state)."""
+    return _agent
+
+
+def _turn_result(delivery: dict) -> Any:
+    session_id = str(delivery.get("session_id") or "")
+    model_output = str(delivery.get("model_output") or "")
+    outbounds = list(delivery.get("outbounds") or [])
+    try:
+        from bub.turn import TurnResult
+    except ImportError:
+        return AttrDict(session_id=session_id, prompt=[], model_output=model_output, outbounds=outbounds, state={})
+    return TurnResult(session_id=session_id, prompt=[], model_output=model_output, outbounds=outbounds, state={})
+
+
+def _session_of(message: dict) -> str:
+    session = message.get("session_id")
+    if session:
+        return str(session)
+    return f"{message.get('channel', 'default')}:{message.get('chat_id', 'default')}"
+
+
+# --- channel messages ------------------------------------------------------
+
+
+async def inbound_form(message: Any) -> tuple[Any, Any]:
+    """A message as it crosses into the host, field by field (Bub's
+    ``ChannelMessage``, or a dict): media are fetched (``get_url``, so one
+    with only a ``data_fetcher`` arrives as a data URL; one with no source
+    is dropped, with a warning), private (``_``) fields stay behind, and
+    the ``lifespan`` is returned apart: a live object the bridge enters
+    and exits around the message's turn."""
+    if dataclasses.is_dataclass(message) and not isinstance(message, type):
+        fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+        fields = {k: v for k, v in fields.items() if not k.startswith("_")}
+    elif isinstance(message, dict):
+        fields = dict(message)
+    else:
+        return message, None
+    lifespan = fields.pop("lifespan", None)
+    media = fields.get("media")
+    if media:
+        fields["media"] = [m for m in [await _media_form(item) for item in media] if m is not None]
+    return fields, lifespan
+
+
+async def _media_form(item: Any) -> dict | None:
+    if isinstance(item, dict):
+        data = dict(item)
+        fetch = data.pop("data_fetcher", None)
+        url = data.get("url") or data.get("data")
+        if not url and callable(fetch):
+            raw = await fetch()
+            if raw is not None:
+                import base64
+
+                url = f"data:{data.get('mime_type', 'application/octet-stream')};base64,{base64.b64encode(raw).decode()}"
+                data["url"] = url
+    else:
+        get_url = getattr(item, "get_url", None)
+        url = await get_url() if callable(get_url) else getattr(item, "url", None)
+        data = {
+            "type": getattr(item, "type", None),
+            "mime_type": getattr(item, "mime_type", None),
+            "filename": getattr(item, "filename", None),
+            "url": url,
+        }
+    if not url:
+        _log_warning(f"python bridge: a media item ({data.get('type')}, {data.get('mime_type')}) has no url and "
+                     "no data; it is left out of the message")
+        return None
+    return data
+
+
+def _log_warning(text: str) -> None:
+    try:
+        from loguru import logger
+
+        logger.warning(text)
+    except ImportError:
+        print(text, file=sys.stderr)
+
+
+_tasks: set[asyncio.Task] = set()
+
+
+def _background(coro: Any) -> None:
+    task = asyncio.ensure_future(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+async def _lifespan_around(lifespan: Any, outcome: Any, entered: bool = False) -> None:
+    """Enters ``lifespan`` (unless ``entered``), waits for ``outcome`` (the
+    message's turn; None: nothing to wait for) and exits it with the turn's
+    failure, as Bub's builtin enters it before ``load_state`` and exits it
+    in ``save_state``."""
+    if not entered:
+        await lifespan.__aenter__()
+    error: BaseException | None = None
+    try:
+        if outcome is not None:
+            delivery = await outcome
+            if isinstance(delivery, dict) and delivery.get("status") in ("failed", "cancelled"):
+                error = HostError(delivery.get("error") or f"the turn {delivery.get('status')}")
+    except BaseException as exc:  # noqa: BLE001 - handed to the lifespan's exit
+        error = exc
+    finally:
+        try:
+            await lifespan.__aexit__(type(error) if error else None, error, None)
+        except Exception as exc:  # noqa: BLE001
+            _log_warning(f"python bridge: a message's lifespan failed to exit: {format_exception(exc)}")
+
+
+async def deliver(handler: Any, message: Any) -> None:
+    """A Python channel's ``await handler(message)``: the message crosses
+    field by field and is queued (Bub's ``on_receive``). One with a
+    ``lifespan`` (a typing indicator) is entered now and exited when its
+    turn is over; the channel does not wait for that."""
+    fields, lifespan = await inbound_form(message)
+    if lifespan is None:
+        await handler._send("handle", fields)
+        return
+    await lifespan.__aenter__()
+    outcome = asyncio.ensure_future(handler._send("submit", fields))
+    _background(_lifespan_around(lifespan, outcome, entered=True))
+
+
+def _turn_state(frame: Any) -> dict | None:
+    """The turn state of the nearest hook or tool call on the stack (a
+    hook's ``state``, a tool's ``context.state``), None outside a turn."""
+    while frame is not None:
+        code = frame.f_code
+        if code in _hook_codes or code is _run_tool.__code__:
+            if code in _hook_codes:
+                state = frame.f_locals.get("state")
+            else:
+                state = getattr(frame.f_locals.get("context"), "state", None)
+            return state if isinstance(state, dict) and "_runtime_workspace" in state else None
+        frame = frame.f_back
+    return None
 
 
 class AttrDict(dict):
@@ -588,17 +828,17 @@ def tool_spec(tool: Any) -> dict:
 def run_tool(tool: Any, arguments: dict, context: Any, render: bool) -> Any:
     """Bub's ``ToolExecutor._invoke_normalized`` for one call: run, await,
     render with the tool's own renderer outside code mode."""
+    return _run_tool(tool, arguments, context, render)
 
-    async def go() -> Any:
-        if getattr(tool, "context", False):
-            value = await _maybe(tool.run(context=context, **arguments))
-        else:
-            value = await _maybe(tool.run(**arguments))
-        if render and getattr(tool, "renderer", None) is not None:
-            value = tool.render(value)
-        return value
 
-    return go()
+async def _run_tool(tool: Any, arguments: dict, context: Any, render: bool) -> Any:
+    if getattr(tool, "context", False):
+        value = await _maybe(tool.run(context=context, **arguments))
+    else:
+        value = await _maybe(tool.run(**arguments))
+    if render and getattr(tool, "renderer", None) is not None:
+        value = tool.render(value)
+    return value
 
 
 def error_object(kind: str, message: str, details: Any) -> BaseException:

@@ -89,6 +89,9 @@ fn to_py_at<'py>(
             if let Some(live) = objects::marker_to_py(py, value) {
                 return Ok(live);
             }
+            if let Some(agent) = objects::agent_marker_to_py(py, interp, value) {
+                return agent;
+            }
             let dict = interp.attr_dict(py)?;
             for (k, v) in value.entries() {
                 dict.set_item(key(py, k), to_py_at(py, interp, v, depth + 1)?)?;

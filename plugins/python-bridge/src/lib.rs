@@ -18,6 +18,7 @@
 mod call;
 mod convert;
 mod event_loop;
+mod host;
 mod interception;
 mod interp;
 mod objects;
@@ -96,6 +97,9 @@ struct PyMember {
     hooks: HashMap<HookId, PyHook>,
     /// The `bub.tool` tools it registered while it loaded.
     tools: Vec<Object>,
+    /// The instance the host registered for it (`self` of its hook calls):
+    /// what names it when it calls the rest of a chain (`host`).
+    instance: host::InstanceCell,
 }
 
 /// The bridge: the set's own instance (no member), or one Python plugin.
@@ -112,7 +116,7 @@ struct Setup {
 
 /// The message handler the host gave the bridge's channels: what the
 /// framework facade's `process_inbound` submits to.
-static HANDLER: Mutex<Option<Object>> = Mutex::new(None);
+pub(crate) static HANDLER: Mutex<Option<Object>> = Mutex::new(None);
 
 impl PythonBridge {
     fn interp(&self) -> Result<&'static Interp, HookError> {
@@ -190,9 +194,32 @@ impl PythonBridge {
         Ok((values, state_dict, typer))
     }
 
+    /// `onboard_config`, called right here, off the loop thread: Bub calls
+    /// it outside any event loop, and its prompts (Bub's `inquirer`, on
+    /// textual) start one of their own with `asyncio.run`, which fails on a
+    /// thread whose loop is running. Onboarding is interactive and runs
+    /// alone, so holding the interpreter meanwhile costs nothing.
+    fn onboard(&self, interp: &'static Interp, hook: &PyHook, call: &HookCall<'_>) -> Result<Answer, HookError> {
+        let owner = self.member.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
+        Python::attach(|py| {
+            let failed = |e: PyErr| HookError::plugin(format!("{owner}.onboard_config: {}", interp::traceback(py, &e)));
+            let (values, _, _) = self.arguments(py, interp, HookId::OnboardConfig, hook, call, None).map_err(failed)?;
+            let kwargs = PyDict::new(py);
+            for (name, value) in hook.names.bind(py).iter().zip(values) {
+                kwargs.set_item(name, value).map_err(failed)?;
+            }
+            let mut value = hook.func.bind(py).call((), Some(&kwargs)).map_err(failed)?;
+            if hook.coroutine {
+                value = py.import("asyncio").and_then(|a| a.call_method1("run", (value,))).map_err(failed)?;
+            }
+            answer(py, interp, HookId::OnboardConfig, &value)
+        })
+    }
+
     /// Forwards one hook call to the member's Python implementation.
     fn dispatch(&'static self, id: HookId, call: &HookCall<'_>) -> HookReturn {
         let Some(member) = &self.member else { return HookReturn::NONE };
+        member.instance.get_or_init(|| self);
         if id == HookId::ProvideTools {
             return if member.tools.is_empty() { HookReturn::NONE } else { hook_objects(member.tools.clone()) };
         }
@@ -206,11 +233,14 @@ impl PythonBridge {
                 *bub_abi::sync::lock(&HANDLER) = Some(Object::from_handle(h.clone()));
             }
         }
+        let owner = &member.name;
+        if id == HookId::OnboardConfig {
+            return into_return(self.onboard(interp, hook, call), owner, id);
+        }
         let state = match call.state {
             ROption::RSome(h) => Some(TurnState::from_handle(h.clone())),
             ROption::RNone => None,
         };
-        let owner = &member.name;
         let sync = id.kind().is_sync_only() || call.mode == DispatchMode::Sync;
         // One GIL acquisition for the whole call (a thread keeps its Python
         // thread state between calls: `interp::keep_thread_state`).
@@ -474,12 +504,16 @@ impl PluginSet for PythonBridge {
         })?;
         Ok(found
             .into_iter()
-            .map(|(member, version, description, hooks)| Member {
-                name: member.name.clone(),
-                version,
-                description,
-                plugin: PythonBridge { member: Some(Arc::new(member)), setup: self.setup.clone() },
-                hooks,
+            .map(|(member, version, description, hooks)| {
+                let member = Arc::new(member);
+                host::remember(&member);
+                Member {
+                    name: member.name.clone(),
+                    version,
+                    description,
+                    plugin: PythonBridge { member: Some(member), setup: self.setup.clone() },
+                    hooks,
+                }
             })
             .collect())
     }
@@ -549,11 +583,11 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
             interp::traceback(py, &e)
         );
     }
-    let submitter = Bound::new(py, Inbound { interp })?;
+    let host = Bound::new(py, host::Host { interp })?;
     let framework = module.getattr("Framework")?.call1((
         setup.workspace.to_string_lossy().as_ref(),
         setup.home.to_string_lossy().as_ref(),
-        submitter,
+        host,
     ))?;
     let records = module.call_method1("discover", (&framework,))?;
     let mut out: Vec<Found> = Vec::new();
@@ -623,37 +657,9 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
         }
         let description =
             if dist.is_empty() { format!("python: {value}") } else { format!("python: {dist} ({value})") };
-        out.push((PyMember { name, hooks, tools }, version, description, markers));
+        out.push((PyMember { name, hooks, tools, instance: Default::default() }, version, description, markers));
     }
     Ok(out)
-}
-
-/// `framework.process_inbound` of the facade: hands the message to the
-/// message handler the host gave the channels and returns once it is
-/// queued (`handle`, not `submit`): a Python tool that triggers a turn of
-/// its own session from inside a turn (bub-schedule's `schedule.trigger`)
-/// would otherwise wait for a turn queued behind its own.
-#[pyclass(frozen, module = "bub_rs_bridge")]
-struct Inbound {
-    interp: &'static Interp,
-}
-
-#[pymethods]
-impl Inbound {
-    fn __call__<'py>(&self, py: Python<'py>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let handler = bub_abi::sync::lock(&HANDLER).clone().ok_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err(
-                "process_inbound needs a running channel host (`bub gateway` or `bub chat`): no message handler yet",
-            )
-        })?;
-        let handled = objects::handle_message(handler, message, self.interp)?;
-        call::host_call(py, self.interp, async move {
-            handled.await?;
-            let mut queued = Value::object();
-            queued.insert("status", "queued");
-            Ok(queued)
-        })
-    }
 }
 
 bub_abi::export_plugin!(

@@ -58,17 +58,18 @@ fn json_result(
     }
 }
 
-/// Hands `message` (a dict, a `ChannelMessage`) to a host message handler
-/// (`handle`): what a Python channel's `await handler(message)` and the
-/// framework facade's `process_inbound` do.
+/// Hands `message` (a map: `bridge.inbound_form` made it from a
+/// `ChannelMessage` field by field) to a host message handler's `method`
+/// (`handle`, `submit`).
 pub fn handle_message(
     handler: Object,
     message: &Bound<'_, PyAny>,
     interp: &'static Interp,
+    method: &'static str,
 ) -> PyResult<impl std::future::Future<Output = Result<Value, HookError>> + Send + 'static> {
     let mut args = Value::object();
     args.insert("message", convert::from_py(message, interp)?);
-    Ok(async move { handler.invoke_value("handle", args).await })
+    Ok(async move { handler.invoke_value(method, args).await })
 }
 
 /// The Python object behind a live host object this bridge made, if it is
@@ -86,6 +87,18 @@ pub fn marker_to_py<'py>(py: Python<'py>, value: ValueRef<'_>) -> Option<Bound<'
         return None;
     }
     lookup(value.get("name")?.as_str()?).map(|o| o.into_bound(py))
+}
+
+/// Bub's `state["_runtime_agent"]` marker (`{"$agent": "bub"}`, set by the
+/// framework for every turn) as Python: the facade's agent, whose
+/// `framework` is the facade (`bridge.Agent`).
+pub fn agent_marker_to_py<'py>(
+    py: Python<'py>,
+    interp: &'static Interp,
+    value: ValueRef<'_>,
+) -> Option<PyResult<Bound<'py, PyAny>>> {
+    value.get("$agent")?;
+    Some(interp.module(py).call_method0("runtime_agent"))
 }
 
 /// A host object as Python: the Python object itself for this bridge's
@@ -179,9 +192,23 @@ impl HostObject {
     }
 
     /// A message handler is called with the message (Bub's
-    /// `MessageHandler`): `await handler(message)`.
-    fn __call__<'py>(&self, py: Python<'py>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        host_call(py, self.interp, handle_message(self.object.clone(), message, self.interp)?)
+    /// `MessageHandler`): `await handler(message)`. The message crosses
+    /// field by field (`bridge.deliver`: media fetched, a lifespan kept
+    /// live around its turn).
+    fn __call__<'py>(slf: &Bound<'py, Self>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        slf.get().interp.module(py).call_method1("deliver", (slf, message))
+    }
+
+    /// Hands a message in the host's form to the handler's `method`
+    /// (`handle`: queued; `submit`: what became of its turn).
+    fn _send<'py>(&self, py: Python<'py>, method: &str, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let method = match method {
+            "submit" => "submit",
+            _ => "handle",
+        };
+        let handled = handle_message(self.object.clone(), message, self.interp, method)?;
+        host_call(py, self.interp, handled)
     }
 
     fn __repr__(&self) -> String {

@@ -688,7 +688,7 @@ fn python_plugins_read_their_config_json_section_through_bub_configure() {
 fn the_framework_facade_names_what_it_does_not_provide() {
     let Some(venv) = python::venv_or_skip("the_framework_facade_names_what_it_does_not_provide") else { return };
     let home = home_with(venv, true);
-    for name in ["get_tape_store", "_plugin_manager", "no_such_thing"] {
+    for name in ["get_tape_store", "_tape_store", "no_such_thing"] {
         let (_, err, ok) = bub(&home, &["run", &format!("py:framework {name}")], &[]);
         assert!(ok, "{err}");
     }
@@ -697,6 +697,69 @@ fn the_framework_facade_names_what_it_does_not_provide() {
         trace.contains("framework.get_tape_store: NotImplementedError: BubFramework.get_tape_store is not provided"),
         "{trace}"
     );
-    assert!(trace.contains("framework._plugin_manager: NotImplementedError: BubFramework._plugin_manager"), "{trace}");
+    assert!(trace.contains("framework._tape_store: NotImplementedError: BubFramework._tape_store"), "{trace}");
     assert!(trace.contains("framework.no_such_thing: AttributeError"), "{trace}");
+}
+
+/// A Python channel's `ChannelMessage` crosses field by field, as
+/// bub-discord and bub-feishu build theirs: its typing `lifespan` stays a
+/// live object, entered before the turn's `load_state` and exited after
+/// its `save_state`; a medium with only a `data_fetcher` reaches the model
+/// as a data URL; a medium with no source is left out, never sent as an
+/// empty URL.
+#[test]
+fn a_channel_message_with_a_lifespan_and_fetched_media_runs_its_turn() {
+    let Some(venv) = python::venv_or_skip("a_channel_message_with_a_lifespan_and_fetched_media_runs_its_turn") else {
+        return;
+    };
+    let home = home_with(venv, false);
+    let provider = bub_tests::provider::Provider::start(vec![bub_tests::provider::chat::text("a pixel")]);
+    home.use_model("openai:gpt-test", &provider.base_url, json!({"api_format": "chat"}));
+    let trace = home.trace_file();
+    let env = [
+        ("BUB_PROBE_TRACE", trace.to_str().unwrap()),
+        ("VIRTUAL_ENV", ""),
+        ("BUB_COURIER_MESSAGE", "what is this?"),
+        ("BUB_COURIER_AS", "channel_message"),
+    ];
+    let mut gateway = GatewayProcess::start(home.path(), &[], &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !home.trace().iter().any(|l| l.starts_with("typing.exit")) {
+        assert!(std::time::Instant::now() < deadline, "the turn did not end:\n{:#?}\n{}", home.trace(), gateway.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", gateway.log());
+    let lines = home.trace();
+    let pos = |needle: &str| position(&lines, needle);
+    assert!(pos("media.fetched") < pos("load_state"), "{lines:#?}");
+    assert!(pos("typing.enter") < pos("load_state"), "{lines:#?}");
+    assert!(pos("save_state") < pos("typing.exit None"), "{lines:#?}");
+    assert!(pos("courier.send a pixel") < pos("typing.exit None"), "{lines:#?}");
+    let requests = provider.requests();
+    let user = requests[0].body["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "user").cloned();
+    let parts = user.as_ref().and_then(|u| u["content"].as_array()).cloned().unwrap_or_default();
+    let images: Vec<&Value> = parts.iter().filter(|p| p["type"] == "image_url").collect();
+    assert_eq!(images.len(), 1, "one image, the fetched one: {user:?}");
+    let url = images[0]["image_url"]["url"].as_str().unwrap_or_default();
+    assert!(url.starts_with("data:image/png;base64,iVBORw0KGgo"), "{url}");
+    assert!(gateway.log().contains("has no url and no data"), "the medium left out is logged:\n{}", gateway.log());
+}
+
+/// `bub onboard` runs a Python plugin's `onboard_config` off the loop
+/// thread: Bub's prompts (`bub.inquirer`, on textual) run an event loop of
+/// their own with `asyncio.run`, which a running loop's thread refuses.
+/// What it returns is saved in `config.json`, where Python plugins read
+/// their sections (`bub.configure`).
+#[test]
+fn onboarding_a_python_plugin_may_run_an_event_loop_of_its_own() {
+    let Some(venv) = python::venv_or_skip("onboarding_a_python_plugin_may_run_an_event_loop_of_its_own") else {
+        return;
+    };
+    let home = home_with(venv, false);
+    let (out, err, ok) = bub(&home, &["onboard", "courier"], &[("BUB_COURIER_ONBOARD", "hi there")]);
+    assert!(ok, "{out}\n{err}");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["courier"]["greeting"], "hi there", "{config}");
 }

@@ -40,9 +40,12 @@ class Courier:
             self.task = asyncio.get_running_loop().create_task(self._deliver(text))
 
     async def _deliver(self, text: str) -> None:
-        await self.handler(
-            {"session_id": "courier:1", "channel": "courier", "chat_id": "1", "content": text}
-        )
+        if os.environ.get("BUB_COURIER_AS") == "channel_message":
+            await self.handler(channel_message(text))
+        else:
+            await self.handler(
+                {"session_id": "courier:1", "channel": "courier", "chat_id": "1", "content": text}
+            )
         trace("courier.delivered")
 
     async def stop(self) -> None:
@@ -53,6 +56,48 @@ class Courier:
         trace(f"courier.send {content}")
 
 
+# The 1x1 PNG a ``data_fetcher`` hands over (as feishu's and telegram's do).
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+
+
+class Typing:
+    """A message's lifespan as discord.py's ``channel.typing()`` is one: an
+    async context manager entered around the message's turn."""
+
+    async def __aenter__(self):
+        trace("typing.enter")
+        return self
+
+    async def __aexit__(self, kind, error, tb):
+        trace(f"typing.exit {kind.__name__ if kind else None}")
+        return False
+
+
+def channel_message(text: str):
+    """A ``ChannelMessage`` built the way bub-discord and bub-feishu build
+    theirs: a typing lifespan, and media only a ``data_fetcher`` can get."""
+    from bub.channels.message import ChannelMessage, MediaItem
+
+    async def fetch() -> bytes:
+        trace("media.fetched")
+        return PIXEL
+
+    return ChannelMessage(
+        session_id="courier:1",
+        channel="courier",
+        chat_id="1",
+        content=text,
+        media=[
+            MediaItem(type="image", mime_type="image/png", filename="pixel.png", data_fetcher=fetch),
+            MediaItem(type="image", mime_type="image/png", filename="nothing.png"),
+        ],
+        lifespan=Typing(),
+    )
+
+
 class CourierPlugin:
     def __init__(self, framework) -> None:
         self.framework = framework
@@ -60,6 +105,19 @@ class CourierPlugin:
     @hookimpl
     def provide_channels(self, message_handler):
         return [Courier(message_handler)]
+
+    @hookimpl
+    def onboard_config(self, current_config):
+        """Asks as Bub's ``inquirer`` does: through an event loop of its own."""
+
+        async def ask() -> str:
+            await asyncio.sleep(0)
+            return os.environ.get("BUB_COURIER_ONBOARD", "")
+
+        answer = asyncio.run(ask())
+        if not answer:
+            return None
+        return {"courier": {"greeting": answer}}
 
     @hookimpl
     def before_tool_call(self, call, state):
