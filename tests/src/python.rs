@@ -29,6 +29,7 @@ struct Spec {
 
 const TESTS: Spec = Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS };
 const BENCH: Spec = Spec { dir: "python-bench-venv", requirements: "bench-requirements.txt", own: &["bub-rs-bench"] };
+const PUBLISHED: Spec = Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[] };
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -47,6 +48,25 @@ pub fn venv() -> Result<&'static Path, String> {
 pub fn bench_venv() -> Result<&'static Path, String> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     VENV.get_or_init(|| make(&BENCH)).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+}
+
+/// A Bub user's venv: Bub 0.6.0a3 and the Bub plugins published on PyPI
+/// (`tests/python/published-requirements.txt`), nothing of the tests' own:
+/// bub-rs and Python Bub run side by side on it.
+pub fn published_venv() -> Result<&'static Path, String> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    VENV.get_or_init(|| make(&PUBLISHED)).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+}
+
+/// [`published_venv`], or `None` (the test says it skipped, and why).
+pub fn published_venv_or_skip(test: &str) -> Option<&'static Path> {
+    match published_venv() {
+        Ok(v) => Some(v),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
 }
 
 /// Skips the calling test (returns `None`) with a message when the venv

@@ -26,6 +26,7 @@ mod isolation;
 mod loading;
 mod mcp;
 mod openai;
+mod published;
 mod python;
 mod recorded;
 mod scope;
