@@ -6,7 +6,9 @@
 //! the host's dispatch argument builders and the `bub hooks` listing. Adding a
 //! hook is one entry here (appended at the end, with the next ABI minor as its
 //! `since` tag, so that older plugins keep loading). ABI 2.0 starts with
-//! Bub 0.6.0a3's 26 hooks plus `provide_tools`, all `since` 0.
+//! Bub 0.6.0a3's 26 hooks plus `provide_tools`, all `since` 0; 2.7 appends
+//! `provide_skill_roots` (Bub finds skills in its `skills` namespace
+//! package; here the plugin that knows such folders names them).
 //!
 //! Entry grammar, one per hook, in ABI slot order:
 //!
@@ -211,6 +213,12 @@ macro_rules! for_each_hook {
             args: [],
             returns: Option<Vec<$crate::Object>>,
             doc: "Provide tools; deduplicated by name.",
+        })
+        (7 provide_skill_roots ProvideSkillRoots {
+            kind: many_sync,
+            args: [],
+            returns: Option<Vec<String>>,
+            doc: "Folders of skills, searched after the project's and the user's (bub-rs; Bub's `skills` package).",
         })
         }
     };

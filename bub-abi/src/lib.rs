@@ -27,7 +27,7 @@
 //! guards, log forwarding) are for hosts and generated code; they are public
 //! only because hosts and macros need them, and hidden from these docs.
 //!
-//! The crate version is the ABI version ([`ABI_VERSION`], 2.6.0), separate
+//! The crate version is the ABI version ([`ABI_VERSION`], 2.7.0), separate
 //! from the host's version: a plugin built against `bub-abi 2.x` loads in
 //! every host speaking ABI 2.y; hooks added in a later minor are simply
 //! absent from it. `docs/plugin-guide.md` says what changed from ABI 1 and

@@ -40,6 +40,30 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
         &plugin_dirs,
         Some(framework.home().join("config.json")),
     )
+    .with_provided(&provided_skill_roots(framework))
+}
+
+/// The folders `provide_skill_roots` names (the python bridge: its venv's
+/// `skills` package), in call order; a plugin whose answer is not a list
+/// of paths is logged and skipped.
+fn provided_skill_roots(framework: &Framework) -> Vec<std::path::PathBuf> {
+    let answers = match framework.runtime().provide_skill_roots() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(target: "bub::skills", "provide_skill_roots failed: {e}");
+            return Vec::new();
+        }
+    };
+    let mut roots = Vec::new();
+    for answer in answers.iter() {
+        match answer.reply().parse::<Vec<String>>() {
+            Ok(dirs) => roots.extend(dirs.into_iter().map(std::path::PathBuf::from)),
+            Err(e) => {
+                tracing::warn!(target: "bub::skills", "provide_skill_roots answered something else than a list of folders: {e}")
+            }
+        }
+    }
+    roots
 }
 
 /// The builtin's own tools in Bub's registry order around the skill tool

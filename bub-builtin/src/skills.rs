@@ -75,6 +75,13 @@ impl SkillRoots {
         SkillRoots { roots, config }
     }
 
+    /// These roots after the others: the folders plugins name
+    /// (`provide_skill_roots`), Bub's "builtin" roots.
+    pub fn with_provided(mut self, dirs: &[PathBuf]) -> Self {
+        self.roots.extend(dirs.iter().map(|d| (d.clone(), "builtin")));
+        self
+    }
+
     /// Every valid skill, the first of each (case-folded) name, sorted by
     /// name (Bub's `discover_skills`). Read anew on each call: a skill
     /// written during a session is seen on the next step.

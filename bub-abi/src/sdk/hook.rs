@@ -215,6 +215,7 @@ json_returns!(
     serde_json::Value,
     serde_json::Map<String, serde_json::Value>,
     Vec<serde_json::Value>,
+    Vec<String>,
     crate::types::ModelOptions,
     crate::types::AdmitDecision,
     crate::types::BeforeLlmCall,

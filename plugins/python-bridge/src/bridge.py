@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import dis
 import functools
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -338,6 +339,17 @@ def discover(framework: Any) -> list[EntryPointPlugin]:
             rec.error = f"cannot create {rec.value}: {format_exception(exc)}"
         rec.tools.extend(registry[n] for n in registry if n not in before)
     return out
+
+
+def skill_roots() -> list[str]:
+    """The folders of the ``skills`` namespace package (Bub's
+    ``_builtin_skills_root``: Bub's own skills and those plugins ship), in
+    import order; none when there is no such package."""
+    try:
+        package = importlib.import_module("skills")
+    except Exception:  # noqa: BLE001 - no skills package: no skills from it
+        return []
+    return [str(p) for p in getattr(package, "__path__", [])]
 
 
 def _registry() -> dict:

@@ -97,6 +97,9 @@ struct PyMember {
     hooks: HashMap<HookId, PyHook>,
     /// The `bub.tool` tools it registered while it loaded.
     tools: Vec<Object>,
+    /// The venv's skill folders (Bub's `skills` namespace package), which
+    /// the first Python plugin names for the bridge (`provide_skill_roots`).
+    skill_roots: Option<Vec<String>>,
     /// The instance the host registered for it (`self` of its hook calls):
     /// what names it when it calls the rest of a chain (`host`).
     instance: host::InstanceCell,
@@ -222,6 +225,13 @@ impl PythonBridge {
         member.instance.get_or_init(|| self);
         if id == HookId::ProvideTools {
             return if member.tools.is_empty() { HookReturn::NONE } else { hook_objects(member.tools.clone()) };
+        }
+        if id == HookId::ProvideSkillRoots {
+            use bub_abi::ToHookValue;
+            return match &member.skill_roots {
+                Some(roots) => roots.clone().to_hook_value().unwrap_or_else(HookReturn::error),
+                None => HookReturn::NONE,
+            };
         }
         let Some(hook) = member.hooks.get(&id) else { return HookReturn::NONE };
         let interp = match self.interp() {
@@ -657,7 +667,22 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
         }
         let description =
             if dist.is_empty() { format!("python: {value}") } else { format!("python: {dist} ({value})") };
-        out.push((PyMember { name, hooks, tools, instance: Default::default() }, version, description, markers));
+        out.push((
+            PyMember { name, hooks, tools, skill_roots: None, instance: Default::default() },
+            version,
+            description,
+            markers,
+        ));
+    }
+    // Bub lists the skills of its `skills` namespace package (Bub's own,
+    // and those plugins ship) after the project's and the user's: the
+    // first Python plugin names its folders for the bridge.
+    if let Some((first, _, _, markers)) = out.first_mut() {
+        let roots: Vec<String> = module.call_method0("skill_roots")?.extract()?;
+        if !roots.is_empty() {
+            first.skill_roots = Some(roots);
+            markers.push((HookId::ProvideSkillRoots, HookMarker::Normal));
+        }
     }
     Ok(out)
 }

@@ -27,7 +27,7 @@ fn b07_bub_hooks_prints_pluggy_stored_order() {
     let (out, err, ok) = bub(&home, &["hooks"]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 27, "the scripted plugin implements every hook:\n{out}");
+    assert_eq!(lines.len(), bub_abi::HOOK_COUNT, "the scripted plugin implements every hook:\n{out}");
     assert!(lines.contains(&"resolve_session: d, builtin, a, b, c"), "{out}");
     let mut sorted = lines.clone();
     sorted.sort();

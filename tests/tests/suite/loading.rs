@@ -94,8 +94,8 @@ fn host_survives_every_broken_input() {
 }
 
 /// A plugin built against the previous 2.x minor (the fixture is built
-/// without the table's last hook, `provide_tools`, as a plugin of the minor
-/// before it was appended would be) loads in this host; its missing hook is
+/// without the table's last hook, `provide_skill_roots`, as a plugin of the
+/// minor before it was appended would be) loads in this host; its missing hook is
 /// simply absent. The full layout check runs for it (its fingerprint
 /// differs) and accepts only the missing trailing slot.
 #[test]
@@ -107,7 +107,7 @@ fn plugin_of_previous_minor_abi_loads() {
     assert_eq!(record.status, PluginStatus::Loaded);
     assert_eq!(record.abi_version, bub_abi::ABI_VERSION);
     assert!(record.implements(bub_abi::HookId::ResolveSession));
-    assert!(!record.implements(bub_abi::HookId::ProvideTools));
+    assert!(!record.implements(bub_abi::HookId::ProvideSkillRoots));
 
     let rt = host.runtime();
     let args = bub_host::CallArgs::resolve_session(&message("42")).unwrap();
