@@ -165,7 +165,9 @@ def run_impl(impl, binary, scenario, server, workdir):
         paths.append(str(site))
         env["BUBDIFF_MODE"] = plugin
     if scenario.get("pypi"):
-        paths.append(os.environ["BUB_RS_PYPI_SITE"])
+        # `true`: bub-schedule's site; a name: that package set's site.
+        kind = scenario["pypi"]
+        paths.append(os.environ["BUB_RS_PYPI_SITE" if kind is True else f"BUB_RS_PYPI_{kind.upper()}_SITE"])
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     if impl == "rust" and bridge:

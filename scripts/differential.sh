@@ -5,13 +5,13 @@
 #
 #   scripts/differential.sh [--only SCENARIO] [--report FILE]
 #
-# Honours CARGO_TARGET_DIR; makes the Python venv with ../shared/bench/setup.sh
+# Honours CARGO_TARGET_DIR; makes Python Bub's venv with scripts/bub-venv.sh
 # (BUB_BENCH_VENV, default /tmp/bub06) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 venv="${BUB_BENCH_VENV:-/tmp/bub06}"
-[ -x "$venv/bin/bub" ] || bash ../shared/bench/setup.sh "$venv" >&2
+[ -x "$venv/bin/bub" ] || scripts/bub-venv.sh "$venv" >&2
 # Two builds: with `--example`, cargo builds only example targets of every
 # package named, so the plugins' libraries would be left out.
 # The python bridge is built for the venv's Python (scenarios with
@@ -28,6 +28,14 @@ if [ ! -d "$site/bub_schedule" ]; then
         $(pins bub-schedule APScheduler tzlocal) >&2
 fi
 export BUB_RS_PYPI_SITE="$(cd "$site" && pwd)"
+# nowledge-mem-bub (its own site: its prompt hooks would change the others'
+# requests), pinned as in tests/python/published-requirements.txt.
+nowledge="$target/diff-pypi-nowledge"
+if [ ! -d "$nowledge/nowledge_mem_bub" ]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$nowledge" \
+        "$(grep -iE '^nowledge-mem-bub==' tests/python/published-requirements.txt)" >&2
+fi
+export BUB_RS_PYPI_NOWLEDGE_SITE="$(cd "$nowledge" && pwd)"
 export BUB_RS_PYTHON_VENV="$venv"
 cargo build --quiet --release -p bub-tests --example steer_run
 export BUB_RS_STEER_RUN="$(cd "$target/release/examples" && pwd)/steer_run"

@@ -532,9 +532,8 @@ _FRAMEWORK_ATTRIBUTES = frozenset(
 
 def _not_provided(name: str, owner: str = "BubFramework") -> NotImplementedError:
     return NotImplementedError(
-        f"{owner}.{name} is not provided by bub-rs's python bridge (the framework object is a facade: "
-        "workspace, home, plugin_manager, process_inbound, running, get_steering_inbox); "
-        "see docs/python-plugins.md"
+        f"{owner}.{name} is not provided by bub-rs's python bridge (the {owner} a plugin gets is a facade); "
+        "see docs/python-plugins.md for what it has"
     )
 
 
@@ -804,12 +803,25 @@ class AttrDict(dict):
             raise AttributeError(name) from None
 
 
+# Bub 0.6's ``Tape`` members (``bub.core.tape``) the facade lacks.
+_TAPE_MEMBERS = frozenset(
+    "append append_event info query search handoff anchors entries reset fork merge read "
+    "context store".split()
+)
+
+
 class TapeFacade:
     """``ToolContext.tape`` of a tool call made by bub-rs: the tape's name
-    (the tape itself lives in the host)."""
+    (the tape itself lives in the host). Bub's ``Tape`` methods raise a
+    NotImplementedError naming them."""
 
     def __init__(self, name: str) -> None:
         self._name = name
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _TAPE_MEMBERS:
+            raise _not_provided(name, "Tape")
+        raise AttributeError(f"{type(self).__name__!r} (bub-rs's tape facade) has no attribute {name!r}")
 
     @property
     def name(self) -> str:
