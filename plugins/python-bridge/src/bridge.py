@@ -521,7 +521,7 @@ def _turn_depth(frame: Any) -> int | None:
 _FRAMEWORK_METHODS = frozenset(
     "load_builtin_hooks load_hooks create_cli_app build_prompt continue_prompt build_state resolve_session "
     "hook_report bind_channel_router dispatch_via_channel_router quit_via_channel_router admit_message "
-    "get_model_options steer_message get_channels get_environment get_tape_store get_tape_sidecars "
+    "steer_message get_channels get_environment get_tape_store get_tape_sidecars "
     "get_agent_hooks get_system_prompt build_tape_context collect_onboard_config".split()
 )
 _FRAMEWORK_ATTRIBUTES = frozenset(
@@ -606,6 +606,28 @@ class Framework:
         as long as it runs, so this scope only hands over an exit stack."""
         async with contextlib.AsyncExitStack() as stack:
             yield stack
+
+    async def get_model_options(self, *, session_id: str, workspace: Any = None) -> Any:
+        """Bub's ``get_model_options``: every ``provide_model_options``
+        answer (Rust and Python plugins alike, through the host), merged as
+        Bub merges them."""
+        resolved = self.workspace if workspace is None else Path(workspace).expanduser().resolve()
+        results = await self._host.call_all(
+            "provide_model_options", {"session_id": session_id, "workspace": str(resolved)}
+        )
+        from bub.model_selection import ModelChoice, ModelOptions
+
+        merged = ModelOptions()
+        for result in results or []:
+            if result is None:
+                continue
+            if isinstance(result, ModelOptions):
+                models, current = list(result.models), result.current_model
+            else:
+                models = [m if isinstance(m, ModelChoice) else ModelChoice(**dict(m)) for m in result.get("models") or []]
+                current = result.get("current_model")
+            merged = ModelOptions(models=[*merged.models, *models], current_model=merged.current_model or current)
+        return merged
 
     def get_steering_inbox(self) -> Any:
         """The steering inbox of the turn this is called from (the state's

@@ -35,6 +35,23 @@ pub fn remember(member: &Arc<PyMember>) {
 /// Where a member's registered instance is kept.
 pub type InstanceCell = OnceLock<&'static PythonBridge>;
 
+/// A Python plugin's instance that does not implement `hook`: the rest of
+/// the chain "after" it is the whole chain (`call_rest`'s rule).
+fn outsider_of(hook: HookId) -> Result<&'static PythonBridge, String> {
+    let members = bub_abi::sync::lock(&MEMBERS);
+    members
+        .iter()
+        .flat_map(|m| m.values())
+        .filter(|m| !m.hooks.contains_key(&hook) && !(hook == HookId::ProvideSkillRoots && m.skill_roots.is_some()))
+        .find_map(|m| m.instance.get().copied())
+        .ok_or_else(|| {
+            format!(
+                "the whole chain of `{}` cannot be called: every Python plugin the host has called implements it",
+                hook.name()
+            )
+        })
+}
+
 fn instance_of(plugin: &str) -> Result<&'static PythonBridge, String> {
     let members = bub_abi::sync::lock(&MEMBERS);
     let member = members
@@ -98,6 +115,29 @@ impl Host {
         let error = pyo3::exceptions::PyRuntimeError::new_err;
         let id = HookId::from_name(hook).ok_or_else(|| error(format!("no hook is named {hook:?}")))?;
         let instance = instance_of(plugin).map_err(error)?;
+        self.call_from(py, instance, id, kwargs)
+    }
+
+    /// Every implementation of `hook`, in call order, with `kwargs`: as
+    /// [`call_rest`](Self::call_rest), from no plugin's place (what Bub's
+    /// framework methods such as `get_model_options` call).
+    fn call_all<'py>(&self, py: Python<'py>, hook: &str, kwargs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyAny>> {
+        let error = pyo3::exceptions::PyRuntimeError::new_err;
+        let id = HookId::from_name(hook).ok_or_else(|| error(format!("no hook is named {hook:?}")))?;
+        let instance = outsider_of(id).map_err(error)?;
+        self.call_from(py, instance, id, kwargs)
+    }
+}
+
+impl Host {
+    fn call_from<'py>(
+        &self,
+        py: Python<'py>,
+        instance: &'static PythonBridge,
+        id: HookId,
+        kwargs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let error = pyo3::exceptions::PyRuntimeError::new_err;
         let args: serde_json::Value =
             convert::from_py(kwargs.as_any(), self.interp)?.deserialize().map_err(|e| error(e.to_string()))?;
         let call = call_rest(instance, id, args);

@@ -763,3 +763,20 @@ fn onboarding_a_python_plugin_may_run_an_event_loop_of_its_own() {
         serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["courier"]["greeting"], "hi there", "{config}");
 }
+
+/// `framework.get_model_options(session_id=…)` collects every
+/// `provide_model_options` answer through the host (the builtin's
+/// configured model included) and merges them into Bub's `ModelOptions`.
+#[test]
+fn the_framework_facade_collects_model_options_from_every_plugin() {
+    let Some(venv) = python::venv_or_skip("the_framework_facade_collects_model_options_from_every_plugin") else {
+        return;
+    };
+    let home = home_with(venv, true);
+    home.use_model("openai:gpt-test", "http://127.0.0.1:9", json!({}));
+    let (out, err, ok) = bub(&home, &["run", "py:options"], &[]);
+    assert!(ok, "{out}\n{err}");
+    let trace = home.trace();
+    let line = trace.iter().find(|l| l.starts_with("options ")).unwrap_or_else(|| panic!("{trace:#?}\n{err}"));
+    assert_eq!(line, "options current=openai:gpt-test models=['openai:gpt-test']", "{trace:#?}");
+}

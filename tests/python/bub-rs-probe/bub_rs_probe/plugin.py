@@ -103,6 +103,9 @@ class Probe:
                 trace("load_state cancelled")
                 raise
         await asyncio.sleep(0)
+        if str(field_of(message, "content", "")).startswith("py:options"):
+            options = await self.framework.get_model_options(session_id=session_id)
+            trace(f"options current={options.current_model} models={[m.id for m in options.models]}")
         trace(f"load_state {session_id}")
         return {"probe_counter": self.counter, "probe_loaded": True}
 
