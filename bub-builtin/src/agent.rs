@@ -147,12 +147,37 @@ fn command_refused(agent: &Agent, prompt: &[Value], state: &TurnState) -> Option
     ]))
 }
 
+/// What a run was asked to allow, as Bub's `run_stream` records it in the
+/// run's `loop.start` metadata (None: not restricted).
+#[derive(Debug, Default)]
+pub struct Asked {
+    /// The tools the run may call (registry names).
+    pub tools: Option<Vec<String>>,
+    /// The skill names as asked (the state holds them case-folded).
+    pub skills: Option<Vec<String>>,
+}
+
 /// Runs one turn's prompt through the agent (Bub's `BubAgent.run_stream`).
 pub async fn run_stream(
     framework: &Framework,
     session_id: &str,
     prompt: Vec<Value>,
     state: TurnState,
+) -> Result<RunStream, AgentError> {
+    let skills = state
+        .get_value("allowed_skills")
+        .and_then(|v| serde_json::from_value::<Vec<String>>(v).ok())
+        .filter(|a| !a.is_empty());
+    run_stream_asked(framework, session_id, prompt, state, Asked { tools: None, skills }).await
+}
+
+/// [`run_stream`] of a run restricted as `asked` says (a subagent's).
+pub async fn run_stream_asked(
+    framework: &Framework,
+    session_id: &str,
+    prompt: Vec<Value>,
+    state: TurnState,
+    asked: Asked,
 ) -> Result<RunStream, AgentError> {
     let agent = Arc::new(build(framework).await?);
     if let Some(refused) = command_refused(&agent, &prompt, &state) {
@@ -165,9 +190,9 @@ pub async fn run_stream(
     let model = model.or_else(|| Some(agent.settings.default_model()));
     // Bub's run metadata: the turn's allowed skills and tools (none: all).
     let mut metadata = serde_json::Map::new();
-    let allowed_skills = state.get_value("allowed_skills").filter(|v| v.as_array().is_some_and(|a| !a.is_empty()));
-    metadata.insert("allowed_skills".into(), allowed_skills.unwrap_or(Value::Null));
-    metadata.insert("allowed_tools".into(), Value::Null);
+    let listed = |names: Option<Vec<String>>| names.filter(|n| !n.is_empty()).map_or(Value::Null, |n| json!(n));
+    metadata.insert("allowed_skills".into(), listed(asked.skills));
+    metadata.insert("allowed_tools".into(), listed(asked.tools));
     // The session's reasoning effort wins over the completion args' (behaviour 218).
     let mut call_options = serde_json::Map::new();
     if let Some(effort) = state.get_value("reasoning_effort").filter(|e| e.as_str().is_some_and(|s| !s.is_empty())) {

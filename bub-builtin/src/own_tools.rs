@@ -332,9 +332,9 @@ async fn help(_args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
 }
 
 async fn model(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-    let id = arg_str(&args, "model_id")
-        .filter(|m| !m.trim().is_empty())
-        .ok_or_else(|| AgentError::value("model_id is required"))?;
+    // An empty id clears the session's model (back to the default), as
+    // Bub's session settings read an empty value.
+    let id = arg_str(&args, "model_id").ok_or_else(|| AgentError::value("model_id is required"))?;
     set_session_setting(&cx, "model", id.as_str()).await?;
     Ok(json!(format!("Session model set to {id} (applies from the next turn).")))
 }
@@ -440,6 +440,42 @@ async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     Ok(json!({"tools": tools, "unknown": unknown}))
 }
 
+/// Bub's `resolve_tool_names(names or None, exclude={"subagent"})`: each
+/// name (trimmed) is a registry name or its model-facing alias, matched
+/// case-insensitively; the registry names, sorted (Bub's `_scope_turn`
+/// sorts them too). An unknown name is refused with Bub's message.
+fn resolve_tool_names(tools: &[bub_framework::agent::AgentTool], names: &[String]) -> Result<Vec<String>, AgentError> {
+    let index = |name: &str| {
+        let key = name.trim().to_lowercase();
+        tools
+            .iter()
+            .find(|t| t.name.to_lowercase() == key)
+            .or_else(|| tools.iter().find(|t| t.model_name().to_lowercase() == key))
+            .map(|t| t.name.clone())
+    };
+    let mut resolved: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    if names.is_empty() {
+        resolved.extend(tools.iter().map(|t| t.name.clone()));
+    }
+    for name in names {
+        match index(name) {
+            Some(found) => resolved.push(found),
+            // Python's repr of a plain name.
+            None => unknown.push(format!("'{}'", name.trim())),
+        }
+    }
+    if !unknown.is_empty() {
+        unknown.sort();
+        unknown.dedup();
+        return Err(AgentError::value(format!("unknown tool name(s): {}", unknown.join(", "))));
+    }
+    resolved.retain(|n| n != "subagent");
+    resolved.sort();
+    resolved.dedup();
+    Ok(resolved)
+}
+
 fn framework_confined(framework: &Framework) -> bool {
     framework.model_settings().is_ok_and(|s| s.confine_workspace)
 }
@@ -465,27 +501,27 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         .await
         .map_err(|e| AgentError::value(e.to_string()))?;
     let _attached = framework.attach(&state);
-    // As Bub: names trimmed, unknown names refused before any sub-run, an
-    // empty list the same as none (every tool but `subagent`).
-    let all: Vec<String> = cx.tools.iter().map(|t| t.name.clone()).collect();
+    // As Bub's `resolve_tool_names`: registry names and model-facing
+    // aliases alike, case-insensitively; unknown names refused before any
+    // sub-run; an empty list the same as none (every tool but `subagent`).
     let named: Vec<String> = args
         .get("allowed_tools")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .map(|a| a.iter().filter_map(Value::as_str).map(|s| s.trim().to_owned()).collect())
         .unwrap_or_default();
-    let unknown: Vec<String> = named.iter().filter(|n| !all.contains(n)).map(|n| format!("'{n}'")).collect();
-    if !unknown.is_empty() {
-        return Err(AgentError::value(format!("unknown tool name(s): {}", unknown.join(", "))));
-    }
-    let allowed: Vec<String> = if named.is_empty() { all } else { named };
-    let allowed: Vec<String> = allowed.into_iter().filter(|n| n != "subagent").collect();
+    let allowed = resolve_tool_names(&cx.tools, &named)?;
     state.set("_runtime_allowed_tools", &allowed).map_err(|e| AgentError::value(e.to_string()))?;
     // Bub's `_scope_turn`: case-folded, once each; a list (even empty)
-    // restricts the subagent's skills, none leaves them all.
-    match args.get("allowed_skills").and_then(Value::as_array) {
+    // restricts the subagent's skills, none leaves them all. The run
+    // records the names as asked.
+    let asked_skills: Option<Vec<String>> = args
+        .get("allowed_skills")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect());
+    match &asked_skills {
         Some(names) => {
             let mut folded: Vec<String> = Vec::new();
-            for name in names.iter().filter_map(Value::as_str).map(str::to_lowercase) {
+            for name in names.iter().map(|n| n.to_lowercase()) {
                 if !folded.contains(&name) {
                     folded.push(name);
                 }
@@ -499,7 +535,8 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     if let Some(model) = arg_str(&args, "model") {
         state.set("model", &model).map_err(|e| AgentError::value(e.to_string()))?;
     }
-    let mut stream = crate::agent::run_stream(&framework, &session, vec![json!(prompt)], state).await?;
+    let asked = crate::agent::Asked { tools: Some(allowed), skills: asked_skills };
+    let mut stream = crate::agent::run_stream_asked(&framework, &session, vec![json!(prompt)], state, asked).await?;
     let mut out = String::new();
     while let Some(item) = stream.next().await {
         match item {

@@ -148,7 +148,7 @@ impl ShellScope {
     /// A shell's exit code (outer None: still running), without its output.
     pub fn status(&self, id: &str) -> Result<Option<Option<i32>>, BoxError> {
         let inner = lock(&self.inner);
-        let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+        let shell = inner.shells.get(id).ok_or_else(|| format!("unknown shell id: {id}"))?;
         let status = *lock(&shell.status);
         Ok(status)
     }
@@ -156,7 +156,7 @@ impl ShellScope {
     /// A shell's output so far and its exit code (outer None: still running).
     pub fn output(&self, id: &str) -> Result<(String, Option<Option<i32>>), BoxError> {
         let inner = lock(&self.inner);
-        let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+        let shell = inner.shells.get(id).ok_or_else(|| format!("unknown shell id: {id}"))?;
         let text = String::from_utf8_lossy(&lock(&shell.output)).into_owned();
         let status = *lock(&shell.status);
         Ok((text, status))
@@ -208,7 +208,7 @@ impl ShellScope {
     pub async fn kill(&self, id: &str) -> Result<(), BoxError> {
         let pid = {
             let inner = lock(&self.inner);
-            let shell = inner.shells.get(id).ok_or_else(|| format!("no shell {id:?} in this scope"))?;
+            let shell = inner.shells.get(id).ok_or_else(|| format!("unknown shell id: {id}"))?;
             if lock(&shell.status).is_some() {
                 return Ok(());
             }

@@ -255,8 +255,12 @@ impl Framework {
                 Ok(Some(stream)) => {
                     let (text, errors) =
                         stream.collect_events_to(channel.as_ref().map(|c| (c, inbound)), Some(events)).await?;
-                    for e in errors {
-                        rt.notify_error("run_model", &e, Some(inbound)).await;
+                    // Bub's text path only joins a stream's text deltas: its
+                    // error events reach `on_error` in stream mode only.
+                    if stream_output {
+                        for e in errors {
+                            rt.notify_error("run_model", &e, Some(inbound)).await;
+                        }
                     }
                     Some(text)
                 }

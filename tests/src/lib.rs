@@ -47,6 +47,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "tp-allstages",
     "tp-store-wrapper",
     "tp-plugin-set",
+    "tp-stream-model",
     "echo-model",
     "session-router",
     "tool-policy",

@@ -133,8 +133,16 @@ impl ContextCache {
 
 fn upgrade_call(c: &Value) -> Value {
     // Chat-completions-style `{function: {name, arguments}}` (legacy payloads).
-    if let Some(f) = c.get("function") {
-        return json!({"id": c.get("id").cloned().unwrap_or_default(), "name": f["name"], "arguments": f["arguments"]});
+    // Arguments that are not a string are written as Bub's `json.dumps`
+    // writes them (`{"a": 1}`, spaced); missing ones are `{}`.
+    if let Some(f) = c.get("function").filter(|f| f.is_object()) {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("").to_owned();
+        let arguments = match f.get("arguments") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) if bub_abi::envelope::truthy(v) => crate::agent::tools::python_json(v),
+            _ => "{}".to_owned(),
+        };
+        return json!({"id": text(c.get("id")), "name": text(f.get("name")), "arguments": arguments});
     }
     c.clone()
 }
@@ -324,6 +332,14 @@ mod tests {
         selector.push_fetched(&fetched(&legacy));
         let upgraded = selector.messages()[1].hosted().deserialize::<Value>().unwrap();
         assert_eq!(upgraded["tool_calls"][0], json!({"id": "c1", "name": "f", "arguments": "{}"}));
+        let spaced = json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "g", "arguments": {"path": "a.txt", "n": 1}}}]});
+        selector.push_fetched(&fetched(&spaced));
+        let upgraded = selector.messages()[2].json().clone();
+        assert_eq!(
+            upgraded["tool_calls"][0]["arguments"], "{\"path\": \"a.txt\", \"n\": 1}",
+            "as json.dumps writes it"
+        );
         assert_eq!(&upgraded, selector.messages()[1].json());
     }
 

@@ -239,7 +239,8 @@ impl Scripted {
     // every call is traced as "<plugin>:<name or kind>.<method>", `exit` with
     // the error it was told ("…exit(none)" / "…exit(<message>)"), a method
     // scripted `"trace_args": true` with its arguments ("…append({…})").
-    // Also "unsupported": true, "echo_args": true, "sleep_ms": n.
+    // Also "unsupported": true, "echo_args": true, "sleep_ms": n, and
+    // "sequence": [v1, v2, …]: the n-th call answers vn (the last one after).
     fn object(&self, spec: &Value) -> Object {
         Object::new(ScriptedObject {
             plugin: self.name.clone(),
@@ -247,6 +248,7 @@ impl Scripted {
             kind: spec["kind"].as_str().unwrap_or("object").to_owned(),
             name: spec["name"].as_str().unwrap_or_default().to_owned(),
             methods: spec.get("methods").and_then(Value::as_object).cloned().unwrap_or_default(),
+            calls: Default::default(),
         })
     }
 }
@@ -257,6 +259,8 @@ struct ScriptedObject {
     kind: String,
     name: String,
     methods: Map<String, Value>,
+    /// How often each method was called (for "sequence").
+    calls: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl ObjectImpl for ScriptedObject {
@@ -278,7 +282,14 @@ impl ObjectImpl for ScriptedObject {
         if method == "stream_event" {
             line = format!("{line}({}:{})", args["event"]["kind"].as_str().unwrap_or("?"), args["event"]["data"]);
         }
-        let script = self.methods.get(method).cloned().unwrap_or(Value::Null);
+        let mut script = self.methods.get(method).cloned().unwrap_or(Value::Null);
+        if let Some(answers) = script.get("sequence").and_then(Value::as_array).filter(|a| !a.is_empty()) {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry(method.to_owned()).or_insert(0);
+            let answer = answers[(*n).min(answers.len() - 1)].clone();
+            *n += 1;
+            script["return"] = answer;
+        }
         if script.get("trace_args") == Some(&Value::Bool(true)) {
             line = format!("{line}({args})");
         }

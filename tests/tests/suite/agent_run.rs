@@ -407,6 +407,14 @@ fn the_model_command_switches_the_sessions_model_behaviour_175() {
     configure(&home, &provider2, "openai:default-model", json!({}));
     assert!(bub(&home, &ws, &["run", "--session-id", "other", "hi"]).2);
     assert_eq!(provider2.requests()[0].body["model"], "default-model");
+    // `,model ''` clears the session's model: back to the default.
+    let (out, err, ok) = bub(&home, &ws, &["run", ",model ''"]);
+    assert!(ok && out.contains("Session model set to  (applies from the next turn)."), "{out}\n{err}");
+    let provider3 = Provider::start(vec![chat::text("y")]);
+    configure(&home, &provider3, "openai:default-model", json!({}));
+    let (_, err, ok) = bub(&home, &ws, &["run", "hi"]);
+    assert!(ok, "{err}");
+    assert_eq!(provider3.requests()[0].body["model"], "default-model", "the cleared session uses the default");
 }
 
 #[test]
@@ -654,4 +662,44 @@ fn a_context_tool_gets_the_live_tape_and_state() {
     assert_eq!(result["anchors"], json!(["session/start"]), "the live tape: {result}");
     let note = tape(&home).into_iter().find(|e| e["payload"]["name"] == "sdk.note").expect("the event is on the tape");
     assert_eq!(note["payload"]["data"], json!({"text": "remember this"}));
+}
+
+/// A subagent's `allowed_tools` takes registry names and model-facing
+/// aliases alike, case-insensitively (Bub's `resolve_tool_names`): the
+/// sub-run is offered exactly those tools, and its `loop.start` records
+/// the tools it may call and the skills as they were asked.
+#[test]
+fn a_subagent_accepts_model_facing_tool_names_and_records_what_was_asked() {
+    // A named session: its tape is kept (a temp one is not).
+    let args = json!({"prompt": "go", "session": "helper", "allowed_tools": ["tape_info", " FS_READ "], "allowed_skills": ["Notes"]});
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("c1", "subagent", &args.to_string())]),
+        chat::text("sub done"),
+        chat::text("done"),
+    ]);
+    let home = Home::new();
+    configure(&home, &provider, "openai:m", json!({}));
+    let ws = workspace();
+    let (out, err, ok) = bub(&home, &ws, &["run", "delegate"]);
+    assert!(ok && out.contains("done"), "{out}\n{err}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3, "the sub-run called the model: {:?}", requests[1].body);
+    let mut offered: Vec<&str> = requests[1].body["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str()).collect())
+        .unwrap_or_default();
+    offered.sort();
+    assert_eq!(offered, ["fs_read", "tape_info"]);
+    let entries = tape(&home);
+    let starts: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "event" && e["payload"]["name"] == "loop.start")
+        .map(|e| &e["payload"]["data"])
+        .collect();
+    assert!(
+        starts
+            .iter()
+            .any(|d| d["allowed_tools"] == json!(["fs.read", "tape.info"]) && d["allowed_skills"] == json!(["Notes"])),
+        "{starts:#?}"
+    );
 }

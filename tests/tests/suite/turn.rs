@@ -139,6 +139,27 @@ fn b25_stream_error_events_are_reported() {
     );
 }
 
+/// Behaviour 25 on the text path: a stream-only model plugin whose stream
+/// carries an error event. Bub's text path joins the text deltas only, so
+/// `on_error` hears nothing of it; in stream mode it does.
+#[test]
+fn stream_error_events_reach_on_error_in_stream_mode_only() {
+    let events = json!([
+        {"kind": "text", "data": {"delta": "half "}},
+        {"kind": "error", "data": {"kind": "provider", "message": "cut off"}},
+        {"kind": "text", "data": {"delta": "an answer"}},
+    ]);
+    for stream_output in [false, true] {
+        let home = Home::new();
+        home.scripted("1-obs", "", json!({"on_error": {"trace_arg": 1}}));
+        home.install("2-model", &lib("tp-stream-model"), json!({"events": events}));
+        let (r, _) = turn(&home, json!({"content": "hi"}), stream_output);
+        assert_eq!(r.unwrap().model_output, "half an answer");
+        let told = home.trace().iter().any(|l| l.starts_with("1-obs:on_error") && l.contains("cut off"));
+        assert_eq!(told, stream_output, "stream_output={stream_output}: {:?}", home.trace());
+    }
+}
+
 /// Behaviours 26 and 28: a model answering 123 is a TypeError; save_state
 /// runs with "" before the error propagates; on_error(stage=turn) is told.
 #[test]
