@@ -104,6 +104,9 @@ impl ShellScope {
         let status = Arc::new(Mutex::new(None));
         let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
         let pid = child.id();
+        if let Some(pid) = pid {
+            remember_group(pid);
+        }
         let (o, s) = (output.clone(), status.clone());
         let reader = rt.spawn(async move {
             let (mut a, mut b) = ([0u8; 4096], [0u8; 4096]);
@@ -274,6 +277,42 @@ async fn terminate_group(pid: u32) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The process groups `bash` calls of this process started, while any of
+/// them may be alive: what [`end_all_groups`] ends.
+static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn remember_group(pid: u32) {
+    let mut groups = lock(&GROUPS);
+    groups.retain(|p| group_alive(*p));
+    groups.push(pid);
+}
+
+/// Ends every process group a `bash` call of this process started that is
+/// still there: TERM, then KILL what is left after `grace`; how many were
+/// there. Blocking, for a process's last moments (a second Ctrl-C ends
+/// `bub` at once, but not before a command that ignores SIGTERM is gone).
+pub fn end_all_groups(grace: Duration) -> usize {
+    let groups: Vec<u32> = lock(&GROUPS).drain(..).filter(|p| group_alive(*p)).collect();
+    for pid in &groups {
+        signal_group(*pid, Signal::TERM);
+    }
+    let deadline = Instant::now() + grace;
+    loop {
+        let alive: Vec<u32> = groups.iter().copied().filter(|p| group_alive(*p)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            for pid in alive {
+                signal_group(pid, Signal::KILL);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    groups.len()
 }
 
 fn group_alive(pid: u32) -> bool {

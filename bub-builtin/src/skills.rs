@@ -295,13 +295,65 @@ fn front_matter(content: &str) -> Map<String, Value> {
             // The first closing line ends it; a payload that is not a mapping
             // (or not YAML) is no front matter.
             let first = yaml_rust2::YamlLoader::load_from_str(&payload).ok().and_then(|docs| docs.into_iter().next());
-            return match first.as_ref().map(yaml_to_json) {
+            let mut map: Map<String, Value> = match first.as_ref().map(yaml_to_json) {
                 Some(Value::Object(m)) => m.into_iter().map(|(k, v)| (k.to_lowercase(), v)).collect(),
-                _ => Map::new(),
+                _ => return Map::new(),
             };
+            // Bub reads front matter with PyYAML (YAML 1.1): a plain
+            // `yes`, `off` or `2024-01-01` is a bool or a date there, not
+            // the string YAML 1.2 reads, and the skill is skipped.
+            for line in lines[1..idx].iter().filter(|l| !l.starts_with([' ', '\t', '#', '-'])) {
+                let Some((key, value)) = line.split_once(':') else { continue };
+                let key = key.trim().to_lowercase();
+                if map.get(&key).is_some_and(Value::is_string) && yaml11_not_a_string(value) {
+                    map.insert(key, Value::Null);
+                }
+            }
+            return map;
         }
     }
     Map::new()
+}
+
+/// Whether a plain scalar (`value` as written after `key:`) is something
+/// else than a string under YAML 1.1's implicit types, as PyYAML resolves
+/// them: its booleans and nulls, sexagesimal and underscored numbers, and
+/// timestamps. Quoted and block scalars are strings.
+fn yaml11_not_a_string(value: &str) -> bool {
+    let value = match value.find(" #") {
+        Some(at) => &value[..at],
+        None => value,
+    }
+    .trim();
+    if value.is_empty() || value.starts_with(['"', '\'', '|', '>', '[', '{', '&', '*', '!']) {
+        return false;
+    }
+    const WORDS: &[&str] = &[
+        "yes", "Yes", "YES", "no", "No", "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON",
+        "off", "Off", "OFF", "~", "null", "Null", "NULL",
+    ];
+    if WORDS.contains(&value) {
+        return true;
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // A date, `2024-01-01`, perhaps followed by a time.
+    let date = value.split(['T', 't', ' ']).next().unwrap_or_default();
+    let parts: Vec<&str> = date.split('-').collect();
+    if parts.len() == 3
+        && parts[0].len() == 4
+        && digits(parts[0])
+        && (1..=2).contains(&parts[1].len())
+        && digits(parts[1])
+        && (1..=2).contains(&parts[2].len())
+        && digits(parts[2])
+    {
+        return true;
+    }
+    // Numbers with `_` or `:` (sexagesimal), which YAML 1.2 reads as strings.
+    let number = value.trim_start_matches(['-', '+']);
+    number.contains(['_', ':'])
+        && number.starts_with(|c: char| c.is_ascii_digit())
+        && number.bytes().all(|b| b.is_ascii_digit() || b == b'_' || b == b':' || b == b'.')
 }
 
 fn yaml_to_json(y: &yaml_rust2::Yaml) -> Value {
@@ -463,6 +515,22 @@ mod tests {
             safe_substitute("run $SKILL_DIR/x ${SKILL_DIR}/y $$HOME $OTHER ${ODD $", &look),
             "run /s/x /s/y $HOME $OTHER ${ODD $"
         );
+    }
+
+    /// PyYAML's YAML 1.1 reading, which decides which skills Bub loads: a
+    /// plain `yes` or date is no string (the skill is skipped), a quoted
+    /// one is.
+    #[test]
+    fn front_matter_scalars_are_read_as_yaml_1_1_reads_them() {
+        let meta = |text: &str| front_matter(&format!("---\n{text}\n---\nbody"));
+        assert_eq!(meta("name: yes\ndescription: d")["name"], Value::Null);
+        assert_eq!(meta("name: 'yes'\ndescription: d")["name"], "yes");
+        assert_eq!(meta("name: n\ndescription: 2024-01-01")["description"], Value::Null);
+        assert_eq!(meta("name: n\ndescription: \"2024-01-01\"")["description"], "2024-01-01");
+        assert_eq!(meta("name: n\ndescription: Off # comment")["description"], Value::Null);
+        assert_eq!(meta("name: n\ndescription: 1_000")["description"], Value::Null);
+        assert_eq!(meta("name: n\ndescription: yes, this one")["description"], "yes, this one");
+        assert_eq!(meta("name: y\ndescription: a plain text")["name"], "y", "PyYAML has no y/n booleans");
     }
 
     #[test]

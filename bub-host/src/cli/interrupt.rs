@@ -1,7 +1,8 @@
 //! Ctrl-C (and SIGTERM) for the interactive commands: the first signal
 //! cancels what runs, so the run's tape is merged and the session's shells
 //! are stopped by the scope's exit; a second one within 3 s ends bub at
-//! once (exit 130).
+//! once (exit 130), once the commands the turn started are gone (TERM, then
+//! KILL after 3 s).
 //!
 //! The signals are watched on a thread of their own, so that a plugin
 //! blocking the command's runtime thread (a hanging sync hook) cannot hold
@@ -45,6 +46,12 @@ pub fn watch(term: bool) -> Result<Arc<Notify>> {
                 }
                 if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(3)) {
                     eprintln!("^C again: bub exits now");
+                    // Not before what the turn started is gone: a command
+                    // that ignores SIGTERM would outlive bub as an orphan.
+                    let ended = bub_builtin::shells::end_all_groups(std::time::Duration::from_secs(3));
+                    if ended > 0 {
+                        eprintln!("stopped {ended} command(s) the turn had started");
+                    }
                     bub_host::crash::disarm();
                     std::process::exit(130);
                 }

@@ -123,3 +123,50 @@ fn cancelled_and_finished_foreground_shells_leave_nothing_running() {
     wait_until("the redirected child outlived its command", || !running(&second));
     block_on(scope.exit(None)).unwrap();
 }
+
+/// A second Ctrl-C ends `bub run` at once, but not before the command its
+/// turn started is gone, even one that ignores SIGTERM (TERM, then KILL
+/// after the grace): nothing is left running as an orphan.
+#[test]
+fn a_second_ctrl_c_ends_the_commands_the_turn_started_before_exiting() {
+    let home = bub_tests::Home::new();
+    let ws = tempfile::tempdir().unwrap();
+    let marker = format!("sleep 71.{}3", std::process::id());
+    let line = format!(",bash command='trap \"\" TERM INT; {marker}'");
+    let mut child = std::process::Command::new(bub_tests::bub_bin())
+        .arg("-w")
+        .arg(ws.path())
+        .args(["run", &line])
+        .env("BUB_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The command itself (bub's own command line names it too).
+    let sleeping = |marker: &str| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == marker)
+                && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+        })
+    };
+    wait_until("the command did not start", || sleeping(&marker));
+    let int = || {
+        let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    };
+    int();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    int();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "bub did not exit after the second Ctrl-C");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(!sleeping(&marker), "the command outlived bub");
+}
