@@ -66,7 +66,8 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             Exposure::Auto,
             search,
         )
-        .rendered(render_search),
+        .rendered(render_search)
+        .declared_by_model(),
         AgentTool::native(
             "tape.reset",
             "Reset the current tape (optionally archiving it first).",
@@ -412,7 +413,8 @@ pub fn run_helper_tools() -> Vec<AgentTool> {
             ),
             Exposure::Auto,
             subagent,
-        ),
+        )
+        .declared_by_model(),
     ]
 }
 

@@ -41,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod arguments;
 pub mod command;
 pub mod context;
 pub mod events;

@@ -158,6 +158,8 @@ pub struct AgentTool {
     /// Bub's `renderer`: the text the model (or a command's user) reads
     /// for a structured result; code gets the result itself.
     pub renderer: Option<Renderer>,
+    /// How its parameters are declared (pydantic's errors depend on it).
+    pub declared: super::arguments::Declared,
 }
 
 /// Turns a tool's structured result into the text shown for it.
@@ -184,7 +186,15 @@ impl AgentTool {
             deferred: false,
             handler: Handler::Native(Arc::new(move |args, cx| Box::pin(f(args, cx)))),
             renderer: None,
+            declared: Default::default(),
         }
+    }
+
+    /// The tool, its parameters declared by a pydantic model in Bub
+    /// (`@tool(model=…)`: `tape.search`, `subagent`).
+    pub fn declared_by_model(mut self) -> AgentTool {
+        self.declared = super::arguments::Declared::Model;
+        self
     }
 
     /// The tool with `renderer` for its results (see [`AgentTool::renderer`]).
@@ -210,6 +220,7 @@ impl AgentTool {
             deferred: false,
             handler: Handler::Plugin(tool, spec.context),
             renderer: None,
+            declared: Default::default(),
         })
     }
 
@@ -242,14 +253,31 @@ impl AgentTool {
 
     /// Runs the handler.
     async fn invoke(&self, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-        let errors = self.validate(&args);
-        if !errors.is_empty() {
-            return Err(AgentError::bub(
-                "invalid_input",
-                format!("Tool '{}' argument validation failed.", self.name),
-                Some(json!({"errors": errors})),
-            ));
-        }
+        // A host tool's arguments are checked as pydantic checks Bub's (a
+        // plugin's tool checks its own; the host only asks for the
+        // required ones).
+        let checked = match &self.handler {
+            Handler::Native(_) => super::arguments::check(&self.parameters, self.declared, &args),
+            Handler::Plugin(..) => {
+                let errors = self.validate(&args);
+                if errors.is_empty() {
+                    Ok(args)
+                } else {
+                    Err(errors)
+                }
+            }
+        };
+        let args = match checked {
+            Ok(args) => args,
+            Err(errors) => {
+                return Err(AgentError::bub(
+                    "invalid_input",
+                    // The model-facing name, as Bub: `fs_read`.
+                    format!("Tool '{}' argument validation failed.", self.model_name()),
+                    Some(json!({"errors": errors})),
+                ));
+            }
+        };
         let result = match &self.handler {
             Handler::Native(f) => f(args, cx).await,
             Handler::Plugin(t, wants_context) => {
