@@ -97,6 +97,10 @@ def norm(v):
         for k, x in v.items():
             if k in ("elapsed_ms", "duration_ms", "date", "elapsed_seconds"):
                 continue
+            # A subagent's loop.start: Bub records `list(set)`, whose order
+            # varies from run to run; the names are what counts.
+            if k == "allowed_tools" and isinstance(x, list):
+                x = sorted(x)
             out[k] = norm(x)
         return out
     return v

@@ -32,10 +32,11 @@ fn error(kind: &str, loc: &str, msg: &str, input: Value) -> Value {
 
 /// Checks `args` against `parameters` (a JSON schema object): the coerced
 /// arguments, or pydantic's errors, in its order (parameters in schema
-/// order, then unknown ones).
+/// order, then unknown ones, when `refuse_extras`).
 pub fn check(
     parameters: &Value,
     declared: Declared,
+    refuse_extras: bool,
     args: &Map<String, Value>,
 ) -> Result<Map<String, Value>, Vec<Value>> {
     let properties = parameters.get("properties").and_then(Value::as_object);
@@ -75,9 +76,9 @@ pub fn check(
             }
         }
     }
-    if declared == Declared::Signature && properties.is_some() {
+    if refuse_extras && properties.is_some() {
         for (name, value) in args {
-            if !names.iter().any(|n| *n == name) && !required.contains(&name.as_str()) {
+            if !names.contains(&name) && !required.contains(&name.as_str()) {
                 errors.push(error("unexpected_keyword_argument", name, "Unexpected keyword argument", value.clone()));
             }
         }
@@ -140,8 +141,8 @@ fn boolean(value: &Value) -> Result<Value, Refusal> {
     match value {
         Value::Bool(_) => Ok(value.clone()),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f == 0.0 => Ok(Value::Bool(false)),
-            Some(f) if f == 1.0 => Ok(Value::Bool(true)),
+            Some(0.0) => Ok(Value::Bool(false)),
+            Some(1.0) => Ok(Value::Bool(true)),
             _ => Err(PARSING),
         },
         Value::String(s) => match s.to_lowercase().as_str() {
@@ -255,7 +256,7 @@ mod tests {
     }
 
     fn errors(args: Value, declared: Declared) -> Vec<Value> {
-        check(&schema(), declared, args.as_object().unwrap()).unwrap_err()
+        check(&schema(), declared, declared == Declared::Signature, args.as_object().unwrap()).unwrap_err()
     }
 
     /// The errors pydantic 2.14 gives `validate_call` for the same calls
@@ -308,8 +309,10 @@ mod tests {
     #[test]
     fn values_are_coerced_as_pydantic_coerces_them() {
         let args = json!({"path": "a", "archive": "yes", "n": "7", "x": 2, "extra": 1});
-        let ok = check(&schema(), Declared::Model, args.as_object().unwrap()).unwrap();
+        let ok = check(&schema(), Declared::Model, false, args.as_object().unwrap()).unwrap();
         assert_eq!(Value::Object(ok), json!({"path": "a", "archive": true, "n": 7, "x": 2, "extra": 1}));
-        assert!(check(&schema(), Declared::Model, json!({"path": "a", "items": null}).as_object().unwrap()).is_ok());
+        assert!(
+            check(&schema(), Declared::Model, false, json!({"path": "a", "items": null}).as_object().unwrap()).is_ok()
+        );
     }
 }

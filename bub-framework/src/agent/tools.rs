@@ -238,42 +238,27 @@ impl AgentTool {
             .unwrap_or_default()
     }
 
-    /// Checks required arguments and simple types; the errors, if any.
-    fn validate(&self, args: &Map<String, Value>) -> Vec<Value> {
-        let mut errors = Vec::new();
-        for r in self.parameters.get("required").and_then(Value::as_array).into_iter().flatten() {
-            if let Some(name) = r.as_str() {
-                if !args.contains_key(name) {
-                    errors.push(json!({"loc": [name], "msg": "Field required", "type": "missing"}));
-                }
-            }
-        }
-        errors
+    /// Whether an argument the schema does not name is refused: a host
+    /// tool's signature refuses it (`validate_call`); a plugin's tool may be
+    /// declared by a model, which ignores extras, so the host leaves those
+    /// to it.
+    fn refuses_extras(&self) -> bool {
+        matches!(self.handler, Handler::Native(_)) && self.declared == super::arguments::Declared::Signature
     }
 
     /// Runs the handler.
     async fn invoke(&self, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-        // A host tool's arguments are checked as pydantic checks Bub's (a
-        // plugin's tool checks its own; the host only asks for the
-        // required ones).
-        let checked = match &self.handler {
-            Handler::Native(_) => super::arguments::check(&self.parameters, self.declared, &args),
-            Handler::Plugin(..) => {
-                let errors = self.validate(&args);
-                if errors.is_empty() {
-                    Ok(args)
-                } else {
-                    Err(errors)
-                }
-            }
-        };
+        // Checked as pydantic checks Bub's tools' arguments.
+        let checked = super::arguments::check(&self.parameters, self.declared, self.refuses_extras(), &args);
+        // Bub names the tool object it ran: a model's call has the
+        // model-facing name (`fs_read`), a command the registry's (`fs.read`).
+        let shown = if cx.command { self.name.clone() } else { self.model_name() };
         let args = match checked {
             Ok(args) => args,
             Err(errors) => {
                 return Err(AgentError::bub(
                     "invalid_input",
-                    // The model-facing name, as Bub: `fs_read`.
-                    format!("Tool '{}' argument validation failed.", self.model_name()),
+                    format!("Tool '{shown}' argument validation failed."),
                     Some(json!({"errors": errors})),
                 ));
             }
@@ -294,8 +279,8 @@ impl AgentTool {
             AgentError::Bub { .. } | AgentError::Cancelled => e,
             other => AgentError::bub(
                 "tool",
-                // The model-facing name, as Bub (behaviour 146): `fs_read`.
-                format!("Tool '{}' execution failed.", self.model_name()),
+                // Named as above (behaviour 146).
+                format!("Tool '{shown}' execution failed."),
                 Some(json!({"error": other.to_string()})),
             ),
         })

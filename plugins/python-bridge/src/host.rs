@@ -42,7 +42,7 @@ fn outsider_of(hook: HookId) -> Result<&'static PythonBridge, String> {
     members
         .iter()
         .flat_map(|m| m.values())
-        .filter(|m| !m.hooks.contains_key(&hook) && !(hook == HookId::ProvideSkillRoots && m.skill_roots.is_some()))
+        .filter(|m| !implements(m, hook))
         .find_map(|m| m.instance.get().copied())
         .ok_or_else(|| {
             format!(
@@ -50,6 +50,12 @@ fn outsider_of(hook: HookId) -> Result<&'static PythonBridge, String> {
                 hook.name()
             )
         })
+}
+
+/// Whether the bridge answers `hook` for `member`: its Python hookimpl,
+/// or the venv's skill folders it names.
+fn implements(member: &PyMember, hook: HookId) -> bool {
+    member.hooks.contains_key(&hook) || (hook == HookId::ProvideSkillRoots && member.skill_roots.is_some())
 }
 
 fn instance_of(plugin: &str) -> Result<&'static PythonBridge, String> {
