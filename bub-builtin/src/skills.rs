@@ -462,8 +462,11 @@ pub fn section(roots: SkillRoots) -> bub_framework::agent::Section {
 }
 
 /// Bub's `skill` tool: no name lists every skill (allowed or not, as
-/// Bub does); a name gives its location and body. A refusal or an unknown
-/// name is the tool's answer, in parentheses, not a failure.
+/// Bub does); a name gives its location and body. Its result is Bub's dict
+/// (`{"skills": […]}`, `{"name", "location", "content"}`, or `{"error"}`
+/// for a refusal or an unknown name, which is an answer, not a failure),
+/// which code gets as is and the model reads rendered (Bub's
+/// `_render_skill`).
 pub fn tool(roots: SkillRoots) -> bub_framework::agent::AgentTool {
     use bub_framework::agent::{AgentTool, Exposure};
     let parameters = serde_json::json!({"type": "object", "properties": {
@@ -484,24 +487,40 @@ pub fn tool(roots: SkillRoots) -> bub_framework::agent::AgentTool {
                 let allowed = allowed(&cx.state);
                 if let (Some(allowed), Some(n)) = (&allowed, name.as_deref().filter(|n| !n.is_empty())) {
                     if !allowed.contains(&n.to_lowercase()) {
-                        return Ok(Value::String(format!("(skill '{n}' is not allowed in this context)")));
+                        return Ok(serde_json::json!({"error": format!("skill '{n}' is not allowed in this context")}));
                     }
                 }
                 let skills = roots.discover();
                 let Some(name) = name else {
-                    let list: Vec<String> = skills.iter().map(|s| format!("- {}", s.name)).collect();
-                    return Ok(Value::String(format!("Available skills:\n{}", list.join("\n"))));
+                    let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
+                    return Ok(serde_json::json!({"skills": names}));
                 };
                 // Bub looks the case-folded name up among the names as written.
                 let Some(skill) = skills.iter().find(|s| s.name == name.to_lowercase()) else {
-                    return Ok(Value::String("(no such skill)".into()));
+                    return Ok(serde_json::json!({"error": "no such skill"}));
                 };
-                let body = roots.body(skill);
-                let body = if body.is_empty() { "(no content)".to_owned() } else { body };
-                Ok(Value::String(format!("Location: {}\n---\n{body}", skill.location.display())))
+                Ok(serde_json::json!({
+                    "name": skill.name,
+                    "location": skill.location.display().to_string(),
+                    "content": roots.body(skill),
+                }))
             }
         },
     )
+    .rendered(render_skill)
+}
+
+/// Bub's `_render_skill`: what the model reads of the skill tool's result.
+fn render_skill(result: &Value) -> String {
+    if let Some(error) = result.get("error") {
+        return format!("({})", error.as_str().unwrap_or_default());
+    }
+    if let Some(names) = result.get("skills").and_then(Value::as_array) {
+        let lines: Vec<String> = names.iter().filter_map(Value::as_str).map(|n| format!("- {n}")).collect();
+        return format!("Available skills:\n{}", lines.join("\n"));
+    }
+    let content = result.get("content").and_then(Value::as_str).filter(|c| !c.is_empty()).unwrap_or("(no content)");
+    format!("Location: {}\n---\n{content}", result.get("location").and_then(Value::as_str).unwrap_or_default())
 }
 
 #[cfg(test)]

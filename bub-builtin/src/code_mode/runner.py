@@ -29,8 +29,9 @@ FLUSH_SIZE = 1 << 13
 FLUSH_INTERVAL = 0.2
 
 
-class ToolError(Exception):
-    """A tool call failed, or a hook denied it, on bub's side."""
+class BubError(Exception):
+    """A tool call failed, or a hook denied it, on bub's side (Bub's name
+    for it; its text is `[kind] message`)."""
 
 
 class Channel:
@@ -67,14 +68,14 @@ class Channel:
         if message.get("type") == "result":
             future.set_result(message.get("value"))
         else:
-            future.set_exception(ToolError(message.get("message", "tool call failed")))
+            future.set_exception(BubError(message.get("message", "tool call failed")))
 
     def close(self):
         if not self.first.done():
             self.first.set_exception(EOFError("bub closed the connection"))
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(ToolError("bub closed the connection"))
+                future.set_exception(BubError("bub closed the connection"))
         self.pending.clear()
 
     async def call(self, name, arguments):

@@ -91,7 +91,8 @@ impl ToolContext {
         let call = PlannedCall { id: String::new(), tool: Some(tool.clone()), name: tool.name.clone(), arguments };
         let outcome = run_one(&self.events, &cx, &self.run_id, call, Origin::Code).await.map_err(|e| e.to_string())?;
         match outcome.failed {
-            Some(e) => Err(e.message),
+            // As Bub's `str(BubError)`: `[kind] message`.
+            Some(e) => Err(format!("[{}] {}", e.kind, e.message)),
             None => Ok(outcome.value),
         }
     }

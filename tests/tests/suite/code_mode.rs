@@ -109,7 +109,8 @@ fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
     let text = serde_json::to_string(result).unwrap();
     // Structured values in code (Bub's TapeInfo as a dict), not the text.
     assert!(text.contains("tape True session/start"), "{text}");
-    assert!(text.contains("denied: blocked by policy: no anchors"), "{text}");
+    // Bub's BubError reads `[kind] message` in code.
+    assert!(text.contains("denied: [tool] blocked by policy: no anchors"), "{text}");
     assert!(text.contains("The image is attached to the run_code result."), "{text}");
     assert!(text.contains("image/png") || text.contains("data:image/png;base64,"), "{text}");
     // The hooks saw the code's calls by their model-facing names, as Bub's.
