@@ -249,9 +249,10 @@ async fn run_code(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     if media.is_empty() {
         return Ok(Value::String(printed));
     }
+    // Republic's part dicts, as Bub stores them on the tape.
     let mut content = Vec::new();
     if !printed.is_empty() {
-        content.push(Value::String(printed));
+        content.push(json!({"type": "text", "text": printed}));
     }
     content.extend(media);
     Ok(json!({"type": "tool_content", "content": content}))
@@ -344,10 +345,24 @@ impl Session<'_> {
 /// `attach_<kind>`: a URL as it is; a path read from the workspace.
 async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
     let source = args.get(kind).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let part = if ["http://", "https://", "gs://", "data:"].iter().any(|p| source.starts_with(p)) {
-        json!({"type": kind, "url": source})
+    let invalid = |e: String| AgentError::bub("invalid_input", format!("Cannot load the {kind}: {e}"), None);
+    // As Republic loads media: a data URL becomes its data, a remote one
+    // keeps its URL with the media type its path shows.
+    let part = if let Some(rest) = source.strip_prefix("data:") {
+        let (header, payload) = rest.split_once(',').unwrap_or((rest, ""));
+        let mime = header.strip_suffix(";base64").unwrap_or(header);
+        use base64::Engine;
+        if base64::engine::general_purpose::STANDARD.decode(payload).is_err() {
+            return Err(invalid(format!("Invalid base64 {kind} data URL")));
+        }
+        json!({"type": kind, "media_type": mime, "data": payload})
+    } else if ["http://", "https://", "gs://"].iter().any(|p| source.starts_with(p)) {
+        let path = source.split(['?', '#']).next().unwrap_or_default();
+        let path = path.split_once("://").map_or(path, |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
+        let mime = media_type(path)
+            .ok_or_else(|| invalid(format!("Cannot guess the media type of {source:?}; pass media_type explicitly")))?;
+        json!({"type": kind, "media_type": mime, "url": source})
     } else {
-        let invalid = |e: String| AgentError::bub("invalid_input", format!("Cannot load the {kind}: {e}"), None);
         let mime = media_type(&source).ok_or_else(|| invalid(format!("cannot guess the media type of {source:?}")))?;
         let framework =
             Framework::of(&cx.state).ok_or_else(|| AgentError::value("attach needs a running framework"))?;

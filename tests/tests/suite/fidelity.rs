@@ -10,13 +10,17 @@ fn bub_in(home: &Home, ws: &std::path::Path, args: &[&str]) -> (String, String, 
     run_bub(home, &all)
 }
 
-/// 17.8, behaviour 146: a failed tool names its model-facing name.
+/// Behaviour 146 from the other side: Bub names the tool object it ran, so
+/// a failed *command* is named by its registry name (`fs.read`), as Python
+/// Bub 0.6.0a3 prints it; a model's call is named by its model-facing name
+/// (`fs_read`; the differential scenario
+/// `failed_tool_is_named_as_the_model_sees_it`).
 #[test]
-fn a_failed_tool_is_named_as_the_model_sees_it_behaviour_146() {
+fn a_failed_command_is_named_by_its_registry_name() {
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
     let (_, err, ok) = bub_in(&home, ws.path(), &["run", ",fs.read missing.txt"]);
     assert!(!ok);
-    assert!(err.contains("Tool 'fs_read' execution failed"), "{err}");
+    assert!(err.contains("[tool] Tool 'fs.read' execution failed"), "{err}");
 }
 
 /// 17.9: fs.write and fs.edit answer with the resolved absolute path.
