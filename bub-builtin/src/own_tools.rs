@@ -45,7 +45,8 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             Exposure::Auto,
             info,
         )
-        .rendered(render_info),
+        .rendered(render_info)
+        .returning("TapeInfoResult"),
         AgentTool::native(
             "tape.search",
             "Search for entries in the current tape that match the query. Returns a list of matching entries.",
@@ -67,7 +68,8 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             search,
         )
         .rendered(render_search)
-        .declared_by_model(),
+        .declared_by_model()
+        .returning("TapeSearchResult"),
         AgentTool::native(
             "tape.reset",
             "Reset the current tape (optionally archiving it first).",
@@ -75,7 +77,8 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             Exposure::Auto,
             reset,
         )
-        .rendered(|r| py_str(&r["message"])),
+        .rendered(|r| py_str(&r["message"]))
+        .returning("dict[str, str]"),
         AgentTool::native(
             "tape.handoff",
             "Add a handoff anchor: the model's context restarts after it.",
@@ -86,9 +89,11 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
             Exposure::Auto,
             handoff,
         )
-        .rendered(|r| format!("anchor added: {}", py_str(&r["anchor"]))),
+        .rendered(|r| format!("anchor added: {}", py_str(&r["anchor"])))
+        .returning("dict[str, str]"),
         AgentTool::native("tape.anchors", "List the tape's anchors.", schema(json!({}), &[]), Exposure::Auto, anchors)
-            .rendered(render_anchors),
+            .rendered(render_anchors)
+            .returning("dict[str, list[str]]"),
         AgentTool::native("help", "Show the commands.", schema(json!({}), &[]), Exposure::Command, help),
         AgentTool::native(
             "model",
@@ -414,7 +419,9 @@ pub fn run_helper_tools() -> Vec<AgentTool> {
             Exposure::Auto,
             subagent,
         )
-        .declared_by_model(),
+        .declared_by_model()
+        .rendered(render_subagent)
+        .returning("SubAgentResult"),
     ]
 }
 
@@ -498,10 +505,16 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         }
         other => other.to_owned(),
     };
-    let (state, _) = framework
-        .build_state(&json!({"session_id": session}), &session)
-        .await
-        .map_err(|e| AgentError::value(e.to_string()))?;
+    // Bub's `{**context.state, "session_id": …}`: the sub-run starts from a
+    // copy of the calling turn's state (its model, code mode, runtime
+    // objects), under its own session; no `load_state` runs for it.
+    let (state, _) = bub_abi::TurnState::shared(Map::new());
+    for key in cx.state.keys() {
+        if let Some(value) = cx.state.get_raw(&key) {
+            let _ = state.handle().set(bub_abi::abi_stable::std_types::RStr::from_str(&key), value);
+        }
+    }
+    state.set("session_id", &session).map_err(|e| AgentError::value(e.to_string()))?;
     let _attached = framework.attach(&state);
     // As Bub's `resolve_tool_names`: registry names and model-facing
     // aliases alike, case-insensitively; unknown names refused before any
@@ -539,16 +552,25 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     }
     let asked = crate::agent::Asked { tools: Some(allowed), skills: asked_skills };
     let mut stream = crate::agent::run_stream_asked(&framework, &session, vec![json!(prompt)], state, asked).await?;
-    let mut out = String::new();
+    // Bub's `SubAgentResult`: the text, and the errors apart.
+    let (mut output, mut errors) = (String::new(), Vec::new());
     while let Some(item) = stream.next().await {
         match item {
-            Ok(e) if e.kind == "text" => out.push_str(e.data["delta"].as_str().unwrap_or("")),
-            Ok(e) if e.kind == "error" => {
-                out.push_str(&format!("[Error: {}]", e.data["message"].as_str().unwrap_or("")))
-            }
+            Ok(e) if e.kind == "text" => output.push_str(e.data["delta"].as_str().unwrap_or("")),
+            Ok(e) if e.kind == "error" => errors.push(e.data["message"].as_str().unwrap_or("unknown error").to_owned()),
             Ok(_) => {}
-            Err(e) => out.push_str(&format!("[Error: {e}]")),
+            Err(e) => errors.push(e.to_string()),
         }
     }
-    Ok(json!(out))
+    Ok(json!({"session_id": session, "output": output, "errors": errors}))
+}
+
+/// Bub's `_render_subagent`: the output, then each error as `[Error: …]`.
+fn render_subagent(result: &Value) -> String {
+    let errors = result["errors"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    let mut text = result["output"].as_str().unwrap_or_default().to_owned();
+    for e in errors {
+        text.push_str(&format!("[Error: {e}]"));
+    }
+    text
 }

@@ -508,6 +508,7 @@ pub fn tool(roots: SkillRoots) -> bub_framework::agent::AgentTool {
         },
     )
     .rendered(render_skill)
+    .returning("SkillList | SkillContent | ToolFailure")
 }
 
 /// Bub's `_render_skill`: what the model reads of the skill tool's result.

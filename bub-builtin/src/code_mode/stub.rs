@@ -1,7 +1,9 @@
 //! The Python stub that tells model-written code the tools' signatures
 //! (Bub's `render_tool_stub`, for the JSON schemas our tools have: scalar
-//! types, arrays, enums, objects as `dict[str, Any]`; results are `Any`, as
-//! no tool here declares an output schema).
+//! types, arrays, enums, objects as `dict[str, Any]`). A result is typed as
+//! Bub's function annotates it when the tool says so (`AgentTool::returns`,
+//! the builtin's own tools), with the TypedDicts it names; else `Any` (a
+//! plugin's tool declares no result schema).
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +18,41 @@ raises an exception when the tool fails. Use `asyncio.gather` to run independent
 concurrently.
 """
 
-from typing import Any, Literal"#;
+from typing import Any, Literal, NotRequired, TypedDict"#;
+
+/// Bub's result TypedDicts, as its stub writes them, in its order.
+const TYPED_DICTS: &[(&str, &str)] = &[
+    ("SkillList", "class SkillList(TypedDict):\n    skills: list[str]"),
+    ("SkillContent", "class SkillContent(TypedDict):\n    name: str\n    location: str\n    content: str"),
+    (
+        "ToolFailure",
+        "class ToolFailure(TypedDict):\n    \"\"\"A recoverable failure reported to the caller instead of raising.\"\"\"\n    error: str",
+    ),
+    (
+        "TapeInfoResult",
+        "class TapeInfoResult(TypedDict):\n    name: str\n    entries: int\n    anchors: int\n    last_anchor: str | None\n    \
+         entries_since_last_anchor: int\n    last_token_usage: int | None\n    last_token_cache_hit_rate: float | None",
+    ),
+    ("TapeSearchResult", "class TapeSearchResult(TypedDict):\n    matches: list[TapeSearchMatch]\n    filtered: int"),
+    ("TapeSearchMatch", "class TapeSearchMatch(TypedDict):\n    date: str\n    content: dict[str, Any]"),
+    (
+        "WebFetchResult",
+        "class WebFetchResult(TypedDict):\n    url: str\n    status: int\n    content_type: str\n    content: str",
+    ),
+    ("SubAgentResult", "class SubAgentResult(TypedDict):\n    session_id: str\n    output: str\n    errors: list[str]"),
+];
+
+/// Adds the TypedDicts `hint` names to `out`, each followed by those its
+/// fields name (Bub's order: `TapeSearchResult`, then `TapeSearchMatch`).
+fn typed_dicts_of(hint: &str, out: &mut Vec<&'static str>) {
+    let words: Vec<&str> = hint.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+    for (name, body) in TYPED_DICTS {
+        if words.contains(name) && !out.contains(name) {
+            out.push(name);
+            typed_dicts_of(body.split_once('\n').map_or("", |(_, fields)| fields), out);
+        }
+    }
+}
 
 const KEYWORDS: [&str; 35] = [
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
@@ -168,12 +204,21 @@ fn function(tool: &AgentTool) -> String {
     if body.is_empty() {
         body.push("    ...".into());
     }
-    format!("async def {name}({signature}) -> Any:\n{}", body.join("\n"))
+    format!("async def {name}({signature}) -> {}:\n{}", tool.returns.unwrap_or("Any"), body.join("\n"))
 }
 
 /// The stub for `tools`.
 pub fn render(tools: &[&AgentTool]) -> String {
     let mut out = String::from(HEADER);
+    let mut dicts = Vec::new();
+    for hint in tools.iter().filter_map(|t| t.returns) {
+        typed_dicts_of(hint, &mut dicts);
+    }
+    for name in dicts {
+        let body = TYPED_DICTS.iter().find(|(n, _)| *n == name).map_or("", |(_, b)| b);
+        out.push_str("\n\n\n");
+        out.push_str(body);
+    }
     for t in tools {
         out.push_str("\n\n\n");
         out.push_str(&function(t));
@@ -222,5 +267,27 @@ mod tests {
         );
         assert_eq!(identifier("class"), "_class");
         assert_eq!(identifier("2fa"), "_2fa");
+    }
+
+    /// Results typed as Bub's stub types them: the annotation, and the
+    /// TypedDicts it names (and those they name), once each, in Bub's
+    /// order, before the functions.
+    #[test]
+    fn results_are_typed_with_bubs_typed_dicts() {
+        let tool = |name: &str, returns: &'static str| {
+            AgentTool::native(name, "", json!({"type": "object", "properties": {}}), Exposure::Auto, |_, _| async {
+                Ok(Value::Null)
+            })
+            .returning(returns)
+        };
+        let (skill, search) =
+            (tool("skill", "SkillList | SkillContent | ToolFailure"), tool("tape.search", "TapeSearchResult"));
+        let stub = render(&[&skill, &search]);
+        let classes: Vec<&str> =
+            stub.lines().filter_map(|l| l.strip_prefix("class ")).map(|l| l.split('(').next().unwrap()).collect();
+        assert_eq!(classes, ["SkillList", "SkillContent", "ToolFailure", "TapeSearchResult", "TapeSearchMatch"]);
+        assert!(stub.contains("async def skill() -> SkillList | SkillContent | ToolFailure:"), "{stub}");
+        assert!(stub.contains("class TapeSearchMatch(TypedDict):\n    date: str\n    content: dict[str, Any]"));
+        assert!(stub.find("class SkillList") < stub.find("async def skill"));
     }
 }

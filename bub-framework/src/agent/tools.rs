@@ -161,6 +161,9 @@ pub struct AgentTool {
     pub renderer: Option<Renderer>,
     /// How its parameters are declared (pydantic's errors depend on it).
     pub declared: super::arguments::Declared,
+    /// Its result's Python type, as Bub's function annotates it (the code
+    /// mode stub shows it; `None`: `Any`).
+    pub returns: Option<&'static str>,
 }
 
 /// Turns a tool's structured result into the text shown for it.
@@ -188,7 +191,15 @@ impl AgentTool {
             handler: Handler::Native(Arc::new(move |args, cx| Box::pin(f(args, cx)))),
             renderer: None,
             declared: Default::default(),
+            returns: None,
         }
+    }
+
+    /// The tool, its result typed `hint` in the code mode stub (a Python
+    /// annotation: `TapeInfoResult`, `dict[str, str]`).
+    pub fn returning(mut self, hint: &'static str) -> AgentTool {
+        self.returns = Some(hint);
+        self
     }
 
     /// The tool, its parameters declared by a pydantic model in Bub
@@ -222,6 +233,7 @@ impl AgentTool {
             handler: Handler::Plugin(tool, spec.context),
             renderer: None,
             declared: Default::default(),
+            returns: None,
         })
     }
 
