@@ -360,7 +360,9 @@ impl Plugin for Builtin {
             return None;
         }
         let close = suggest::close_matches(&call.tool, offered.iter().map(String::as_str), 3, 0.6);
-        let text = if close.is_empty() {
+        let text = if close.is_empty() && offered.iter().any(|t| t == "skill") {
+            format!("Tool `{}` does not exist. Invoke the `skill` tool to list available skills.", call.tool)
+        } else if close.is_empty() {
             format!("Tool `{}` does not exist. No similar tool is available.", call.tool)
         } else {
             let list: String = close.iter().map(|n| format!("\n- {n}")).collect();

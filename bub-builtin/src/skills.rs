@@ -51,6 +51,8 @@ pub struct Skill {
 pub struct SkillRoots {
     roots: Vec<(PathBuf, &'static str)>,
     config: Option<PathBuf>,
+    /// The host's environment: `BUB_<SECTION>_<KEY>` wins over the file.
+    env: std::sync::Arc<std::collections::HashMap<String, String>>,
 }
 
 impl SkillRoots {
@@ -72,7 +74,15 @@ impl SkillRoots {
             roots.push((home.join(PROJECT_SKILLS_DIR), "global"));
         }
         roots.extend(plugin_dirs.iter().map(|d| (d.join("skills"), "plugin")));
-        SkillRoots { roots, config }
+        SkillRoots { roots, config, env: Default::default() }
+    }
+
+    /// These roots, with `env` (the host's environment) for templates: a
+    /// `BUB_<SECTION>_<KEY>` variable wins over the file's value, as Bub's
+    /// settings (pydantic-settings with a `BUB_<SECTION>_` prefix) read it.
+    pub fn with_env(mut self, env: std::collections::HashMap<String, String>) -> Self {
+        self.env = std::sync::Arc::new(env);
+        self
     }
 
     /// These roots after the others: the folders plugins name
@@ -141,7 +151,11 @@ impl SkillRoots {
             });
             match parsed {
                 Some((path, end)) => {
-                    out.push_str(&config_value(&config, path));
+                    let name = format!("BUB_{}", path.replace(['.', '-'], "_").to_uppercase());
+                    match self.env.get(&name) {
+                        Some(value) => out.push_str(value),
+                        None => out.push_str(&config_value(&config, path)),
+                    }
                     rest = &after[end + 1..];
                 }
                 None => {

@@ -233,9 +233,10 @@ async fn run_code(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
             let stderr = tokio::time::timeout(STOP_GRACE, stderr_text).await.unwrap_or_default();
             let code = child.try_wait().ok().flatten().and_then(|s| s.code());
             let code = code.map_or_else(|| "None".to_owned(), |c| c.to_string());
+            // Bub keeps what the code printed before the runner died.
             return Err(tool_error(
                 format!("Code runner exited unexpectedly with code {code}"),
-                json!({"stderr": stderr}),
+                json!({"output": printed, "stderr": stderr}),
             ));
         }
         Ok(Ok(message)) => message,

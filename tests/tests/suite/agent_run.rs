@@ -193,7 +193,11 @@ fn unknown_tools_get_the_closest_names_and_the_run_goes_on_behaviour_140() {
         second[n - 2]["content"],
         "Tool `fs_reed` does not exist. Did you mean one of the following?\n- fs_read\n- fs_edit\n- fs_write"
     );
-    assert_eq!(second[n - 1]["content"], "Tool `zzz` does not exist. No similar tool is available.");
+    // Nothing close, and `skill` is offered: Bub points at it.
+    assert_eq!(
+        second[n - 1]["content"],
+        "Tool `zzz` does not exist. Invoke the `skill` tool to list available skills."
+    );
 }
 
 #[test]

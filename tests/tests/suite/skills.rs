@@ -194,3 +194,29 @@ fn the_legacy_folder_warns_and_is_read() {
     assert!(err.contains("Found legacy skills directory at") && err.contains(".agent/skills"), "{err}");
     assert!(system_prompt(&provider.requests()[0].body).contains("- old: from the legacy folder"));
 }
+
+/// `${config.telegram.token}` in a user's skill reads the setting as Bub's
+/// settings do: `BUB_TELEGRAM_TOKEN` in the environment wins over the
+/// `telegram.token` of `config.json`.
+#[test]
+fn a_skills_config_value_comes_from_the_environment_first() {
+    let provider =
+        Provider::start(vec![chat::tool_calls("", &[("c1", "skill", r#"{"name": "tele"}"#)]), chat::text("ok")]);
+    let s = setup(&provider);
+    let out = Command::new(bub_bin())
+        .arg("--home")
+        .arg(s.home.path())
+        .arg("-w")
+        .arg(s.ws.path())
+        .args(["run", "go"])
+        .env("HOME", s.user.path())
+        .env("BUB_TELEGRAM_TOKEN", "FROM-ENV")
+        .env_remove("BUB_PLUGIN_PATH")
+        .output()
+        .expect("run bub");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let second = &provider.requests()[1].body;
+    let result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    let text = result["content"].as_str().unwrap();
+    assert!(text.ends_with("export BUB_TELEGRAM_TOKEN=FROM-ENV"), "{text}");
+}

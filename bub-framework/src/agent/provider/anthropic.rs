@@ -16,11 +16,15 @@ fn block(p: &Value) -> Value {
     match p {
         Value::String(s) => json!({"type": "text", "text": s}),
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("image") => {
-            match (o.get("data"), o.get("url")) {
-                (Some(data), _) => json!({"type": "image", "source": {"type": "base64",
-                    "media_type": o.get("media_type").cloned().unwrap_or(json!("image/png")), "data": data}}),
-                (None, Some(url)) => json!({"type": "image", "source": {"type": "url", "url": url}}),
-                _ => json!({"type": "text", "text": ""}),
+            // Republic: a remote URL as a URL source; inline data (a data
+            // URL decoded) as base64.
+            match o.get("url").and_then(Value::as_str).filter(|u| !u.starts_with("data:")) {
+                Some(url) => json!({"type": "image", "source": {"type": "url", "url": url}}),
+                None => {
+                    let (mime, data) = super::inline_media(o);
+                    let mime = if mime.is_empty() { "image/png".to_owned() } else { mime };
+                    json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})
+                }
             }
         }
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
@@ -28,6 +32,12 @@ fn block(p: &Value) -> Value {
         }
         other => json!({"type": "text", "text": content_text(other)}),
     }
+}
+
+/// [`messages`] for the wire-format tests of `provider`.
+#[cfg(test)]
+pub(super) fn tests_messages(neutral: &[Shared]) -> Vec<Value> {
+    messages(neutral).1
 }
 
 /// `(system, messages)` of the neutral messages; consecutive tool results
@@ -50,8 +60,14 @@ fn messages(neutral: &[Shared]) -> (String, Vec<Value>) {
                 }
             }
             "tool" => {
+                // Republic: text alone as text, media as blocks.
+                let content = if super::has_media(&content) {
+                    Value::Array(content.as_array().into_iter().flatten().map(block).collect())
+                } else {
+                    Value::String(content_text(&content))
+                };
                 let result = json!({"type": "tool_result", "tool_use_id": m.get("tool_call_id").cloned().unwrap_or_default(),
-                    "content": content_text(&content)});
+                    "content": content});
                 match out.last_mut() {
                     Some(last) if last["role"] == "user" && last["content"][0]["type"] == "tool_result" => {
                         last["content"].as_array_mut().expect("blocks").push(result)

@@ -33,6 +33,12 @@ const PASSED: &[&str] = &[
     "user",
 ];
 
+/// [`part`] for the wire-format tests of `provider`.
+#[cfg(test)]
+pub(super) fn tests_part(p: &Value) -> Value {
+    part(p)
+}
+
 fn part(p: &Value) -> Value {
     match p {
         Value::String(s) => json!({"type": "text", "text": s}),
@@ -54,13 +60,18 @@ fn part(p: &Value) -> Value {
                     .unwrap_or_default();
                 json!({"type": "image_url", "image_url": {"url": url}})
             }
-            Some("audio") => json!({"type": "input_audio", "input_audio": {
-                "data": o.get("data").cloned().unwrap_or_default(),
-                "format": o.get("media_type").and_then(Value::as_str).and_then(|m| m.split('/').nth(1)).unwrap_or("wav"),
-            }}),
-            Some("video") => {
-                json!({"type": "video_url", "video_url": {"url": o.get("url").cloned().unwrap_or_default()}})
+            Some("audio") => {
+                // Republic's chat audio: inline data (a data URL decoded), in
+                // one of the formats chat completions names.
+                let (mime, data) = super::inline_media(o);
+                let format = match mime.as_str() {
+                    "audio/wav" | "audio/x-wav" => "wav",
+                    "audio/mpeg" => "mp3",
+                    other => other.split('/').nth(1).unwrap_or("wav"),
+                };
+                json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
             }
+            Some("video") => json!({"type": "video_url", "video_url": {"url": super::media_url(o)}}),
             _ => Value::Object(o.clone()),
         },
         other => json!({"type": "text", "text": other.to_string()}),

@@ -374,6 +374,42 @@ impl ToolCallFragments {
     }
 }
 
+/// A media part's URL as Republic's `data_url`: its remote URL, else its
+/// inline data as a data URL.
+pub(crate) fn media_url(part: &Map<String, Value>) -> String {
+    if let Some(url) = part.get("url").and_then(Value::as_str).filter(|u| !u.is_empty()) {
+        return url.to_owned();
+    }
+    let (mime, data) = inline_media(part);
+    format!("data:{mime};base64,{data}")
+}
+
+/// A media part's `(media type, base64 data)`: its `data`, or the payload
+/// of a data URL (Republic decodes those into data); empty when it has
+/// neither.
+pub(crate) fn inline_media(part: &Map<String, Value>) -> (String, String) {
+    let mime = part.get("media_type").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if let Some(data) = part.get("data").and_then(Value::as_str) {
+        return (mime, data.to_owned());
+    }
+    let url = part.get("url").and_then(Value::as_str).unwrap_or_default();
+    match url.strip_prefix("data:").and_then(|rest| rest.split_once(',')) {
+        Some((header, payload)) => {
+            let header_mime = header.strip_suffix(";base64").unwrap_or(header);
+            (if mime.is_empty() { header_mime.to_owned() } else { mime }, payload.to_owned())
+        }
+        None => (mime, String::new()),
+    }
+}
+
+/// Whether a message content holds anything but text (tool results with
+/// media are sent as parts; text alone as a string, as Republic does).
+pub(crate) fn has_media(content: &Value) -> bool {
+    content.as_array().is_some_and(|parts| {
+        parts.iter().any(|p| !p.is_string() && p.get("type").and_then(Value::as_str) != Some("text"))
+    })
+}
+
 /// The text of a message's content: a string, or its text parts joined.
 pub(crate) fn content_text(content: &Value) -> String {
     match content {
@@ -550,5 +586,75 @@ mod tests {
             json!({"metadata": {"request": true}}).as_object().unwrap().clone(),
         );
         assert_eq!(Value::Object(a), json!({"metadata": {"client": true, "request": true}}));
+    }
+}
+
+/// Media in tool results and prompts, in each wire format, as Republic
+/// (Bub 0.6.0a3's provider layer) writes it.
+#[cfg(test)]
+mod media_tests {
+    use serde_json::{json, Value};
+
+    use crate::agent::message::{Message, Shared};
+
+    fn tool_message(content: Value) -> Shared {
+        Message::new(json!({"role": "tool", "tool_call_id": "c1", "content": content}))
+    }
+
+    fn parts() -> Value {
+        json!([{"type": "text", "text": "look"}, {"type": "image", "media_type": "image/png", "url": "https://x/dot.png"},
+               {"type": "image", "media_type": "image/png", "data": "iVBO"}])
+    }
+
+    /// Responses: a tool result with media is a list of input parts (text
+    /// alone stays text).
+    #[test]
+    fn responses_tool_results_keep_their_images() {
+        let items = super::responses::tests_items(&tool_message(parts()));
+        assert_eq!(
+            items[0]["output"],
+            json!([{"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "https://x/dot.png"},
+                   {"type": "input_image", "image_url": "data:image/png;base64,iVBO"}])
+        );
+        let text = super::responses::tests_items(&tool_message(json!([{"type": "text", "text": "only"}])));
+        assert_eq!(text[0]["output"], "only");
+    }
+
+    /// Anthropic: a tool result with media is a list of blocks; a remote
+    /// image is a URL source, inline data (a data URL too) base64.
+    #[test]
+    fn anthropic_tool_results_keep_their_images() {
+        let mut content = parts();
+        content.as_array_mut().unwrap().push(json!({"type": "image", "url": "data:image/jpeg;base64,/9j/"}));
+        // (The call is announced first: an assistant message.)
+        let messages = super::anthropic::tests_messages(&[tool_message(content)]);
+        let result = &messages.last().unwrap()["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert_eq!(
+            result["content"],
+            json!([{"type": "text", "text": "look"},
+                   {"type": "image", "source": {"type": "url", "url": "https://x/dot.png"}},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}}])
+        );
+    }
+
+    /// Chat completions: an mp3 is `format: "mp3"`, a data-URL audio's data
+    /// is its payload, a video with data is a data URL.
+    #[test]
+    fn chat_audio_and_video_are_republics() {
+        let part = super::chat::tests_part;
+        assert_eq!(
+            part(&json!({"type": "audio", "media_type": "audio/mpeg", "data": "SUQz"})),
+            json!({"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}})
+        );
+        assert_eq!(
+            part(&json!({"type": "audio", "url": "data:audio/wav;base64,UklG"})),
+            json!({"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}})
+        );
+        assert_eq!(
+            part(&json!({"type": "video", "media_type": "video/mp4", "data": "AAAA"})),
+            json!({"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}})
+        );
     }
 }

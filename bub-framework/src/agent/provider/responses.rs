@@ -16,17 +16,17 @@ fn input_part(p: &Value, role: &str) -> Value {
         Value::String(s) => json!({"type": text_type, "text": s}),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
             Some("text") => json!({"type": text_type, "text": o.get("text").cloned().unwrap_or_default()}),
-            Some("image") => {
-                let url = o.get("url").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| {
-                    let mime = o.get("media_type").and_then(Value::as_str).unwrap_or("image/png");
-                    format!("data:{mime};base64,{}", o.get("data").and_then(Value::as_str).unwrap_or(""))
-                });
-                json!({"type": "input_image", "image_url": url})
-            }
+            Some("image") => json!({"type": "input_image", "image_url": super::media_url(o)}),
             _ => Value::Object(o.clone()),
         },
         other => json!({"type": text_type, "text": other.to_string()}),
     }
+}
+
+/// [`items`] for the wire-format tests of `provider`.
+#[cfg(test)]
+pub(super) fn tests_items(m: &Shared) -> Vec<Value> {
+    items(m.json())
 }
 
 /// The `input` items of one neutral message (zero or more).
@@ -35,10 +35,15 @@ fn items(m: &Value) -> Vec<Value> {
     let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
     let content = m.get("content").cloned().unwrap_or(Value::Null);
     match role {
+        // Republic: text alone as text, media as input parts.
         "tool" => items.push(json!({
             "type": "function_call_output",
             "call_id": m.get("tool_call_id").cloned().unwrap_or_default(),
-            "output": content_text(&content),
+            "output": if super::has_media(&content) {
+                Value::Array(content.as_array().into_iter().flatten().map(|p| input_part(p, "user")).collect())
+            } else {
+                Value::String(content_text(&content))
+            },
         })),
         "assistant" => {
             // Reasoning (and server tool) items first, verbatim, as
