@@ -176,3 +176,73 @@ fn the_code_mode_setting_is_a_switch_event_and_off_drops_run_code() {
     assert!(text.contains(r#""name":"code_mode_switch","data":{"code_mode":true}"#), "{text}");
     assert!(text.contains(r#""name":"code_mode_switch","data":{"code_mode":false}"#), "{text}");
 }
+
+/// An image attached in `run_code` reaches the model in each wire format,
+/// as Republic sends a tool result with media: chat completions as
+/// `image_url` parts of the tool message, Responses as `input_image` parts
+/// of the `function_call_output`, Anthropic as an `image` block of the
+/// `tool_result` (the printed text beside it in each).
+#[test]
+fn an_attached_image_reaches_the_model_in_every_wire_format() {
+    use bub_tests::provider::{anthropic, responses};
+    if !python3() {
+        return;
+    }
+    let code = json!({"code": "print('see the dot')\nawait tools.attach_image(image='dot.png')"}).to_string();
+    let formats: [(&str, Value, Vec<bub_tests::provider::Reply>); 3] = [
+        ("openai:m", json!({}), vec![chat::tool_calls("", &[("c1", "run_code", &code)]), chat::text("a dot")]),
+        (
+            "openai:m",
+            json!({"api_format": "responses"}),
+            vec![responses::tool_call("c1", "run_code", &code), responses::text("a dot")],
+        ),
+        ("anthropic:m", json!({}), vec![anthropic::tool_call("c1", "run_code", &code), anthropic::text("a dot")]),
+    ];
+    for (model, client_args, replies) in formats {
+        let provider = Provider::start(replies);
+        let (home, ws) = setup(&provider);
+        let mut args = json!({"retry_delay": 0.01, "max_retry_delay": 0.05});
+        for (k, v) in client_args.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        let config = json!({"model": model, "api_key": "sk-test", "api_base": provider.base_url, "client_args": args});
+        std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+        assert!(bub(&home, &ws, &["run", ",code_mode enable=true"]).2);
+        let (out, err, ok) = bub(&home, &ws, &["run", "look"]);
+        assert!(ok && out.contains("a dot"), "{model} {client_args}: {out}\n{err}");
+        let body = &provider.requests()[1].body;
+        let sent = match client_args.get("api_format").and_then(Value::as_str) {
+            Some("responses") => body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|i| i["type"] == "function_call_output")
+                .map(|i| i["output"].clone()),
+            _ if model.starts_with("anthropic") => body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                .find(|b| b["type"] == "tool_result")
+                .map(|b| b["content"].clone()),
+            _ => tool_messages(body).into_iter().next(),
+        }
+        .unwrap_or_else(|| panic!("{model} {client_args}: no tool result in {body}"));
+        let parts = sent.as_array().unwrap_or_else(|| panic!("{model} {client_args}: {sent}"));
+        let text = serde_json::to_string(parts).unwrap();
+        assert!(text.contains("see the dot"), "{model} {client_args}: {text}");
+        let image = match client_args.get("api_format").and_then(Value::as_str) {
+            Some("responses") => parts.iter().find(|p| p["type"] == "input_image").map(|p| p["image_url"].clone()),
+            _ if model.starts_with("anthropic") => parts.iter().find(|p| p["type"] == "image").map(|p| {
+                json!(format!(
+                    "data:{};base64,{}",
+                    p["source"]["media_type"].as_str().unwrap_or(""),
+                    p["source"]["data"].as_str().unwrap_or("")
+                ))
+            }),
+            _ => parts.iter().find(|p| p["type"] == "image_url").map(|p| p["image_url"]["url"].clone()),
+        };
+        let image = image.unwrap_or_else(|| panic!("{model} {client_args}: no image in {text}"));
+        assert!(image.as_str().unwrap().starts_with("data:image/png;base64,iVBORw0KGgo"), "{model}: {image}");
+    }
+}
