@@ -7,7 +7,7 @@
 # runs sessions whose tapes already hold 10, 1,000 and 10,000 entries
 # (TAPE_ENTRIES; fewer runs for the larger tapes).
 #
-#   scripts/agent-bench.sh [RUNS] [TAPE SIZES...]      (honours CARGO_TARGET_DIR; Python from ../shared/bench/setup.sh)
+#   scripts/agent-bench.sh [RUNS] [TAPE SIZES...]      (honours CARGO_TARGET_DIR; Python Bub's venv from scripts/bub-venv.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-100}"
@@ -17,7 +17,7 @@ sizes=("${@:-10 1000 10000}")
 sizes=(${sizes[*]})
 target="${CARGO_TARGET_DIR:-target}"
 venv="${BUB_BENCH_VENV:-/tmp/bub06}"
-[ -x "$venv/bin/python" ] || bash ../shared/bench/setup.sh "$venv" >&2
+[ -x "$venv/bin/python" ] || scripts/bub-venv.sh "$venv" >&2
 cargo build --quiet --release -p tp-agent-noop -p bub-tests --example agent_bench
 port_file="$(mktemp)"
 python3 scripts/scripted_provider.py 5 >"$port_file" &

@@ -8,7 +8,7 @@ in another process; reports the agent process's CPU time per step
 With TAPE_ENTRIES=N every run's session tape already holds N entries (the
 same bytes as agent_bench.rs writes) before the run starts.
 
-    BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] python scripts/agent_bench.py [RUNS]   # inside ../shared/bench's venv
+    BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] python scripts/agent_bench.py [RUNS]   # inside Python Bub's venv (scripts/bub-venv.sh)
 """
 import asyncio
 import json

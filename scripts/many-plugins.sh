@@ -10,8 +10,9 @@
 # (e.g. one built with the template's release profile: lto, one codegen unit).
 #
 # Each figure is the median over ROUNDS runs. Threads are counted with
-# strace (every clone that makes a thread). The Python side needs
-# ../shared/bench/setup.sh (made when missing). Honours CARGO_TARGET_DIR.
+# strace (every clone that makes a thread). The Python side runs in Python
+# Bub's venv from scripts/bub-venv.sh (made when missing). Honours
+# CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-100}"
@@ -85,8 +86,7 @@ echo "bub run threads started: $(threads "$bub" run --home "$home" hello)"
 
 # --- Python Bub: N entry points of the same hooks -------------------------
 venv="${BUB_BENCH_VENV:-/tmp/bub06}"
-shared="$(cd .. && pwd)/shared/bench"
-[[ -x "$venv/bin/bub" ]] || bash "$shared/setup.sh" "$venv" >&2
+[[ -x "$venv/bin/bub" ]] || scripts/bub-venv.sh "$venv" >&2
 py="$work/py"
 mkdir -p "$py/bub_many-0.0.dist-info"
 cat > "$py/bub_many.py" <<'EOF'

@@ -1,7 +1,6 @@
 """The python bridge benchmark's Python side: Bub 0.6.0a3 itself calling
 ``bub_rs_bench.BenchPlugin`` (the plugin bub-rs calls through the bridge in
-tests/benches/python_bridge.rs), case for case, the way
-``../shared/bench/hook_bench.py`` times its cases: one asyncio runner,
+tests/benches/python_bridge.rs), case for case: one asyncio runner,
 the same message, median of 10 rounds. Prints one JSON line per case
 (case, plugins, iterations, ns_per_call). Run with the bench venv's python:
 

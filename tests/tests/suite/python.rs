@@ -1,4 +1,4 @@
-//! Issue 22: Bub's Python plugins, unchanged, through the python bridge.
+//! Bub's Python plugins, unchanged, through the python bridge.
 //! The venv holds Bub 0.6.0a3, the real PyPI plugins bub-schedule, bub-mcp
 //! and bub-web-search, and the tests' own `bub-rs-probe` (every turn hook,
 //! a tool, live state) and `bub-rs-courier` (a channel, the interception
@@ -33,7 +33,7 @@ fn bub(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (String, String, boo
     run_bub_env(home, args, &all)
 }
 
-/// Deliver 1: each entry point is a plugin of its own, in importlib's
+/// Each entry point is a plugin of its own, in importlib's
 /// order after the bridge, shown by name with its version; a Python
 /// `tryfirst` outranks the builtin (behaviour 3, pluggy's order).
 #[test]
@@ -67,7 +67,7 @@ fn python_plugins_register_as_plugins_of_their_own_with_their_markers() {
     assert!(line("dispatch_outbound").contains("probe-module"), "module entry point: {hooks}");
 }
 
-/// Deliver 2: a turn through Python hooks, sync and async, on the loop
+/// A turn through Python hooks, sync and async, on the loop
 /// thread (an async hook that never waits — the probe's `run_model` — runs
 /// in one step without a task of its own, yet `current_task()` answers, as
 /// inside Bub's caller task); a live object from `load_state` reaches later hooks as itself;
@@ -93,7 +93,7 @@ fn a_turn_runs_through_python_hooks_with_live_state() {
     assert!(pos("save_state") < pos("dispatch_outbound"));
 }
 
-/// Deliver 2: a Python exception is the plugin's error, its traceback in
+/// A Python exception is the plugin's error, its traceback in
 /// the log; the host stays up, runs `save_state` (behaviour 7, finally)
 /// and tells `on_error` observers (behaviour 13) with a `BubError`.
 #[test]
@@ -113,7 +113,7 @@ fn a_python_exception_is_the_plugins_error_with_its_traceback_in_the_log() {
     );
 }
 
-/// Deliver 2/3: tools registered with `bub.tool` run with their
+/// Tools registered with `bub.tool` run with their
 /// `ToolContext` (the live state object, the tape's name), the real
 /// bub-schedule and bub-mcp tools included; the courier's
 /// `before_tool_call`/`after_tool_call` see the call (behaviours of the
@@ -134,7 +134,7 @@ fn python_tools_run_with_their_context_and_live_state() {
     assert!(ok && out.contains("No MCP servers configured."), "{out}\n{err}");
 }
 
-/// Deliver 2: `register_cli_commands` hands Python a Typer app; what it
+/// `register_cli_commands` hands Python a Typer app; what it
 /// adds (bub-mcp's `mcp` group) becomes a `bub` subcommand that parses its
 /// own arguments.
 #[test]
@@ -154,7 +154,7 @@ fn a_python_typer_app_becomes_a_bub_subcommand() {
     assert!(!ok, "a Typer usage error exits non-zero: {err}");
 }
 
-/// Deliver 2/3: under `bub gateway`, a Python channel starts, hands a
+/// Under `bub gateway`, a Python channel starts, hands a
 /// message to the host's message handler from a task on the loop (a
 /// foreign thread for the host), gets the turn's outbound in `send`, and
 /// stops when the gateway stops (behaviours of the channel contract).
@@ -185,7 +185,7 @@ fn a_python_channel_carries_a_turn_through_the_gateway() {
     assert!(lines.iter().any(|l| l == "courier.stop"), "{lines:#?}\n{}", gateway.log());
 }
 
-/// Deliver 4: `bub plugins install --python <requirement>` makes the
+/// `bub plugins install --python <requirement>` makes the
 /// bridge's venv when it is missing (owner-only, inside `$BUB_HOME`),
 /// installs the requirement with pip (or uv) and shows its plugins, which
 /// `bub plugins list` marks as Python plugins. The plugin here has no
@@ -247,7 +247,7 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
     assert!(order.contains("resolve_session: tiny [tryfirst, async] -> builtin"), "{order}");
 }
 
-/// Deliver 2: the interception hooks see Bub's own dataclasses and their
+/// The interception hooks see Bub's own dataclasses and their
 /// decisions act as under Bub: `ToolCallDecision.proceed(arguments)`
 /// rewrites the call, `replace` answers for the tool, `deny` fails it with
 /// the message; `LLMCallDecision.finish` answers without calling the
@@ -271,7 +271,7 @@ fn python_interception_decisions_act_as_under_bub() {
     assert!(home.trace().iter().any(|l| l == "before_llm_call openai:gpt-test"), "{:#?}", home.trace());
 }
 
-/// Deliver 2: app hooks with their objects. A Python tape store (Bub's sync
+/// App hooks with their objects. A Python tape store (Bub's sync
 /// `TapeStore` protocol) takes the turn's entries and answers queries
 /// (behaviour of `provide_tape_store`: the last registered wins); a Python
 /// lifespan (an async generator) is entered and exited around the scope;
@@ -300,7 +300,7 @@ fn python_resources_serve_the_host() {
     assert!(out.contains("needle"), "{out}\n{err}");
 }
 
-/// Deliver 2: cancellation crosses the bridge. A Python hook that hangs is
+/// Cancellation crosses the bridge. A Python hook that hangs is
 /// cancelled by the host's hook deadline (`BUB_HOOK_TIMEOUT_SECONDS`): the
 /// turn fails with the deadline's message, the Python task sees
 /// `CancelledError`, and the hooks after it still run on the same loop
@@ -324,7 +324,7 @@ fn a_hanging_python_hook_is_cancelled_by_the_hosts_deadline() {
     assert!(cancelled < told, "{trace:#?}");
 }
 
-/// Deliver 3: `bub chat` with Python plugins: the probe's `build_prompt`
+/// `bub chat` with Python plugins: the probe's `build_prompt`
 /// (async, on the loop thread) shapes every chat turn's prompt, which
 /// echo-model answers; `,quit` ends the chat.
 #[test]
@@ -340,7 +340,7 @@ fn bub_chat_runs_python_hooks_on_every_turn() {
     assert!(term.wait().success());
 }
 
-/// Deliver 3: the real bub-schedule from PyPI under `bub gateway`. Its
+/// The real bub-schedule from PyPI under `bub gateway`. Its
 /// `schedule.add` works only while its scheduler runs (under Python Bub
 /// too: `bub run ",schedule.add …"` fails in both with `'Job' object has no
 /// attribute 'next_run_time'`), so the courier channel sends the command
@@ -377,7 +377,7 @@ fn a_bub_schedule_job_fires_a_turn_through_the_gateway() {
     assert!(home.path().join("jobs.json").exists(), "bub-schedule keeps its jobs in the home");
 }
 
-/// Issue 24 item 1: the python bridge isolated. The bridge is a plugin
+/// The python bridge isolated. The bridge is a plugin
 /// set; in a process of its own every Python plugin behind it is still a
 /// plugin of its own (listed by name, with its markers), and a turn runs
 /// through their hooks with the live state as in process. The probe reads
