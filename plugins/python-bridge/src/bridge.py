@@ -585,9 +585,13 @@ class Framework:
         message, lifespan = await inbound_form(inbound)
         if depth is not None and isinstance(message, dict):
             message["_inbound_depth"] = depth + 1
-            await self._host.handle(message)
-            if lifespan is not None:
-                _background(_lifespan_around(lifespan, None))
+            if lifespan is None:
+                await self._host.handle(message)
+            else:
+                # Around the queued turn, which this call does not wait for.
+                await lifespan.__aenter__()
+                outcome = asyncio.ensure_future(self._host.submit(message))
+                _background(_lifespan_around(lifespan, outcome, entered=True))
             return _turn_result({"session_id": _session_of(message)})
         if lifespan is not None:
             await lifespan.__aenter__()
