@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The agent benchmark (issue "agent" item 10): bub-rs and Python Bub 0.6.0a3
+# The agent benchmark: bub-rs and Python Bub 0.6.0a3
 # back to back against the same scripted provider (scripts/scripted_provider.py,
 # its own process): 5-step runs, one tool call per step, 10 no-op plugins with
 # the four interception hooks; CPU time per step of the agent's process. Then

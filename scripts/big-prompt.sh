@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# What a big hook answer costs a turn (issue 24 item 2, "hook answer
-# memory"): peak RSS of a release `bub run` whose `build_prompt` answers MB
+# What a big hook answer costs a turn: peak RSS of a release `bub run` whose `build_prompt` answers MB
 # megabytes (the scripted test plugin's `repeat`), through the builtin agent
 # and a model that answers "done" (scripts/scripted_provider.py, its own
 # process). Prints the peak of two runs, each on a fresh home, and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Differential test against Python Bub 0.6.0a3 (issue "agent" item 9): the
+# Differential test against Python Bub 0.6.0a3: the
 # same scripted provider replies, through `bub run`, to both; compares what
 # each sent the provider, printed and recorded (scripts/differential.py).
 #

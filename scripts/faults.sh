@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault runs of RELIABILITY.md (issue 24 item 3), loopback only and
+# The fault runs of RELIABILITY.md, loopback only and
 # bounded: stops and kills under gateway load for the three tape stores,
 # PostgreSQL restarted and frozen, hostile providers and MCP servers, idle and
 # slow HTTP clients, the gateway's turn caps; Telegram and Slack messages

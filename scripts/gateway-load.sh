@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway load test (issue "gateway" item 4): 1,000 messages over 100
+# The gateway load test: 1,000 messages over 100
 # sessions, sent concurrently through the http-channel plugin to one
 # `bub gateway` (release, offline echo model). Checks one reply per message,
 # per-session order and no overlapping turns; prints throughput and p50/p99.

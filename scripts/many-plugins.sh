@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What N installed plugins cost a process (issue 23 item 4): start-up time
+# What N installed plugins cost a process: start-up time
 # and peak RSS of `bub hooks`, and threads and peak RSS of `bub run`, with N
 # copies of the benchmark plugin (tests/plugins/tp-bench, every hook async),
 # against Python Bub 0.6.0a3 with N entry-point plugins of the same hooks.

@@ -978,7 +978,7 @@ mod tests {
         assert_eq!(bytes(&store), 40);
     }
 
-    /// Issue 23: a query looks only at what it can select (after
+    /// A query looks only at what it can select (after
     /// `after_id`, after its anchor, of its kinds) and still answers as
     /// `try_select` over the whole tape: anchors stay for the anchor
     /// fields. Lines in the store's own shape and others (no `meta`) alike.
@@ -1023,7 +1023,7 @@ mod tests {
         assert!(store.select(&missing).is_err(), "an anchor the tape lacks fails the query");
     }
 
-    /// Issue 23: a read from an id of a tape not kept parsed (the agent's
+    /// A read from an id of a tape not kept parsed (the agent's
     /// read between turns, once a gateway's sessions outgrow the cache)
     /// parses the tape's last lines only and keeps nothing, and answers as
     /// a read of the whole tape does: with ids out of order, unreadable and
@@ -1106,7 +1106,7 @@ mod tests {
         }
     }
 
-    /// Issue 23: a runtime worker reads within a budget, and only a read
+    /// A runtime worker reads within a budget, and only a read
     /// that would parse more is put off (to the blocking pool): a read from
     /// an id of a long tape not kept, or one a kept prefix answers, is not;
     /// a first whole read, or a long stretch appended, is. A read put off
@@ -1173,7 +1173,7 @@ mod tests {
         pub(super) static READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
 
-    /// Bounded resources (issue 23): the first entries of a kind (the
+    /// Bounded resources: the first entries of a kind (the
     /// agent's "is there an anchor yet?") are read in growing windows from
     /// the tape's start, not with the whole tape at once, and answer as a
     /// whole read does wherever the answer lies: in the first window,
@@ -1221,7 +1221,7 @@ mod tests {
         }
     }
 
-    /// Issue 23: what the store parsed once it hands out as shared host
+    /// What the store parsed once it hands out as shared host
     /// values; a line not in its shape is answered in that shape.
     #[test]
     fn answers_share_the_parsed_entries() {
@@ -1245,7 +1245,7 @@ mod tests {
         assert_eq!(second[1].as_ref().get("payload").unwrap().get("content").unwrap().as_str(), Some("there"));
     }
 
-    /// Issue 24 (memory of a big run): the host's values are written as
+    /// Memory of a big run: the host's values are written as
     /// `append_many` writes the same entries, answered back with their
     /// ids and sharing their payloads; a value that is not an entry is
     /// refused as a `TapeEntry` argument would be.
@@ -1289,7 +1289,7 @@ mod tests {
         store.read("t").unwrap().iter().map(|e| e.id).collect()
     }
 
-    /// Issue 23: reads parse only what was appended since, and still see
+    /// Reads parse only what was appended since, and still see
     /// every change another writer made: appends, a torn line completed
     /// later, a file rewritten or replaced.
     #[test]

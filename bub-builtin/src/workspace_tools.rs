@@ -369,7 +369,7 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>, session: Option<&str>) 
         ));
     }
     let timeout = n(args, "timeout_seconds").unwrap_or(30.0);
-    // A model's `1e300` or `inf` is "very long", not a panic (issue 16.8).
+    // A model's `1e300` or `inf` is "very long", not a panic.
     let deadline = Instant::now() + bub_abi::time::seconds_or_zero(timeout);
     // A cancelled turn drops this future: its foreground shell goes too.
     let mut guard = Foreground { scope: scope.clone(), id: id.clone(), armed: true };
@@ -501,7 +501,7 @@ mod tests {
         }
     }
 
-    /// Issue 24: a 3 GB file costs one buffer. Its first lines can be read;
+    /// A 3 GB file costs one buffer. Its first lines can be read;
     /// an answer past the limit is refused, naming the setting; a FIFO or a
     /// folder is refused at once (no wait for a writer).
     #[test]
@@ -522,7 +522,7 @@ mod tests {
         assert!(err.contains("a directory"), "{err}");
     }
 
-    /// Issue 24: a body past the limit is refused whether or not the server
+    /// A body past the limit is refused whether or not the server
     /// announced its length.
     #[test]
     fn web_fetch_refuses_a_body_past_the_limit() {

@@ -99,7 +99,7 @@ impl<K: Eq + Hash + Clone, V> Lru<K, V> {
 mod tests {
     use super::Lru;
 
-    /// Bounded resources (issue 23): the least recently kept go first past
+    /// Bounded resources: the least recently kept go first past
     /// either bound, and what goes is handed back, not freed under the lock.
     #[test]
     fn the_least_recently_kept_go_first_past_either_bound() {

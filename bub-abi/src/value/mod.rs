@@ -18,7 +18,7 @@
 //! inlined they land inside the plugin's own hook code. Out of line, every
 //! plugin ran its own copies of them, spread over pages of its library;
 //! with 100 plugins loaded that made a hook that builds a value twice as
-//! dear per plugin as with 10 (issue 23), whatever the plugin's profile.
+//! dear per plugin as with 10, whatever the plugin's profile.
 //!
 //! Serde works on both ends, costing what it touches:
 //! - `ValueRef::deserialize::<T>()` fills a `#[derive(Deserialize)]` struct
@@ -837,7 +837,7 @@ mod tests {
         assert!(Value::from_json("{").is_err());
     }
 
-    /// Issue 23: a stored line's lists and maps stay text until something
+    /// A stored line's lists and maps stay text until something
     /// looks inside; every reader sees the same value as a full parse.
     #[test]
     fn a_shallow_parse_reads_as_a_full_one_and_parses_inside_only_when_read() {

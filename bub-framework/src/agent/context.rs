@@ -4,7 +4,7 @@
 //!
 //! A step's context is the session tape's selected entries followed by the
 //! run's own (the fork's overlay). Re-reading and re-selecting the session
-//! tape on every step made a step's cost grow with the tape (issue 23), so
+//! tape on every step made a step's cost grow with the tape, so
 //! its messages are kept in a [`ContextCache`] shared by the turns of a
 //! framework and brought up to date with what was appended since
 //! ([`super::follow`]), an anchor of the context's kind starting them

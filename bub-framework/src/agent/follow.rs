@@ -1,4 +1,4 @@
-//! Folds over a session tape kept between steps and turns (issue 23).
+//! Folds over a session tape kept between steps and turns.
 //!
 //! The agent's context and the session's settings are both folds over the
 //! session tape: re-reading the tape for them every step made a step's cost
@@ -125,7 +125,7 @@ impl<S: Clone + Default> Folds<S> {
 mod tests {
     use super::*;
 
-    /// Bounded resources (issue 23): folds past the tape count or the
+    /// Bounded resources: folds past the tape count or the
     /// weight budget drop the least recently used first, not all at once.
     #[tokio::test]
     async fn folds_drop_the_least_recently_used_past_their_bounds() {

@@ -1,4 +1,4 @@
-//! Context messages shared by the steps of a session (issue 23).
+//! Context messages shared by the steps of a session.
 //!
 //! Every model request carries the session's whole context. Copying it
 //! into each step's request, converting it into host values twice a step
@@ -22,7 +22,7 @@ use serde_json::Value;
 /// A message read from a tape in the plain shape (`{"role", "content"}`,
 /// the content a string: nearly every message of a long session) is kept
 /// as its stored text ([`Message::stored`]): its JSON is parsed only when
-/// something reads it, and its chat wire text is that text (issue 23: the
+/// something reads it, and its chat wire text is that text (the
 /// first read of a 10,000-entry session spent a fifth of its time parsing
 /// payloads into JSON and writing them out again).
 #[derive(Clone)]
@@ -809,7 +809,7 @@ mod tests {
         reads_as_itself(&request("s", &history));
     }
 
-    /// Issue 23: a request's kept value and the slot share one copy of the
+    /// A request's kept value and the slot share one copy of the
     /// messages it was built from. The next request's splice extends that
     /// copy in place once nobody else holds it, and copies it while the
     /// last request still does, so that request still reads as its own.

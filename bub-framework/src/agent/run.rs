@@ -198,8 +198,7 @@ impl Agent {
             return Err(e);
         }
         // As Bub's `chat_options`: `max_tokens` comes from the run's own
-        // options, else the settings; the completion args' is dropped
-        // (issue 17.23).
+        // options, else the settings; the completion args' is dropped.
         let mut call_options = self.options.clone();
         call_options.shift_remove("max_tokens");
         call_options.extend(options.options);

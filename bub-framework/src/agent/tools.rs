@@ -546,7 +546,7 @@ fn call_context(cx: &ToolContext) -> bub_abi::types::ToolCallContext {
 mod name_tests {
     use super::*;
 
-    /// Issue 17.17: names every provider accepts, stable and distinct.
+    /// Names every provider accepts, stable and distinct.
     #[test]
     fn model_names_are_valid_for_every_provider() {
         assert_eq!(model_name("fs.read"), "fs_read");

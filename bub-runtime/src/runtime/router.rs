@@ -84,7 +84,7 @@ fn for_channel(message: &Envelope, channel: &str) -> Envelope {
 mod tests {
     use serde_json::json;
 
-    /// Issue 17.29: a channel is sent the outbound rebuilt for it, with
+    /// A channel is sent the outbound rebuilt for it, with
     /// `channel` = the output channel (Bub's `dispatch_output`).
     #[test]
     fn an_outbound_is_rebuilt_for_its_output_channel() {

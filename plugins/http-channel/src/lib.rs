@@ -504,7 +504,7 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         "content": request.content,
         "is_active": true,
         // A command is marked as one, as Bub's channels do, so that a
-        // debounced channel passes it at once (issue 17.28).
+        // debounced channel passes it at once.
         "kind": request.kind.unwrap_or_else(|| {
             let command = request.content.trim_start().starts_with(shared.config.command_prefix.as_str());
             if command { "command" } else { "normal" }.into()

@@ -463,7 +463,7 @@ impl Tool for McpTool {
             let media = parts.iter().any(|p| !p.is_string());
             let text: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
             let output = if media {
-                // Images and audio reach the model as media parts (issue 17.15).
+                // Images and audio reach the model as media parts.
                 json!({"type": "tool_content", "content": parts})
             } else if text.is_empty() {
                 result.get("structuredContent").cloned().unwrap_or(Value::String(String::new()))

@@ -3,7 +3,7 @@
 //! A server may mark a tool `execution: {taskSupport: "required"}` (the
 //! tasks of MCP 2025-11-25, SEP-1686): called the usual way it always fails
 //! with −32601. bub-rs does not run tasks, so such tools are left out with a
-//! log line (issue 17.18). rmcp's `Tool` drops the `execution` field, so a
+//! log line. rmcp's `Tool` drops the `execution` field, so a
 //! stdio server's output is read on its way to rmcp (`output`), and each
 //! line is shown to [`note_task_only`] until the tools are listed.
 

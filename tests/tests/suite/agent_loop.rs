@@ -136,7 +136,7 @@ fn max_steps_ends_the_run_behaviour_111_143() {
     assert!(agent(&provider).with_max_tool_concurrency(Some(0)).is_err());
 }
 
-/// Issue 23: a session's context messages are shared by its requests and
+/// A session's context messages are shared by its requests and
 /// keep their wire text. A handler that edits one gets its own copy: the
 /// edit is sent, and the next run sends the message as the tape has it.
 #[test]
@@ -314,7 +314,7 @@ fn dropping_the_stream_cancels_the_run_behaviour_99_100() {
     });
 }
 
-/// Also issue 24: with no limit set, the settings' default
+/// With no limit set, the settings' default
 /// (`BUB_MAX_TOOL_CONCURRENCY`, 16) bounds a response asking for 40 calls.
 #[test]
 fn tools_run_concurrently_up_to_the_limit_behaviour_142() {
@@ -522,8 +522,7 @@ fn a_hanging_tool_times_out_as_a_tool_failure() {
     );
 }
 
-/// A big prompt is held once through a step (issue 24, hook answer
-/// memory): every system-prompt section reads the same prompt, not a copy
+/// A big prompt is held once through a step: every system-prompt section reads the same prompt, not a copy
 /// each; the request's new user message is the one the recorder is given
 /// back, not a copy of it. The contents are still right (behaviours 115,
 /// 117, 124).
@@ -568,8 +567,7 @@ fn a_step_shares_its_prompt_with_sections_and_gives_its_messages_back_behaviour_
     assert_eq!(at("request"), at("recorded"), "the recorder was given a copy of the request's message");
 }
 
-/// A run's flush gives its entries up as it sends them (issue 24, hook
-/// answer memory); a store that cannot append many (one built before ABI
+/// A run's flush gives its entries up as it sends them; a store that cannot append many (one built before ABI
 /// 2.1) still gets every entry, in order, one by one, read back from the
 /// list it was offered (behaviour 105: the fork is merged).
 #[test]

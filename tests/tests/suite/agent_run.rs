@@ -357,7 +357,7 @@ fn command_mode_runs_offline_through_the_tool_hooks_behaviour_164_168_171() {
     assert!(audit.contains(r#""tool":"bash""#) && audit.contains(r#""ok":false"#), "{audit}");
 }
 
-/// Issue 24 item 2: the builtin tools keep at most `BUB_TOOL_MAX_BYTES`: a
+/// The builtin tools keep at most `BUB_TOOL_MAX_BYTES`: a
 /// shell's output is cut with a note (the command runs on), a file read
 /// past the limit is refused naming the setting; a FIFO is refused at once
 /// and `bub run` exits (it used to wait for a writer forever).
@@ -485,7 +485,7 @@ fn a_hanging_provider_times_out_and_a_broken_stream_fails_clearly() {
     assert_eq!(entries.last().unwrap()["payload"]["data"]["status"], "error");
 }
 
-/// Issue 24 item 2: a provider is a peer. An endless answer stops at
+/// A provider is a peer. An endless answer stops at
 /// `model_max_output_bytes`, one endless event at `model_max_event_bytes`
 /// (parsed in one pass: the old parser was quadratic in a line's length),
 /// a stream that trickles a byte at a time at the call deadline; each error
@@ -642,7 +642,7 @@ fn session_settings_live_on_the_tape_as_switch_events_behaviour_175_218() {
     assert!(!home.path().join("sessions.json").exists());
 }
 
-/// Issue 20, item 3 (ABI 2.2): a plugin tool's context carries the live
+/// A plugin tool's context carries the live
 /// tape and the live state (Bub's `context.tape` / `context.state`): the
 /// tool (tp-sdk's `tape_note`, a cdylib) records an event on the run's tape
 /// and sets a state key through them, and reads both back.

@@ -109,7 +109,7 @@ fn local_environment() {
     .unwrap();
 }
 
-/// Issue 20, item 6: the local environment's streaming processes (Bub's
+/// The local environment's streaming processes (Bub's
 /// `spawn`: stdin, stdout and stderr as they come, signals, wait) and
 /// `read_bytes`, through the environment object the builtin provides; the
 /// scope's exit kills what is still running.
@@ -250,7 +250,7 @@ fn steering_inbox() {
     .unwrap();
 }
 
-/// No process globals (ABI 2, issue "builtin"): two hosts in one process
+/// No process globals (ABI 2): two hosts in one process
 /// each get their own builtin instance, told their own home and workspace.
 /// Their tape stores write under their own homes, and the `bash` tool runs
 /// in the host's workspace (`bub -w`), not in the launch directory.
@@ -297,7 +297,7 @@ fn one_library_two_hosts_two_configs() {
     assert_eq!((ask(&host_a), ask(&host_b)), ("from-a".to_owned(), "from-b".to_owned()));
 }
 
-/// Issue "reliability" item 5: appends from many writers (each its own store
+/// Appends from many writers (each its own store
 /// instance, as separate processes are) to one tape get unique, gapless ids,
 /// and large concurrent appends never leave blank lines; a run appended at
 /// once (`append_many`) stays together.

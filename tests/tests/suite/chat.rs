@@ -105,7 +105,7 @@ impl Terminal {
 }
 
 /// A turn through the `cli` channel, line editing, Ctrl-C at the prompt,
-/// Ctrl-D to quit, history saved. Issue 17.14: the chat runs in Bub's own
+/// Ctrl-D to quit, history saved. The chat runs in Bub's own
 /// chat session (`cli_session`), which is every message's `thread_id`.
 #[test]
 fn chat_turns_editing_and_quit() {
@@ -187,7 +187,7 @@ fn chat_ctrl_c_cancels_the_running_turn() {
     assert!(!screen.lock().unwrap()[at..].contains("too late"));
 }
 
-/// Issue "agent" item 8: `bub chat` shows the agent's stream as it works
+/// `bub chat` shows the agent's stream as it works
 /// (tool calls, their results, the text); Ctrl-C while the provider hangs
 /// cancels the run, which still ends on the tape (`loop.finish cancelled`)
 /// before the prompt comes back: a Ctrl-D typed at once must not drop the
@@ -234,7 +234,7 @@ fn chat_shows_the_agents_stream_and_ctrl_c_cancels_the_run() {
     assert_eq!(finishes[1]["payload"]["data"]["status"], "cancelled");
 }
 
-/// Issue 24 item 4: a plugin that hands a message to the chat's handler
+/// A plugin that hands a message to the chat's handler
 /// from inside a turn (its `tell` tool) does not deadlock the chat: the
 /// message is queued behind the running turn, which finishes, then it runs.
 #[test]
@@ -263,7 +263,7 @@ fn a_message_handed_over_inside_a_turn_runs_after_it() {
     assert!(requests[2].body.to_string().contains("from the tool"), "{}", requests[2].body);
 }
 
-/// Issue "reliability" item 12: a sync hook blocking the turn's thread
+/// A sync hook blocking the turn's thread
 /// cannot be cancelled, but a second Ctrl-C within 3 s ends bub at once.
 #[test]
 fn chat_second_ctrl_c_exits_even_when_a_sync_hook_hangs() {
@@ -287,7 +287,7 @@ fn chat_second_ctrl_c_exits_even_when_a_sync_hook_hangs() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-/// Issue 24 item 4: a 100 KB line typed key by key (a paste in a terminal
+/// A 100 KB line typed key by key (a paste in a terminal
 /// without bracketed paste) reaches the turn whole, and the line editor
 /// writes output linear in its length. rustyline 19 repainted the prompt and
 /// the whole line each time a row filled: ~50 MB at this width, over a

@@ -272,7 +272,7 @@ fn bub_onboard_collects_and_saves() {
     );
 }
 
-/// Issue "reliability" items 13 and 17: `config.json` that is a FIFO or
+/// `config.json` that is a FIFO or
 /// `/dev/zero` is refused at once (not read forever); `bub run -` takes a
 /// message larger than an argument can be from standard input.
 #[test]
@@ -302,7 +302,7 @@ fn settings_files_must_be_small_regular_files_and_run_reads_stdin() {
     assert!(result["model_output"].as_str().unwrap().ends_with(&big));
 }
 
-/// Issue "reliability" item 9: a closed pipe ends `bub` quietly with status
+/// A closed pipe ends `bub` quietly with status
 /// 0; a full disk is one line and status 1 (no panic, no backtrace).
 #[test]
 fn closed_pipes_and_full_disks_are_not_panics() {
@@ -334,7 +334,7 @@ fn closed_pipes_and_full_disks_are_not_panics() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
 
-/// Issue "reliability" item 11 (in part): a finished turn's answer is
+/// A finished turn's answer is
 /// printed before a slow scope exit, not after it.
 #[test]
 fn the_answer_is_printed_before_a_slow_scope_exit() {
@@ -368,7 +368,7 @@ fn the_answer_is_printed_before_a_slow_scope_exit() {
     assert!(ended - answered >= std::time::Duration::from_secs(3), "answered at {answered:?}, ended at {ended:?}");
 }
 
-/// Issue "reliability" item 11 (lifespans): a resource that hangs on entry
+/// A resource that hangs on entry
 /// is cancelled after `BUB_LIFESPAN_TIMEOUT_SECONDS` and named; one that
 /// hangs on exit does not hold the answer back and is named too.
 #[test]
@@ -474,7 +474,7 @@ fn the_nearest_dotenv_reaches_the_tools_unless_others_can_write_it() {
     assert!(stderr.contains(".env not loaded:") && stderr.contains("is writable by group or others"), "{stderr}");
 }
 
-/// Issue 20, item 6: the builtin's interactive onboarding (Bub's
+/// The builtin's interactive onboarding (Bub's
 /// `onboarding.py`) answered on standard input, without a terminal: the
 /// provider, its URL (a bad one asked again), the key, a connection check
 /// that lists the models of a loopback server (`GET /v1/models`, with the
@@ -527,7 +527,7 @@ fn bub_onboard_asks_for_the_model_connection_on_stdin() {
     );
 }
 
-/// Issue 24 item 4: control characters in a model's answer reach the
+/// Control characters in a model's answer reach the
 /// terminal escaped (the echo model repeats them): an `ESC [2J` cannot clear
 /// the screen, a bare `\r` cannot hide what came before it.
 #[test]

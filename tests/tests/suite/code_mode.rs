@@ -1,4 +1,4 @@
-//! Code mode (issue 20, Bub's `bub.builtin.codemode`): `,code_mode` as a
+//! Code mode (Bub's `bub.builtin.codemode`): `,code_mode` as a
 //! session setting on the tape, the tools the model is offered then, the
 //! `<code_mode>` prompt and its stub file, `run_code` in a real `python3`
 //! whose `tools.<name>` calls go through the tool hooks (a policy plugin

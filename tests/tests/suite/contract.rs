@@ -1,4 +1,4 @@
-//! Issue 18: contract misses found by a black-box run of the hook contract,
+//! Contract misses found by a black-box run of the hook contract,
 //! through `bub plugins install`, `bub run` and a scripted provider.
 
 use std::process::Command;
@@ -10,7 +10,7 @@ use bub_tests::{
 };
 use serde_json::{json, Value};
 
-/// Issue 18.1: a plugin installed under `umask 002` (user private groups)
+/// A plugin installed under `umask 002` (user private groups)
 /// loads; the installer leaves no group or other write bit.
 #[test]
 fn a_plugin_installed_under_umask_002_loads() {
@@ -49,9 +49,9 @@ fn tool_step_with_usage() -> Reply {
     Reply::Sse(events)
 }
 
-/// Issue 18.2 (seed "提示词内容", bub-semantics §4.3): `system_prompt`
+/// Seed "提示词内容", bub-semantics §4.3: `system_prompt`
 /// receives the prompt in Bub's legacy form, a string without media.
-/// Issue 18.3 (bub-agent-semantics §2.12): `continue_prompt` on
+/// `continue_prompt` (bub-agent-semantics §2.12) on
 /// StepFinished(continue) gets the finished step's prompt in that form and a
 /// StreamState with the step's usage.
 #[test]

@@ -30,7 +30,7 @@ fn a_hanging_async_hook_is_cancelled_and_named() {
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
 }
 
-/// Issue 24 item 2: the model stage has no hook deadline (an agent run is
+/// The model stage has no hook deadline (an agent run is
 /// long), but a plugin's `run_model` that does not answer is named every
 /// `BUB_HOOK_TIMEOUT_SECONDS` instead of hanging silently; it is not
 /// cancelled, and its answer still counts.

@@ -1,4 +1,4 @@
-//! Fault runs under gateway load (issue 24 item 3), for each tape store:
+//! Fault runs under gateway load, for each tape store:
 //! 60 messages over 6 sessions through the HTTP channel, turns slowed to
 //! 300 ms so that the stop lands mid-load, then SIGTERM twice (the second
 //! ends the grace at once) or `kill -9`. Nothing accepted may be lost: every
@@ -120,7 +120,7 @@ fn nothing_accepted_is_lost_when_the_gateway_is_stopped_or_killed_under_load() {
     }
 }
 
-/// Issue 24 item 3: an isolated plugin that crashes (SIGSEGV) on every
+/// An isolated plugin that crashes (SIGSEGV) on every
 /// 7th call, under gateway load (60 messages over 6 sessions through the
 /// HTTP channel, also isolated). The gateway never goes down; every
 /// message is answered; only the turns whose call was in flight in the

@@ -1,4 +1,4 @@
-//! Issue 17: where bub-rs differed from Bub 0.6.0a3 on the first turns a
+//! Where bub-rs differed from Bub 0.6.0a3 on the first turns a
 //! user runs (items named by number), through `bub run`.
 
 use bub_tests::{run_bub, Home};
@@ -23,7 +23,7 @@ fn a_failed_command_is_named_by_its_registry_name() {
     assert!(err.contains("[tool] Tool 'fs.read' execution failed"), "{err}");
 }
 
-/// 17.9: fs.write and fs.edit answer with the resolved absolute path.
+/// `fs.write` and `fs.edit` answer with the resolved absolute path.
 #[test]
 fn fs_write_and_edit_answer_with_the_resolved_path() {
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
@@ -36,7 +36,7 @@ fn fs_write_and_edit_answer_with_the_resolved_path() {
     assert!(out.contains(&format!("edited: {}", real.join("notes.txt").display())), "{out}");
 }
 
-/// 17.10: tape.search prints each match as Python's json.dumps does.
+/// `tape.search` prints each match as Python's json.dumps does.
 #[test]
 fn tape_search_prints_matches_as_python_json() {
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
@@ -47,7 +47,7 @@ fn tape_search_prints_matches_as_python_json() {
     assert!(line.contains("\", \"content\": {"), "{line}");
 }
 
-/// 17.11: a bare prefix fails before its command is recorded (the tape's
+/// A bare prefix fails before its command is recorded (the tape's
 /// bootstrap anchor is there, as in Bub: checked side by side by the
 /// differential harness).
 #[test]
@@ -66,8 +66,8 @@ fn a_bare_prefix_fails_before_recording_a_command() {
     assert_eq!(kinds, ["anchor:session/start", "event:handoff"], "a command was recorded for a bare prefix");
 }
 
-/// 17.24 (bub-semantics §4.1): a blank session id falls back to
-/// `<channel>:<chat_id>`; 17.26: a command turn's outbound is `kind: command`.
+/// A blank session id falls back to
+/// `<channel>:<chat_id>`; a command turn's outbound is `kind: command`.
 #[test]
 fn blank_session_ids_fall_back_and_command_outbounds_are_commands() {
     let (home, ws) = (Home::new(), tempfile::tempdir().unwrap());
@@ -85,7 +85,7 @@ fn blank_session_ids_fall_back_and_command_outbounds_are_commands() {
     assert_eq!(result["outbounds"][0]["kind"], "command", "{result}");
 }
 
-/// 17.7: a chat-completions stream with `n > 1` choices answers with
+/// A chat-completions stream with `n > 1` choices answers with
 /// choice 0 only, and `n` is not forwarded.
 #[test]
 fn only_the_first_choice_of_a_stream_is_the_answer() {
@@ -108,7 +108,7 @@ fn only_the_first_choice_of_a_stream_is_the_answer() {
     assert!(provider.requests()[0].body.get("n").is_none(), "n was forwarded");
 }
 
-/// 17.22: `allowed_tools` with an unknown name fails the subagent call
+/// `allowed_tools` with an unknown name fails the subagent call
 /// before any sub-run.
 #[test]
 fn a_subagent_with_unknown_allowed_tools_does_not_run() {
@@ -126,7 +126,7 @@ fn a_subagent_with_unknown_allowed_tools_does_not_run() {
     assert!(sent.contains("unknown tool name(s): 'nope'"), "{sent}");
 }
 
-/// 17.25 (bub-semantics §4.2): the turn state holds the message's context
+/// The turn state holds the message's context
 /// string as `context`.
 #[test]
 fn the_turn_state_holds_the_message_context() {
@@ -137,7 +137,7 @@ fn the_turn_state_holds_the_message_context() {
     assert_eq!(result["state"]["context"], "sender_id=human|channel=$cli|chat_id=local", "{result}");
 }
 
-/// 17.23: the settings' max_tokens wins over `completion_args.max_tokens`,
+/// The settings' max_tokens wins over `completion_args.max_tokens`,
 /// as Bub's `chat_options` (the wire says `max_completion_tokens: 16384`).
 #[test]
 fn the_settings_max_tokens_wins_over_completion_args() {
@@ -182,7 +182,7 @@ fn anthropic_events(events: Vec<serde_json::Value>) -> bub_tests::provider::Repl
     )
 }
 
-/// 17.1 and 17.4: Anthropic thinking blocks (with their signature, and
+/// Anthropic thinking blocks (with their signature, and
 /// redacted ones) are kept and sent back, in their order, before the
 /// `tool_use` they precede; cache reads and writes count as input, and the
 /// input re-reported in `message_delta` is taken.
@@ -232,7 +232,7 @@ fn anthropic_thinking_is_replayed_and_cache_tokens_count_as_input() {
     assert_eq!(usage["output_tokens"], 30, "{usage}");
 }
 
-/// 17.5: `stop_reason: "refusal"` answers with its explanation.
+/// `stop_reason: "refusal"` answers with its explanation.
 #[test]
 fn an_anthropic_refusal_answers_with_its_explanation() {
     use bub_tests::provider::Provider;
@@ -250,7 +250,7 @@ fn an_anthropic_refusal_answers_with_its_explanation() {
     assert!(out.contains("I can't help with that."), "{out}");
 }
 
-/// 17.6: Responses reasoning items (id, encrypted content, summary) are
+/// Responses reasoning items (id, encrypted content, summary) are
 /// kept and sent back before the function call they led to.
 #[test]
 fn responses_reasoning_items_are_sent_back_with_the_call() {
@@ -280,7 +280,7 @@ fn responses_reasoning_items_are_sent_back_with_the_call() {
     assert_eq!(input[at + 2]["type"], "function_call_output", "{input:?}");
 }
 
-/// 17.27: an empty assistant answer stays in the conversation, so the next
+/// An empty assistant answer stays in the conversation, so the next
 /// request does not carry two user turns in a row.
 #[test]
 fn an_empty_answer_is_replayed() {
@@ -306,7 +306,7 @@ fn an_empty_answer_is_replayed() {
     assert_eq!(roles, ["user", "assistant", "user"], "{:?}", provider.requests()[1].body["messages"]);
 }
 
-/// 17.12: `,help` is Bub's help: Bub 0.6.0a3 prints a fixed list with an
+/// `,help` is Bub's help: Bub 0.6.0a3 prints a fixed list with an
 /// example per command (`bub/builtin/tools.py`), here each line whose tool
 /// this agent has (the differential harness compares it side by side).
 #[test]
@@ -323,7 +323,7 @@ fn help_is_bubs_command_list() {
     ] {
         assert!(out.contains(line), "{line} missing: {out}");
     }
-    assert!(out.contains("  ,skill name=foo\n"), "skills are ported (issue 20): {out}");
-    assert!(out.contains("  ,code_mode enable=true\n"), "code mode is ported (issue 20): {out}");
+    assert!(out.contains("  ,skill name=foo\n"), "skills are ported: {out}");
+    assert!(out.contains("  ,code_mode enable=true\n"), "code mode is ported: {out}");
     assert!(out.trim_end().ends_with("Any unknown command after ',' is executed as shell via bash."), "{out}");
 }

@@ -100,7 +100,7 @@ fn http_channel_requires_its_token() {
     });
 }
 
-/// Issue 24 item 2: the channel is reachable by every local user, so what a
+/// The channel is reachable by every local user, so what a
 /// peer can hold is bounded: connections (`max_connections`: one over it
 /// gets a JSON 503 and is closed), the time to send a head
 /// (`header_timeout_seconds`, which also closes idle keep-alive
@@ -258,7 +258,7 @@ fn a_sessions_turns_run_one_at_a_time_in_order() {
     assert!(gateway.log().contains("admission follow_up session_id=a"), "{}", gateway.log());
 }
 
-/// Issue 24 item 2: turns are capped across the gateway
+/// Turns are capped across the gateway
 /// (`BUB_MAX_CONCURRENT_TURNS`) and per session (`BUB_MAX_SESSION_TURNS`),
 /// even when admission says `process` (Bub would start all nine at once);
 /// what waits runs later, a session's messages in their order.
@@ -538,7 +538,7 @@ fn a_steered_message_joins_the_running_turn() {
     assert!(!out.contains("0 matches"), "the steered message never reached the session: {out}");
 }
 
-/// Issue 17.28: with debounce on, a command (`,help`) passes at once
+/// With debounce on, a command (`,help`) passes at once
 /// (the channel marks it `kind: command`, as Bub's channels do).
 #[test]
 fn a_debounced_channel_passes_commands_at_once() {
@@ -564,7 +564,7 @@ fn process_running(marker: &str) -> bool {
     })
 }
 
-/// Issue 17.21: `,quit` answers "Session tasks stopped." and stops the
+/// `,quit` answers "Session tasks stopped." and stops the
 /// session's background shells; another session's keep running.
 #[test]
 fn quit_stops_the_sessions_shells_only() {
@@ -599,7 +599,7 @@ fn quit_stops_the_sessions_shells_only() {
     });
 }
 
-/// `bub gateway --install / --status / --uninstall` (issue 21): a systemd
+/// `bub gateway --install / --status / --uninstall`: a systemd
 /// user unit under `$XDG_CONFIG_HOME` restarting on failure, in the
 /// workspace, with the channels; the secrets in an owner-only environment
 /// file, not the unit; `systemctl --user` driven when there is one.

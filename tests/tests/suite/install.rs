@@ -172,7 +172,7 @@ fn plugins_config_sets_and_unsets_keys() {
     assert!(!ok && err.contains("missing"), "{err}");
 }
 
-/// Issue "reliability" item 2: the installer's hidden work folders are never
+/// The installer's hidden work folders are never
 /// discovered as plugins; leftovers of a killed install are cleaned by the
 /// next install; a reinstall is seen by a concurrent reader as the old or
 /// the new version, never neither.
@@ -217,7 +217,7 @@ fn hidden_folders_are_not_plugins_and_reinstalls_are_never_missing() {
     assert_eq!(missing, 0, "{missing} of {seen} looks found no echo-model");
 }
 
-/// Issue "reliability" items 3 and 6: a folder whose manifest names another
+/// A folder whose manifest names another
 /// plugin fails and claims nothing (it cannot disable the real one); names
 /// with newlines, ANSI escapes or bidi overrides are refused and printed
 /// escaped; a 70,000-character version does not crash `plugins list`.
@@ -253,7 +253,7 @@ fn manifests_cannot_claim_forge_or_crash_the_listing() {
     assert!(out.lines().any(|l| l.starts_with("zz-long") && l.contains('…')), "{out}");
 }
 
-/// Issue 24 item 4: hand-copied folders `e-m` and `e_m` would both read
+/// Hand-copied folders `e-m` and `e_m` would both read
 /// `BUB_E_M__*`: the second is refused and says whose variables they are;
 /// a folder named like the builtin says it is taken by a plugin built into
 /// bub (the message read "taken by ;").
@@ -273,7 +273,7 @@ fn hand_copied_folders_cannot_share_settings_variables_or_the_builtins_name() {
     assert!(out.contains("plugin name 'builtin' is already taken by a plugin built into bub"), "{out}");
 }
 
-/// Issue "reliability" item 4: ten `bub plugins config` processes at once
+/// Ten `bub plugins config` processes at once
 /// keep all ten keys (each change is read and written under the plugins
 /// folder's lock).
 #[test]
@@ -302,7 +302,7 @@ fn parallel_config_changes_are_all_kept() {
     }
 }
 
-/// Issue "reliability" item 4, the other races: five installs of one name
+/// Five installs of one name
 /// and ten `plugins config` changes, all at once. Every install succeeds
 /// (none fails moving the old copy aside), no config change is lost to a
 /// reinstall, and the plugin loads afterwards.
@@ -350,7 +350,7 @@ fn parallel_installs_and_config_changes_lose_nothing() {
     assert!(leftovers.is_empty(), "installer leftovers: {leftovers:?}");
 }
 
-/// Issue "reliability" item 8: a library file named like the installer's own
+/// A library file named like the installer's own
 /// files is installed under the fixed name, leaving them intact.
 #[test]
 fn a_library_named_like_installer_files_cannot_overwrite_them() {
@@ -368,7 +368,7 @@ fn a_library_named_like_installer_files_cannot_overwrite_them() {
     }
 }
 
-/// Issue "reliability" items 15 and 16: `builtin` cannot be installed (it
+/// `builtin` cannot be installed (it
 /// could never load); names that share settings variables collide at
 /// install; a FIFO is refused as not a regular file, at once; a
 /// `BUB_PLUGIN_PATH` entry that is a plugin folder, a file or missing is
@@ -403,7 +403,7 @@ fn install_refuses_names_that_cannot_work_and_odd_sources() {
     assert!(!err.contains('\u{1b}'), "no colour codes in a pipe: {err:?}");
 }
 
-/// Host API (gateway issue 6b): a plugin that declares it replaces another
+/// Host API: a plugin that declares it replaces another
 /// (`export_plugin!(…, replaces = [...])`) gets the declaration recorded at
 /// install; the replaced plugin is listed as replaced and never loaded, and
 /// comes back when the replacing one is disabled. An older plugin (ABI 2.0,
@@ -498,7 +498,7 @@ fn bub_offline_into(home: &Home, target: &std::path::Path, args: &[&str]) -> (St
     (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap(), out.status.success())
 }
 
-/// Issue 21: `bub plugins install <git URL>[@ref]` clones, builds in
+/// `bub plugins install <git URL>[@ref]` clones, builds in
 /// release and installs like a crate folder, recording the source;
 /// `bub plugins update` rebuilds from it (a branch moves on, a tag stays);
 /// a ref that does not exist is refused with the reason.
@@ -552,7 +552,7 @@ fn install_from_a_git_repository_and_update_from_it() {
     assert!(!ok && err.contains("no plugin named 'nothing-here'"), "{err}");
 }
 
-/// Issue 21: `bub plugins install <crate>[@version]` fetches the crate
+/// `bub plugins install <crate>[@version]` fetches the crate
 /// with cargo (here from a vendored directory source that replaces
 /// crates.io, as an offline mirror does), builds and installs it; a crate
 /// the registry does not have is refused with cargo's reason.

@@ -1,4 +1,4 @@
-//! Isolated plugins (issue 24 item 1): the same library, run in a child
+//! Isolated plugins: the same library, run in a child
 //! `bub` process; a crash, an abort, a stack overflow or a hang in it
 //! fails only the calls in flight, names the plugin, and the plugin is
 //! started again.

@@ -222,7 +222,7 @@ fn app_config_overrides_manifest_config() {
     assert_eq!(session(Some(&config.to_string())), "from-config");
     let (value, logs) = bub_tests::capture_logs(|| session(Some("not json")));
     assert_eq!(value, "from-manifest");
-    // The reason and where it went wrong (issue "reliability" item 15).
+    // The reason and where it went wrong.
     assert!(
         logs.iter().any(|l| l.contains("config.json is not valid JSON (expected ident at line 1 column 2)")),
         "{logs:?}"
@@ -231,7 +231,7 @@ fn app_config_overrides_manifest_config() {
     assert!(logs.iter().any(|l| l.contains("config.json is not a JSON object")), "{logs:?}");
 }
 
-/// Issue "reliability" item 3: `config.json` steers plugins (a base URL, a
+/// `config.json` steers plugins (a base URL, a
 /// key) and is trusted like a library: one writable by others is ignored
 /// with the reason and the fix.
 #[test]
@@ -273,7 +273,7 @@ fn a_config_json_section_that_is_not_an_object_is_reported() {
     );
 }
 
-/// Issue 22, item 1 (ABI 2.3 plugin sets): one library contributes several
+/// One library contributes several
 /// plugins, each registered under its own name right after the library,
 /// with its own hooks and markers. A member's `tryfirst` outranks a normal
 /// native plugin registered after it (pluggy's order across plugins); a

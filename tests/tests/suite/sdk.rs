@@ -92,7 +92,7 @@ fn turn_state_is_live_across_plugins() {
     assert_eq!(state.get::<String>("built_by").unwrap().as_deref(), Some("sdk"));
 }
 
-/// Issue 20, item 3 (ABI 2.2): a live object in the turn state. One
+/// A live object in the turn state. One
 /// plugin's `build_prompt` puts an object into the state; both plugins'
 /// `save_state` call it (two libraries' copies of the SDK, through the
 /// host's state store), and so does the host; the state's values show a
@@ -200,7 +200,7 @@ fn plugin_runtime_threads() -> usize {
         .count()
 }
 
-/// Issue 23 item 4: plugin async hooks that finish in their first poll (most
+/// Plugin async hooks that finish in their first poll (most
 /// do) start no thread, so N loaded and called plugins are not N threads. A
 /// future that waits on its plugin's tokio timer, or that leaves a task
 /// behind, starts that plugin's one driving thread, and both still run to

@@ -1,4 +1,4 @@
-//! Issue 16: the attacks and faults of the adversarial run, reproduced
+//! The attacks and faults of the adversarial run, reproduced
 //! through the real `bub` binary, plugins and loader. Where an attack takes
 //! a second local user, the test runs that part as `nobody` (the suite runs
 //! as root in CI) and says it skipped that part otherwise.
@@ -88,7 +88,7 @@ async fn post(base: &str, token: Option<&str>, body: Value) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-/// 16.1: the default HTTP channel needs a token, generated at the first
+/// The default HTTP channel needs a token, generated at the first
 /// start into a file only the user can read; a second local user can post
 /// nothing and read nothing; command mode over the channel runs nothing.
 #[test]
@@ -146,7 +146,7 @@ fn the_default_http_channel_needs_a_generated_token_and_runs_no_commands() {
     assert!(!again.log().contains("generated a token"), "{}", again.log());
 }
 
-/// 16.1: a channel named in `BUB_COMMAND_CHANNELS` may run commands.
+/// A channel named in `BUB_COMMAND_CHANNELS` may run commands.
 #[test]
 fn command_channels_switch_command_mode_on_per_channel() {
     let home = Home::new();
@@ -166,7 +166,7 @@ fn command_channels_switch_command_mode_on_per_channel() {
     assert!(out.contains("Commands"), "{out}");
 }
 
-/// 16.2: an empty or blank token is no token: a public bind is refused.
+/// An empty or blank token is no token: a public bind is refused.
 #[test]
 fn an_empty_token_is_no_token() {
     for token in ["", "  ", "\"\""] {
@@ -178,7 +178,7 @@ fn an_empty_token_is_no_token() {
     }
 }
 
-/// 16.3 and issue 18.1: whatever the umask (000, 002), what bub writes
+/// Whatever the umask (000, 002), what bub writes
 /// under `$BUB_HOME` is owner-only, and a plugin installed under umask 002
 /// loads; `bub plugins list` names files others can read.
 #[test]
@@ -236,7 +236,7 @@ fn files_under_bub_home_are_owner_only_whatever_the_umask() {
     }
 }
 
-/// 16.4: `mcp.json` is trusted like `config.json`: writable by others (or
+/// `mcp.json` is trusted like `config.json`: writable by others (or
 /// owned by another user) its servers are not started.
 #[test]
 fn an_mcp_json_others_can_write_runs_nothing() {
@@ -281,7 +281,7 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// 16.4: `jobs.json` is trusted like `config.json` and never blocks the
+/// `jobs.json` is trusted like `config.json` and never blocks the
 /// gateway: writable by others it fires nothing; a FIFO is refused and the
 /// gateway still stops on SIGTERM.
 #[test]
@@ -319,7 +319,7 @@ fn a_jobs_json_others_can_write_or_a_fifo_fires_nothing_and_blocks_nothing() {
     assert!(status.is_some_and(|s| s.success()), "the gateway did not stop: {}", gateway.log());
 }
 
-/// 16.5: a client cannot route a turn's events into another client's
+/// A client cannot route a turn's events into another client's
 /// stream: `_` context keys are refused.
 #[test]
 fn clients_cannot_set_internal_routing_keys() {
@@ -342,7 +342,7 @@ fn clients_cannot_set_internal_routing_keys() {
     });
 }
 
-/// 16.6: with `BUB_CONFINE_WORKSPACE`, the fs tools and bash stay in the
+/// With `BUB_CONFINE_WORKSPACE`, the fs tools and bash stay in the
 /// workspace (paths, `..`, symbolic links; Landlock for bash where the
 /// kernel has it), and a subagent cannot name another session.
 #[test]
@@ -410,7 +410,7 @@ fn confinement_keeps_the_tools_in_the_workspace() {
     assert!(err.contains("another session's") && err.contains("confine_workspace"), "{err}");
 }
 
-/// 16.7: `Retry-After: 1e30` (or `inf`, or ≥ 2^64 s) is clamped to the
+/// `Retry-After: 1e30` (or `inf`, or ≥ 2^64 s) is clamped to the
 /// retry delay cap, not a panic that empties the turn.
 #[test]
 fn absurd_retry_after_headers_are_clamped() {
@@ -430,7 +430,7 @@ fn absurd_retry_after_headers_are_clamped() {
     }
 }
 
-/// 16.8: a model's `NaN`, `inf` or `1e300` duration is an error (schedule)
+/// A model's `NaN`, `inf` or `1e300` duration is an error (schedule)
 /// or "very long" (bash), never a panic; a broken entry in jobs.json does
 /// not stop the other jobs.
 #[test]
@@ -466,7 +466,7 @@ fn hostile_durations_and_a_broken_job_stop_nothing() {
     assert!(gateway.log().contains("skipping job broken"), "{}", gateway.log());
 }
 
-/// 16.8: a one-shot job whose turn a stopping gateway cancels stays in
+/// A one-shot job whose turn a stopping gateway cancels stays in
 /// jobs.json and fires at the next start (it used to be deleted before it
 /// was handed over).
 #[test]
@@ -490,7 +490,7 @@ fn a_one_shot_job_cancelled_by_a_stop_fires_again() {
     assert!(gateway.log().contains("fires again"), "{}", gateway.log());
 }
 
-/// 16.9: Ctrl-C in `bub run` mid-turn cancels it: the run is on the tape
+/// Ctrl-C in `bub run` mid-turn cancels it: the run is on the tape
 /// (as cancelled), its shell is stopped, bub exits 130.
 #[test]
 fn ctrl_c_in_bub_run_keeps_the_run_on_the_tape_and_stops_its_shell() {
@@ -535,7 +535,7 @@ fn ctrl_c_in_bub_run_keeps_the_run_on_the_tape_and_stops_its_shell() {
     assert!(text.contains("\"cancelled\""), "the run is not recorded as cancelled: {text}");
 }
 
-/// 16.10: a huge provider error body is cut before it is kept (message,
+/// A huge provider error body is cut before it is kept (message,
 /// logs, tape).
 #[test]
 fn a_huge_provider_error_body_is_capped() {
@@ -553,7 +553,7 @@ fn a_huge_provider_error_body_is_capped() {
     assert!(tape_bytes < 200_000, "the tape grew by {tape_bytes} bytes");
 }
 
-/// 16.12: a second SIGTERM during the grace ends it at once, and every
+/// A second SIGTERM during the grace ends it at once, and every
 /// accepted message is answered or saved to unprocessed.jsonl; after a
 /// kill -9, the next start saves what the dead gateway had accepted.
 #[test]
@@ -622,7 +622,7 @@ fn every_accepted_message_is_answered_or_saved_on_every_stop() {
     }
 }
 
-/// 16.11: tape-postgres reconnects after a server restart, and a frozen
+/// Tape-postgres reconnects after a server restart, and a frozen
 /// server fails a turn within the statement timeout instead of hanging it;
 /// once it answers again, turns work again.
 #[test]

@@ -66,7 +66,7 @@ fn b64_scope_exit_terminates_shells() {
     assert!(err.contains("shell runtime is closed"), "{err}");
 }
 
-/// Issue 17.21: `bash.kill` answers as Bub (`status: exited`, the signal as
+/// `bash.kill` answers as Bub (`status: exited`, the signal as
 /// a negative exit code) and forgets the shell.
 #[test]
 fn bash_kill_reports_the_signal_and_forgets_the_shell() {
@@ -98,7 +98,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Issue 17.20: a cancelled `bash` call takes its foreground shell with it,
+/// A cancelled `bash` call takes its foreground shell with it,
 /// and a finished command's redirected background child does not outlive it.
 #[test]
 fn cancelled_and_finished_foreground_shells_leave_nothing_running() {

@@ -1,4 +1,4 @@
-//! Skills (issue 20, Bub's `bub.skills`): discovery from the workspace, the
+//! Skills (Bub's `bub.skills`): discovery from the workspace, the
 //! user's home and installed plugins, precedence, validity, the system
 //! prompt's `<available_skills>` section with `$name` expansion and body
 //! templating, the `skill` tool, `allowed_skills` for a subagent — through

@@ -1,6 +1,6 @@
 //! The `slack-channel` plugin in `bub gateway`, against a fake Slack (Web
-//! API and Socket Mode) the test starts (`bub_tests::slack`); issue 21's
-//! second IM channel.
+//! API and Socket Mode) the test starts (`bub_tests::slack`): the second
+//! IM channel.
 
 use std::time::Duration;
 

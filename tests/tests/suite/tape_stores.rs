@@ -324,7 +324,7 @@ fn tape_postgres_stores_meeting_a_fresh_database_create_the_tables_once() {
     }
 }
 
-/// Issue 20, item 4: every store answers Bub's queries the same way —
+/// Every store answers Bub's queries the same way —
 /// `between_anchors`, `between_dates` (days and datetimes, Bub's errors),
 /// and the fuzzy text search (newest first, one per distinct text) — the
 /// builtin file store, tape-sqlite and tape-postgres, each loaded through
@@ -385,7 +385,7 @@ fn every_store_answers_anchor_date_and_fuzzy_queries_alike() {
     });
 }
 
-/// Issue 23 item 1: `after_id` in every store (applied before the anchor
+/// `after_id` in every store (applied before the anchor
 /// fields), and the agent's context and session settings kept between
 /// steps in a shared `ContextCache` equal to a full read and selection
 /// after each change another writer makes: appends, a new anchor, a reset

@@ -1,4 +1,4 @@
-//! Integrity and trust at load (issue 3): sha256 against the manifest,
+//! Integrity and trust at load: sha256 against the manifest,
 //! permissions, and the remembered verification.
 
 use std::os::unix::fs::PermissionsExt;
@@ -99,7 +99,7 @@ fn owned_by_another_user_is_refused() {
     assert_eq!(home.host().registry().plugin("x").unwrap().status, PluginStatus::Loaded);
 }
 
-/// Issue "reliability" item 1: every folder above a plugin that another user
+/// Every folder above a plugin that another user
 /// could write makes it refused (ssh's StrictModes), naming the folder and
 /// the fix; a sticky folder (like /tmp) is fine. A library that is a
 /// symbolic link is refused (the file checked is the file loaded: it is

@@ -110,7 +110,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
             body.insert(key.into(), v.clone());
         }
     }
-    // OpenAI-style options in Anthropic's words (issue 17.3).
+    // OpenAI-style options in Anthropic's words.
     let option = |k: &str| request.options.get(k).filter(|v| !v.is_null());
     if let Some(stop) = option("stop").filter(|_| !body.contains_key("stop_sequences")) {
         let list = match stop {
@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(b["max_tokens"], 42);
     }
 
-    /// Issue 17.2 and 17.3: OpenAI-style options in Anthropic's words.
+    /// OpenAI-style options in Anthropic's words.
     #[test]
     fn tool_choice_parallel_calls_stop_and_reasoning_effort_are_mapped() {
         let c = ModelSettings::from_sources(vec![], &Map::new()).unwrap().client("anthropic:claude").unwrap();

@@ -273,7 +273,7 @@ pub async fn call(
             return Err(ProviderError::Response(error_text(e)));
         }
         // Choice 0 only, as Republic: other choices of an `n > 1` stream
-        // would be interleaved into one garbled answer (issue 17.7).
+        // would be interleaved into one garbled answer.
         let first = |c: &&Value| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0;
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten().filter(first) {
             let delta = &choice["delta"];
@@ -324,7 +324,7 @@ mod tests {
         payload
     }
 
-    /// Issue 23 (behaviours 117, 122): a plain stored message is sent as its
+    /// Behaviours 117, 122: a plain stored message is sent as its
     /// stored text and parsed only when something reads it; everything
     /// else goes the parsed way, and the body reads the same either way.
     #[test]
@@ -375,7 +375,7 @@ mod tests {
         assert!(sent.contains(r#""messages":[{"role":"user","content":"new"}]"#), "{sent}");
     }
 
-    /// Issue 17.27: tool-call arguments replayed from an old tape as an
+    /// Tool-call arguments replayed from an old tape as an
     /// object go out as the JSON string OpenAI expects.
     #[test]
     fn replayed_object_arguments_are_sent_as_json_text() {

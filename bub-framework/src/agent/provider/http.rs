@@ -25,7 +25,7 @@ fn retry_after(headers: &reqwest::header::HeaderMap, max: Duration) -> Option<Du
     } else {
         let t = text("retry-after")?;
         match t.parse::<f64>() {
-            // `1e30`, `inf`: clamped, not a panic (issue 16.7).
+            // `1e30`, `inf`: clamped, not a panic.
             Ok(s) => bub_abi::time::seconds_or_zero(s),
             Err(_) => {
                 let when = httpdate_to_system(t)?;
@@ -241,7 +241,7 @@ mod tests {
         assert_eq!(backoff(&c, 0, Some(&h)), Duration::from_secs(60));
     }
 
-    /// Issue 16.7: a hostile `Retry-After` is clamped, never a panic.
+    /// A hostile `Retry-After` is clamped, never a panic.
     #[test]
     fn absurd_retry_after_values_are_clamped_not_a_panic() {
         let c = config();

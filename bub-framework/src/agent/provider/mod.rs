@@ -505,7 +505,7 @@ fn repaired(messages: &[Shared]) -> Vec<Shared> {
         out.push(m.clone());
     }
     // An empty assistant answer stays (as in Bub): dropping it would put
-    // two user turns in a row (issue 17.27). Anthropic, which refuses empty
+    // two user turns in a row. Anthropic, which refuses empty
     // content, leaves it out in its own format.
     out
 }

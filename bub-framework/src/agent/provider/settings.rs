@@ -439,7 +439,7 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    /// Issue 24: every model call is bounded by default; 0 lifts the
+    /// Every model call is bounded by default; 0 lifts the
     /// deadline, and byte limits below 1 KiB are refused as mistakes.
     #[test]
     fn model_calls_are_bounded_by_default_and_the_limits_are_settings() {

@@ -1,7 +1,7 @@
 //! The no-op extra plugin of `hook_bench.py`'s `process_inbound` cases:
 //! `async load_state` and sync `render_outbound`, both answering None, each
 //! counting its calls (reported through `onboard_config`, untimed). It has
-//! no `new`: `#[bub_abi::plugin]` builds a `Default` type (issue 19.4), so
+//! no `new`: `#[bub_abi::plugin]` builds a `Default` type, so
 //! every test loading it proves the generated constructor through the loader.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
