@@ -9,7 +9,7 @@
 //! With `TAPE_ENTRIES=N`, every run's session tape already holds N entries
 //! (an anchor then user/assistant messages, the file `bub_tests::prefill_line` writes,
 //! the same bytes as `agent_bench.py` writes) before the run starts: the
-//! cost of a step as the context grows (issue 23).
+//! cost of a step as the context grows.
 //!
 //! `BASE=http://127.0.0.1:PORT/v1 [TAPE_ENTRIES=N] [MEMORY=0] cargo run --release -p bub-tests --example agent_bench [RUNS]`
 //!

@@ -19,8 +19,8 @@
 //! With `PREFILL_TURNS=N`, every session first holds N turns, sent through
 //! the gateway one after another per session (all sessions at once) and
 //! not measured: the load then meets sessions with long tapes, as a
-//! gateway that has run for a while does (issue 23: throughput on
-//! 100-turn sessions against fresh ones).
+//! gateway that has run for a while does (throughput on 100-turn
+//! sessions against fresh ones).
 //!
 //! `cargo run --release -p bub-tests --example gateway_load [MESSAGES] [SESSIONS]`
 //! (`BUB_LOAD_BIN=path/to/bub` runs another build of `bub`, to compare two
