@@ -38,7 +38,7 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
         framework.workspace(),
         user_home.as_deref(),
         &plugin_dirs,
-        Some(framework.home().join("config.json")),
+        Some(bub_runtime::places::config_file(framework.home())),
     )
     .with_provided(&provided_skill_roots(framework))
     .with_env(framework.settings().environment.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())

@@ -263,7 +263,7 @@ impl HostBuilder {
 
 /// `<home>/config.json`, or nothing (a broken file is reported, not fatal).
 fn read_app_config(home: &Path) -> Map<String, serde_json::Value> {
-    let path = home.join("config.json");
+    let path = crate::places::config_file(home);
     let problem = match crate::install::read_settings_file(&path) {
         Ok(text) => match serde_json::from_str(&text) {
             Ok(serde_json::Value::Object(m)) => return m,

@@ -61,6 +61,7 @@ pub mod isolation;
 pub mod loader;
 pub mod lru;
 pub mod manifest;
+pub mod places;
 pub mod registry;
 pub mod resources;
 pub mod runtime;

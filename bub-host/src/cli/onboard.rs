@@ -19,7 +19,7 @@ pub struct OnboardArgs {
 
 /// Where the config lives.
 pub fn config_path(home: &Path) -> std::path::PathBuf {
-    home.join("config.json")
+    bub_runtime::places::config_file(home)
 }
 
 pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
