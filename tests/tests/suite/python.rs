@@ -780,3 +780,20 @@ fn the_framework_facade_collects_model_options_from_every_plugin() {
     let line = trace.iter().find(|l| l.starts_with("options ")).unwrap_or_else(|| panic!("{trace:#?}\n{err}"));
     assert_eq!(line, "options current=openai:gpt-test models=['openai:gpt-test']", "{trace:#?}");
 }
+
+/// The call-parent idiom from a sync hook (`system_prompt`): the rest of
+/// the chain, Python and Rust implementations, answers at once with the
+/// list pluggy would give, without waiting on the loop the hook holds.
+#[test]
+fn a_sync_hook_calls_the_rest_of_its_chain() {
+    let Some(venv) = python::venv_or_skip("a_sync_hook_calls_the_rest_of_its_chain") else { return };
+    let home = home_with(venv, false);
+    let provider = bub_tests::provider::Provider::start(vec![bub_tests::provider::chat::text("hi")]);
+    home.use_model("openai:gpt-test", &provider.base_url, json!({"api_format": "chat"}));
+    let (out, err, ok) = bub(&home, &["run", "hello"], &[("BUB_COURIER_REST", "1")]);
+    assert!(ok, "{out}\n{err}");
+    let trace = home.trace();
+    let line =
+        trace.iter().find(|l| l.starts_with("rest.system_prompt")).unwrap_or_else(|| panic!("{trace:#?}\n{err}"));
+    assert!(line.starts_with("rest.system_prompt list ") && line.ends_with("probed=True"), "{line}");
+}

@@ -107,6 +107,18 @@ class CourierPlugin:
         return [Courier(message_handler)]
 
     @hookimpl
+    def system_prompt(self, prompt, state):
+        """With ``$BUB_COURIER_REST``, the call-parent idiom from a sync hook:
+        the rest of the chain answers at once (a list, as pluggy's)."""
+        if not os.environ.get("BUB_COURIER_REST"):
+            return None
+        agent = state.get("_runtime_agent")
+        rest = agent.framework._plugin_manager.subset_hook_caller("system_prompt", [self])
+        answers = rest(prompt=prompt, state=state)
+        trace(f"rest.system_prompt {type(answers).__name__} {len(answers)} probed={'You are probed.' in answers}")
+        return None
+
+    @hookimpl
     def onboard_config(self, current_config):
         """Asks as Bub's ``inquirer`` does: through an event loop of its own."""
 
