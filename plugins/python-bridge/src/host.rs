@@ -53,9 +53,11 @@ fn outsider_of(hook: HookId) -> Result<&'static PythonBridge, String> {
 }
 
 /// Whether the bridge answers `hook` for `member`: its Python hookimpl,
-/// or the venv's skill folders it names.
+/// the `bub.tool` tools it registered, or the venv's skill folders it names.
 fn implements(member: &PyMember, hook: HookId) -> bool {
-    member.hooks.contains_key(&hook) || (hook == HookId::ProvideSkillRoots && member.skill_roots.is_some())
+    member.hooks.contains_key(&hook)
+        || (hook == HookId::ProvideTools && !member.tools.is_empty())
+        || (hook == HookId::ProvideSkillRoots && member.skill_roots.is_some())
 }
 
 fn instance_of(plugin: &str) -> Result<&'static PythonBridge, String> {
