@@ -41,7 +41,7 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
         Some(bub_runtime::places::config_file(framework.home())),
     )
     .with_provided(&provided_skill_roots(framework))
-    .with_env(framework.settings().environment.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+    .with_env(framework.settings().environment.clone())
 }
 
 /// The folders `provide_skill_roots` names (the python bridge: its venv's

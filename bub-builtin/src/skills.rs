@@ -52,7 +52,7 @@ pub struct SkillRoots {
     roots: Vec<(PathBuf, &'static str)>,
     config: Option<PathBuf>,
     /// The host's environment: `BUB_<SECTION>_<KEY>` wins over the file.
-    env: std::sync::Arc<std::collections::HashMap<String, String>>,
+    env: bub_runtime::settings::Environment,
 }
 
 impl SkillRoots {
@@ -80,8 +80,8 @@ impl SkillRoots {
     /// These roots, with `env` (the host's environment) for templates: a
     /// `BUB_<SECTION>_<KEY>` variable wins over the file's value, as Bub's
     /// settings (pydantic-settings with a `BUB_<SECTION>_` prefix) read it.
-    pub fn with_env(mut self, env: std::collections::HashMap<String, String>) -> Self {
-        self.env = std::sync::Arc::new(env);
+    pub fn with_env(mut self, env: bub_runtime::settings::Environment) -> Self {
+        self.env = env;
         self
     }
 
@@ -152,7 +152,8 @@ impl SkillRoots {
             match parsed {
                 Some((path, end)) => {
                     let name = format!("BUB_{}", path.replace(['.', '-'], "_").to_uppercase());
-                    match self.env.get(&name) {
+                    // Set, even to "", it wins.
+                    match self.env.iter().find(|(k, _)| *k == name).map(|(_, v)| v) {
                         Some(value) => out.push_str(value),
                         None => out.push_str(&config_value(&config, path)),
                     }
