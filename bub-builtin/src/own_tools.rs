@@ -184,7 +184,7 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
     let mut matches = Vec::new();
     for e in cx.tape.fetch(&q).await? {
         let found = json!({"date": e.date, "content": e.payload});
-        if bub_framework::agent::tools::python_json(&found).contains("[tape.search]") {
+        if bub_framework::agent::python::python_json(&found).contains("[tape.search]") {
             filtered += 1;
         } else {
             matches.push(found);
@@ -201,7 +201,7 @@ fn render_search(r: &Value) -> String {
     for m in &matches {
         out.push('\n');
         // Non-ASCII only occurs inside strings, where \uXXXX means the same.
-        for c in bub_framework::agent::tools::python_json(m).chars() {
+        for c in bub_framework::agent::python::python_json(m).chars() {
             if c.is_ascii() {
                 out.push(c);
             } else {

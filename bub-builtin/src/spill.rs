@@ -13,8 +13,9 @@ use serde_json::{json, Map, Value};
 
 use bub_framework::agent::{
     events::{handler, Event, EventBus, Filter},
+    python::python_json,
     tape::{context_false, entry, sidecar_tape_name, RunTape},
-    tools::{error_dict, python_json},
+    tools::error_dict,
     AgentError,
 };
 

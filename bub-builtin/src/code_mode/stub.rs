@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bub_framework::agent::tools::AgentTool;
+use bub_framework::agent::{python::python_repr, tools::AgentTool};
 use serde_json::Value;
 
 const HEADER: &str = r#""""Tools available inside `run_code` as `tools.<name>(...)`.
@@ -78,25 +78,6 @@ fn is_identifier(name: &str) -> bool {
         && !KEYWORDS.contains(&name)
 }
 
-/// Python's `repr` of a JSON value (for defaults and literals).
-fn py_repr(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'").replace('\n', "\\n")),
-        Value::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
-        Value::Object(m) => format!(
-            "{{{}}}",
-            m.iter()
-                .map(|(k, v)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
 fn type_hint(schema: &Value) -> String {
     let Some(o) = schema.as_object().filter(|o| !o.is_empty()) else { return "Any".into() };
     for key in ["anyOf", "oneOf"] {
@@ -105,10 +86,10 @@ fn type_hint(schema: &Value) -> String {
         }
     }
     if let Some(c) = o.get("const") {
-        return format!("Literal[{}]", py_repr(c));
+        return format!("Literal[{}]", python_repr(c));
     }
     if let Some(Value::Array(values)) = o.get("enum").filter(|e| e.as_array().is_some_and(|a| !a.is_empty())) {
-        return format!("Literal[{}]", values.iter().map(py_repr).collect::<Vec<_>>().join(", "));
+        return format!("Literal[{}]", values.iter().map(python_repr).collect::<Vec<_>>().join(", "));
     }
     match o.get("type") {
         Some(Value::Array(types)) => union(types.iter().map(|t| {
@@ -180,7 +161,7 @@ fn function(tool: &AgentTool) -> String {
         if required.contains(&key.as_str()) {
             params.push(format!("{key}: {hint}"));
         } else if let Some(default) = prop.get("default") {
-            params.push(format!("{key}: {hint} = {}", py_repr(default)));
+            params.push(format!("{key}: {hint} = {}", python_repr(default)));
         } else {
             params.push(format!("{key}: {hint} = ..."));
         }

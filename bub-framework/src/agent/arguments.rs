@@ -191,57 +191,7 @@ fn args_kwargs(args: &Map<String, Value>) -> String {
     if args.is_empty() {
         return "ArgsKwargs(())".to_owned();
     }
-    format!("ArgsKwargs((), {})", python_repr(&Value::Object(args.clone())))
-}
-
-/// A JSON value as Python's `repr` writes the object `json.loads` makes.
-pub fn python_repr(value: &Value) -> String {
-    match value {
-        Value::Null => "None".to_owned(),
-        Value::Bool(true) => "True".to_owned(),
-        Value::Bool(false) => "False".to_owned(),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if !(n.is_i64() || n.is_u64()) => {
-                let text = format!("{f:?}");
-                if text.contains('e') || text.contains('.') || text.contains("inf") || text.contains("NaN") {
-                    text
-                } else {
-                    format!("{text}.0")
-                }
-            }
-            _ => n.to_string(),
-        },
-        Value::String(s) => string_repr(s),
-        Value::Array(a) => format!("[{}]", a.iter().map(python_repr).collect::<Vec<_>>().join(", ")),
-        Value::Object(m) => format!(
-            "{{{}}}",
-            m.iter().map(|(k, v)| format!("{}: {}", string_repr(k), python_repr(v))).collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
-/// Python's `repr` of a `str`: single quotes unless the text has a single
-/// quote and no double one.
-fn string_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
+    format!("ArgsKwargs((), {})", super::python::python_repr(&Value::Object(args.clone())))
 }
 
 #[cfg(test)]

@@ -139,7 +139,7 @@ fn upgrade_call(c: &Value) -> Value {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("").to_owned();
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => s.clone(),
-            Some(v) if bub_abi::envelope::truthy(v) => crate::agent::tools::python_json(v),
+            Some(v) if bub_abi::envelope::truthy(v) => crate::agent::python::python_json(v),
             _ => "{}".to_owned(),
         };
         return json!({"id": text(c.get("id")), "name": text(f.get("name")), "arguments": arguments});
@@ -298,7 +298,7 @@ pub fn tool_message_content(result: &Value) -> Value {
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => {
             o.get("content").cloned().unwrap_or(json!([]))
         }
-        other => Value::String(super::tools::python_json(other)),
+        other => Value::String(super::python::python_json(other)),
     }
 }
 

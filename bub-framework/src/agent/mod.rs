@@ -50,6 +50,7 @@ pub mod live;
 pub mod message;
 pub mod plugins;
 pub mod provider;
+pub mod python;
 pub mod recorder;
 pub mod run;
 pub mod session_settings;

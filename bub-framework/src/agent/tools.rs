@@ -350,7 +350,7 @@ pub fn render(value: Value) -> Value {
     match value {
         Value::String(_) => value,
         Value::Object(ref o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => value,
-        other => Value::String(python_json(&other)),
+        other => Value::String(super::python::python_json(&other)),
     }
 }
 
@@ -496,36 +496,6 @@ pub fn error_dict(e: &bub_abi::types::ErrorInfo) -> Value {
         d["details"] = details.clone();
     }
     d
-}
-
-/// JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it
-/// (`", "` and `": "` separators): what the model sees of a structured tool
-/// result, byte for byte as under Bub.
-pub fn python_json(value: &Value) -> String {
-    struct Spaced;
-    impl serde_json::ser::Formatter for Spaced {
-        fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
-        }
-        fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
-        }
-        fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-            w.write_all(b": ")
-        }
-    }
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
-    serde::Serialize::serialize(value, &mut ser).expect("a JSON value always serializes");
-    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// What a plugin tool declared with `context: true` is told about its call.

@@ -120,7 +120,7 @@ fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
                     let arguments = match c.get("arguments") {
                         None | Some(Value::Null) => json!("{}"),
                         Some(Value::String(s)) => json!(s),
-                        Some(other) => json!(crate::agent::tools::python_json(other)),
+                        Some(other) => json!(crate::agent::python::python_json(other)),
                     };
                     json!({"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": arguments}})
                 })
