@@ -30,20 +30,22 @@ fn error(kind: &str, loc: &str, msg: &str, input: Value) -> Value {
            "url": format!("https://errors.pydantic.dev/{PYDANTIC}/v/{kind}")})
 }
 
-/// Checks `args` against `parameters` (a JSON schema object): the coerced
-/// arguments, or pydantic's errors, in its order (parameters in schema
+/// Checks `args` against `parameters` (a JSON schema object): the
+/// arguments with pydantic's coercions applied (the others untouched, not
+/// copied), or pydantic's errors, in its order (parameters in schema
 /// order, then unknown ones, when `refuse_extras`).
 pub fn check(
     parameters: &Value,
     declared: Declared,
     refuse_extras: bool,
-    args: &Map<String, Value>,
+    mut args: Map<String, Value>,
 ) -> Result<Map<String, Value>, Vec<Value>> {
     let properties = parameters.get("properties").and_then(Value::as_object);
     let required: Vec<&str> =
         parameters.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
     let mut errors = Vec::new();
-    let mut out = args.clone();
+    // Applied once all is checked: an error's input is the value as given.
+    let mut coerced: Vec<(&str, Value)> = Vec::new();
     let names: Vec<&String> = properties.map(|p| p.keys().collect()).unwrap_or_default();
     // Required names the schema lists without a property come after.
     let missing_order =
@@ -57,7 +59,7 @@ pub fn check(
         match args.get(name) {
             None if required.contains(&name) => errors.push(match declared {
                 Declared::Signature => {
-                    error("missing_argument", name, "Missing required argument", json!(args_kwargs(args)))
+                    error("missing_argument", name, "Missing required argument", json!(args_kwargs(&args)))
                 }
                 Declared::Model => error("missing", name, "Field required", Value::Object(args.clone())),
             }),
@@ -68,26 +70,27 @@ pub fn check(
             Some(value) => {
                 let schema = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
                 match coerce(schema, value) {
-                    Ok(v) => {
-                        out.insert(name.to_owned(), v);
-                    }
+                    Ok(Some(v)) => coerced.push((name, v)),
+                    Ok(None) => {}
                     Err((kind, msg)) => errors.push(error(kind, name, msg, value.clone())),
                 }
             }
         }
     }
     if refuse_extras && properties.is_some() {
-        for (name, value) in args {
+        for (name, value) in &args {
             if !names.contains(&name) && !required.contains(&name.as_str()) {
                 errors.push(error("unexpected_keyword_argument", name, "Unexpected keyword argument", value.clone()));
             }
         }
     }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(errors)
+    if !errors.is_empty() {
+        return Err(errors);
     }
+    for (name, value) in coerced {
+        args.insert(name.to_owned(), value);
+    }
+    Ok(args)
 }
 
 /// The types a schema allows (`type`, or each branch of `anyOf`).
@@ -105,11 +108,15 @@ fn types(schema: &Value) -> Vec<&str> {
 
 type Refusal = (&'static str, &'static str);
 
-/// `value` as pydantic's lax mode reads it for `schema`, or its error.
-fn coerce(schema: &Value, value: &Value) -> Result<Value, Refusal> {
+/// What pydantic's lax mode makes of a value: `Some` new value, `None` for
+/// the value as it is, or its error.
+type Coerced = Result<Option<Value>, Refusal>;
+
+/// `value` as pydantic's lax mode reads it for `schema`.
+fn coerce(schema: &Value, value: &Value) -> Coerced {
     let allowed = types(schema);
     if allowed.is_empty() || (value.is_null() && allowed.contains(&"null")) {
-        return Ok(value.clone());
+        return Ok(None);
     }
     let mut first_error = None;
     for kind in allowed.iter().filter(|k| **k != "null") {
@@ -117,14 +124,10 @@ fn coerce(schema: &Value, value: &Value) -> Result<Value, Refusal> {
             "boolean" => boolean(value),
             "integer" => integer(value),
             "number" => number(value),
-            "string" => {
-                value.is_string().then(|| value.clone()).ok_or(("string_type", "Input should be a valid string"))
-            }
-            "array" => value.is_array().then(|| value.clone()).ok_or(("list_type", "Input should be a valid list")),
-            "object" => {
-                value.is_object().then(|| value.clone()).ok_or(("dict_type", "Input should be a valid dictionary"))
-            }
-            _ => Ok(value.clone()),
+            "string" => value.is_string().then_some(None).ok_or(("string_type", "Input should be a valid string")),
+            "array" => value.is_array().then_some(None).ok_or(("list_type", "Input should be a valid list")),
+            "object" => value.is_object().then_some(None).ok_or(("dict_type", "Input should be a valid dictionary")),
+            _ => Ok(None),
         };
         match tried {
             Ok(v) => return Ok(v),
@@ -136,50 +139,50 @@ fn coerce(schema: &Value, value: &Value) -> Result<Value, Refusal> {
     Err(first_error.unwrap_or(("value_error", "Input is not valid")))
 }
 
-fn boolean(value: &Value) -> Result<Value, Refusal> {
+fn boolean(value: &Value) -> Coerced {
     const PARSING: Refusal = ("bool_parsing", "Input should be a valid boolean, unable to interpret input");
     match value {
-        Value::Bool(_) => Ok(value.clone()),
+        Value::Bool(_) => Ok(None),
         Value::Number(n) => match n.as_f64() {
-            Some(0.0) => Ok(Value::Bool(false)),
-            Some(1.0) => Ok(Value::Bool(true)),
+            Some(0.0) => Ok(Some(Value::Bool(false))),
+            Some(1.0) => Ok(Some(Value::Bool(true))),
             _ => Err(PARSING),
         },
         Value::String(s) => match s.to_lowercase().as_str() {
-            "0" | "off" | "f" | "false" | "n" | "no" => Ok(Value::Bool(false)),
-            "1" | "on" | "t" | "true" | "y" | "yes" => Ok(Value::Bool(true)),
+            "0" | "off" | "f" | "false" | "n" | "no" => Ok(Some(Value::Bool(false))),
+            "1" | "on" | "t" | "true" | "y" | "yes" => Ok(Some(Value::Bool(true))),
             _ => Err(PARSING),
         },
         _ => Err(("bool_type", "Input should be a valid boolean")),
     }
 }
 
-fn integer(value: &Value) -> Result<Value, Refusal> {
+fn integer(value: &Value) -> Coerced {
     match value {
-        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(value.clone()),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(None),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.is_finite() => Ok(json!(f as i64)),
+            Some(f) if f.fract() == 0.0 && f.is_finite() => Ok(Some(json!(f as i64))),
             _ => Err(("int_from_float", "Input should be a valid integer, got a number with a fractional part")),
         },
         Value::String(s) => s
             .trim()
             .replace('_', "")
             .parse::<i64>()
-            .map(|i| json!(i))
+            .map(|i| Some(json!(i)))
             .map_err(|_| ("int_parsing", "Input should be a valid integer, unable to parse string as an integer")),
         _ => Err(("int_type", "Input should be a valid integer")),
     }
 }
 
-fn number(value: &Value) -> Result<Value, Refusal> {
+fn number(value: &Value) -> Coerced {
     match value {
-        Value::Number(_) => Ok(value.clone()),
+        Value::Number(_) => Ok(None),
         Value::String(s) => s
             .trim()
             .parse::<f64>()
             .ok()
             .and_then(serde_json::Number::from_f64)
-            .map(Value::Number)
+            .map(|n| Some(Value::Number(n)))
             .ok_or(("float_parsing", "Input should be a valid number, unable to parse string as a number")),
         _ => Err(("float_type", "Input should be a valid number")),
     }
@@ -206,7 +209,7 @@ mod tests {
     }
 
     fn errors(args: Value, declared: Declared) -> Vec<Value> {
-        check(&schema(), declared, declared == Declared::Signature, args.as_object().unwrap()).unwrap_err()
+        check(&schema(), declared, declared == Declared::Signature, args.as_object().unwrap().clone()).unwrap_err()
     }
 
     /// The errors pydantic 2.14 gives `validate_call` for the same calls
@@ -259,10 +262,14 @@ mod tests {
     #[test]
     fn values_are_coerced_as_pydantic_coerces_them() {
         let args = json!({"path": "a", "archive": "yes", "n": "7", "x": 2, "extra": 1});
-        let ok = check(&schema(), Declared::Model, false, args.as_object().unwrap()).unwrap();
+        let ok = check(&schema(), Declared::Model, false, args.as_object().unwrap().clone()).unwrap();
         assert_eq!(Value::Object(ok), json!({"path": "a", "archive": true, "n": 7, "x": 2, "extra": 1}));
-        assert!(
-            check(&schema(), Declared::Model, false, json!({"path": "a", "items": null}).as_object().unwrap()).is_ok()
-        );
+        assert!(check(
+            &schema(),
+            Declared::Model,
+            false,
+            json!({"path": "a", "items": null}).as_object().unwrap().clone()
+        )
+        .is_ok());
     }
 }

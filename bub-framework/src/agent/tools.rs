@@ -262,7 +262,7 @@ impl AgentTool {
     /// Runs the handler.
     async fn invoke(&self, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
         // Checked as pydantic checks Bub's tools' arguments.
-        let checked = super::arguments::check(&self.parameters, self.declared, self.refuses_extras(), &args);
+        let checked = super::arguments::check(&self.parameters, self.declared, self.refuses_extras(), args);
         // Bub names the tool object it ran: a model's call has the
         // model-facing name (`fs_read`), a command the registry's (`fs.read`).
         let shown = if cx.command { self.name.clone() } else { self.model_name() };
