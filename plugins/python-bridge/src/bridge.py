@@ -537,6 +537,15 @@ def _not_provided(name: str, owner: str = "BubFramework") -> NotImplementedError
     )
 
 
+def _lacking(facade: Any, name: str, known: frozenset, owner: str, what: str) -> Exception:
+    """What a facade's ``__getattr__`` raises for ``name``: a member of
+    Bub's ``owner`` (``known``) it lacks is named (NotImplementedError);
+    anything else is an AttributeError, as Bub's object would raise."""
+    if name in known:
+        return _not_provided(name, owner)
+    return AttributeError(f"{type(facade).__name__!r} (bub-rs's {what} facade) has no attribute {name!r}")
+
+
 class Framework:
     """What a Python plugin's constructor receives instead of Bub's
     ``BubFramework``: the workspace, the plugin list, ``process_inbound``
@@ -554,9 +563,7 @@ class Framework:
 
             missing.__name__ = name
             return missing
-        if name in _FRAMEWORK_ATTRIBUTES:
-            raise _not_provided(name)
-        raise AttributeError(f"{type(self).__name__!r} (bub-rs's framework facade) has no attribute {name!r}")
+        raise _lacking(self, name, _FRAMEWORK_ATTRIBUTES, "BubFramework", "framework")
 
     def __init__(self, workspace: str, home: str, host: Any) -> None:
         global _crash_file, _agent
@@ -660,9 +667,7 @@ class Agent:
         self.framework = framework
 
     def __getattr__(self, name: str) -> Any:
-        if name in _AGENT_MEMBERS:
-            raise _not_provided(name, "BubAgent")
-        raise AttributeError(f"{type(self).__name__!r} (bub-rs's agent facade) has no attribute {name!r}")
+        raise _lacking(self, name, _AGENT_MEMBERS, "BubAgent", "agent")
 
     def __repr__(self) -> str:
         return "<bub-rs agent (python bridge)>"
@@ -845,9 +850,7 @@ class TapeFacade:
         self._name = name
 
     def __getattr__(self, name: str) -> Any:
-        if name in _TAPE_MEMBERS:
-            raise _not_provided(name, "Tape")
-        raise AttributeError(f"{type(self).__name__!r} (bub-rs's tape facade) has no attribute {name!r}")
+        raise _lacking(self, name, _TAPE_MEMBERS, "Tape", "tape")
 
     @property
     def name(self) -> str:
