@@ -596,19 +596,17 @@ class Framework:
                 await self._host.handle(message)
             else:
                 # Around the queued turn, which this call does not wait for.
-                await lifespan.__aenter__()
-                outcome = asyncio.ensure_future(self._host.submit(message))
-                _background(_lifespan_around(lifespan, outcome, entered=True))
+                await _around_turn(lifespan, self._host.submit(message))
             return _turn_result({"session_id": _session_of(message)})
         if lifespan is not None:
-            await lifespan.__aenter__()
-            outcome = asyncio.ensure_future(self._host.submit(message))
-            await _lifespan_around(lifespan, outcome, entered=True)
+            outcome, closing = await _around_turn(lifespan, self._host.submit(message))
+            await closing
             delivery = outcome.result()
         else:
             delivery = await self._host.submit(message)
-        if delivery.get("status") in ("failed", "cancelled"):
-            raise HostError(delivery.get("error") or f"the turn {delivery.get('status')}")
+        failure = _turn_failure(delivery)
+        if failure is not None:
+            raise failure
         return _turn_result(delivery)
 
     @contextlib.asynccontextmanager
@@ -763,25 +761,36 @@ def _log_warning(text: str) -> None:
 _tasks: set[asyncio.Task] = set()
 
 
-def _background(coro: Any) -> None:
+def _background(coro: Any) -> asyncio.Future:
+    """Runs ``coro`` as a task kept alive until it ends."""
     task = asyncio.ensure_future(coro)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    return task
 
 
-async def _lifespan_around(lifespan: Any, outcome: Any, entered: bool = False) -> None:
-    """Enters ``lifespan`` (unless ``entered``), waits for ``outcome`` (the
-    message's turn; None: nothing to wait for) and exits it with the turn's
-    failure, as Bub's builtin enters it before ``load_state`` and exits it
-    in ``save_state``."""
-    if not entered:
-        await lifespan.__aenter__()
+def _turn_failure(delivery: Any) -> HostError | None:
+    """The error of a turn the host reports as failed or cancelled."""
+    if isinstance(delivery, dict) and delivery.get("status") in ("failed", "cancelled"):
+        return HostError(delivery.get("error") or f"the turn {delivery.get('status')}")
+    return None
+
+
+async def _around_turn(lifespan: Any, submission: Any) -> tuple[asyncio.Future, asyncio.Future]:
+    """Enters a message's ``lifespan``, hands the message over
+    (``submission``, which answers when its turn is over) and exits the
+    lifespan then, with the turn's failure, in the background: as Bub's
+    builtin enters it before ``load_state`` and exits it in ``save_state``.
+    Returns (the turn's answer, the exit)."""
+    await lifespan.__aenter__()
+    outcome = asyncio.ensure_future(submission)
+    return outcome, _background(_exit_after(lifespan, outcome))
+
+
+async def _exit_after(lifespan: Any, outcome: asyncio.Future) -> None:
     error: BaseException | None = None
     try:
-        if outcome is not None:
-            delivery = await outcome
-            if isinstance(delivery, dict) and delivery.get("status") in ("failed", "cancelled"):
-                error = HostError(delivery.get("error") or f"the turn {delivery.get('status')}")
+        error = _turn_failure(await outcome)
     except BaseException as exc:  # noqa: BLE001 - handed to the lifespan's exit
         error = exc
     finally:
@@ -800,9 +809,7 @@ async def deliver(handler: Any, message: Any) -> None:
     if lifespan is None:
         await handler._send("handle", fields)
         return
-    await lifespan.__aenter__()
-    outcome = asyncio.ensure_future(handler._send("submit", fields))
-    _background(_lifespan_around(lifespan, outcome, entered=True))
+    await _around_turn(lifespan, handler._send("submit", fields))
 
 
 def _turn_state(frame: Any) -> dict | None:
