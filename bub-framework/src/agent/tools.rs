@@ -292,7 +292,7 @@ impl AgentTool {
             AgentError::Bub { .. } | AgentError::Cancelled => e,
             other => AgentError::bub(
                 "tool",
-                // Named as above (behaviour 146).
+                // Named as above.
                 format!("Tool '{shown}' execution failed."),
                 Some(json!({"error": other.to_string()})),
             ),

@@ -49,9 +49,9 @@ fn tool_step_with_usage() -> Reply {
     Reply::Sse(events)
 }
 
-/// Seed "提示词内容", bub-semantics §4.3: `system_prompt`
+/// `system_prompt`
 /// receives the prompt in Bub's legacy form, a string without media.
-/// `continue_prompt` (bub-agent-semantics §2.12) on
+/// `continue_prompt` on
 /// StepFinished(continue) gets the finished step's prompt in that form and a
 /// StreamState with the step's usage.
 #[test]

@@ -10,7 +10,7 @@ fn bub_in(home: &Home, ws: &std::path::Path, args: &[&str]) -> (String, String, 
     run_bub(home, &all)
 }
 
-/// Behaviour 146 from the other side: Bub names the tool object it ran, so
+/// Bub names the tool object it ran, so
 /// a failed *command* is named by its registry name (`fs.read`), as Python
 /// Bub 0.6.0a3 prints it; a model's call is named by its model-facing name
 /// (`fs_read`; the differential scenario

@@ -139,8 +139,7 @@ fn b25_stream_error_events_are_reported() {
     );
 }
 
-/// Behaviour 25 on the text path: a stream-only model plugin whose stream
-/// carries an error event. Bub's text path joins the text deltas only, so
+/// A stream-only model plugin whose stream carries an error event. Bub's text path joins the text deltas only, so
 /// `on_error` hears nothing of it; in stream mode it does.
 #[test]
 fn stream_error_events_reach_on_error_in_stream_mode_only() {

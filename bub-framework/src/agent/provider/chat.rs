@@ -324,7 +324,7 @@ mod tests {
         payload
     }
 
-    /// Behaviours 117, 122: a plain stored message is sent as its
+    /// A plain stored message is sent as its
     /// stored text and parsed only when something reads it; everything
     /// else goes the parsed way, and the body reads the same either way.
     #[test]
