@@ -82,12 +82,8 @@ fn part(p: &Value) -> Value {
 // where it is, not copied first.
 fn content(c: &Value) -> Cow<'_, Value> {
     Cow::Owned(match c {
-        Value::Array(parts)
-            if parts.iter().all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text")) =>
-        {
-            Value::String(content_text(c))
-        }
-        Value::Array(parts) => Value::Array(parts.iter().map(part).collect()),
+        Value::Array(parts) if super::has_media(c) => Value::Array(parts.iter().map(part).collect()),
+        Value::Array(_) => Value::String(content_text(c)),
         Value::Null => Value::String(String::new()),
         Value::String(_) => return Cow::Borrowed(c),
         other => Value::String(other.to_string()),

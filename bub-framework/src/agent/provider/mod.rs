@@ -402,8 +402,8 @@ pub(crate) fn inline_media(part: &Map<String, Value>) -> (String, String) {
     }
 }
 
-/// Whether a message content holds anything but text (tool results with
-/// media are sent as parts; text alone as a string, as Republic does).
+/// Whether a message content holds anything but text: every wire format
+/// sends such content as parts, and text alone as a string, as Republic does.
 pub(crate) fn has_media(content: &Value) -> bool {
     content.as_array().is_some_and(|parts| {
         parts.iter().any(|p| !p.is_string() && p.get("type").and_then(Value::as_str) != Some("text"))
