@@ -506,7 +506,7 @@ fn bub_offline_into(home: &Home, target: &std::path::Path, args: &[&str]) -> (St
 fn install_from_a_git_repository_and_update_from_it() {
     let home = Home::new();
     let repo = tempfile::tempdir().unwrap();
-    let abi = format!("{{ path = {:?} }}", workspace().join("bub-abi").display().to_string());
+    let abi = format!("{{ path = {:?} }}", workspace().join("crates/abi").display().to_string());
     plugin_crate(repo.path(), "0.1.0", &abi);
     // A link named `skills` is not followed: installing a stranger's crate
     // must not copy a folder of the machine into the plugin.
@@ -570,7 +570,7 @@ fn install_a_crate_from_the_registry() {
         stub.join("Cargo.toml"),
         format!(
             "[package]\nname = \"stub\"\nversion = \"0.0.0\"\nedition = \"2021\"\n[dependencies]\nbub-abi = {{ path = {:?} }}\n[workspace]\n",
-            workspace().join("bub-abi").display().to_string()
+            workspace().join("crates/abi").display().to_string()
         ),
     )
     .unwrap();
