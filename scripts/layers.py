@@ -2,11 +2,11 @@
 """Checks that each crate of the workspace depends only on the layers
 below it, so the crate stack stays a stack:
 
-    bub-abi-macros ← bub-abi ← bub-runtime ← bub-framework ← bub-builtin ← bub-host
+    bub-abi-macros ← bub-abi ← bub-kit ← bub-runtime ← bub-framework ← bub-builtin ← bub-host
     bub-sse (a leaf: server-sent events framing)
 
-A plugin (plugins/*, tests/plugins/*) builds against the ABI alone, plus
-bub-sse; its tests may use bub-runtime's in-process harness. The tests
+A plugin (plugins/*, tests/plugins/*) builds against the ABI, plus
+bub-kit and bub-sse; its tests may use bub-runtime's in-process harness. The tests
 crate (tests/) may use anything. An upward or sideways edge fails with the
 crate, the dependency, and the rule it breaks.
 
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 # The core stack, lowest first: a crate may depend on the ones before it.
-STACK = ["bub-abi-macros", "bub-abi", "bub-runtime", "bub-framework", "bub-builtin", "bub-host"]
+STACK = ["bub-abi-macros", "bub-abi", "bub-kit", "bub-runtime", "bub-framework", "bub-builtin", "bub-host"]
 # Leaves any layer above the ABI may use.
 LEAVES = {"bub-sse"}
 # What a plugin may depend on (normal, build) and, in its own tests (dev).
-PLUGIN = {"bub-abi", "bub-abi-macros", "bub-sse"}
+PLUGIN = {"bub-abi", "bub-abi-macros", "bub-kit", "bub-sse"}
 PLUGIN_DEV = PLUGIN | {"bub-runtime"}
 
 
@@ -33,13 +33,13 @@ def allowed(package: dict, root: Path) -> tuple[set[str], set[str], str]:
     folder = Path(package["manifest_path"]).parent.relative_to(root)
     if name in STACK:
         below = set(STACK[: STACK.index(name)])
-        if STACK.index(name) >= 2:  # above the ABI
+        if STACK.index(name) >= 3:  # above the ABI and the kit
             below |= LEAVES
         return below, below, f"{name} may use only the layers below it: {sorted(below) or 'none'}"
     if name in LEAVES:
         return set(), set(), f"{name} is a leaf: it uses no crate of the workspace"
     if folder.parts[:1] == ("plugins",) or folder.parts[:2] == ("tests", "plugins"):
-        return PLUGIN, PLUGIN_DEV, "a plugin builds against the ABI (bub-abi, bub-sse); its tests may add bub-runtime"
+        return PLUGIN, PLUGIN_DEV, "a plugin builds against the ABI (bub-abi, bub-kit, bub-sse); its tests may add bub-runtime"
     if folder.parts[:1] == ("tests",):
         return None, None, "tests may use anything"
     return set(), set(), f"{name} is in no layer: add it to scripts/layers.py"

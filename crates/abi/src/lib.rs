@@ -16,9 +16,6 @@
 //! - [`resources`]: the object kinds a plugin provides (tape store, channel,
 //!   tool, …) and the clients that call the host's objects;
 //! - [`Hook`], [`HookError`], [`ErrorKind`]: for hand-written hooks;
-//! - [`files`]: owner-only files and trusted reads, for anything a plugin
-//!   keeps under `$BUB_HOME` or reads to decide what runs;
-//! - [`time`]: durations from untrusted numbers (no panic on `inf`);
 //! - [`hooks`]: the hook table, the single list from which the ABI slots,
 //!   the [`Plugin`] trait, the argument views, the host's entry points and
 //!   `bub hooks` are generated.
@@ -26,6 +23,11 @@
 //! The FFI types (`abi`) and the engine (`sdk`: thunks, future bridge, panic
 //! guards, log forwarding) are for hosts and generated code; they are public
 //! only because hosts and macros need them, and hidden from these docs.
+//!
+//! What is not part of the contract lives in `bub-kit`, versioned on its
+//! own: reading envelopes and prompts as Bub does, tape selection and fuzzy
+//! search, channel helpers, private files under `$BUB_HOME`, durations from
+//! untrusted numbers. A plugin that needs none of it compiles none of it.
 //!
 //! The crate version is the ABI version ([`ABI_VERSION`], 2.7.0), separate
 //! from the host's version: a plugin built against `bub-abi 2.x` loads in
@@ -160,25 +162,18 @@ pub mod hooks;
 #[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod abi;
-pub mod channel;
-pub mod envelope;
-pub mod files;
-pub mod prompt;
 #[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod sdk;
 pub mod sync;
-pub mod time;
 pub mod types;
 #[allow(unsafe_code)]
 pub mod value;
 
 pub use abi::{ErrorKind, HookError, HookMarker, ABI_VERSION};
 pub use hooks::{HookId, HookKind, HOOK_COUNT};
-pub use sdk::fuzzy;
 pub use sdk::host;
 pub use sdk::resources;
-pub use sdk::tape;
 pub use sdk::{
     args::hook_args as args,
     hook::{Hook, IntoHookValue, RawJson, ToHookValue},

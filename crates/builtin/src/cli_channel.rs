@@ -40,7 +40,7 @@ impl StartedChannels {
     /// else `channel`); false when no such channel is running (as Bub's
     /// builtin without a bound router).
     pub fn route(&self, message: &Envelope) -> bool {
-        let Some(name) = bub_abi::envelope::target_channel(message) else { return false };
+        let Some(name) = bub_kit::envelope::target_channel(message) else { return false };
         let target = self.lock().get(name).and_then(Weak::upgrade);
         match target {
             Some(channel) => {
@@ -66,7 +66,7 @@ struct CliInner {
 
 impl CliInner {
     fn print(&self, message: &Envelope) {
-        let content = message.get("content").map(bub_abi::envelope::py_str).unwrap_or_default();
+        let content = message.get("content").map(bub_kit::envelope::py_str).unwrap_or_default();
         let streamed = std::mem::take(&mut *bub_abi::sync::lock(&self.streamed));
         self.mid_line.store(false, std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
@@ -77,7 +77,7 @@ impl CliInner {
             if !streamed.is_empty() {
                 let _ = writeln!(out);
             }
-            let _ = writeln!(out, "{}", bub_runtime::terminal::shown(&content));
+            let _ = writeln!(out, "{}", bub_kit::terminal::shown(&content));
         }
         let _ = out.flush();
     }
@@ -94,7 +94,7 @@ impl CliInner {
         bub_abi::sync::lock(&self.streamed).push_str(&delta);
         self.mid_line.store(!delta.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
         let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{}", bub_runtime::terminal::shown(&delta));
+        let _ = write!(out, "{}", bub_kit::terminal::shown(&delta));
         let _ = out.flush();
     }
 }
@@ -132,7 +132,7 @@ impl CliInner {
             let _ = writeln!(out);
         }
         for line in lines {
-            let _ = writeln!(out, "{}", bub_runtime::terminal::shown(&line));
+            let _ = writeln!(out, "{}", bub_kit::terminal::shown(&line));
         }
         let _ = out.flush();
     }

@@ -224,7 +224,7 @@ impl Environment for LocalEnvironment {
             };
             let mut table = bub_abi::sync::lock(&this.processes);
             let id = loop {
-                let id = format!("proc-{:08x}", bub_framework::random::u64() as u32);
+                let id = format!("proc-{:08x}", bub_kit::random::u64() as u32);
                 if !table.contains_key(&id) {
                     break id;
                 }

@@ -25,7 +25,7 @@ fn key(state: &StateMap) -> String {
     for k in ["_runtime_thread_id", "session_id"] {
         match state.get(k) {
             Some(Value::String(s)) if !s.is_empty() => return s.clone(),
-            Some(v) if bub_abi::envelope::truthy(v) => return bub_abi::envelope::py_str(v),
+            Some(v) if bub_kit::envelope::truthy(v) => return bub_kit::envelope::py_str(v),
             _ => {}
         }
     }

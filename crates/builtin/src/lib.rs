@@ -51,7 +51,7 @@ use bub_abi::{
 };
 use serde_json::{json, Map, Value};
 
-use bub_abi::envelope::{content_of, context_str, default_session_id, field_of, truthy};
+use bub_kit::envelope::{content_of, context_str, default_session_id, field_of, truthy};
 
 /// The default system prompt (Bub's builtin prompt, shortened: no tools are
 /// described here; tool plugins add their own blocks).
@@ -423,7 +423,7 @@ impl Plugin for Builtin {
         state: TurnState,
     ) -> Result<Option<Object>, BoxError> {
         let Some(framework) = bub_framework::Framework::of(&state) else { return Ok(None) };
-        let content = bub_abi::prompt::to_content(&prompt)?;
+        let content = bub_kit::prompt::to_content(&prompt)?;
         // Not held through the run: a big prompt is held by the agent alone.
         drop(prompt);
         // A failing command fails here (Bub raises from `start()`).
@@ -457,7 +457,7 @@ impl Plugin for Builtin {
         state: TurnState,
     ) -> Result<Option<String>, BoxError> {
         let Some(framework) = bub_framework::Framework::of(&state) else { return Ok(None) };
-        let content = bub_abi::prompt::to_content(&prompt)?;
+        let content = bub_kit::prompt::to_content(&prompt)?;
         // Not held through the run: a big prompt is held by the agent alone.
         drop(prompt);
         let run = crate::agent::run_stream(&framework, &session_id, content, state).await.map_err(|e| e.explained())?;

@@ -185,7 +185,7 @@ fn discover(provider: &str, base: &str, key: &str) -> Result<Vec<String>, String
             }
             // A model list is kilobytes; an endless answer is refused at 8 MiB.
             let mut response = response;
-            let mut body = bub_abi::channel::CappedBody::new(8 << 20);
+            let mut body = bub_kit::channel::CappedBody::new(8 << 20);
             while let Some(chunk) = response.chunk().await.map_err(|_| "The models endpoint answered no model list.")? {
                 body.push(&chunk)
                     .map_err(|_| "The models endpoint's answer is larger than 8 MiB; enter a model ID manually.")?;
@@ -305,7 +305,7 @@ pub fn collect(current: &Map<String, Value>, io: &mut dyn Answers) -> Map<String
         _ => "all".to_owned(),
     };
     let channels = s.ask("Channels (comma-separated names, or all)", &channels_default);
-    let stream_default = current.get("stream_output").is_some_and(bub_abi::envelope::truthy);
+    let stream_default = current.get("stream_output").is_some_and(bub_kit::envelope::truthy);
     let stream = s.ask("Stream output (y/n)", if stream_default { "y" } else { "n" });
     let stream = matches!(stream.to_lowercase().as_str(), "y" | "yes" | "true" | "1");
 

@@ -5,7 +5,8 @@
 //! offered by the builtin plugin through `provide_tools`, so plugins can
 //! override them by priority.
 
-use bub_abi::{envelope::py_str, types::TapeQuery};
+use bub_abi::types::TapeQuery;
+use bub_kit::envelope::py_str;
 use serde_json::{json, Map, Value};
 
 use bub_framework::{
@@ -239,8 +240,8 @@ async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
             }
             let target = path.clone();
             tokio::task::spawn_blocking(move || {
-                bub_abi::files::create_private_dir(&dir)?;
-                bub_abi::files::write_private(&target, text.as_bytes())
+                bub_kit::files::create_private_dir(&dir)?;
+                bub_kit::files::write_private(&target, text.as_bytes())
             })
             .await
             .map_err(std::io::Error::other)?
@@ -495,7 +496,7 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         .ok_or_else(|| AgentError::value("subagent needs a framework turn (it runs through the builtin agent)"))?;
     let parent: String = cx.state.get("session_id").ok().flatten().unwrap_or_default();
     let session = match arg_str(&args, "session").as_deref().unwrap_or("temp") {
-        "temp" => format!("temp/{:08x}", bub_framework::random::u64() as u32),
+        "temp" => format!("temp/{:08x}", bub_kit::random::u64() as u32),
         "inherit" => parent,
         // Confined, a model cannot reach another session's memory.
         other if framework_confined(&framework) && other != parent => {

@@ -95,7 +95,7 @@ impl ShellScope {
             None => command.spawn().map_err(|e| format!("cannot start shell: {e}"))?,
         };
         let id = loop {
-            let id = format!("bash-{:08x}", bub_framework::random::u64() as u32);
+            let id = format!("bash-{:08x}", bub_kit::random::u64() as u32);
             if !inner.shells.contains_key(&id) {
                 break id;
             }

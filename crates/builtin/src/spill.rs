@@ -70,7 +70,7 @@ fn utf8_chunks(text: &str) -> Vec<&str> {
 
 /// 32 hex digits, like Bub's `uuid4().hex`.
 fn handle() -> String {
-    format!("{:016x}{:016x}", bub_framework::random::u64(), bub_framework::random::u64())
+    format!("{:016x}{:016x}", bub_kit::random::u64(), bub_kit::random::u64())
 }
 
 /// Writes `text` to the spill tape when it is at least 4 × `limit`

@@ -32,11 +32,11 @@ use std::{
 
 use bub_abi::{
     resources::{Fut, TapeEntries, TapeStore},
-    tape::EntryView,
     types::{TapeEntry, TapeQuery},
     BoxError, Value,
 };
-use bub_runtime::lru::Lru;
+use bub_kit::lru::Lru;
+use bub_kit::tape::EntryView;
 use tokio::sync::Mutex;
 
 /// Tapes as JSONL files in one folder.
@@ -329,7 +329,7 @@ impl FileTapeStore {
             // other (the agent's "is there an anchor yet?") would walk the
             // whole tape for nothing, every turn.
             let anchor = if after_anchor {
-                parsed[after..].iter().rposition(|e| bub_abi::tape::starts_after(e, query))
+                parsed[after..].iter().rposition(|e| bub_kit::tape::starts_after(e, query))
             } else {
                 None
             };
@@ -348,13 +348,13 @@ impl FileTapeStore {
         // its last entry parsed.
         let prefix = plain && query.after_id.is_none() && take != usize::MAX;
         self.read_from(&query.tape, query.after_id, budget, prefix, start, keep, take, |candidates| {
-            match bub_abi::tape::select_positions(&candidates, query)? {
+            match bub_kit::tape::select_positions(&candidates, query)? {
                 Some(positions) => {
                     Ok(TapeEntries::Values(positions.into_iter().map(|i| candidates[i].value.clone()).collect()))
                 }
                 None => {
                     let entries = candidates.iter().map(|e| e.entry()).collect::<Result<Vec<_>, _>>()?;
-                    Ok(TapeEntries::Entries(bub_abi::tape::try_select(entries, query)?))
+                    Ok(TapeEntries::Entries(bub_kit::tape::try_select(entries, query)?))
                 }
             }
         })?
@@ -393,7 +393,7 @@ impl FileTapeStore {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let path = self.path(tape)?;
         let failed = |e: &dyn std::fmt::Display| format!("cannot read tape {}: {e}", path.display());
-        let file = match bub_abi::files::open_nofollow(&path) {
+        let file = match bub_kit::files::open_nofollow(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bub_abi::sync::lock(&self.parsed).remove(&path);
@@ -507,8 +507,8 @@ impl FileTapeStore {
     /// sync: ids follow the file's last id, read under that lock.
     fn append_locked<E: Appendable>(&self, path: &Path, entries: &mut [E]) -> Result<(), BoxError> {
         // Conversations are secrets: tapes are owner-only (0700 / 0600).
-        bub_abi::files::create_private_dir(&self.dir)?;
-        let mut file = bub_abi::files::open_private_append(path)?;
+        bub_kit::files::create_private_dir(&self.dir)?;
+        let mut file = bub_kit::files::open_private_append(path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         let len = file.metadata()?.len();
         // The last line holding an id (a torn last one included), from the
@@ -806,7 +806,7 @@ impl TapeStore for FileTapeStore {
             if entries.is_empty() {
                 return Ok(entries);
             }
-            let now = bub_abi::tape::now();
+            let now = bub_kit::tape::now();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
             }
@@ -825,7 +825,7 @@ impl TapeStore for FileTapeStore {
             if entries.is_empty() {
                 return Ok(TapeEntries::Values(entries));
             }
-            let now = bub_abi::tape::now();
+            let now = bub_kit::tape::now();
             let entries = entries.iter().map(|e| entry_value(e, &now)).collect::<Result<Vec<_>, _>>()?;
             Ok(TapeEntries::Values(this.append_entries(path, entries).await?))
         }
@@ -1014,7 +1014,7 @@ mod tests {
         ];
         for q in queries {
             let q: TapeQuery = serde_json::from_value(q).unwrap();
-            let whole = bub_abi::tape::try_select(store.read("t").unwrap(), &q).unwrap();
+            let whole = bub_kit::tape::try_select(store.read("t").unwrap(), &q).unwrap();
             assert_eq!(answered(store.select(&q).unwrap()), whole, "{q:?}");
             assert!(!whole.is_empty(), "{q:?}");
         }

@@ -370,7 +370,7 @@ async fn bash(ws: &Workspace, args: &Map<String, Value>, session: Option<&str>) 
     }
     let timeout = n(args, "timeout_seconds").unwrap_or(30.0);
     // A model's `1e300` or `inf` is "very long", not a panic.
-    let deadline = Instant::now() + bub_abi::time::seconds_or_zero(timeout);
+    let deadline = Instant::now() + bub_kit::time::seconds_or_zero(timeout);
     // A cancelled turn drops this future: its foreground shell goes too.
     let mut guard = Foreground { scope: scope.clone(), id: id.clone(), armed: true };
     loop {
@@ -447,7 +447,7 @@ fn bash_output(ws: &Workspace, args: &Map<String, Value>) -> Result<String, BoxE
 async fn web_fetch(args: &Map<String, Value>, max: usize) -> Result<String, BoxError> {
     let url = required(args, "url")?;
     let timeout = n(args, "timeout").unwrap_or(10.0);
-    let timeout = bub_abi::time::seconds_or_zero(timeout).max(Duration::from_millis(100));
+    let timeout = bub_kit::time::seconds_or_zero(timeout).max(Duration::from_millis(100));
     let client = reqwest::Client::builder().timeout(timeout).build()?;
     let mut req = client.get(&url).header("accept", "text/markdown");
     for (k, v) in args.get("headers").and_then(Value::as_object).into_iter().flatten() {

@@ -40,11 +40,10 @@
 
 pub mod agent;
 pub mod app;
-pub use bub_abi::envelope;
+pub use bub_kit::envelope;
 mod error;
 pub mod gateway;
-pub use bub_abi::prompt;
-pub mod random;
+pub use bub_kit::prompt;
 pub mod scope;
 mod turn;
 

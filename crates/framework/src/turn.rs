@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 /// The host's map behind a [`TurnState`].
 pub type SharedState = bub_abi::sdk::state::SharedMap;
 
-use bub_abi::{
+use bub_kit::{
     envelope::{content_of, default_session_id, field_of, py_str, truthy, unpack_batch},
     prompt,
 };

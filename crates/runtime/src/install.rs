@@ -214,7 +214,7 @@ impl Installer {
         // Owner-only whatever the umask: under umask 002 a group-writable
         // folder would make every plugin in it fail the loader's checks, and
         // the manifests in it hold secrets.
-        bub_abi::files::create_private_dir(&self.root).map_err(io("create", &self.root))?;
+        bub_kit::files::create_private_dir(&self.root).map_err(io("create", &self.root))?;
         let _lock = self.lock()?;
         self.clean_leftovers();
         let stage = self.root.join(format!(".staging-{}-{}", std::process::id(), nanos()));
@@ -437,9 +437,9 @@ pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
 /// `stat`s would be pure cost and 100 manifests would evict the files it
 /// is for (`config.json`, the sessions).
 pub(crate) fn read_settings_file_now(path: &Path) -> std::io::Result<String> {
-    let bytes = bub_abi::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
+    let bytes = bub_kit::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
         // The caller names the file; the rule alone reads better after it.
-        bub_abi::files::TrustError::Refused(why) => std::io::Error::new(
+        bub_kit::files::TrustError::Refused(why) => std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             why.strip_prefix(&format!("{} ", path.display())).unwrap_or(&why).to_owned(),
         ),
@@ -461,7 +461,7 @@ pub struct FileLock {
 pub fn lock_file(path: &Path) -> std::io::Result<FileLock> {
     use rustix::fs::{FlockOperation, Mode, OFlags};
     if let Some(dir) = path.parent() {
-        bub_abi::files::create_private_dir(dir)?;
+        bub_kit::files::create_private_dir(dir)?;
     }
     let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
     rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
@@ -477,7 +477,7 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 /// rename, mode 0600 (settings hold secrets): readers see the old file or
 /// the new one, never half.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    bub_abi::files::write_private(path, text.as_bytes())
+    bub_kit::files::write_private(path, text.as_bytes())
 }
 
 /// Copies the folder `from` to `to`: folders and regular files only (a
@@ -487,7 +487,7 @@ pub(crate) fn copy_tree(from: &Path, to: &Path, depth: usize, max: usize) -> Res
     if depth > max {
         return Ok(());
     }
-    bub_abi::files::create_private_dir(to).map_err(io("create", to))?;
+    bub_kit::files::create_private_dir(to).map_err(io("create", to))?;
     let entries = std::fs::read_dir(from).map_err(io("read", from))?;
     for entry in entries {
         let entry = entry.map_err(io("read", from))?;

@@ -44,7 +44,7 @@ fn refuse(path: &Path, uid: u32, mode: u32, dir: bool) -> Result<(), LoadError> 
             fix: format!("run `chmod go-w {}`", path.display()),
         });
     }
-    let me = bub_abi::files::euid();
+    let me = bub_kit::files::euid();
     if uid != me && uid != 0 {
         return Err(LoadError::Untrusted {
             path: path.to_owned(),
@@ -77,7 +77,7 @@ pub fn check_home(home: &Path) -> Result<(), LoadError> {
     let real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
     for dir in [home.clone(), home.join("tapes")] {
         let Ok(meta) = std::fs::metadata(&dir) else { continue };
-        let me = bub_abi::files::euid();
+        let me = bub_kit::files::euid();
         if meta.mode() & 0o022 != 0 {
             return Err(LoadError::Untrusted {
                 path: dir.clone(),
@@ -269,5 +269,5 @@ fn stamp(meta: &Metadata, sha256: &str) -> String {
 /// Remembers that `library` (with `meta`) has sha256 `sha256`.
 pub fn remember(dir: &Path, meta: &Metadata, sha256: &str) {
     // Best effort: without it the next start just hashes again.
-    let _ = bub_abi::files::write_private(&dir.join(VERIFIED_FILE), stamp(meta, sha256).as_bytes());
+    let _ = bub_kit::files::write_private(&dir.join(VERIFIED_FILE), stamp(meta, sha256).as_bytes());
 }

@@ -59,7 +59,6 @@ pub mod integrity;
 pub mod isolation;
 #[allow(unsafe_code)]
 pub mod loader;
-pub mod lru;
 pub mod manifest;
 pub mod places;
 pub mod registry;
@@ -67,7 +66,6 @@ pub mod resources;
 pub mod runtime;
 pub mod settings;
 pub mod source;
-pub mod terminal;
 pub mod testing;
 
 pub use error::{HookFailure, LoadError};

@@ -127,7 +127,7 @@ impl RuntimeSettings {
 /// A positive, finite number of seconds as a duration; 0, negative or
 /// infinite means none.
 pub fn seconds(value: f64) -> Option<Duration> {
-    Some(value).filter(|v| *v > 0.0 && v.is_finite()).and_then(bub_abi::time::seconds)
+    Some(value).filter(|v| *v > 0.0 && v.is_finite()).and_then(bub_kit::time::seconds)
 }
 
 /// A setting's text as [`seconds`], `default` when it is not a number

@@ -289,7 +289,7 @@ fn remove_abandoned(scratch: &Path) {
 
 /// A fresh fetch folder under `scratch`, after removing abandoned ones.
 fn fetch_dir(source: &Source, scratch: &Path) -> Result<FetchDir, InstallError> {
-    bub_abi::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
+    bub_kit::files::create_private_dir(scratch).map_err(|e| fetch_error(source, e.to_string()))?;
     remove_abandoned(scratch);
     let temp = tempfile::Builder::new()
         .prefix(".fetch-")

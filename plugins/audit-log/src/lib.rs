@@ -28,10 +28,10 @@ impl AuditLog {
         line.push('\n');
         let _one_writer = self.write.lock().await;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            bub_abi::files::create_private_dir(dir)?;
+            bub_kit::files::create_private_dir(dir)?;
         }
         // Tool arguments and results are secrets: the log is owner-only.
-        let mut file = tokio::fs::File::from_std(bub_abi::files::open_private_append(&self.path)?);
+        let mut file = tokio::fs::File::from_std(bub_kit::files::open_private_append(&self.path)?);
         file.write_all(line.as_bytes()).await?;
         file.flush().await
     }

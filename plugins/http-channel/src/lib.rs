@@ -225,7 +225,7 @@ bub_abi::export_plugin!(HttpChannelPlugin);
 /// written owner-only at the first start; printed that once.
 fn generated_token(data_dir: &std::path::Path) -> Result<String, BoxError> {
     let path = data_dir.join("token");
-    match bub_abi::files::read_trusted(&path, 4096) {
+    match bub_kit::files::read_trusted(&path, 4096) {
         Ok(bytes) => {
             let token = String::from_utf8_lossy(&bytes).trim().to_owned();
             if token.is_empty() {
@@ -234,15 +234,15 @@ fn generated_token(data_dir: &std::path::Path) -> Result<String, BoxError> {
             tracing::info!("http channel: requests need `Authorization: Bearer <the token in {}>`", path.display());
             Ok(token)
         }
-        Err(bub_abi::files::TrustError::Missing) => {
+        Err(bub_kit::files::TrustError::Missing) => {
             use std::io::Read;
             let mut bytes = [0u8; 32];
             std::fs::File::open("/dev/urandom")
                 .and_then(|mut f| f.read_exact(&mut bytes))
                 .map_err(|e| format!("http-channel: cannot read /dev/urandom for a token: {e}"))?;
             let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            bub_abi::files::create_private_dir(data_dir)
-                .and_then(|()| bub_abi::files::write_private(&path, format!("{token}\n").as_bytes()))
+            bub_kit::files::create_private_dir(data_dir)
+                .and_then(|()| bub_kit::files::write_private(&path, format!("{token}\n").as_bytes()))
                 .map_err(|e| format!("http-channel: cannot write the token to {}: {e}", path.display()))?;
             eprintln!(
                 "http channel: generated a token into {} (only you can read it); send it as \
@@ -376,8 +376,8 @@ impl Channel for HttpChannel {
 /// Writes `<data_dir>/address` (whole or not at all).
 fn write_address(data_dir: &std::path::Path, address: SocketAddr) {
     let write = || -> std::io::Result<()> {
-        bub_abi::files::create_private_dir(data_dir)?;
-        bub_abi::files::write_private(&data_dir.join("address"), format!("{address}\n").as_bytes())
+        bub_kit::files::create_private_dir(data_dir)?;
+        bub_kit::files::write_private(&data_dir.join("address"), format!("{address}\n").as_bytes())
     };
     if let Err(e) = write() {
         tracing::warn!("could not write {}/address: {e}", data_dir.display());

@@ -132,11 +132,11 @@ fn read_file(home: &Path) -> Result<McpFile, String> {
     let path = file_of(home);
     // Its commands run as the user: trusted like config.json (owner, no
     // group/other write, a regular file, capped).
-    match bub_abi::files::read_trusted(&path, 4 << 20) {
+    match bub_kit::files::read_trusted(&path, 4 << 20) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("{} is not valid ({e}); expected {{\"mcpServers\": {{…}}}}", path.display())),
-        Err(bub_abi::files::TrustError::Missing) => Ok(McpFile::default()),
-        Err(e @ bub_abi::files::TrustError::Refused(_)) => Err(format!("refusing mcp.json: {e}")),
+        Err(bub_kit::files::TrustError::Missing) => Ok(McpFile::default()),
+        Err(e @ bub_kit::files::TrustError::Refused(_)) => Err(format!("refusing mcp.json: {e}")),
         Err(e) => Err(format!("{} {e}", path.display())),
     }
 }
@@ -300,7 +300,7 @@ impl Plugin for Mcp {
                 .ok_or("mcp: max_message_bytes must be a number of bytes, at least 1024")?
                 .min(1e12) as usize,
         };
-        let timeout = bub_abi::time::seconds(timeout).unwrap_or(bub_abi::time::MAX);
+        let timeout = bub_kit::time::seconds(timeout).unwrap_or(bub_kit::time::MAX);
         Ok(Mcp { home: ctx.home.clone(), limits: Limits { timeout, max_message }, connected: Default::default() })
     }
 
@@ -485,9 +485,9 @@ struct McpCommand {
 
 /// Changes `mcp.json` under `mcp.json.lock`, replacing it atomically.
 fn change_file(home: &Path, change: impl FnOnce(&mut McpFile) -> Result<String, String>) -> Result<String, String> {
-    bub_abi::files::create_private_dir(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+    bub_kit::files::create_private_dir(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
     let lock_path = home.join("mcp.json.lock");
-    let lock = bub_abi::files::open_private_append(&lock_path)
+    let lock = bub_kit::files::open_private_append(&lock_path)
         .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| format!("cannot lock mcp.json: {e}"))?;
@@ -495,7 +495,7 @@ fn change_file(home: &Path, change: impl FnOnce(&mut McpFile) -> Result<String, 
     let said = change(&mut file)?;
     let path = file_of(home);
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
-    bub_abi::files::write_private(&path, text.as_bytes())
+    bub_kit::files::write_private(&path, text.as_bytes())
         .map_err(|e| format!("cannot save {}: {e}", path.display()))?;
     Ok(said)
 }

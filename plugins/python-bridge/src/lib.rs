@@ -578,9 +578,9 @@ fn discover(py: Python<'_>, interp: &'static Interp, setup: &Setup) -> PyResult<
     }
     // Bub loads its config file before any plugin reads it.
     let config_file = setup.home.join("config.json");
-    let config = match bub_abi::files::read_trusted(&config_file, 4 << 20) {
+    let config = match bub_kit::files::read_trusted(&config_file, 4 << 20) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(bub_abi::files::TrustError::Missing) => String::new(),
+        Err(bub_kit::files::TrustError::Missing) => String::new(),
         Err(e) => {
             tracing::warn!("python bridge: not reading {} for Python plugins: {e}", config_file.display());
             String::new()

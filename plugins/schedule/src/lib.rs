@@ -117,7 +117,7 @@ fn now() -> f64 {
 }
 
 fn rfc3339(seconds: f64) -> String {
-    let when = UNIX_EPOCH.checked_add(bub_abi::time::seconds_or_zero(seconds)).unwrap_or(UNIX_EPOCH);
+    let when = UNIX_EPOCH.checked_add(bub_kit::time::seconds_or_zero(seconds)).unwrap_or(UNIX_EPOCH);
     humantime::format_rfc3339_seconds(when).to_string()
 }
 
@@ -156,10 +156,10 @@ impl Jobs {
     /// Runs `change` on the jobs under the lock and saves what it leaves
     /// (with the entries that are not valid jobs, kept as they were).
     fn change<T>(&self, change: impl FnOnce(&mut Vec<Job>) -> Result<T, String>) -> Result<T, String> {
-        bub_abi::files::create_private_dir(&self.dir)
+        bub_kit::files::create_private_dir(&self.dir)
             .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
         let lock_path = self.dir.join("jobs.lock");
-        let lock = bub_abi::files::open_private_append(&lock_path)
+        let lock = bub_kit::files::open_private_append(&lock_path)
             .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| format!("cannot lock the jobs: {e}"))?;
@@ -182,10 +182,10 @@ impl Jobs {
     /// tick).
     fn read(&self) -> Result<(Vec<Job>, Vec<Value>), String> {
         let path = self.file();
-        let bytes = match bub_abi::files::read_trusted(&path, MAX_JOBS_FILE) {
+        let bytes = match bub_kit::files::read_trusted(&path, MAX_JOBS_FILE) {
             Ok(bytes) => bytes,
-            Err(bub_abi::files::TrustError::Missing) => return Ok((Vec::new(), Vec::new())),
-            Err(e @ bub_abi::files::TrustError::Refused(_)) => return Err(format!("refusing the jobs: {e}")),
+            Err(bub_kit::files::TrustError::Missing) => return Ok((Vec::new(), Vec::new())),
+            Err(e @ bub_kit::files::TrustError::Refused(_)) => return Err(format!("refusing the jobs: {e}")),
             Err(e) => return Err(format!("{} {e}", path.display())),
         };
         let entries: Vec<Value> = serde_json::from_slice(&bytes)
@@ -208,7 +208,7 @@ impl Jobs {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    bub_abi::files::write_private(path, bytes).map_err(|e| format!("cannot save {}: {e}", path.display()))
+    bub_kit::files::write_private(path, bytes).map_err(|e| format!("cannot save {}: {e}", path.display()))
 }
 
 #[derive(Clone, Copy)]

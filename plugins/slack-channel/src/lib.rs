@@ -55,11 +55,11 @@ use std::{
 
 use base64::Engine;
 use bub_abi::{
-    channel::{reply_text, split_message, Count, LiveReply, RefusalPace, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
+use bub_kit::channel::{reply_text, split_message, Count, LiveReply, RefusalPace, Settings};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;

@@ -4,7 +4,7 @@
 //!
 //! - **Tapes** — `provide_tape_store` answers a store over the table
 //!   `bub_tape_entries` (created on first use). Every tape operation of the
-//!   agent works as with the builtin store (`bub_abi::tape::try_select` holds
+//!   agent works as with the builtin store (`bub_kit::tape::try_select` holds
 //!   the query semantics; the anchor lookup runs in SQL). Ids are assigned
 //!   by the insert itself (`MAX(id) + 1`, retried on the primary-key
 //!   conflict a concurrent writer causes), so they are unique and
@@ -82,7 +82,7 @@ fn seconds(config: &Map<String, Value>, key: &str, default: u64) -> Result<Durat
             .as_f64()
             .or_else(|| v.as_str()?.parse().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .and_then(bub_abi::time::seconds)
+            .and_then(bub_kit::time::seconds)
             .ok_or_else(|| format!("tape-postgres: {key}={v} is not a positive number of seconds").into()),
     }
 }
@@ -439,7 +439,7 @@ impl TapeStore for PgStore {
                 .await?;
             let entries = rows.iter().map(entry_of).collect();
             let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
-            Ok(bub_abi::tape::try_select(entries, &rest)?)
+            Ok(bub_kit::tape::try_select(entries, &rest)?)
         }
     }
 
@@ -455,7 +455,7 @@ impl TapeStore for PgStore {
     fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
         async move {
-            let now = bub_abi::tape::now();
+            let now = bub_kit::tape::now();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
             }

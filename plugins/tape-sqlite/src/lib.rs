@@ -3,7 +3,7 @@
 //! `provide_tape_store` answers a store over `<data dir>/tapes.sqlite3`
 //! (config `path` to put it elsewhere). Every tape operation the agent uses
 //! (append, fetch with anchors, kinds, text search and limits, reset,
-//! list) works as with the builtin JSONL store; `bub_abi::tape::try_select`
+//! list) works as with the builtin JSONL store; `bub_kit::tape::try_select`
 //! holds the query semantics, the anchor lookup is pushed down to SQL.
 //!
 //! Several `bub` processes (a gateway and `bub run`s) share the file:
@@ -95,12 +95,12 @@ impl SqliteStore {
     fn open(&self) -> Result<Connection, BoxError> {
         let path = &self.settings.path;
         if let Some(dir) = path.parent() {
-            bub_abi::files::create_private_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            bub_kit::files::create_private_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
         // Conversations are secrets: the database is created 0600 before
         // SQLite opens it (its -wal and -shm files take the same mode).
         if !path.exists() {
-            bub_abi::files::open_private_append(path)
+            bub_kit::files::open_private_append(path)
                 .map_err(|e| format!("cannot create the tape database {}: {e}", path.display()))?;
         }
         let conn =
@@ -207,7 +207,7 @@ impl TapeStore for SqliteStore {
                     .query_map(params![query.tape, start.unwrap_or(0).max(after)], entry_of)?
                     .collect::<Result<Vec<_>, _>>()?;
                 let rest = TapeQuery { last_anchor: false, after_anchor: None, ..query };
-                Ok(bub_abi::tape::try_select(entries, &rest)?)
+                Ok(bub_kit::tape::try_select(entries, &rest)?)
             })
             .await
         }
@@ -225,7 +225,7 @@ impl TapeStore for SqliteStore {
     fn append_many(&self, tape: String, mut entries: Vec<TapeEntry>) -> impl Fut<Vec<TapeEntry>> {
         let this = self.clone();
         async move {
-            let now = bub_abi::tape::now();
+            let now = bub_kit::tape::now();
             for e in entries.iter_mut().filter(|e| e.date.is_empty()) {
                 e.date = now.clone();
             }

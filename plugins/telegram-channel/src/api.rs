@@ -61,7 +61,7 @@ impl ApiError {
 /// little), without the URL.
 fn network(e: reqwest::Error) -> ApiError {
     let connect = e.is_connect();
-    ApiError::Network { connect, message: bub_abi::channel::error_chain(&e.without_url()) }
+    ApiError::Network { connect, message: bub_kit::channel::error_chain(&e.without_url()) }
 }
 
 /// `response`'s body, refused with `too_large` once it passes `limit` bytes.
@@ -70,7 +70,7 @@ async fn read_capped(
     limit: u64,
     too_large: impl FnOnce(String) -> ApiError,
 ) -> Result<Vec<u8>, ApiError> {
-    let mut body = bub_abi::channel::CappedBody::new(limit);
+    let mut body = bub_kit::channel::CappedBody::new(limit);
     while let Some(chunk) = response.chunk().await.map_err(network)? {
         if let Err(e) = body.push(&chunk) {
             return Err(too_large(e));

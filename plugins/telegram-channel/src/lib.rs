@@ -59,11 +59,11 @@ use std::{
 
 use base64::Engine;
 use bub_abi::{
-    channel::{LiveReply, RefusalPace, Settings},
     resources::{clients::MessageHandlerClient, Channel, Fut},
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
+use bub_kit::channel::{LiveReply, RefusalPace, Settings};
 use frankenstein::{
     methods::{
         DeleteWebhookParams, EditMessageTextParams, GetFileParams, GetUpdatesParams, SendChatActionParams,

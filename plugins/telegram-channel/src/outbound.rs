@@ -1,7 +1,7 @@
 //! Replies as Telegram takes them: at most 4096 characters a message,
 //! counted in UTF-16 code units as the Bot API does.
 
-use bub_abi::channel::{split_message, Count};
+use bub_kit::channel::{split_message, Count};
 
 /// Telegram's limit for one message's text.
 pub const LIMIT: usize = 4096;
@@ -11,4 +11,4 @@ pub fn split(text: &str) -> Vec<String> {
     split_message(text, LIMIT, Count::Utf16)
 }
 
-pub use bub_abi::channel::reply_text;
+pub use bub_kit::channel::reply_text;

@@ -198,7 +198,7 @@ fn stdio_servers_do_not_see_bubs_secrets() {
     let home = Home::new();
     home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 10}));
     let servers = json!({"mcpServers": {"env": {"command": server_bin(), "env": {"NAMED_FOR_IT": "yes"}}}});
-    bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
+    bub_kit::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
     let text = run_with_secrets(&home, ",mcp.env_get_env");
     assert!(text.contains("NAMED_FOR_IT=yes") && text.contains("PATH="), "{text}");
     assert!(no_secret_in(&text), "the server saw bub's secrets: {text}");
@@ -262,7 +262,7 @@ fn the_reference_everything_server_from_npm_works_and_sees_no_secrets() {
     let home = Home::new();
     home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 30}));
     let servers = json!({"mcpServers": {"everything": {"command": server, "args": ["stdio"]}}});
-    bub_abi::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
+    bub_kit::files::write_private(&home.path().join("mcp.json"), servers.to_string().as_bytes()).unwrap();
     let (listed, log, ok) = run_bub(&home, &["mcp", "list", "--tools"]);
     assert!(ok, "{log}");
     assert!(listed.contains("mcp.everything_echo") && listed.contains("mcp.everything_get-env"), "{listed}");

@@ -451,7 +451,7 @@ fn hostile_durations_and_a_broken_job_stop_nothing() {
         {"id": "broken", "session_id": "s", "message": "never", "next_run": null, "created": "x"},
         {"id": "good", "session_id": "s", "message": "still fires", "next_run": 0.0, "created": "x"},
     ]);
-    bub_abi::files::write_private(&jobs_file(&home), jobs.to_string().as_bytes()).unwrap();
+    bub_kit::files::write_private(&jobs_file(&home), jobs.to_string().as_bytes()).unwrap();
     let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
     gateway.address(home.path(), "http-channel");
     wait_for("the good job", Duration::from_secs(30), || gateway.log().contains("job good fired on session s"));

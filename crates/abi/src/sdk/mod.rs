@@ -7,7 +7,6 @@
 pub mod args;
 pub mod bridge;
 pub mod export;
-pub mod fuzzy;
 pub mod guard;
 pub mod hook;
 pub mod host;
@@ -18,4 +17,3 @@ pub mod resources;
 pub mod set;
 pub mod state;
 pub mod stream;
-pub mod tape;

@@ -287,7 +287,7 @@ impl Session<'_> {
         code: &str,
         stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
     ) -> Result<Value, SessionError> {
-        let filename = format!("<run_code-{:08x}>", bub_framework::random::u64() as u32);
+        let filename = format!("<run_code-{:08x}>", bub_kit::random::u64() as u32);
         let names: Vec<&String> = self.tools.keys().collect();
         self.send(json!({"type": "run", "code": code, "filename": filename, "tools": names}))
             .await

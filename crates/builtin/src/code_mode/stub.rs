@@ -216,8 +216,8 @@ pub fn write(content: &str, dir: &Path) -> Result<PathBuf, bub_abi::BoxError> {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("tools-{}.pyi", &hex[..12]));
     if !path.exists() {
-        bub_abi::files::create_private_dir(dir)?;
-        bub_abi::files::write_private(&path, content.as_bytes())?;
+        bub_kit::files::create_private_dir(dir)?;
+        bub_kit::files::write_private(&path, content.as_bytes())?;
     }
     Ok(path)
 }

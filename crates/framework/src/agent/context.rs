@@ -59,7 +59,7 @@ pub(crate) async fn for_request(
 /// as no entries, as [`RunTape::fetch`] counts it.
 async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
     let key = format!("{}\0{}\0{}", query.tape, query.last_anchor, query.after_anchor.as_deref().unwrap_or(""));
-    let step = |e: &TapeEntry| if bub_abi::tape::starts_after(e, query) { Step::Restart } else { Step::Push };
+    let step = |e: &TapeEntry| if bub_kit::tape::starts_after(e, query) { Step::Restart } else { Step::Push };
     let push = |s: &mut Selector, e: &super::tape::FetchedEntry| s.push_fetched(e);
     match tape.contexts().contexts.follow(tape.store(), key, query, step, push).await {
         Ok(selector) => selector,
@@ -139,7 +139,7 @@ fn upgrade_call(c: &Value) -> Value {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("").to_owned();
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => s.clone(),
-            Some(v) if bub_abi::envelope::truthy(v) => crate::agent::python::python_json(v),
+            Some(v) if bub_kit::envelope::truthy(v) => crate::agent::python::python_json(v),
             _ => "{}".to_owned(),
         };
         return json!({"id": text(c.get("id")), "name": text(f.get("name")), "arguments": arguments});

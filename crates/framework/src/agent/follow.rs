@@ -10,7 +10,7 @@
 //! folds the new ones.
 
 use bub_abi::types::{TapeEntry, TapeQuery};
-use bub_runtime::lru::Lru;
+use bub_kit::lru::Lru;
 
 use super::{
     tape::{FetchedEntry, Store},

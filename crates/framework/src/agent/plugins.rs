@@ -148,7 +148,7 @@ impl AgentPlugins {
             let fw = fw.clone();
             Box::pin(async move {
                 // Bub's legacy form: a string without media, blocks with it.
-                let prompt: Prompt = bub_abi::prompt::to_legacy_prompt(&pcx.prompt);
+                let prompt: Prompt = bub_kit::prompt::to_legacy_prompt(&pcx.prompt);
                 fw.system_prompt(&prompt, &pcx.state).map(Some).map_err(framework_error)
             })
         }));
@@ -169,7 +169,7 @@ impl AgentPlugins {
                     {
                         let tape = TapeInfo { name: cx.tape.name().to_owned() };
                         // The finished step's prompt in Bub's legacy form, and its usage.
-                        let legacy = prompt.as_deref().map(bub_abi::prompt::to_legacy_prompt);
+                        let legacy = prompt.as_deref().map(bub_kit::prompt::to_legacy_prompt);
                         let state = StreamState { usage: usage.clone(), ..Default::default() };
                         let next = fw.continue_prompt(legacy.as_ref(), &tape, &state).await.map_err(framework_error)?;
                         if let Some(text) = next {

@@ -2,7 +2,7 @@
 //! agent's bus, it writes loop events and model steps to the run's tape
 //! (spec §4.2, §4.4).
 
-use bub_abi::tape::now;
+use bub_kit::tape::now;
 use serde_json::{json, Map};
 
 use super::{
@@ -21,7 +21,7 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
     let none = Map::new;
     match event {
         Event::RunStarted { model, prompt, metadata } => {
-            let prompt = bub_abi::prompt::to_part_dicts(prompt);
+            let prompt = bub_kit::prompt::to_part_dicts(prompt);
             let mut data = json!({"model": model, "prompt": prompt});
             for (k, v) in metadata.iter() {
                 data[k] = v.clone();
@@ -29,7 +29,7 @@ async fn record(event: &mut Event, cx: &EventContext) -> Result<(), AgentError> 
             tape.record_event("loop.start", data, none()).await?;
         }
         Event::StepStarted { step, prompt } => {
-            let prompt = prompt.as_ref().map(bub_abi::prompt::to_part_dicts);
+            let prompt = prompt.as_ref().map(bub_kit::prompt::to_part_dicts);
             tape.record_event("loop.step.start", json!({"step": step, "prompt": prompt}), none()).await?;
         }
         Event::StepFinished { step, status, elapsed_ms, error, .. } => {

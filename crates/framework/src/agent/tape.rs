@@ -10,10 +10,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use bub_abi::{
-    tape::try_select,
-    types::{TapeEntry, TapeQuery},
-};
+use bub_abi::types::{TapeEntry, TapeQuery};
+use bub_kit::tape::try_select;
 use md5::{Digest, Md5};
 use serde_json::{json, Map, Value};
 use tokio::sync::Mutex;
@@ -152,7 +150,7 @@ pub fn entry(kind: &str, payload: Value, meta: Map<String, Value>) -> TapeEntry 
             m
         }
     };
-    TapeEntry { id: 0, kind: kind.into(), payload, meta, date: bub_abi::tape::now() }
+    TapeEntry { id: 0, kind: kind.into(), payload, meta, date: bub_kit::tape::now() }
 }
 
 #[derive(Default)]
@@ -311,7 +309,7 @@ impl RunTape {
     pub(crate) async fn own_entries(&self, query: &TapeQuery) -> (bool, Vec<TapeEntry>) {
         let overlay = self.overlay.lock().await;
         let Some(o) = overlay.get(&query.tape) else { return (false, Vec::new()) };
-        let cut = o.entries.iter().rposition(|e| bub_abi::tape::starts_after(e, query));
+        let cut = o.entries.iter().rposition(|e| bub_kit::tape::starts_after(e, query));
         let start = cut.map_or(0, |i| i + 1);
         let kinds = |e: &&TapeEntry| query.kinds.is_empty() || query.kinds.contains(&e.kind);
         (cut.is_some() || o.reset, o.entries[start..].iter().filter(kinds).cloned().collect())

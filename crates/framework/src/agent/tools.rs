@@ -116,7 +116,7 @@ pub fn code_tools<'a>(
     state: &TurnState,
     allowed: impl Fn(&AgentTool) -> bool,
 ) -> Option<Vec<&'a AgentTool>> {
-    let on = state.get_value("code_mode").is_some_and(|v| bub_abi::envelope::truthy(&v));
+    let on = state.get_value("code_mode").is_some_and(|v| bub_kit::envelope::truthy(&v));
     if !on || !tools.iter().any(|t| t.name == RUN_CODE && allowed(t)) {
         return None;
     }

@@ -5,7 +5,7 @@ use bub_abi::types::{AdmitAction, AdmitDecision, Delivery, Envelope, StateMap, T
 use serde_json::Value;
 
 use super::{status, Core, Inbound};
-use bub_abi::envelope::field_of;
+use bub_kit::envelope::field_of;
 
 use crate::{Framework, TurnResult};
 
@@ -133,7 +133,7 @@ impl Core {
         if let Some(decision) = self.framework.admit_message(session_id, message, snapshot).await? {
             return Ok(Some(decision));
         }
-        let channel = field_of(message, "channel").map(bub_abi::envelope::py_str).unwrap_or_default();
+        let channel = field_of(message, "channel").map(bub_kit::envelope::py_str).unwrap_or_default();
         match self.channels.get(&channel) {
             Some(entry) => Ok(entry.channel.admit_message(session_id, message, snapshot).await?),
             None => Ok(None),
@@ -146,7 +146,7 @@ fn admission_state(message: &Envelope, session_id: &str) -> StateMap {
     let mut state = StateMap::new();
     state.insert("session_id".into(), Value::String(session_id.to_owned()));
     if let Some(Value::Object(context)) = field_of(message, "context") {
-        if let Some(thread) = context.get("thread_id").filter(|v| bub_abi::envelope::truthy(v)) {
+        if let Some(thread) = context.get("thread_id").filter(|v| bub_kit::envelope::truthy(v)) {
             state.insert("_runtime_thread_id".into(), thread.clone());
         }
     }

@@ -18,7 +18,7 @@ use tokio::{
 };
 
 use super::Inbound;
-use bub_abi::envelope::{content_of, field_of, truthy};
+use bub_kit::envelope::{content_of, field_of, truthy};
 
 /// The timings (from [`GatewaySettings`](super::GatewaySettings)).
 #[derive(Debug, Clone, Copy)]

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Inbound;
-use bub_abi::envelope::{complete_channel_message, default_session_id};
+use bub_kit::envelope::{complete_channel_message, default_session_id};
 
 /// The gateway's side of the handler.
 pub(super) struct Handle {

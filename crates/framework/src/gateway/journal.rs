@@ -38,10 +38,10 @@ impl Journal {
     /// what dead gateways' journals left to `unprocessed.jsonl`.
     pub fn open(home: &Path) -> std::io::Result<Journal> {
         let dir = home.join("gateway");
-        bub_abi::files::create_private_dir(&dir)?;
+        bub_kit::files::create_private_dir(&dir)?;
         recover(&dir, home);
         let path = dir.join(format!("journal-{}.jsonl", std::process::id()));
-        let file = bub_abi::files::create_private(&path)?;
+        let file = bub_kit::files::create_private(&path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
         Ok(Journal { path, file: Mutex::new(file), next: AtomicU64::new(1) })
     }
@@ -124,7 +124,7 @@ fn recover(dir: &Path, home: &Path) {
         if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             continue;
         }
-        let text = match bub_abi::files::read_trusted(&path, 1 << 30) {
+        let text = match bub_kit::files::read_trusted(&path, 1 << 30) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) => {
                 tracing::warn!(target: "bub::gateway", "cannot recover {}: {e}", path.display());

@@ -55,7 +55,7 @@ use tokio::{
 };
 
 pub use self::{journal::running_gateways, select::select_channels, settings::GatewaySettings};
-use bub_abi::envelope::field_of;
+use bub_kit::envelope::field_of;
 use bub_runtime::resources::Channel;
 
 use crate::{Framework, FrameworkError, TurnResult};
@@ -131,7 +131,7 @@ impl Inbound {
     }
 
     fn session_hint(&self) -> String {
-        field_of(&self.message, "session_id").map(bub_abi::envelope::py_str).unwrap_or_default()
+        field_of(&self.message, "session_id").map(bub_kit::envelope::py_str).unwrap_or_default()
     }
 
     /// Tells every waiter.
@@ -455,7 +455,7 @@ impl Core {
     /// Bub's `on_receive`: unknown channels are ignored; debounced channels
     /// buffer per session; others go straight to admission.
     fn receive(&mut self, inbound: Inbound) {
-        let channel = field_of(&inbound.message, "channel").map(bub_abi::envelope::py_str).unwrap_or_default();
+        let channel = field_of(&inbound.message, "channel").map(bub_kit::envelope::py_str).unwrap_or_default();
         let Some(entry) = self.channels.get(&channel) else {
             tracing::warn!(target: "bub::gateway", "Received message from unknown channel '{channel}', ignoring.");
             return inbound.settle_ignored(&format!("no started channel is named '{channel}'"));
@@ -533,7 +533,7 @@ impl Core {
         inbound.tickets.clear();
         let framework = self.framework.clone();
         let stream_output = self.settings.stream_output
-            || field_of(&inbound.message, "stream_output").is_some_and(bub_abi::envelope::truthy);
+            || field_of(&inbound.message, "stream_output").is_some_and(bub_kit::envelope::truthy);
         let mut message = inbound.message.clone();
         let handle = self.turns.spawn(async move {
             let result = framework.process_inbound(&mut message, stream_output).await;
@@ -558,7 +558,7 @@ impl Core {
         let session_id = turn.session_id.clone();
         let delivery = match outcome {
             Ok((Ok(result), leftovers)) => {
-                if result.state.get("_runtime_quit").is_some_and(bub_abi::envelope::truthy) {
+                if result.state.get("_runtime_quit").is_some_and(bub_kit::envelope::truthy) {
                     self.quit(&session_id, id);
                 }
                 if !leftovers.is_empty() {
@@ -688,8 +688,8 @@ fn save_unprocessed(home: &std::path::Path, messages: Vec<Envelope>) -> Option<P
     let dir = home.join("gateway");
     let path = dir.join("unprocessed.jsonl");
     let write = || -> std::io::Result<()> {
-        bub_abi::files::create_private_dir(&dir)?;
-        let mut file = bub_abi::files::open_private_append(&path)?;
+        bub_kit::files::create_private_dir(&dir)?;
+        let mut file = bub_kit::files::open_private_append(&path)?;
         let mut text = String::new();
         for m in &messages {
             text.push_str(&serde_json::to_string(m).unwrap_or_else(|_| "null".into()));

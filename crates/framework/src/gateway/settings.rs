@@ -118,7 +118,7 @@ impl GatewaySettings {
 fn seconds(env: &Environment, name: &str) -> Option<Duration> {
     let text = env.get(name)?;
     match text.trim().parse::<f64>() {
-        Ok(s) if s.is_finite() && s >= 0.0 => bub_abi::time::seconds(s),
+        Ok(s) if s.is_finite() && s >= 0.0 => bub_kit::time::seconds(s),
         _ => {
             tracing::warn!(target: "bub::gateway", "{name}={text:?} is not a number of seconds; using the default");
             None

@@ -30,7 +30,7 @@ pub fn from_dotenv(key: &str) -> bool {
 pub fn load() {
     let Ok(start) = std::env::current_dir() else { return };
     let Some(path) = start.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else { return };
-    let bytes = match bub_abi::files::read_trusted(&path, MAX_DOTENV_BYTES) {
+    let bytes = match bub_kit::files::read_trusted(&path, MAX_DOTENV_BYTES) {
         Ok(bytes) => bytes,
         Err(why) => {
             eprintln!("warning: {} not loaded: {why}", path.display());

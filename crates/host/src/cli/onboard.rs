@@ -40,7 +40,7 @@ pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
         Ok(c) => c,
         Err(e) => bail!("Onboarding failed: {e}"),
     };
-    bub_abi::files::create_private_dir(&ctx.home).with_context(|| format!("cannot create {}", ctx.home.display()))?;
+    bub_kit::files::create_private_dir(&ctx.home).with_context(|| format!("cannot create {}", ctx.home.display()))?;
     let text = serde_json::to_string_pretty(&Value::Object(config))? + "\n";
     write_atomically(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
     println!("Saved config to {}", path.display());

@@ -132,7 +132,7 @@ fn print_result(out: &mut std::fs::File, result: &bub_host::framework::TurnResul
             };
             writeln!(out, "[{}:{}]", field("channel", "stdout"), field("chat_id", "local"))?;
             // The content is the model's or a plugin's: shown, not obeyed.
-            out.write_all(bub_runtime::terminal::shown(&field("content", "")).as_bytes())?;
+            out.write_all(bub_kit::terminal::shown(&field("content", "")).as_bytes())?;
             out.write_all(b"\n")?;
         }
         out.flush()

@@ -211,8 +211,8 @@ pub fn install(service: &Service<'_>) -> Result<()> {
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| !super::dotenv::from_dotenv(k)),
     );
-    bub_abi::files::create_private_dir(service.home)
-        .and_then(|()| bub_abi::files::write_private(&service.env_file(), env.as_bytes()))
+    bub_kit::files::create_private_dir(service.home)
+        .and_then(|()| bub_kit::files::write_private(&service.env_file(), env.as_bytes()))
         .with_context(|| format!("cannot write {}", service.env_file().display()))?;
     std::fs::write(&path, unit).with_context(|| format!("cannot write {}", path.display()))?;
     println!("wrote {}", path.display());

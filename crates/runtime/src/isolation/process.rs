@@ -98,7 +98,7 @@ impl Status {
     /// Writes it (owner-only, atomically); a failure is logged.
     pub(crate) fn write(&self, home: &Path, name: &str) {
         let path = Status::path(home, name);
-        let result = path.parent().map(bub_abi::files::create_private_dir).unwrap_or(Ok(())).and_then(|()| {
+        let result = path.parent().map(bub_kit::files::create_private_dir).unwrap_or(Ok(())).and_then(|()| {
             crate::install::write_atomically(&path, &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"))
         });
         if let Err(e) = result {

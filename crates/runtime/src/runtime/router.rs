@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use bub_abi::types::Envelope;
 
 use super::Runtime;
-use bub_abi::envelope::target_channel;
+use bub_kit::envelope::target_channel;
 
 use crate::resources::Channel;
 
@@ -67,7 +67,7 @@ impl Runtime {
 /// `output_channel`), with the outbound's session, chat, content, context
 /// and kind.
 fn for_channel(message: &Envelope, channel: &str) -> Envelope {
-    use bub_abi::envelope::{content_of, field_of, py_str};
+    use bub_kit::envelope::{content_of, field_of, py_str};
     use serde_json::{json, Value};
     let text = |k: &str, default: &str| field_of(message, k).map(py_str).unwrap_or_else(|| default.to_owned());
     json!({

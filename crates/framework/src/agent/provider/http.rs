@@ -21,12 +21,12 @@ fn retryable(status: u16) -> bool {
 fn retry_after(headers: &reqwest::header::HeaderMap, max: Duration) -> Option<Duration> {
     let text = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
     let delay = if let Some(ms) = text("retry-after-ms").and_then(|t| t.parse::<f64>().ok()) {
-        bub_abi::time::seconds_or_zero(ms / 1000.0)
+        bub_kit::time::seconds_or_zero(ms / 1000.0)
     } else {
         let t = text("retry-after")?;
         match t.parse::<f64>() {
             // `1e30`, `inf`: clamped, not a panic.
-            Ok(s) => bub_abi::time::seconds_or_zero(s),
+            Ok(s) => bub_kit::time::seconds_or_zero(s),
             Err(_) => {
                 let when = httpdate_to_system(t)?;
                 when.duration_since(std::time::SystemTime::now()).unwrap_or_default()
@@ -44,7 +44,7 @@ fn httpdate_to_system(text: &str) -> Option<std::time::SystemTime> {
 
 /// A number in [0.75, 1) that differs between calls (backoff jitter).
 fn jitter() -> f64 {
-    0.75 + 0.25 * (crate::random::u64() % 10_000) as f64 / 10_000.0
+    0.75 + 0.25 * (bub_kit::random::u64() % 10_000) as f64 / 10_000.0
 }
 
 /// The backoff before retry number `attempt` (0-based).
@@ -53,7 +53,7 @@ pub fn backoff(config: &ProviderConfig, attempt: u32, headers: Option<&reqwest::
         return d;
     }
     let exp = config.retry_delay.as_secs_f64() * 2f64.powi(attempt as i32);
-    bub_abi::time::seconds_or_zero(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
+    bub_kit::time::seconds_or_zero(exp.min(config.max_retry_delay.as_secs_f64()) * jitter())
 }
 
 /// The HTTP clients of one agent, one per timeout setting: building a

@@ -168,7 +168,7 @@ fn json_setting(text: &str, name: &str) -> Result<Value, String> {
 }
 
 fn seconds(v: &Value) -> Option<Duration> {
-    v.as_f64().and_then(bub_abi::time::seconds)
+    v.as_f64().and_then(bub_kit::time::seconds)
 }
 
 /// A provider's default base URL.
@@ -282,7 +282,7 @@ impl ModelSettings {
             s.max_tokens = n as u64;
         }
         if let Some(n) = number("BUB_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds")? {
-            s.model_timeout = (n > 0.0).then(|| bub_abi::time::seconds(n)).flatten();
+            s.model_timeout = (n > 0.0).then(|| bub_kit::time::seconds(n)).flatten();
         }
         let bytes = |env: &str, key: &str| -> Result<Option<u64>, String> {
             match number(env, key)? {

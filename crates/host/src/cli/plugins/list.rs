@@ -42,7 +42,7 @@ fn exposed(home: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
     while let Some((dir, depth)) = stack.pop() {
         // The home itself may be the user's ordinary 0755 folder: what is in
         // it is what must be owner-only.
-        if let Some(mode) = bub_abi::files::exposed(&dir).filter(|_| depth > 0) {
+        if let Some(mode) = bub_kit::files::exposed(&dir).filter(|_| depth > 0) {
             found.push((dir.clone(), mode));
         }
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -55,7 +55,7 @@ fn exposed(home: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
             match entry.file_type() {
                 Ok(t) if t.is_dir() && depth < 4 => stack.push((path, depth + 1)),
                 Ok(t) if t.is_file() => {
-                    if let Some(mode) = bub_abi::files::exposed(&path) {
+                    if let Some(mode) = bub_kit::files::exposed(&path) {
                         found.push((path, mode));
                     }
                 }

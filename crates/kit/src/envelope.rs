@@ -3,7 +3,7 @@
 //! JSON a channel sends, shared by the host and plugins (a session router
 //! or a model plugin reads a message exactly as the framework does).
 
-use crate::types::Envelope;
+use bub_abi::types::Envelope;
 use serde_json::{Map, Value};
 
 /// `field_of(msg, key)`: a map's value, `None` when absent or null.

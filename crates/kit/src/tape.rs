@@ -5,7 +5,7 @@
 //! A store may push the cheap parts down (fetch only the entries after the
 //! anchor) and hand the rest to [`select`] with the anchor fields cleared.
 
-use crate::types::{TapeEntry, TapeQuery};
+use bub_abi::types::{TapeEntry, TapeQuery};
 use serde_json::{Map, Value};
 
 /// Why a query cannot be answered (Bub raises these as `BubError`s).
@@ -31,9 +31,9 @@ impl std::fmt::Display for QueryError {
 
 impl std::error::Error for QueryError {}
 
-impl From<QueryError> for crate::HookError {
+impl From<QueryError> for bub_abi::HookError {
     fn from(e: QueryError) -> Self {
-        crate::HookError::plugin(e.to_string())
+        bub_abi::HookError::plugin(e.to_string())
     }
 }
 
