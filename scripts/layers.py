@@ -2,7 +2,7 @@
 """Checks that each crate of the workspace depends only on the layers
 below it, so the crate stack stays a stack:
 
-    bub-abi-macros ← bub-abi ← bub-kit ← bub-runtime ← bub-framework ← bub-builtin ← bub-host
+    bub-abi-macros ← bub-abi ← bub-kit ← bub-runtime ← bub-agent ← bub-framework ← bub-gateway ← bub-builtin ← bub-host
     bub-sse (a leaf: server-sent events framing)
 
 A plugin (plugins/*, tests/plugins/*) builds against the ABI, plus
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 # The core stack, lowest first: a crate may depend on the ones before it.
-STACK = ["bub-abi-macros", "bub-abi", "bub-kit", "bub-runtime", "bub-framework", "bub-builtin", "bub-host"]
+STACK = ["bub-abi-macros", "bub-abi", "bub-kit", "bub-runtime", "bub-agent", "bub-framework", "bub-gateway", "bub-builtin", "bub-host"]
 # Leaves any layer above the ABI may use.
 LEAVES = {"bub-sse"}
 # What a plugin may depend on (normal, build) and, in its own tests (dev).

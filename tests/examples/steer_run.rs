@@ -9,11 +9,7 @@
 //! `steer_run MESSAGE [STEERED…]`
 
 use bub_host::WithBuiltin as _;
-use bub_host::{
-    discovery::SearchPath,
-    framework::{envelope::complete_channel_message, Framework},
-    HostBuilder,
-};
+use bub_host::{discovery::SearchPath, framework::Framework, kit::envelope::complete_channel_message, HostBuilder};
 use serde_json::{json, Map, Value};
 
 fn message(content: &str) -> Value {

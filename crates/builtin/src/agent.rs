@@ -11,10 +11,8 @@
 use std::sync::Arc;
 
 use bub_abi::TurnState;
-use bub_framework::{
-    agent::{plugins::AgentPlugins, run::RunOptions, tape, Agent, AgentError, RunStream, Store},
-    Framework,
-};
+use bub_agent::{run::RunOptions, tape, Agent, AgentError, RunStream, Store};
+use bub_framework::{AgentPlugins, Framework};
 use serde_json::{json, Value};
 
 use crate::{own_tools, skills, spill};
@@ -71,8 +69,8 @@ fn provided_skill_roots(framework: &Framework) -> Vec<std::path::PathBuf> {
 /// (which depends on the turn's skill roots). They depend on nothing else,
 /// so they are built once per process: a turn clones handles, not schemas.
 struct OwnTools {
-    before_skill: Vec<bub_framework::agent::AgentTool>,
-    after_skill: Vec<bub_framework::agent::AgentTool>,
+    before_skill: Vec<bub_agent::AgentTool>,
+    after_skill: Vec<bub_agent::AgentTool>,
 }
 
 fn own_tools() -> &'static OwnTools {
@@ -128,7 +126,7 @@ const HARMLESS_COMMANDS: [&str; 2] = ["help", "quit"];
 /// The answer to a command from a channel whose messages may not run
 /// commands (`command_channels`), or None when the prompt may run.
 fn command_refused(agent: &Agent, prompt: &[Value], state: &TurnState) -> Option<RunStream> {
-    let line = bub_framework::agent::command::command_line(prompt, agent.command_prefix.as_deref())?;
+    let line = bub_agent::command::command_line(prompt, agent.command_prefix.as_deref())?;
     let channel = state.get_value("_runtime_channel")?.as_str()?.to_owned();
     let allowed = &agent.settings.command_channels;
     let first = line.split_whitespace().next().unwrap_or_default();
@@ -143,8 +141,8 @@ fn command_refused(agent: &Agent, prompt: &[Value], state: &TurnState) -> Option
         allowed.join(",")
     );
     Some(RunStream::fixed(vec![
-        bub_framework::agent::run::event("text", json!({"delta": text})),
-        bub_framework::agent::run::event("final", json!({"text": text, "ok": false})),
+        bub_agent::run::event("text", json!({"delta": text})),
+        bub_agent::run::event("final", json!({"text": text, "ok": false})),
     ]))
 }
 

@@ -104,8 +104,8 @@ fn config_from(settings: &bub_runtime::RuntimeSettings) -> Map<String, Value> {
 
 impl Builtin {
     /// The agent's settings as the builtin sees them outside a turn.
-    fn model_settings(&self) -> Result<bub_framework::agent::ModelSettings, String> {
-        bub_framework::agent::ModelSettings::load(&self.home, &self.environment)
+    fn model_settings(&self) -> Result<bub_agent::ModelSettings, String> {
+        bub_agent::ModelSettings::load(&self.home, &self.environment)
     }
 
     /// The command prefix, read once (`,` when the settings cannot be read).
@@ -402,8 +402,7 @@ impl Plugin for Builtin {
     fn provide_tools(&self) -> Option<Vec<Object>> {
         let settings = self.model_settings().ok();
         let confined = settings.as_ref().is_some_and(|s| s.confine_workspace);
-        let max_bytes =
-            settings.map_or(bub_framework::agent::provider::settings::DEFAULT_TOOL_MAX_BYTES, |s| s.tool_max_bytes);
+        let max_bytes = settings.map_or(bub_agent::provider::settings::DEFAULT_TOOL_MAX_BYTES, |s| s.tool_max_bytes);
         let ws = workspace_tools::Workspace {
             root: self.workspace.clone(),
             scopes: self.shells.clone(),

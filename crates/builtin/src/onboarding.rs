@@ -246,7 +246,7 @@ pub fn collect(current: &Map<String, Value>, io: &mut dyn Answers) -> Map<String
     if choice == "openai" && !base.is_empty() && base != OPENAI_BASE {
         base = OPENAI_BASE.to_owned();
     }
-    let default = bub_framework::agent::provider::settings::default_base(&provider);
+    let default = bub_agent::provider::settings::default_base(&provider);
     let asks_base = matches!(choice.as_str(), "openai-compatible" | "custom")
         || matches!(provider.as_str(), "azure-openai" | "ollama" | "magpie")
         || (choice != "openai" && !base.is_empty() && base != default);

@@ -9,14 +9,12 @@ use bub_abi::types::TapeQuery;
 use bub_kit::envelope::py_str;
 use serde_json::{json, Map, Value};
 
-use bub_framework::{
-    agent::{
-        tape::context_false,
-        tools::{AgentTool, Exposure, ToolContext},
-        AgentError,
-    },
-    Framework,
+use bub_agent::{
+    tape::context_false,
+    tools::{AgentTool, Exposure, ToolContext},
+    AgentError,
 };
+use bub_framework::Framework;
 
 use crate::spill;
 
@@ -185,7 +183,7 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
     let mut matches = Vec::new();
     for e in cx.tape.fetch(&q).await? {
         let found = json!({"date": e.date, "content": e.payload});
-        if bub_framework::agent::python::python_json(&found).contains("[tape.search]") {
+        if bub_agent::python::python_json(&found).contains("[tape.search]") {
             filtered += 1;
         } else {
             matches.push(found);
@@ -202,7 +200,7 @@ fn render_search(r: &Value) -> String {
     for m in &matches {
         out.push('\n');
         // Non-ASCII only occurs inside strings, where \uXXXX means the same.
-        for c in bub_framework::agent::python::python_json(m).chars() {
+        for c in bub_agent::python::python_json(m).chars() {
             if c.is_ascii() {
                 out.push(c);
             } else {
@@ -363,7 +361,7 @@ pub(crate) async fn set_session_setting(
     key: &str,
     value: impl Into<Value>,
 ) -> Result<(), AgentError> {
-    use bub_framework::agent::session_settings;
+    use bub_agent::session_settings;
     let value = value.into();
     cx.state.set(key, &value).map_err(|e| AgentError::value(e.to_string()))?;
     cx.tape.record_event(&session_settings::event_name(key), json!({ key: value }), Map::new()).await?;
@@ -454,7 +452,7 @@ async fn describe(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
 /// name (trimmed) is a registry name or its model-facing alias, matched
 /// case-insensitively; the registry names, sorted (Bub's `_scope_turn`
 /// sorts them too). An unknown name is refused with Bub's message.
-fn resolve_tool_names(tools: &[bub_framework::agent::AgentTool], names: &[String]) -> Result<Vec<String>, AgentError> {
+fn resolve_tool_names(tools: &[bub_agent::AgentTool], names: &[String]) -> Result<Vec<String>, AgentError> {
     let index = |name: &str| {
         let key = name.trim().to_lowercase();
         tools

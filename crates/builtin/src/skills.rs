@@ -458,7 +458,7 @@ fn allowed(state: &bub_abi::TurnState) -> Option<Vec<String>> {
 
 /// The system prompt's skills section (after the hooks' prompt, as Bub's
 /// `_skills_prompt`): the allowed skills, those the prompt names expanded.
-pub fn section(roots: SkillRoots) -> bub_framework::agent::Section {
+pub fn section(roots: SkillRoots) -> bub_agent::Section {
     std::sync::Arc::new(move |pcx| {
         let roots = roots.clone();
         Box::pin(async move {
@@ -482,8 +482,8 @@ pub fn section(roots: SkillRoots) -> bub_framework::agent::Section {
 /// for a refusal or an unknown name, which is an answer, not a failure),
 /// which code gets as is and the model reads rendered (Bub's
 /// `_render_skill`).
-pub fn tool(roots: SkillRoots) -> bub_framework::agent::AgentTool {
-    use bub_framework::agent::{AgentTool, Exposure};
+pub fn tool(roots: SkillRoots) -> bub_agent::AgentTool {
+    use bub_agent::{AgentTool, Exposure};
     let parameters = serde_json::json!({"type": "object", "properties": {
         "name": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null}}});
     AgentTool::native(

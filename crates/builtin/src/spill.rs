@@ -11,7 +11,7 @@
 
 use serde_json::{json, Map, Value};
 
-use bub_framework::agent::{
+use bub_agent::{
     events::{handler, Event, EventBus, Filter},
     python::python_json,
     tape::{context_false, entry, sidecar_tape_name, RunTape},

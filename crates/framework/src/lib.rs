@@ -1,7 +1,7 @@
 //! # bub-framework — Bub's framework over a bub-rs runtime
 //!
 //! The layer above [`bub_runtime`] (load and dispatch) and below the
-//! builtin plugin and the `bub` binary. It owns what Bub's `BubFramework`
+//! gateway, the builtin plugin and the `bub` binary. It owns what Bub's `BubFramework`
 //! does with the hooks' answers, and the libraries built on it:
 //!
 //! - the turn ([`Framework::process_inbound`]) — `resolve_session →
@@ -11,11 +11,9 @@
 //!   per-session environment cache (spec §1.2, §5);
 //! - [`app`] — the app-hook accessors (system prompt, model options,
 //!   channels, tools, sidecars, tape context, admission, steering);
-//! - [`agent`] — Bub's agent loop as a library (events, tools, tape fork,
-//!   command mode, the three provider wire formats);
-//! - [`gateway`] — `bub gateway`: channels, admission, per-session queues;
-//! - [`envelope`], [`prompt`] — Bub's loose message and prompt shapes
-//!   (re-exported from `bub_abi`, where plugins read them too).
+//! - [`AgentPlugins`] — the framework's hooks on an agent's bus (the agent
+//!   itself is the `bub-agent` crate: loop, tools, tape fork, context, the
+//!   provider wire formats; the gateway over this crate is `bub-gateway`).
 //!
 //! It never names the builtin plugin: the builtin is a plugin over this
 //! crate, and finds the framework running its turn with
@@ -38,12 +36,9 @@
 // No unsafe code above the runtime: the loader and the ABI hold it all.
 #![forbid(unsafe_code)]
 
-pub mod agent;
+mod agent_plugins;
 pub mod app;
-pub use bub_kit::envelope;
 mod error;
-pub mod gateway;
-pub use bub_kit::prompt;
 pub mod scope;
 mod turn;
 
@@ -56,7 +51,11 @@ use bub_abi::types::{Envelope, StateMap};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use self::{error::FrameworkError, scope::Running};
+pub use self::{
+    agent_plugins::{AgentPlugins, PluginAgentHooks},
+    error::FrameworkError,
+    scope::Running,
+};
 use bub_runtime::{resources::Channel, Host, Runtime};
 
 /// What one turn produced.
@@ -133,8 +132,8 @@ impl Framework {
     /// The agent's settings: the host's resolved environment over
     /// `<home>/config.json` (read on each call, so an edit applies to the
     /// next turn).
-    pub fn model_settings(&self) -> Result<agent::ModelSettings, String> {
-        agent::ModelSettings::load(&self.home, &self.settings().environment)
+    pub fn model_settings(&self) -> Result<bub_agent::ModelSettings, String> {
+        bub_agent::ModelSettings::load(&self.home, &self.settings().environment)
     }
 
     /// The host's home (`$BUB_HOME`): config, tapes.

@@ -25,7 +25,9 @@ use std::{
 use bub_abi::{types::ErrorInfo, HookId, Object};
 use serde_json::{json, Value};
 
-use super::{agent::context::ContextCache, Framework, FrameworkError};
+use bub_agent::context::ContextCache;
+
+use super::{Framework, FrameworkError};
 use bub_runtime::resources::{Environment, Lifespan, Resource, SteeringInbox, TapeStore};
 
 /// The scope state a framework and its clones share.
@@ -136,7 +138,7 @@ impl Framework {
     }
 
     /// Where the agent keeps the scope's session tapes as context messages
-    /// between steps and turns (see [`crate::agent::context`]); outside a
+    /// between steps and turns (see [`bub_agent::context`]); outside a
     /// scope, a new cache each time.
     pub fn contexts(&self) -> Arc<ContextCache> {
         let mut inner = self.scope.lock();

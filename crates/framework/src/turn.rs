@@ -174,9 +174,9 @@ impl Framework {
     /// store that cannot answer is logged and counts as none).
     async fn session_settings(&self, session_id: &str) -> StateMap {
         let Some(store) = self.get_tape_store() else { return StateMap::new() };
-        let tape = crate::agent::tape::session_tape_name(&self.workspace, session_id);
-        let store = crate::agent::tape::Store::Host(store);
-        match crate::agent::session_settings::load_kept(&store, &tape, &self.contexts()).await {
+        let tape = bub_agent::tape::session_tape_name(&self.workspace, session_id);
+        let store = bub_agent::tape::Store::Host(store);
+        match bub_agent::session_settings::load_kept(&store, &tape, &self.contexts()).await {
             Ok(settings) => settings.into_iter().collect(),
             Err(e) => {
                 tracing::warn!(target: "bub::framework", "session {session_id}: cannot read its settings from tape {tape}: {e}");

@@ -3,11 +3,14 @@
 //! The crates are layered; each depends only on the ones below it:
 //!
 //! - [`bub_abi`]: the stable ABI and the plugin SDK;
+//! - [`bub_kit`]: Bub's shared readings (envelopes, prompts, tape
+//!   selection) and the helpers plugins share;
 //! - [`bub_runtime`]: discover → load → register → dispatch
 //!   ([`discovery`], [`manifest`], [`integrity`], [`install`], [`loader`],
 //!   [`registry`], [`runtime`], [`resources`], [`host`]);
-//! - [`bub_framework`]: the turn pipeline and `running()` ([`framework`]),
-//!   the agent library ([`agent`]), `bub gateway` ([`gateway`]);
+//! - [`bub_agent`]: Bub's agent as a library ([`agent`]);
+//! - [`bub_framework`]: the turn pipeline and `running()` ([`framework`]);
+//! - [`bub_gateway`]: `bub gateway` ([`gateway`]);
 //! - [`bub_builtin`]: Bub's builtin plugin ([`builtin`]), added to a host
 //!   with [`WithBuiltin::builtin`] (or [`discover`]: the builtin, then every
 //!   installed plugin);
@@ -41,9 +44,11 @@
 // No unsafe code above the runtime: the loader and the ABI hold it all.
 #![forbid(unsafe_code)]
 
+pub use bub_agent as agent;
 pub use bub_builtin as builtin;
 pub use bub_framework as framework;
-pub use bub_framework::{agent, gateway};
+pub use bub_gateway as gateway;
+pub use bub_kit as kit;
 // The lower layer, re-exported under its old paths (`bub_host::loader`, …).
 pub use bub_builtin::{discover, WithBuiltin};
 pub use bub_runtime::{

@@ -463,7 +463,7 @@ fn oversized_results_are_spilled_and_read_back_behaviour_208_209() {
 /// added later: a plugin's deny stops the event before a later handler.
 #[test]
 fn plugin_agent_hooks_subscribe_behaviour_234() {
-    use bub_host::agent::PluginAgentHooks;
+    use bub_host::framework::PluginAgentHooks;
     let provider =
         Provider::start(vec![chat::tool_calls("", &[("c1", "echo_back", r#"{"text":"x"}"#)]), chat::text("ok")]);
     let home = bub_tests::Home::new();

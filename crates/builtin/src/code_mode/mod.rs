@@ -27,13 +27,11 @@ use std::{
     time::Duration,
 };
 
-use bub_framework::{
-    agent::{
-        tools::{self, AgentTool, Exposure, ToolContext},
-        AgentError, PromptContext, Section,
-    },
-    Framework,
+use bub_agent::{
+    tools::{self, AgentTool, Exposure, ToolContext},
+    AgentError, PromptContext, Section,
 };
+use bub_framework::Framework;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bub_framework::agent::{python::python_repr, tools::AgentTool};
+use bub_agent::{python::python_repr, tools::AgentTool};
 use serde_json::Value;
 
 const HEADER: &str = r#""""Tools available inside `run_code` as `tools.<name>(...)`.
@@ -225,7 +225,7 @@ pub fn write(content: &str, dir: &Path) -> Result<PathBuf, bub_abi::BoxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bub_framework::agent::tools::Exposure;
+    use bub_agent::tools::Exposure;
     use serde_json::json;
 
     #[test]

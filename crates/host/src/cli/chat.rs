@@ -20,7 +20,7 @@ use std::sync::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::Context;
-use bub_host::framework::envelope::complete_channel_message;
+use bub_host::kit::envelope::complete_channel_message;
 
 #[derive(Debug, clap::Args)]
 pub struct ChatArgs {

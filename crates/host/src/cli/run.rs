@@ -4,7 +4,7 @@ use anyhow::{Context as _, Result};
 use serde_json::{json, Value};
 
 use super::Context;
-use bub_host::framework::envelope::complete_channel_message;
+use bub_host::kit::envelope::complete_channel_message;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {

@@ -15,13 +15,13 @@ use bub_abi::{
 };
 use serde_json::Value;
 
-use super::{
+use crate::Framework;
+use bub_agent::{
     events::{handler, Event, Filter},
     message::CallRequest,
     tools::AgentTool,
     Agent, AgentError,
 };
-use crate::Framework;
 
 /// The four interception hooks on an agent's bus (Bub's
 /// `PluginAgentHooks`): `LLMCallStarted` → `before_llm_call` (a rewritten
@@ -44,7 +44,7 @@ impl PluginAgentHooks {
 
     /// Subscribes the hooks to `bus`, after what is on it now: one handler
     /// (the four events are disjoint, so one place on the bus serves all).
-    pub fn subscribe(&self, bus: &mut super::EventBus) {
+    pub fn subscribe(&self, bus: &mut bub_agent::EventBus) {
         let rt = self.runtime.clone();
         bus.on(
             Filter::Any,
@@ -160,7 +160,7 @@ impl AgentPlugins {
                 let fw = fw.clone();
                 Box::pin(async move {
                     if let Event::StepFinished {
-                        status: super::events::Status::Continue,
+                        status: bub_agent::events::Status::Continue,
                         next_prompt,
                         prompt,
                         usage,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::{status, Core, Inbound};
 use bub_kit::envelope::field_of;
 
-use crate::{Framework, TurnResult};
+use bub_framework::{Framework, TurnResult};
 
 impl Core {
     /// Resolves the session, asks `admit_message` (plugins, then the
@@ -15,7 +15,7 @@ impl Core {
     pub(super) async fn admit_and_schedule(&mut self, mut inbound: Inbound) {
         let session_id = match self.framework.resolve_session(&inbound.message).await {
             Ok(id) => id,
-            Err(crate::FrameworkError::Hook(failure)) if failure.timed_out() => {
+            Err(bub_framework::FrameworkError::Hook(failure)) if failure.timed_out() => {
                 // Held up, not failed (a Python plugin behind another that
                 // blocks their shared loop): the message waits and is
                 // admitted again, instead of being dropped. Its backlog
@@ -129,7 +129,7 @@ impl Core {
         session_id: &str,
         message: &Envelope,
         snapshot: &TurnSnapshot,
-    ) -> Result<Option<AdmitDecision>, crate::FrameworkError> {
+    ) -> Result<Option<AdmitDecision>, bub_framework::FrameworkError> {
         if let Some(decision) = self.framework.admit_message(session_id, message, snapshot).await? {
             return Ok(Some(decision));
         }

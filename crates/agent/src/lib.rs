@@ -1,5 +1,9 @@
-//! The agent: Bub's loop of model calls and tool calls over a tape (spec:
-//! `bub-agent-semantics.md` §2–§4, §6).
+//! # bub-agent — Bub's agent as a library
+//!
+//! Bub's loop of model calls and tool calls over a tape. It knows nothing
+//! of turns, hooks or channels: the framework attaches those
+//! (`bub_framework::AgentPlugins`), so the loop can be tested and embedded
+//! on its own.
 //!
 //! - [`events`] — the event types and the bus every observer hangs on;
 //! - [`run`] — [`Agent::start`]: runs, steps, the stream a consumer reads;
@@ -9,23 +13,20 @@
 //! - [`context`] — tape entries to model messages;
 //! - [`message`] — those messages, shared by the steps of a session;
 //! - [`recorder`] — events to tape entries (subscribed first);
-//! - [`plugins`] — [`AgentPlugins`]: the framework's hooks on an agent's bus;
 //! - [`provider`] — model specs, settings and the three wire formats.
 //!
 //! An embedder builds an [`Agent`], attaches a framework's plugins to it
-//! with [`AgentPlugins::attach`], and reads [`RunStream`]s; the builtin
+//! with `bub_framework::AgentPlugins::attach`, and reads [`RunStream`]s; the builtin
 //! plugin does exactly that for every turn (with its own tools: tape, spill,
 //! subagent, …; see the `bub-builtin` crate). The user's guide is
 //! `docs/agent.md`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use bub_framework::agent::{events::{handler, Event, Filter}, Agent, AgentPlugins, ModelSettings, RunOptions, Store};
+//! use bub_agent::{events::{handler, Event, Filter}, Agent, ModelSettings, RunOptions, Store};
 //!
-//! # async fn demo(framework: bub_framework::Framework) -> Result<(), Box<dyn std::error::Error>> {
-//! let settings = framework.model_settings()?;
+//! # async fn demo(settings: ModelSettings) -> Result<(), Box<dyn std::error::Error>> {
 //! let mut agent = Agent::new(settings, Store::memory()); // the tape recorder is subscribed first
-//! AgentPlugins::new(framework.clone()).attach(&mut agent, true).await?; // hooks, prompt, steering, tools
 //! agent.events.on(Filter::Kind("ToolCallFinished"), handler(|event, _cx| {
 //!     if let Event::ToolCallFinished { call, .. } = event {
 //!         println!("ran {}", call.tool);
@@ -41,6 +42,10 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+// No unsafe code above the runtime: the loader and the ABI hold it all.
+#![forbid(unsafe_code)]
+
 pub mod arguments;
 pub mod command;
 pub mod context;
@@ -48,7 +53,6 @@ pub mod events;
 mod follow;
 pub mod live;
 pub mod message;
-pub mod plugins;
 pub mod provider;
 pub mod python;
 pub mod recorder;
@@ -64,7 +68,6 @@ use serde_json::{Map, Value};
 
 pub use self::{
     events::{Event, EventBus, EventContext, Filter},
-    plugins::{AgentPlugins, PluginAgentHooks},
     provider::ModelSettings,
     run::{RunOptions, RunStream},
     tape::{RunTape, Store},
@@ -109,7 +112,8 @@ impl AgentError {
         AgentError::Value(message.into())
     }
 
-    pub(crate) fn store(e: impl std::fmt::Display) -> AgentError {
+    /// A failure of the tape store or another host resource the run reads.
+    pub fn store(e: impl std::fmt::Display) -> AgentError {
         AgentError::Store(e.to_string())
     }
 

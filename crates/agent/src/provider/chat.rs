@@ -11,7 +11,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{JsonArray, Message, Part, WireForm};
+use crate::message::{JsonArray, Message, Part, WireForm};
 
 /// Providers whose servers take `max_tokens`, not `max_completion_tokens`.
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
@@ -116,7 +116,7 @@ fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
                     let arguments = match c.get("arguments") {
                         None | Some(Value::Null) => json!("{}"),
                         Some(Value::String(s)) => json!(s),
-                        Some(other) => json!(crate::agent::python::python_json(other)),
+                        Some(other) => json!(crate::python::python_json(other)),
                     };
                     json!({"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": arguments}})
                 })
@@ -165,7 +165,7 @@ pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
 }
 
 /// The request body as sent: each message's wire form is kept with it
-/// (see [`Message::wire`](crate::agent::message::Message::wire)), so a long
+/// (see [`Message::wire`](crate::message::Message::wire)), so a long
 /// context is encoded once, not once per step.
 pub(crate) fn encoded(client: &ModelClient, request: &ModelRequest) -> Vec<u8> {
     let kind = client.config.kind.as_str();
@@ -303,8 +303,8 @@ pub async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::message::Message;
-    use crate::agent::provider::{settings::ModelSettings, ToolDef};
+    use crate::message::Message;
+    use crate::provider::{settings::ModelSettings, ToolDef};
 
     fn client(spec: &str, client_args: Value) -> ModelClient {
         let mut file = Map::new();

@@ -1,5 +1,8 @@
-//! The gateway: Bub's `ChannelManager` behind `bub gateway` (agent spec §5,
-//! hook spec §6.5).
+//! # bub-gateway — Bub's `ChannelManager` behind `bub gateway`
+//!
+//! A crate of its own over `bub-framework`: a long-running process with
+//! channels, queues and a journal is a different thing from one turn, and
+//! `bub run` or an embedder needs none of it.
 //!
 //! Channels come from `provide_channels`; the enabled ones ([`select`]) are
 //! started inside one `running()` scope and bound as the channel router.
@@ -34,6 +37,10 @@
 //! Turns run on the caller's tokio runtime (`tokio::spawn`), so a blocking
 //! sync hook holds one worker, not the whole gateway.
 
+#![warn(missing_docs)]
+// No unsafe code above the runtime: the loader and the ABI hold it all.
+#![forbid(unsafe_code)]
+
 mod admission;
 mod backlog;
 mod debounce;
@@ -41,6 +48,7 @@ mod handler;
 mod journal;
 mod select;
 mod settings;
+
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -58,7 +66,7 @@ pub use self::{journal::running_gateways, select::select_channels, settings::Gat
 use bub_kit::envelope::field_of;
 use bub_runtime::resources::Channel;
 
-use crate::{Framework, FrameworkError, TurnResult};
+use bub_framework::{Framework, FrameworkError, TurnResult};
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]

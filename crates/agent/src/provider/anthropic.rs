@@ -5,7 +5,7 @@
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
-use crate::agent::message::Shared;
+use crate::message::Shared;
 
 use super::{
     apply_extra_body, content_text, http, repair_tool_calls, Delta, ModelClient, ModelRequest, ModelResponse,
@@ -375,8 +375,8 @@ fn assistant_blocks(provider_data: &[Value], text: &str, calls: &[Value]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::message::Message;
-    use crate::agent::provider::settings::ModelSettings;
+    use crate::message::Message;
+    use crate::provider::settings::ModelSettings;
 
     #[test]
     fn cache_control_and_max_tokens_behaviour_232() {

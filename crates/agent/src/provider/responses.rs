@@ -8,7 +8,7 @@ use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
     ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
 };
-use crate::agent::message::{json_text, JsonArray, Shared, WireForm};
+use crate::message::{json_text, JsonArray, Shared, WireForm};
 
 fn input_part(p: &Value, role: &str) -> Value {
     let text_type = if role == "assistant" { "output_text" } else { "input_text" };

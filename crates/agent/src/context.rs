@@ -139,7 +139,7 @@ fn upgrade_call(c: &Value) -> Value {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("").to_owned();
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => s.clone(),
-            Some(v) if bub_kit::envelope::truthy(v) => crate::agent::python::python_json(v),
+            Some(v) if bub_kit::envelope::truthy(v) => crate::python::python_json(v),
             _ => "{}".to_owned(),
         };
         return json!({"id": text(c.get("id")), "name": text(f.get("name")), "arguments": arguments});
@@ -306,9 +306,9 @@ pub fn tool_message_content(result: &Value) -> Value {
 mod tests {
     use super::*;
 
-    fn fetched(payload: &Value) -> crate::agent::tape::FetchedEntry {
+    fn fetched(payload: &Value) -> crate::tape::FetchedEntry {
         let entry = TapeEntry { id: 1, kind: "message".into(), ..Default::default() };
-        crate::agent::tape::FetchedEntry { entry, message_payload: Some(bub_abi::Value::from(payload)) }
+        crate::tape::FetchedEntry { entry, message_payload: Some(bub_abi::Value::from(payload)) }
     }
 
     #[test]
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_fetched_message_is_read_from_its_payload_node_behaviour_123() {
-        use crate::agent::tape::FetchedEntry;
+        use crate::tape::FetchedEntry;
         let long = "y".repeat(100);
         let plain = json!({"role": "assistant", "content": long});
         let hosted = bub_abi::Value::from(&plain);

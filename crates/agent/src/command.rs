@@ -120,7 +120,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::agent::tools::Exposure;
+    use crate::tools::Exposure;
 
     fn greet() -> AgentTool {
         AgentTool::native(

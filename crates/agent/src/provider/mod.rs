@@ -595,7 +595,7 @@ mod tests {
 mod media_tests {
     use serde_json::{json, Value};
 
-    use crate::agent::message::{Message, Shared};
+    use crate::message::{Message, Shared};
 
     fn tool_message(content: Value) -> Shared {
         Message::new(json!({"role": "tool", "tool_call_id": "c1", "content": content}))
