@@ -145,12 +145,12 @@ impl Framework {
         if let Some(depth) = message.as_ref().get("_inbound_depth").and_then(|d| d.as_u64()) {
             defaults.insert("_inbound_depth".into(), Value::from(depth));
         }
-        // Bub's builtin load_state restores the session's settings from its
-        // tape; the framework holds the store, so it does it for the builtin,
-        // just before the builtin's fragment (the lowest-priority one).
-        if self.runtime.registry().plugin("builtin").is_some() {
-            defaults.extend(self.session_settings(session_id).await);
-        }
+        // Bub's builtin load_state restores the session's settings (`,model`
+        // and the other switches) from its tape. The framework holds the
+        // store, so it does that for whichever plugins are loaded: the
+        // settings are defaults under every fragment, as the builtin's (the
+        // lowest-priority one) would have put them. Without a store, none.
+        defaults.extend(self.session_settings(session_id).await);
         // The host's own state map: merged and read without JSON round trips.
         let (state, state_map) = TurnState::shared(defaults);
         // Bub ignores a fragment that is not a dict (`isinstance(…, dict)`).
