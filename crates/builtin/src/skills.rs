@@ -134,7 +134,7 @@ impl SkillRoots {
         let config: Value = self
             .config
             .as_ref()
-            .and_then(|p| bub_runtime::install::read_settings_file(p).ok())
+            .and_then(|p| bub_runtime::files::read_settings_file(p).ok())
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or(Value::Null);
         let mut out = String::new();

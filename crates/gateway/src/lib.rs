@@ -49,7 +49,6 @@ mod journal;
 mod select;
 mod settings;
 
-
 use std::{
     collections::{HashMap, VecDeque},
     path::PathBuf,

@@ -47,16 +47,18 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod config;
 #[allow(unsafe_code)]
 pub mod crash;
 pub mod discovery;
 pub mod error;
-mod file_cache;
+pub mod files;
 pub mod host;
 mod host_services;
 pub mod install;
 pub mod integrity;
 pub mod isolation;
+mod load;
 #[allow(unsafe_code)]
 pub mod loader;
 pub mod manifest;

@@ -94,7 +94,7 @@ impl Manifest {
     /// Reads and validates `<dir>/plugin.json`.
     pub fn read(dir: &Path) -> Result<Manifest, LoadError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = crate::install::read_settings_file_now(&path)
+        let text = crate::files::read_settings_file_now(&path)
             .map_err(|cause| LoadError::ManifestRead { path: path.clone(), cause })?;
         let manifest: Manifest = serde_json::from_str(&text)
             .map_err(|e| LoadError::ManifestInvalid { path: path.clone(), detail: e.to_string() })?;

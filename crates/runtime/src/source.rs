@@ -244,7 +244,7 @@ fn run(source: &Source, cmd: &mut Command, what: &str) -> Result<String, Install
 /// can tell a folder an install still uses from one a killed install left.
 pub(crate) struct FetchDir {
     temp: tempfile::TempDir,
-    _lock: crate::install::FileLock,
+    _lock: crate::files::FileLock,
 }
 
 impl FetchDir {
@@ -296,7 +296,7 @@ fn fetch_dir(source: &Source, scratch: &Path) -> Result<FetchDir, InstallError> 
         .tempdir_in(scratch)
         .map_err(|e| fetch_error(source, format!("cannot make a folder in {}: {e}", scratch.display())))?;
     let lock =
-        crate::install::lock_file(&temp.path().join(FETCH_LOCK)).map_err(|e| fetch_error(source, e.to_string()))?;
+        crate::files::lock_file(&temp.path().join(FETCH_LOCK)).map_err(|e| fetch_error(source, e.to_string()))?;
     Ok(FetchDir { temp, _lock: lock })
 }
 
@@ -373,7 +373,8 @@ pub(crate) fn fetch(source: &Source, scratch: &Path, cache: &Path) -> Result<Fet
             // Built from a copy: cargo's cache of sources stays untouched.
             let dir = temp.path().join(format!("{name}-{resolved_version}"));
             // Deep enough for any crate's sources (skills stop at 8 levels).
-            crate::install::copy_tree(manifest_path.parent().unwrap_or(Path::new(".")), &dir, 0, 64)?;
+            crate::files::copy_tree(manifest_path.parent().unwrap_or(Path::new(".")), &dir, 0, 64)
+                .map_err(|e| fetch_error(source, e.to_string()))?;
             // Its own workspace, wherever the home is (a published crate's
             // manifest has none, and a Cargo.toml above would claim it).
             let copied = dir.join("Cargo.toml");

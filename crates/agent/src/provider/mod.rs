@@ -239,7 +239,7 @@ impl ModelClient {
 /// Deep-merges the provider's `extra_body` (client args) and then the
 /// call's own (completion args) into `body`: call values win.
 pub(crate) fn apply_extra_body(client: &ModelClient, request: &ModelRequest, body: &mut Map<String, Value>) {
-    use bub_runtime::runtime::special::deep_merge;
+    use bub_runtime::config::deep_merge;
     let mut extra = client.config.extra_body.clone();
     if let Some(Value::Object(call_extra)) = request.options.get("extra_body") {
         deep_merge(&mut extra, call_extra.clone());
@@ -581,10 +581,7 @@ mod tests {
     #[test]
     fn deep_merge_merges_objects_behaviour_219() {
         let mut a = json!({"metadata": {"client": true}}).as_object().unwrap().clone();
-        bub_runtime::runtime::special::deep_merge(
-            &mut a,
-            json!({"metadata": {"request": true}}).as_object().unwrap().clone(),
-        );
+        bub_runtime::config::deep_merge(&mut a, json!({"metadata": {"request": true}}).as_object().unwrap().clone());
         assert_eq!(Value::Object(a), json!({"metadata": {"client": true, "request": true}}));
     }
 }

@@ -192,7 +192,7 @@ impl ModelSettings {
     /// `RuntimeSettings::environment`, or `Framework::model_settings`) and
     /// `<home>/config.json`, read now (an edit applies to the next turn).
     pub fn load(home: &Path, env: &Environment) -> Result<ModelSettings, String> {
-        let file = match bub_runtime::install::read_settings_file(&bub_runtime::places::config_file(home)) {
+        let file = match bub_runtime::files::read_settings_file(&bub_runtime::places::config_file(home)) {
             Ok(text) => match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Object(m)) => m,
                 _ => Map::new(), // reported where plugins read it (host.rs)

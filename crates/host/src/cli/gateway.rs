@@ -48,7 +48,7 @@ pub fn run(ctx: &Context, args: &GatewayArgs) -> Result<()> {
     }
     // config.json's channels and stream output (what `bub onboard` writes),
     // under the BUB_* variables; an unreadable file counts as none.
-    let config = bub_host::install::read_settings_file(&bub_runtime::places::config_file(&ctx.home))
+    let config = bub_host::files::read_settings_file(&bub_runtime::places::config_file(&ctx.home))
         .ok()
         .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
         .and_then(|v| v.as_object().cloned())

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 use bub_abi::types::StateMap;
-use bub_host::install::write_atomically;
+use bub_host::files::write_atomically;
 use serde_json::Value;
 
 use super::Context;
@@ -26,8 +26,8 @@ pub fn run(ctx: &Context, args: &OnboardArgs) -> Result<()> {
     let path = config_path(&ctx.home);
     // Read, merged and written under a lock: parallel onboardings keep both.
     let lock = ctx.home.join(".config.lock");
-    let _lock = bub_host::install::lock_file(&lock).with_context(|| format!("cannot lock {}", lock.display()))?;
-    let current: StateMap = match bub_host::install::read_settings_file(&path) {
+    let _lock = bub_host::files::lock_file(&lock).with_context(|| format!("cannot lock {}", lock.display()))?;
+    let current: StateMap = match bub_host::files::read_settings_file(&path) {
         Ok(text) => match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(m)) => m,
             _ => bail!("Onboarding failed: {} is not a JSON object; fix or remove it", path.display()),

@@ -91,7 +91,7 @@ impl Status {
 
     /// Reads plugin `name`'s status, if one was written.
     pub fn read(home: &Path, name: &str) -> Option<Status> {
-        let text = crate::install::read_settings_file(&Status::path(home, name)).ok()?;
+        let text = crate::files::read_settings_file(&Status::path(home, name)).ok()?;
         serde_json::from_str(&text).ok()
     }
 
@@ -99,7 +99,7 @@ impl Status {
     pub(crate) fn write(&self, home: &Path, name: &str) {
         let path = Status::path(home, name);
         let result = path.parent().map(bub_kit::files::create_private_dir).unwrap_or(Ok(())).and_then(|()| {
-            crate::install::write_atomically(&path, &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"))
+            crate::files::write_atomically(&path, &(serde_json::to_string_pretty(self).unwrap_or_default() + "\n"))
         });
         if let Err(e) = result {
             tracing::debug!(target: "bub::isolation", "cannot write {}: {e}", path.display());

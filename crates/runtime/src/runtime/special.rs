@@ -67,7 +67,7 @@ impl Runtime {
                 None | Some(Done::None) => {}
                 Some(Done::Error(e)) => return Err(failure(imp, HOOK, e).into()),
                 Some(Done::Answer(Answer::Value(v))) => match v.deserialize::<Value>() {
-                    Ok(Value::Object(fragment)) => deep_merge(&mut config, fragment),
+                    Ok(Value::Object(fragment)) => crate::config::deep_merge(&mut config, fragment),
                     Ok(Value::Null) => {}
                     _ => return Err(type_error(&imp.plugin).into()),
                 },
@@ -108,16 +108,4 @@ fn type_error(plugin: &str) -> HookFailure {
         HookId::OnboardConfig,
         HookError::new(bub_abi::ErrorKind::TYPE, "TypeError: hook.onboard_config must return dict or None"),
     )
-}
-
-/// Merges `from` into `into`, recursing where both sides hold maps.
-pub fn deep_merge(into: &mut StateMap, from: StateMap) {
-    for (k, v) in from {
-        match (into.get_mut(&k), v) {
-            (Some(Value::Object(a)), Value::Object(b)) => deep_merge(a, b),
-            (_, v) => {
-                into.insert(k, v);
-            }
-        }
-    }
 }

@@ -5,6 +5,11 @@
 //! be loaded is what was checked), then swapped in with renames. A failed
 //! install therefore leaves the previous version installed and working.
 
+mod error;
+
+use error::io;
+pub use error::InstallError;
+
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
@@ -15,111 +20,11 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    error::LoadError,
+    files::{lock_file, write_atomically, FileLock},
     integrity, loader,
     manifest::{Manifest, MANIFEST_FILE},
     source::Source,
 };
-
-/// Why an install, removal or toggle failed. Every message says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    /// The source path does not exist.
-    #[error("{path} does not exist. Pass a built plugin library (.so) or a plugin crate folder")]
-    NotFound {
-        /// The path given.
-        path: PathBuf,
-    },
-    /// `cargo build` failed.
-    #[error("building {dir} failed ({status}); fix the errors above and try again")]
-    BuildFailed {
-        /// The crate folder.
-        dir: PathBuf,
-        /// cargo's exit status.
-        status: String,
-    },
-    /// The crate builds no cdylib.
-    #[error("{dir} builds no shared library. Add `[lib] crate-type = [\"cdylib\"]` to its Cargo.toml")]
-    NoLibrary {
-        /// The crate folder.
-        dir: PathBuf,
-    },
-    /// The crate builds several cdylibs.
-    #[error("{dir} builds several shared libraries ({libs}); pass the one to install")]
-    SeveralLibraries {
-        /// The crate folder.
-        dir: PathBuf,
-        /// Their paths.
-        libs: String,
-    },
-    /// The library failed the load checks; nothing was installed.
-    #[error("not installed: {0}")]
-    Check(LoadError),
-    /// The library failed the load checks (the message names the source file).
-    #[error("not installed: {0}")]
-    Rejected(String),
-    /// A git repository or crate could not be fetched.
-    #[error("cannot fetch {spec}: {why}")]
-    Fetch {
-        /// The source, as given.
-        spec: String,
-        /// What failed.
-        why: String,
-    },
-    /// `update` of a plugin whose source is not recorded.
-    #[error("{name} has no recorded source (it was installed before bub recorded sources); install it again with `bub plugins install <library, folder, git URL or crate>`")]
-    NoSource {
-        /// The plugin.
-        name: String,
-    },
-    /// The plugin name is not usable as a folder name.
-    #[error("invalid plugin name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' (and not `builtin`, the host's own)")]
-    InvalidName {
-        /// The name.
-        name: String,
-    },
-    /// Another installed plugin reads the same environment variables.
-    #[error("plugin name {name:?} collides with the installed plugin {other:?}: both would read {env}* settings; choose another name with --name")]
-    NameCollision {
-        /// The new name.
-        name: String,
-        /// The installed one.
-        other: String,
-        /// The shared variable prefix.
-        env: String,
-    },
-    /// No plugin of that name is installed.
-    #[error("no plugin named '{name}' is installed in {root}. See `bub plugins list`")]
-    NotInstalled {
-        /// The name.
-        name: String,
-        /// The plugins folder.
-        root: PathBuf,
-    },
-    /// A file operation failed.
-    #[error("cannot {what} {path}: {cause}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The error.
-        cause: std::io::Error,
-    },
-}
-
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InstallError {
-    let path = path.to_owned();
-    move |cause| InstallError::Io { what, path, cause }
-}
-
-// Not `#[from]`: the message already holds the load error, and a `source`
-// would print it a second time in an error chain (`{:#}`).
-impl From<LoadError> for InstallError {
-    fn from(e: LoadError) -> Self {
-        InstallError::Check(e)
-    }
-}
 
 /// What an install did.
 #[derive(Debug, Clone)]
@@ -244,7 +149,7 @@ impl Installer {
         std::fs::create_dir(stage).map_err(io("create", stage))?;
         set_mode(stage, 0o700)?;
         if let Some(skills) = skills {
-            copy_tree(skills, &stage.join("skills"), 0, 8)?;
+            crate::files::copy_tree(skills, &stage.join("skills"), 0, 8).map_err(io("copy", skills))?;
         }
         // Installed under one fixed name, whatever the source is called: a
         // source named `plugin.json` or `.verified` cannot overwrite the
@@ -319,7 +224,7 @@ impl Installer {
     /// Refuses a name whose settings variables (`BUB_<NAME>__*`, upper case,
     /// `-` as `_`) an installed plugin of another name already reads.
     fn check_env_collision(&self, name: &str) -> Result<(), InstallError> {
-        let key = crate::host::env_prefix;
+        let key = crate::config::env_prefix;
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Ok(()) };
         for entry in entries.flatten() {
             let other = entry.file_name().to_string_lossy().into_owned();
@@ -418,97 +323,10 @@ impl Manifest {
 /// The file name an installed library gets in its plugin folder.
 pub const INSTALLED_LIBRARY: &str = "plugin.so";
 
-/// The largest settings file the host reads (`config.json`, `plugin.json`,
-/// `sessions.json`): 4 MiB.
-pub const MAX_SETTINGS_FILE: u64 = 4 << 20;
-
-/// Reads a settings file: only a regular file (a FIFO would block, a device
-/// like `/dev/zero` never end) of at most [`MAX_SETTINGS_FILE`] bytes, owned
-/// by the user (or root) and not writable by group or others (another
-/// user's `config.json` could point a model's `base_url` at her server),
-/// with an error that says which rule it broke. A file unchanged since it
-/// was last read is not read again ([`crate::file_cache`]).
-pub fn read_settings_file(path: &Path) -> std::io::Result<String> {
-    crate::file_cache::read_kept(path, read_settings_file_now)
-}
-
-/// [`read_settings_file`] without the cache: for files read once per
-/// process (a plugin's `plugin.json` at load), where the cache's two
-/// `stat`s would be pure cost and 100 manifests would evict the files it
-/// is for (`config.json`, the sessions).
-pub(crate) fn read_settings_file_now(path: &Path) -> std::io::Result<String> {
-    let bytes = bub_kit::files::read_trusted(path, MAX_SETTINGS_FILE).map_err(|e| match e {
-        // The caller names the file; the rule alone reads better after it.
-        bub_kit::files::TrustError::Refused(why) => std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            why.strip_prefix(&format!("{} ", path.display())).unwrap_or(&why).to_owned(),
-        ),
-        other => other.into(),
-    })?;
-    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "is not UTF-8 text"))
-}
-
-/// An exclusive lock on a file, held until dropped (`flock`): serializes
-/// read-modify-write changes across processes (two `bub plugins config` at
-/// once keep both changes).
-#[derive(Debug)]
-pub struct FileLock {
-    _fd: rustix::fd::OwnedFd,
-}
-
-/// Takes the exclusive lock of `path` (created, mode 0600), waiting for
-/// another holder to finish.
-pub fn lock_file(path: &Path) -> std::io::Result<FileLock> {
-    use rustix::fs::{FlockOperation, Mode, OFlags};
-    if let Some(dir) = path.parent() {
-        bub_kit::files::create_private_dir(dir)?;
-    }
-    let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
-    rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
-    Ok(FileLock { _fd: fd })
-}
-
 /// Exchanges two paths atomically (Linux `renameat2(RENAME_EXCHANGE)`).
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     rustix::fs::renameat_with(rustix::fs::CWD, a, rustix::fs::CWD, b, rustix::fs::RenameFlags::EXCHANGE)
         .map_err(std::io::Error::from)
-}
-
-/// rename, mode 0600 (settings hold secrets): readers see the old file or
-/// the new one, never half.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    bub_kit::files::write_private(path, text.as_bytes())
-}
-
-/// Copies the folder `from` to `to`: folders and regular files only (a
-/// symbolic link could point anywhere on the machine), owner-only, at most
-/// `max` levels below `from` (`depth`: this call's level, 0 at the top).
-pub(crate) fn copy_tree(from: &Path, to: &Path, depth: usize, max: usize) -> Result<(), InstallError> {
-    if depth > max {
-        return Ok(());
-    }
-    bub_kit::files::create_private_dir(to).map_err(io("create", to))?;
-    let entries = std::fs::read_dir(from).map_err(io("read", from))?;
-    for entry in entries {
-        let entry = entry.map_err(io("read", from))?;
-        let (path, kind) = (entry.path(), entry.file_type().map_err(io("read", from))?);
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&path, &target, depth + 1, max)?;
-        } else if kind.is_file() {
-            std::fs::copy(&path, &target).map_err(io("copy", &path))?;
-            // Scripts stay runnable, by the owner only.
-            let exec = entry.metadata().map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
-            set_mode(&target, if exec.unwrap_or(false) { 0o700 } else { 0o600 })?;
-        } else {
-            tracing::warn!(target: "bub::install", "skipped {} (not a regular file or folder)", path.display());
-        }
-    }
-    Ok(())
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("set permissions of", path))
 }
 
 fn nanos() -> u128 {
@@ -561,4 +379,7 @@ fn build_crate(dir: &Path, target_dir: Option<&Path>) -> Result<PathBuf, Install
             libs: libs.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(", "),
         }),
     }
+}
+fn set_mode(path: &Path, mode: u32) -> Result<(), InstallError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("set permissions of", path))
 }
