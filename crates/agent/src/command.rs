@@ -1,4 +1,4 @@
-//! Command mode (spec §3.6): a prompt that is one text starting with the
+//! Command mode (semantics §A3.6): a prompt that is one text starting with the
 //! command prefix runs a tool (or a shell line) without a model.
 //!
 //! Deliberate difference from Bub: `,bash <line>` runs `<line>` (Bub would

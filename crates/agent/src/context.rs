@@ -1,4 +1,4 @@
-//! From tape entries to model messages (spec §4.5): Bub's default context
+//! From tape entries to model messages (semantics §A4.5): Bub's default context
 //! selector, after the last anchor (the anchor itself left out) unless the
 //! tape context names another anchor or none.
 //!

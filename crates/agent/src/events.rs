@@ -1,4 +1,4 @@
-//! Agent events and the event bus (spec §2.11).
+//! Agent events and the event bus (semantics §A2.11).
 //!
 //! Delivery: handlers in registration order; a handler subscribed to
 //! [`Filter::Any`] or [`Filter::Tape`] (Bub's base types `AgentEvent` /

@@ -1,6 +1,6 @@
 //! The tape recorder (Bub's `TapeRecorder`): subscribed first on every
 //! agent's bus, it writes loop events and model steps to the run's tape
-//! (spec §4.2, §4.4).
+//! (semantics §A4.2, §A4.4).
 
 use bub_kit::tape::now;
 use serde_json::{json, Map};

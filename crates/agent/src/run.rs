@@ -1,4 +1,4 @@
-//! Runs and steps (spec §2.2–§2.10).
+//! Runs and steps (semantics §A2.2–§A2.10).
 //!
 //! [`Agent::start`] forks the session tape, answers commands at once, and
 //! otherwise emits `RunStarted` and hands back a [`RunStream`]. The steps
@@ -93,7 +93,7 @@ fn run_id() -> String {
     format!("run-{}Z", jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%6f"))
 }
 
-/// Whether a failure reads as "the context is too long" (spec §2.9).
+/// Whether a failure reads as "the context is too long" (semantics §A2.9).
 pub fn is_context_overflow(message: &str) -> bool {
     let s = message.to_lowercase();
     let near = |a: &str, b: &str, gap: usize| {

@@ -1,4 +1,4 @@
-//! The run's tape: a fork of the session tape (spec §4.6, §4.7).
+//! The run's tape: a fork of the session tape (semantics §A4.6, §A4.7).
 //!
 //! A run never writes the store directly. Appends to the session tape and
 //! its sidecar tapes go to an in-memory overlay (ids from 1); reads see the

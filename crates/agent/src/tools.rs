@@ -1,4 +1,4 @@
-//! Tools on the agent side (spec §3): what a tool is, how its result is
+//! Tools on the agent side (semantics §A3): what a tool is, how its result is
 //! rendered for the model, and the executor that runs one model response's
 //! calls concurrently through the `ToolCallStarted` / `ToolCallFinished`
 //! events (where the plugin interception hooks sit).

@@ -1,7 +1,7 @@
 //! The builtin steering inbox: in memory, FIFO per turn key.
 //!
 //! The key is `state["_runtime_thread_id"]` if truthy, else
-//! `state["session_id"]` if truthy, else `"default"` (spec §4.7). One inbox
+//! `state["session_id"]` if truthy, else `"default"` (semantics §H4.7). One inbox
 //! per `running()` scope: messages never outlive the scope that took them.
 
 use std::{

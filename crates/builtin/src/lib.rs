@@ -175,7 +175,7 @@ impl Plugin for Builtin {
     }
 
     /// The envelope's `session_id`, else `<channel>:<chat_id>`; a blank
-    /// (whitespace) id counts as none (bub-semantics §4.1), a non-blank one
+    /// (whitespace) id counts as none (semantics §H4.1), a non-blank one
     /// is kept verbatim.
     fn resolve_session(&self, message: Envelope) -> Option<String> {
         let blank = message.get("session_id").and_then(Value::as_str).is_some_and(|s| s.trim().is_empty());
@@ -190,7 +190,7 @@ impl Plugin for Builtin {
     }
 
     /// The session id, for hooks that read it from the state; the message's
-    /// context string (`context`, bub-semantics §4.2); and, as Bub, the
+    /// context string (`context`, semantics §H4.2); and, as Bub, the
     /// message context's `model` (this turn's model, over the session's) and
     /// `thread_id` (the steering key). The session's settings (`,model`,
     /// `,reasoning_effort`, code mode) come from its tape's switch events,

@@ -1,4 +1,4 @@
-//! The agent's own tools (spec §3.7): the ones that work on the run's tape
+//! The agent's own tools (semantics §A3.7): the ones that work on the run's tape
 //! and state, so they live in the agent (not in the builtin plugin): `tape.info`, `tape.search`,
 //! `tape.reset`, `tape.handoff`, `tape.anchors`, and the commands `help`,
 //! `model`, `quit`. The workspace tools (`bash`, `fs.*`, `web.fetch`) are

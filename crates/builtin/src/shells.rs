@@ -1,4 +1,4 @@
-//! Background shells owned by a `running()` scope (spec §5.3).
+//! Background shells owned by a `running()` scope (semantics §H5.3).
 //!
 //! The builtin `provide_lifespan` opens a [`ShellScope`]; the `bash` tool
 //! starts shells in the newest open one. Each shell runs `sh -c` in its own

@@ -1,4 +1,4 @@
-//! Spilling oversized tool results (spec §4.9, Bub's `spill` sidecar).
+//! Spilling oversized tool results (semantics §A4.9, Bub's `spill` sidecar).
 //!
 //! A model-facing tool result of at least 4 × `BUB_SPILL_THRESHOLD`
 //! characters (default 4096 "tokens": 16,384 characters) is written to the

@@ -1,5 +1,5 @@
 //! The builtin's workspace tools, offered through `provide_tools` so that a
-//! plugin overrides any of them by priority (spec §3.7): `bash`,
+//! plugin overrides any of them by priority (semantics §A3.7): `bash`,
 //! `bash.output`, `bash.kill` (background shells of the `running()` scope),
 //! `fs.read`, `fs.write`, `fs.edit` (paths relative to the workspace) and
 //! `web.fetch`. Results and messages follow Bub's texts.

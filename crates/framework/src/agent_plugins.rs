@@ -1,4 +1,4 @@
-//! [`AgentPlugins`] (the seeds' `AgentPlugins`, spec §2.12–§2.13): a
+//! [`AgentPlugins`] (Bub's documented `AgentPlugins`, semantics §A2.12–§A2.13): a
 //! framework's plugins on an agent's bus.
 //!
 //! `attach` subscribes the four interception hooks (`before_llm_call`,

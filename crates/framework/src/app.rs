@@ -1,4 +1,4 @@
-//! The app-hook accessors (spec §2.2): what the framework makes of
+//! The app-hook accessors (semantics §H2.2): what the framework makes of
 //! `system_prompt`, `provide_model_options`, `provide_channels`,
 //! `provide_tools`, `provide_tape_sidecar`, `build_tape_context`,
 //! `admit_message`, `continue_prompt`, `register_cli_commands` and steering.

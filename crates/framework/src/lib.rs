@@ -6,9 +6,9 @@
 //!
 //! - the turn ([`Framework::process_inbound`]) — `resolve_session →
 //!   load_state → build_prompt → model → save_state (finally) →
-//!   render_outbound → dispatch_outbound` (spec §1.1);
+//!   render_outbound → dispatch_outbound` (semantics §H1.1);
 //! - [`scope`] — `running()`: lifespans, tape store, steering inbox, the
-//!   per-session environment cache (spec §1.2, §5);
+//!   per-session environment cache (semantics §H1.2, §H5);
 //! - [`app`] — the app-hook accessors (system prompt, model options,
 //!   channels, tools, sidecars, tape context, admission, steering);
 //! - [`AgentPlugins`] — the framework's hooks on an agent's bus (the agent

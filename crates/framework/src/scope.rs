@@ -94,7 +94,7 @@ impl std::fmt::Debug for Running {
 }
 
 impl Framework {
-    /// Enters a `running()` scope (spec §5.1).
+    /// Enters a `running()` scope (semantics §H5.1).
     pub async fn running(&self) -> Result<Running, FrameworkError> {
         {
             let mut inner = self.scope.lock();
@@ -156,7 +156,7 @@ impl Framework {
         self.scope.lock().inbox.clone()
     }
 
-    /// The environment of `session_id` (spec §5.2): `provide_environment`
+    /// The environment of `session_id` (semantics §H5.2): `provide_environment`
     /// once per session (None cached too) until the scope exits.
     pub async fn get_environment(&self, session_id: &str) -> Result<Option<Environment>, FrameworkError> {
         if !self.runtime.has(HookId::ProvideEnvironment) {

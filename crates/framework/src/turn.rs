@@ -1,4 +1,4 @@
-//! `process_inbound`: one turn (spec §1.1).
+//! `process_inbound`: one turn (semantics §H1.1).
 
 use bub_abi::abi_stable::std_types::RStr;
 use bub_abi::{
@@ -214,7 +214,7 @@ impl Framework {
         prompt::to_content(&prompt_value).map_err(FrameworkError::InvalidInput)
     }
 
-    /// The model adapter (spec §2.1): the hook chosen by the latest plugin
+    /// The model adapter (semantics §H2.1): the hook chosen by the latest plugin
     /// declaring one; no output → `on_error(stage="run_model")` and the
     /// prompt (or the inbound content) as output.
     async fn model_stage(

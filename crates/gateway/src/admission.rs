@@ -1,4 +1,4 @@
-//! Admission (hook spec §6.5): what happens to a message given what its
+//! Admission (semantics §H6.5): what happens to a message given what its
 //! session is doing.
 
 use bub_abi::types::{AdmitAction, AdmitDecision, Delivery, Envelope, StateMap, TurnSnapshot};

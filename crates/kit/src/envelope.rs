@@ -79,7 +79,7 @@ pub fn truthy(value: &Value) -> bool {
 /// builds one: `chat_id` defaults to `default`, `kind` to `normal`,
 /// `output_channel` to the channel, and the context gets
 /// `channel = "$<channel>"` and `chat_id`, so the model learns where a
-/// message came from (`bub-semantics.md` §4.1).
+/// message came from (semantics §H4.1).
 pub fn complete_channel_message(message: &mut Map<String, Value>) {
     let channel = message.get("channel").map(py_str).unwrap_or_default();
     let chat_id = message.entry("chat_id").or_insert_with(|| Value::String("default".into())).clone();

@@ -1,4 +1,4 @@
-//! Prompt formats (spec §4.3): user content (`to_content`), the legacy
+//! Prompt formats (semantics §H4.3): user content (`to_content`), the legacy
 //! form hooks receive (`to_legacy_prompt`), and Republic's part dicts the
 //! tape records (`to_part_dicts`).
 

@@ -1,4 +1,4 @@
-//! The interception adapter (spec §2.3, behaviours 65–78): chains, decisions,
+//! The interception adapter (semantics §H2.3, behaviours 65–78): chains, decisions,
 //! fault isolation. Real plugins, real loader.
 
 use bub_abi::{

@@ -1,6 +1,6 @@
 //! The agent as a library (`bub_host::agent`): an embedder's [`Agent`] with
 //! its own handlers on the bus, against a scripted provider (behaviours of
-//! `bub-agent-semantics.md` §2).
+//! `docs/semantics.md` §A2).
 
 use bub_host::WithBuiltin as _;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! The agent through `bub run`, against a scripted provider on loopback in
-//! each wire format (behaviours 95–236 of `bub-agent-semantics.md`).
+//! each wire format (behaviours 95–236 of `docs/semantics.md`).
 
 use bub_tests::{
     lib,

@@ -1,4 +1,4 @@
-//! App hooks through the framework (spec §2.2; behaviours 37, 38, 42–44,
+//! App hooks through the framework (semantics §H2.2; behaviours 37, 38, 42–44,
 //! 49–52, 56, 57), with real plugins through the real loader.
 
 use bub_abi::{

@@ -1,4 +1,4 @@
-//! The builtin plugin's behaviours (spec §7 "Builtin defaults", §4.10–4.11,
+//! The builtin plugin's behaviours (semantics §H7 "the builtin's defaults", §H4.10–§H4.11,
 //! behaviour 92), through the framework and the real registry.
 //!
 //! The builtin has no per-host configuration: its tape store lives under

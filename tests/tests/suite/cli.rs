@@ -1,4 +1,4 @@
-//! The `bub` binary as a user runs it: `bub hooks` (spec §3.4, behaviour 7)
+//! The `bub` binary as a user runs it: `bub hooks` (semantics §H3.4, behaviour 7)
 //! and `bub plugins list`.
 
 use std::process::Command;

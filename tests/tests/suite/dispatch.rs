@@ -1,4 +1,4 @@
-//! Dispatch semantics (spec §3, behaviours 1–13) through real plugins.
+//! Dispatch semantics (semantics §H3, behaviours 1–13) through real plugins.
 
 use bub_abi::{types::ErrorInfo, HookId, TurnState};
 use bub_host::{CallArgs, HostBuilder, Reply};
@@ -84,7 +84,7 @@ fn b04_hook_report() {
     assert_eq!(report, [("resolve_session", vec!["session"]), ("system_prompt", vec!["session"])]);
 }
 
-/// Behaviours 7 and 8 (spec §3.5): base, A, B(tryfirst), C(trylast), E(trylast)
+/// Behaviours 7 and 8 (semantics §H3.5): base, A, B(tryfirst), C(trylast), E(trylast)
 /// registered in that order run B, A, base, C, E; the stored order (what
 /// `bub hooks` prints) is E, C, base, A, B.
 #[test]

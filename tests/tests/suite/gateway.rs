@@ -1,5 +1,5 @@
 //! `bub gateway` with the `http-channel` example plugin, through the real
-//! binary, loader and a real HTTP client (agent spec §5, hook spec §6.5).
+//! binary, loader and a real HTTP client (semantics §A5, §H6.5).
 
 use std::time::Duration;
 

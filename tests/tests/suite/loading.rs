@@ -1,5 +1,5 @@
 //! Discovery and loading: every broken input gets a precise status and the
-//! host carries on (spec §3.1). Plugins are real cdylibs through the real loader.
+//! host carries on (semantics §H3.1). Plugins are real cdylibs through the real loader.
 
 use bub_host::WithBuiltin as _;
 use bub_host::{discovery::SearchPath, HostBuilder, PluginStatus};

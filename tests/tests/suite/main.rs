@@ -1,7 +1,7 @@
 //! The integration suite: every test in one binary (one link instead of
 //! sixteen; nothing here depends on process-global state: logs are captured
 //! per thread, homes and workspaces are temporary folders told to each
-//! host). Each module names the spec behaviours it proves.
+//! host). Each module names the behaviours of `docs/semantics.md` it proves.
 
 mod agent;
 mod agent_loop;

@@ -2,7 +2,7 @@
 //! The venv holds Bub 0.6.0a3, the real PyPI plugins bub-schedule, bub-mcp
 //! and bub-web-search, and the tests' own `bub-rs-probe` (every turn hook,
 //! a tool, live state) and `bub-rs-courier` (a channel, the interception
-//! hooks). Behaviour numbers are those of the specs.
+//! hooks). Behaviour numbers are those of `docs/semantics.md`.
 
 use std::{path::Path, time::Duration};
 
@@ -117,7 +117,7 @@ fn a_python_exception_is_the_plugins_error_with_its_traceback_in_the_log() {
 /// `ToolContext` (the live state object, the tape's name), the real
 /// bub-schedule and bub-mcp tools included; the courier's
 /// `before_tool_call`/`after_tool_call` see the call (behaviours of the
-/// interception wiring, agent spec §tools).
+/// interception wiring, semantics §A3).
 #[test]
 fn python_tools_run_with_their_context_and_live_state() {
     let Some(venv) = python::venv_or_skip("python_tools_run_with_their_context_and_live_state") else { return };
@@ -251,7 +251,7 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
 /// decisions act as under Bub: `ToolCallDecision.proceed(arguments)`
 /// rewrites the call, `replace` answers for the tool, `deny` fails it with
 /// the message; `LLMCallDecision.finish` answers without calling the
-/// provider (agent spec, interception wiring).
+/// provider (semantics §H6.3).
 #[test]
 fn python_interception_decisions_act_as_under_bub() {
     let Some(venv) = python::venv_or_skip("python_interception_decisions_act_as_under_bub") else { return };

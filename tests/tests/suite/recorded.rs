@@ -106,7 +106,7 @@ fn anthropic_sdk_tool_use_stream() {
     let provider = Provider::start(vec![Reply::Recorded(200, step.clone()), Reply::Recorded(200, answer.clone())]);
     let (home, ws) = setup("anthropic:claude-sonnet-4-20250514", &provider, json!({}));
     let result = bub_json(&home, ws.path(), "What is the weather in Paris?");
-    // Bub's output is the text of every step, unseparated (agent spec §1.1).
+    // Bub's output is the text of every step, unseparated (behaviour 211).
     let text = anthropic_deltas(&step, "text_delta", "text") + &anthropic_deltas(&answer, "text_delta", "text");
     assert_eq!(result["model_output"], text, "{result}");
     let requests = provider.requests();

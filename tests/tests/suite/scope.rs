@@ -1,4 +1,4 @@
-//! The `running()` scope (spec §1.2, §5.1–5.2; behaviours 45, 53–55,
+//! The `running()` scope (semantics §H1.2, §H5.1–H5.2; behaviours 45, 53–55,
 //! 58–63): resource order observed by real plugins through the real loader.
 
 use bub_host::{

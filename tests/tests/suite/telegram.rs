@@ -1,6 +1,6 @@
 //! The `telegram-channel` plugin in `bub gateway`, against a fake Bot API
 //! server the test starts (`bub_tests::telegram`): Bub 0.6's Telegram
-//! channel (agent spec §5 channels; `bub/channels/telegram.py`), with
+//! channel (semantics §A5; `bub/channels/telegram.py`), with
 //! replies sent by the channel (docs/gateway.md says why).
 
 use std::time::{Duration, Instant};

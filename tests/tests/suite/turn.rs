@@ -1,4 +1,4 @@
-//! One turn through `process_inbound` (spec §1.1, behaviours 15–32), with
+//! One turn through `process_inbound` (semantics §H1.1, behaviours 15–32), with
 //! real plugins through the real loader.
 
 use bub_host::{

@@ -1,5 +1,5 @@
 //! OpenAI chat completions (`POST {base}/chat/completions`), streaming
-//! (spec §6.4, §6.5): the format every OpenAI-compatible server speaks
+//! (semantics §A6.4, §A6.5): the format every OpenAI-compatible server speaks
 //! (vLLM, Ollama, llama.cpp, DeepSeek, OpenRouter, …).
 
 use std::borrow::Cow;
@@ -159,7 +159,7 @@ fn write_message(m: &Message, kind: &str, out: &mut dyn std::io::Write) -> std::
     }
 }
 
-/// The request body (spec §6.4).
+/// The request body (semantics §A6.4).
 pub fn body(client: &ModelClient, request: &ModelRequest) -> Value {
     serde_json::from_slice(&encoded(client, request)).expect("the body is JSON")
 }

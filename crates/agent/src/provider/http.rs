@@ -1,4 +1,4 @@
-//! The HTTP layer every wire format shares (Republic's rules, spec §6.7):
+//! The HTTP layer every wire format shares (Republic's rules, semantics §A6.7):
 //! retries on 408, 409, 429, 5xx and transport failures, never after a
 //! stream opened; backoff from `retry-after-ms` / `retry-after`, else
 //! exponential with jitter; Republic's error texts.

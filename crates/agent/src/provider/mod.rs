@@ -1,5 +1,5 @@
 //! The provider path: from a model spec (`openai:gpt-4o`) and a list of
-//! messages to a stream of text and a finished response (spec §6).
+//! messages to a stream of text and a finished response (semantics §A6).
 //!
 //! Three wire formats, each a small module: OpenAI chat completions
 //! ([`chat`], the default for `openai:`, `openrouter:` and every
@@ -433,7 +433,7 @@ pub(crate) fn content_text(content: &Value) -> String {
 /// The messages with every tool message's call announced: a tool message
 /// whose call no earlier assistant message names gets that call added to the
 /// preceding assistant message (or a new one); assistant messages with
-/// nothing in them are dropped (spec §6.4, behaviour 122).
+/// nothing in them are dropped (semantics §A6.4, behaviour 122).
 /// The messages themselves, not copied, when nothing needs repair (a long
 /// context is then not copied once more per step).
 pub(crate) fn repair_tool_calls(messages: &[Shared]) -> std::borrow::Cow<'_, [Shared]> {

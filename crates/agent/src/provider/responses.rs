@@ -1,4 +1,4 @@
-//! The OpenAI Responses API (`POST {base}/responses`), streaming (spec §6.6);
+//! The OpenAI Responses API (`POST {base}/responses`), streaming (semantics §A6.6);
 //! chosen with `client_args.api_format = "responses"`.
 
 use futures_util::StreamExt;

@@ -1,4 +1,4 @@
-//! Model settings (spec §6.1): `BUB_*` environment variables over the
+//! Model settings (semantics §A6.1): `BUB_*` environment variables over the
 //! top-level keys of `$BUB_HOME/config.json`.
 //!
 //! | setting | environment | config.json | default |

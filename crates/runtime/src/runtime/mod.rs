@@ -2,7 +2,7 @@
 //! variants, `notify_error(_sync)`, and the agent interception adapter
 //! ([`agent`]).
 //!
-//! Rules (spec §3.3): implementations run in call order; `None` means "no
+//! Rules (semantics §H3.3): implementations run in call order; `None` means "no
 //! answer"; an error from an implementation stops the dispatch and propagates
 //! (as a Python exception does in Bub), except in `on_error` observers and
 //! agent hooks, whose failures are logged and skipped. Sync dispatch drops a

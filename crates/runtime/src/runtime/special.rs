@@ -25,7 +25,7 @@ pub enum OnboardError {
     Failed(#[from] HookFailure),
 }
 
-/// Which model hook a turn uses (spec §2.1, the model adapter).
+/// Which model hook a turn uses (semantics §H2.1, the model adapter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSelection {
     /// The hook to dispatch (over every implementation, by priority).
