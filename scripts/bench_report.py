@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns criterion's estimates into hook_bench.py's JSON lines, and compares.
+"""Turns criterion's estimates into bench/python/hook_bench.py's JSON lines, and compares.
 
     bench_report.py lines CRITERION_DIR            -> one JSON object per line
     bench_report.py table RUST.jsonl PY.jsonl...   -> markdown: Rust vs Python (median of runs)

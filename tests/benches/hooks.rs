@@ -1,4 +1,4 @@
-//! Dispatch and loading benchmarks, case for case with `shared/bench/hook_bench.py`.
+//! Dispatch and loading benchmarks, case for case with `bench/python/hook_bench.py`.
 //!
 //! Every implementation lives in a real release-built cdylib (`tp-bench`),
 //! loaded through the real loader; N copies are N libraries. As in the Python
