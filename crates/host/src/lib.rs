@@ -52,8 +52,8 @@ pub use bub_kit as kit;
 // The lower layer, re-exported under its old paths (`bub_host::loader`, …).
 pub use bub_builtin::{discover, WithBuiltin};
 pub use bub_runtime::{
-    config, crash, discovery, error, files, host, install, integrity, isolation, loader, manifest, registry, resources,
-    runtime, settings, source,
+    config, crash, discovery, error, files, host, install, integrity, isolation, loader, manifest, places, registry,
+    resources, runtime, settings, source,
 };
 pub use bub_runtime::{
     CallArgs, HookFailure, Host, HostBuilder, LoadError, ModelSelection, OnboardError, Places, PluginRecord,

@@ -91,12 +91,3 @@ impl SearchPath {
 pub fn bub_home() -> PathBuf {
     crate::settings::env_home()
 }
-
-/// Makes `p` absolute against the current directory (without touching disk).
-pub fn absolute(p: PathBuf) -> PathBuf {
-    if p.is_absolute() {
-        p
-    } else {
-        std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
-    }
-}

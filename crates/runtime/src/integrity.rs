@@ -72,7 +72,7 @@ pub fn check_home(home: &Path) -> Result<(), LoadError> {
             home.display()
         )
     };
-    let home = crate::discovery::absolute(home.to_path_buf());
+    let home = crate::places::absolute(home.to_path_buf());
     let existing = home.ancestors().find(|p| p.exists()).unwrap_or(Path::new("/"));
     let real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
     for dir in [home.clone(), home.join("tapes")] {
@@ -117,7 +117,7 @@ pub fn check_parents(dir: &Path) -> Result<(), LoadError> {
 /// every folder above it passed too, so one in `checked` vouches for all
 /// its parents.
 pub fn check_parents_once(dir: &Path, checked: &mut Vec<PathBuf>) -> Result<(), LoadError> {
-    let dir = crate::discovery::absolute(dir.to_path_buf());
+    let dir = crate::places::absolute(dir.to_path_buf());
     let mut passed = Vec::new();
     for parent in dir.ancestors().skip(1) {
         if checked.iter().any(|c| c == parent) {

@@ -62,6 +62,7 @@ mod load;
 #[allow(unsafe_code)]
 pub mod loader;
 pub mod manifest;
+mod members;
 pub mod places;
 pub mod registry;
 pub mod resources;

@@ -88,7 +88,7 @@ pub fn host_abi() -> semver::Version {
 
 /// Opens and checks the library at `path` (steps 1–4).
 pub fn open(path: &Path) -> Result<Library, LoadError> {
-    let path = crate::discovery::absolute(path.to_path_buf());
+    let path = crate::places::absolute(path.to_path_buf());
     open_as(&path, &path, None)
 }
 
@@ -107,7 +107,7 @@ pub fn open_file(file: std::fs::File, path: &Path) -> Result<Library, LoadError>
         // No /proc (a chroot, another OS): the path, checked just before.
         return open(path);
     }
-    open_as(&by_fd, &crate::discovery::absolute(path.to_path_buf()), Some(file))
+    open_as(&by_fd, &crate::places::absolute(path.to_path_buf()), Some(file))
 }
 
 fn open_as(load: &Path, path: &Path, keep: Option<std::fs::File>) -> Result<Library, LoadError> {

@@ -140,7 +140,7 @@ pub fn parse_seconds(text: &str, default: f64) -> Option<Duration> {
 #[allow(clippy::disallowed_methods)]
 pub fn env_home() -> PathBuf {
     if let Some(h) = std::env::var_os("BUB_HOME").filter(|h| !h.is_empty()) {
-        return crate::discovery::absolute(PathBuf::from(h));
+        return crate::places::absolute(PathBuf::from(h));
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     home.join(".bub")

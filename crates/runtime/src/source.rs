@@ -25,7 +25,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::install::InstallError;
+use crate::install::error::InstallError;
 
 /// A plugin's source, as recorded in its manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +131,7 @@ impl Source {
         }
         let path = Path::new(spec);
         if path.exists() {
-            return Ok(Source::Path { path: crate::discovery::absolute(path.to_path_buf()) });
+            return Ok(Source::Path { path: crate::places::absolute(path.to_path_buf()) });
         }
         let (name, version) = match spec.split_once('@') {
             Some((n, v)) => (n, Some(v.to_owned())),

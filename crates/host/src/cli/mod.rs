@@ -16,9 +16,10 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use bub_host::{
-    discovery::{absolute, bub_home, SearchPath},
+    discovery::{bub_home, SearchPath},
     framework::Framework,
     install::Installer,
+    places::absolute,
     Host, HostBuilder, RuntimeSettings, WithBuiltin,
 };
 use clap::{Parser, Subcommand};

@@ -5,7 +5,7 @@
 //! be loaded is what was checked), then swapped in with renames. A failed
 //! install therefore leaves the previous version installed and working.
 
-mod error;
+pub(crate) mod error;
 
 use error::io;
 pub use error::InstallError;
@@ -84,7 +84,7 @@ impl Installer {
     /// name). Replaces an installed version atomically, keeping its config
     /// and enabled state.
     pub fn install(&self, source: &Path, name: Option<&str>) -> Result<Installed, InstallError> {
-        self.install_from(&Source::Path { path: crate::discovery::absolute(source.to_path_buf()) }, name)
+        self.install_from(&Source::Path { path: crate::places::absolute(source.to_path_buf()) }, name)
     }
 
     /// Installs from `source`: a path as [`install`](Self::install) does, or

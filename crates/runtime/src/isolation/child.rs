@@ -165,7 +165,7 @@ fn load(init: &Init) -> Result<LoadedAll, String> {
         hooks: hooks_of(loaded[0].hooks.as_ref()),
     }];
     for member in members {
-        let hooks = Some(Hooks::Slots(Arc::new(crate::load::member_slots(&init.name, &member))));
+        let hooks = Some(Hooks::Slots(Arc::new(crate::members::member_slots(&init.name, &member))));
         registrations.push(Registration {
             name: member.name.as_str().to_owned(),
             version: member.version.as_str().to_owned(),

@@ -139,7 +139,7 @@ pub(crate) fn load(spec: Spec) -> Result<Vec<crate::PluginRecord>, String> {
         record.isolated = true;
         if i > 0 {
             record.member_of = Some(set.clone());
-            if let Some(detail) = crate::load::member_name_problem(&set, &reg.name) {
+            if let Some(detail) = crate::members::member_name_problem(&set, &reg.name) {
                 record.name = crate::manifest::printable(&reg.name, 64);
                 record.status = crate::PluginStatus::Failed { detail };
                 record.claims = false;
