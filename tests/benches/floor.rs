@@ -18,7 +18,7 @@
 //! `hooks.rs` is what our boundary and our values cost.
 //!
 //! The case names are `hooks.rs`'s with a `floor/` prefix; `cargo bench -p
-//! bub-tests --bench floor` runs them (see BENCHMARKS.md, sixteenth session).
+//! bub-tests --bench floor` runs them (see BENCHMARKS.md).
 
 mod common;
 
