@@ -25,7 +25,7 @@ use crate::event_loop::{self, EventLoop};
 pub struct Interp {
     /// The venv the plugins come from.
     pub venv: PathBuf,
-    /// `bridge.py`, imported as `bub_rs_bridge`.
+    /// The bridge's Python half (`src/bridge/*.py`), imported as `bub_rs_bridge`.
     pub module: Py<PyModule>,
     attr_dict: Py<PyAny>,
     jsonable: Py<PyAny>,
@@ -171,12 +171,34 @@ fn status_text(status: &ffi::PyStatus) -> String {
     unsafe { std::ffi::CStr::from_ptr(status.err_msg) }.to_string_lossy().into_owned()
 }
 
+/// The bridge's Python half, one file per concept, in the order they run.
+/// They make one module: each later part is executed into the namespace of
+/// the parts before it, so the Rust half reads and replaces every name
+/// (`run_call`, `_loop`, `AttrDict`, …) on that one module, and a traceback
+/// names the part's own file and line.
+const BRIDGE_PARTS: [(&str, &str); 7] = [
+    ("bub_rs_bridge/core.py", include_str!("bridge/core.py")),
+    ("bub_rs_bridge/plugins.py", include_str!("bridge/plugins.py")),
+    ("bub_rs_bridge/facades.py", include_str!("bridge/facades.py")),
+    ("bub_rs_bridge/channels.py", include_str!("bridge/channels.py")),
+    ("bub_rs_bridge/cli.py", include_str!("bridge/cli.py")),
+    ("bub_rs_bridge/interception.py", include_str!("bridge/interception.py")),
+    ("bub_rs_bridge/resources.py", include_str!("bridge/resources.py")),
+];
+
 fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
-    let code = CString::new(include_str!("bridge.py")).expect("bridge.py has no NUL byte");
-    let module = PyModule::from_code(py, &code, c"bub_rs_bridge.py", c"bub_rs_bridge")?;
+    let (core_file, core) = BRIDGE_PARTS[0];
+    let code = CString::new(core).expect("the bridge's Python has no NUL byte");
+    let file = CString::new(core_file).expect("a file name has no NUL byte");
+    let module = PyModule::from_code(py, &code, &file, c"bub_rs_bridge")?;
     py.import("sys")?.getattr("modules")?.set_item("bub_rs_bridge", &module)?;
     module.add_function(pyo3::wrap_pyfunction!(cancelling, &module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(event_loop::run_call, &module)?)?;
+    let builtins = py.import("builtins")?;
+    for (file, source) in &BRIDGE_PARTS[1..] {
+        let code = builtins.getattr("compile")?.call1((*source, *file, "exec"))?;
+        builtins.getattr("exec")?.call1((code, module.dict()))?;
+    }
     Ok(Interp {
         venv: venv.to_owned(),
         attr_dict: module.getattr("AttrDict")?.unbind(),
