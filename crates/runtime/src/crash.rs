@@ -1,4 +1,5 @@
-//! What a crashing plugin leaves behind (reliability issue, item 10).
+//! What a crashing plugin leaves behind: a breadcrumb naming the plugin and
+//! hook, for the next start to report.
 //!
 //! An in-process plugin that aborts, segfaults, overflows its stack or
 //! calls `exit` takes the process with it; nothing can contain that. What

@@ -1,4 +1,4 @@
-//! Reliability issue, item 10: a plugin that takes the process down is
+//! A plugin that takes the process down is
 //! named afterwards, and the commands that manage plugins still work.
 
 use bub_tests::{run_bub, Home};

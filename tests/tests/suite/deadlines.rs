@@ -1,4 +1,4 @@
-//! Reliability issue, item 11: no plugin code blocks `bub` silently.
+//! No plugin code blocks `bub` silently.
 
 use bub_tests::{bub_bin, Home};
 use serde_json::json;

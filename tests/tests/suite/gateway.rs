@@ -436,7 +436,7 @@ fn debounced_channels_batch_a_sessions_quick_messages() {
     assert_eq!(turns, 1, "{:?}", home.trace());
 }
 
-/// The `schedule` plugin (gateway issue item 7): jobs added with its tools
+/// The `schedule` plugin: jobs added with its tools
 /// in a session's turn persist under `$BUB_HOME`; the gateway fires a due
 /// job back as a message on that session (its turn lands on the session's
 /// tape); repeating jobs stay with their next run; bad input is explained.

@@ -1,4 +1,4 @@
-//! Host APIs that real plugins need (gateway issue item 6a): calling the
+//! Host APIs that real plugins need: calling the
 //! rest of a hook's chain from inside a hook (`bub_abi::host::call_rest`),
 //! through the real binary and loader.
 

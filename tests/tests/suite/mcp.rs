@@ -1,4 +1,4 @@
-//! The `mcp` plugin (gateway issue item 7) through the real loader,
+//! The `mcp` plugin (MCP servers' tools for the agent) through the real loader,
 //! against the MCP server the test run builds (`tests/mcp-server`), over
 //! stdio and streamable HTTP.
 

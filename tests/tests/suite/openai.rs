@@ -148,8 +148,8 @@ fn an_isolated_model_plugin_streams_the_same() {
     assert!(msg.contains("provider: HTTP 401") && msg.contains("invalid api key"), "{msg}");
 }
 
-/// An HTTP error ends the stream with the reason, so the turn fails (issue
-/// "reliability" item 14: not an empty answer and exit 0).
+/// An HTTP error ends the stream with the reason, so the turn fails (not
+/// an empty answer and exit 0).
 #[test]
 fn http_errors_fail_the_stream() {
     let (addr, server) = serve("401");

@@ -1,4 +1,4 @@
-//! The tape store plugins (gateway issue item 5), through the real binary:
+//! The tape store plugins (SQLite, PostgreSQL), through the real binary:
 //! `tape-sqlite` with several processes on one file, and `tape-postgres`
 //! with two gateways on one throw-away PostgreSQL server.
 

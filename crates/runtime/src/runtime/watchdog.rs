@@ -1,4 +1,4 @@
-//! Deadlines and a watchdog for plugin code (reliability issue, item 11).
+//! Deadlines and a watchdog for plugin code: no plugin blocks `bub` silently.
 //!
 //! - **Async hooks** get a deadline: `BUB_HOOK_TIMEOUT_SECONDS` (300; 0 =
 //!   none). A hook still pending then is cancelled (its future dropped) and
