@@ -94,8 +94,19 @@ fn run_id() -> String {
 }
 
 /// Whether a failure reads as "the context is too long" (semantics §A2.9).
+///
+/// Besides Bub's patterns, a bare HTTP 413 counts: a proxy in front of the
+/// provider refuses an oversized request with "413 Request Entity Too
+/// Large" and no word of context, and Bub then fails the turn; here the
+/// run hands off and retries as for any other overflow.
 pub fn is_context_overflow(message: &str) -> bool {
     let s = message.to_lowercase();
+    if s.contains("provider returned http 413")
+        || s.contains("request entity too large")
+        || s.contains("payload too large")
+    {
+        return true;
+    }
     let near = |a: &str, b: &str, gap: usize| {
         s.match_indices(a).any(|(i, _)| {
             let rest = &s[i + a.len()..];
@@ -764,5 +775,9 @@ mod tests {
         assert!(is_context_overflow("Prompt is too long"));
         assert!(is_context_overflow("prompt: 9000 tokens > 8192 maximum"));
         assert!(!is_context_overflow("rate limit"));
+        // A proxy's bare refusal of an oversized request.
+        assert!(is_context_overflow("Provider returned HTTP 413: <html><body>Request Entity Too Large</body></html>"));
+        assert!(is_context_overflow("Provider returned HTTP 413: "));
+        assert!(!is_context_overflow("Provider returned HTTP 429: slow down"));
     }
 }

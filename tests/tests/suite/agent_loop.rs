@@ -283,6 +283,32 @@ fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
     assert!(error.unwrap().contains("maximum context length"));
 }
 
+/// A proxy's bare 413 (no word of context in it) is a context overflow
+/// too: the run hands off and retries once instead of failing the turn
+/// (Bub fails it; docs/agent.md lists the difference).
+#[test]
+fn a_bare_http_413_hands_off_and_retries_like_an_overflow() {
+    let too_large =
+        || Reply::Status(413, "<html><body><h1>413 Request Entity Too Large</h1></body></html>".into(), vec![]);
+    let provider = Provider::start(vec![too_large(), chat::text("fits now")]);
+    let a = agent(&provider);
+    let store = a.store.clone();
+    let (events, error) = run(a, "big");
+    assert_eq!(error, None);
+    assert_eq!(events.last().unwrap().1["text"], "fits now");
+    let entries =
+        block_on(store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() })).unwrap();
+    let anchor =
+        entries.iter().find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow").unwrap();
+    assert!(anchor.payload["state"]["error"].as_str().unwrap().contains("HTTP 413"), "{anchor:?}");
+    assert_eq!(provider.requests().len(), 2, "one retry, no more");
+
+    // Two in a row still end the run, as two overflows do.
+    let provider = Provider::start(vec![too_large(), too_large()]);
+    let (_, error) = run(agent(&provider), "big");
+    assert!(error.unwrap().contains("HTTP 413"));
+}
+
 #[test]
 fn dropping_the_stream_cancels_the_run_behaviour_99_100() {
     let provider = Provider::start(vec![Reply::Hang(std::time::Duration::from_secs(20))]);
