@@ -204,7 +204,7 @@ pub struct Agent {
     pub options: Map<String, Value>,
     /// Where the session tapes' context messages are kept between steps:
     /// the agent's own by default; share one (the framework's
-    /// [`crate::Framework::contexts`]) to keep them between turns too.
+    /// `bub_framework::Framework::contexts`) to keep them between turns too.
     pub contexts: Arc<context::ContextCache>,
 }
 

@@ -4,14 +4,14 @@
 //! channels, queues and a journal is a different thing from one turn, and
 //! `bub run` or an embedder needs none of it.
 //!
-//! Channels come from `provide_channels`; the enabled ones ([`select`]) are
+//! Channels come from `provide_channels`; the enabled ones (`select`) are
 //! started inside one `running()` scope and bound as the channel router.
 //! A channel hands inbound messages to the host's message handler from any
 //! thread or task; each goes through:
 //!
 //! 1. **receive** — unknown channel → ignored with a warning; a channel that
-//!    asks for debounce batches per session ([`debounce`]);
-//! 2. **admission** ([`admission`]) — `resolve_session` (error →
+//!    asks for debounce batches per session (`debounce`);
+//! 2. **admission** (`admission`) — `resolve_session` (error →
 //!    `on_error("resolve_session")`, dropped), the session's snapshot,
 //!    `admit_message` (plugins first, then the channel's own; error →
 //!    `on_error("admit_message")`, processed): process / drop / follow_up /

@@ -3,7 +3,7 @@
 //! demand, into a scratch buffer reused per thread.
 
 /// A JSON list whose items are `parts` (each zero or more comma-separated
-/// JSON values, as [`Message::wire`] keeps them), written straight into the
+/// JSON values, as [`Message::wire`](super::Message::wire) keeps them), written straight into the
 /// request body: the parts are never joined into a string of their own, so
 /// a long context is copied once, not twice.
 pub struct JsonArray<'a>(pub(super) Vec<Part<'a>>);
