@@ -255,10 +255,13 @@ fn handlers_rewrite_requests_and_results_behaviour_123_127_145_150() {
     assert_eq!(*later.lock().unwrap(), 0);
 }
 
-#[test]
-fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
-    let overflow = || Reply::Status(400, "This model's maximum context length is 8192 tokens".into(), vec![]);
-    let provider = Provider::start(vec![overflow(), chat::text("fits now")]);
+/// A run whose first model call is refused with `refusal` and whose second
+/// answers "fits now": it ends without error; returns the provider and the
+/// tape (with the anchor of the automatic handoff, which is checked here).
+fn refused_once_then_fits(
+    refusal: impl Fn() -> Reply,
+) -> (Provider, Vec<bub_abi::types::TapeEntry>, bub_abi::types::TapeEntry) {
+    let provider = Provider::start(vec![refusal(), chat::text("fits now")]);
     let a = agent(&provider);
     let store = a.store.clone();
     let (events, error) = run(a, "big");
@@ -266,8 +269,25 @@ fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
     assert_eq!(events.last().unwrap().1["text"], "fits now");
     let entries =
         block_on(store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() })).unwrap();
-    let anchor =
-        entries.iter().find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow").unwrap();
+    let anchor = entries
+        .iter()
+        .find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow")
+        .unwrap()
+        .clone();
+    (provider, entries, anchor)
+}
+
+/// The error of a run whose two model calls are both refused with `refusal`.
+fn refused_twice(refusal: impl Fn() -> Reply) -> String {
+    let provider = Provider::start(vec![refusal(), refusal()]);
+    let (_, error) = run(agent(&provider), "big");
+    error.unwrap()
+}
+
+#[test]
+fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
+    let overflow = || Reply::Status(400, "This model's maximum context length is 8192 tokens".into(), vec![]);
+    let (provider, entries, anchor) = refused_once_then_fits(overflow);
     assert_eq!(anchor.payload["state"]["reason"], "context_length_exceeded");
     let statuses: Vec<&str> = entries
         .iter()
@@ -278,9 +298,7 @@ fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
     let second = provider.requests()[1].body["messages"].as_array().unwrap().clone();
     assert!(second.last().unwrap()["content"] == "big", "the original prompt is resent");
 
-    let provider = Provider::start(vec![overflow(), overflow()]);
-    let (_, error) = run(agent(&provider), "big");
-    assert!(error.unwrap().contains("maximum context length"));
+    assert!(refused_twice(overflow).contains("maximum context length"));
 }
 
 /// A proxy's bare 413 (no word of context in it) is a context overflow
@@ -290,23 +308,12 @@ fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
 fn a_bare_http_413_hands_off_and_retries_like_an_overflow() {
     let too_large =
         || Reply::Status(413, "<html><body><h1>413 Request Entity Too Large</h1></body></html>".into(), vec![]);
-    let provider = Provider::start(vec![too_large(), chat::text("fits now")]);
-    let a = agent(&provider);
-    let store = a.store.clone();
-    let (events, error) = run(a, "big");
-    assert_eq!(error, None);
-    assert_eq!(events.last().unwrap().1["text"], "fits now");
-    let entries =
-        block_on(store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() })).unwrap();
-    let anchor =
-        entries.iter().find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow").unwrap();
+    let (provider, _, anchor) = refused_once_then_fits(too_large);
     assert!(anchor.payload["state"]["error"].as_str().unwrap().contains("HTTP 413"), "{anchor:?}");
     assert_eq!(provider.requests().len(), 2, "one retry, no more");
 
     // Two in a row still end the run, as two overflows do.
-    let provider = Provider::start(vec![too_large(), too_large()]);
-    let (_, error) = run(agent(&provider), "big");
-    assert!(error.unwrap().contains("HTTP 413"));
+    assert!(refused_twice(too_large).contains("HTTP 413"));
 }
 
 #[test]
