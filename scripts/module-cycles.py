@@ -42,7 +42,8 @@ def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
             if root == "crate":
                 base = []
             else:
-                base = here[:-1] if f.name not in ("mod.rs", "lib.rs") else here[:-1]
+                # `super` is the parent module, for a `mod.rs` as for any file.
+                base = here[:-1]
                 while segs and segs[0] == "super":
                     segs, base = segs[1:], base[:-1]
             target = base + segs
