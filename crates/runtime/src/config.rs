@@ -3,8 +3,8 @@
 //! Lowest first: the manifest's `config` (what the plugin ships), the
 //! plugin's section of `$BUB_HOME/config.json` (merged key by key, maps
 //! recursively), then `BUB_<NAME>__<KEY>` variables. The same precedence
-//! for every plugin, in one place, so `bub plugins config`, the loader and
-//! the docs cannot drift apart.
+//! for every plugin, in the one function the loader calls
+//! ([`plugin_config`]); `bub plugins config` edits only the first layer.
 
 use std::path::Path;
 

@@ -195,9 +195,9 @@ fn import_bridge(py: Python<'_>, venv: &Path) -> PyResult<Interp> {
     module.add_function(pyo3::wrap_pyfunction!(cancelling, &module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(event_loop::run_call, &module)?)?;
     let builtins = py.import("builtins")?;
+    let (compile, exec) = (builtins.getattr("compile")?, builtins.getattr("exec")?);
     for (file, source) in &BRIDGE_PARTS[1..] {
-        let code = builtins.getattr("compile")?.call1((*source, *file, "exec"))?;
-        builtins.getattr("exec")?.call1((code, module.dict()))?;
+        exec.call1((compile.call1((*source, *file, "exec"))?, module.dict()))?;
     }
     Ok(Interp {
         venv: venv.to_owned(),

@@ -3,10 +3,10 @@
 //! read-modify-write changes across processes, atomic writes, and tree
 //! copies that follow no symbolic link.
 //!
-//! One room for them because six modules in three crates need them
-//! (installs, plugin config, sessions, the gateway's service unit, the
-//! python bridge's venvs, onboarding); private files a plugin keeps are
-//! `bub_kit::files`, on which these build.
+//! One room for them because modules in four crates need them (the
+//! installer, manifests, isolated plugins, `config.json` for plugins and
+//! the agent, skills, the gateway command, onboarding); private files a
+//! plugin keeps are `bub_kit::files`, on which these build.
 
 pub(crate) mod cache;
 
