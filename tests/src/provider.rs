@@ -82,6 +82,32 @@ impl Provider {
         Provider { base_url, requests }
     }
 
+    /// Starts answering each request with what `answer` makes of it (a
+    /// provider with rules rather than a script: one that refuses a
+    /// request above a size, say).
+    pub fn respond(answer: impl Fn(&Request) -> Reply + Send + 'static) -> Provider {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let base_url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let Some(request) = read_request(&stream) else { continue };
+                let reply = answer(&request);
+                seen.lock().unwrap().push(request);
+                let mut out = stream;
+                let _ = write_reply(&mut out, reply);
+            }
+        });
+        Provider { base_url, requests }
+    }
+
+    /// Forgets the requests seen so far (a long test keeps only the last).
+    pub fn clear(&self) {
+        self.requests.lock().unwrap().clear();
+    }
+
     /// The requests so far.
     pub fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
@@ -194,6 +220,43 @@ pub mod chat {
                 .to_string(),
             "[DONE]".into(),
         ])
+    }
+
+    /// A text answer with the usage a provider reports: `prompt_tokens`
+    /// counted its way.
+    pub fn text_counted(text: &str, prompt_tokens: u64) -> Reply {
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}).to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2,
+                "total_tokens": prompt_tokens + 2}})
+            .to_string(),
+            "[DONE]".into(),
+        ])
+    }
+
+    /// One tool call with the usage a provider reports.
+    pub fn tool_call_counted(id: &str, name: &str, args: &str, prompt_tokens: u64) -> Reply {
+        Reply::Sse(vec![
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}}]})
+            .to_string(),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2,
+                "total_tokens": prompt_tokens + 2}})
+            .to_string(),
+            "[DONE]".into(),
+        ])
+    }
+
+    /// OpenAI's refusal of a request past the model's window (HTTP 400,
+    /// `context_length_exceeded`, its documented shape and wording).
+    pub fn context_length_exceeded(limit: u64, asked: u64) -> Reply {
+        let message = format!(
+            "This model's maximum context length is {limit} tokens. However, your messages resulted in {asked} tokens. Please reduce the length of the messages."
+        );
+        let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}});
+        Reply::Status(400, body.to_string(), vec![])
     }
 
     /// Optional text, then tool calls `(id, name, arguments)` with the

@@ -79,6 +79,8 @@ async fn session_part(tape: &RunTape, query: &TapeQuery) -> Selector {
 pub struct ContextCache {
     pub(crate) contexts: Folds<Selector>,
     pub(crate) settings: Folds<Map<String, Value>>,
+    /// What each model's calls taught about its tokens (see [`super::budget`]).
+    pub calibrations: super::budget::Calibrations,
 }
 
 impl Default for ContextCache {
@@ -122,6 +124,7 @@ impl ContextCache {
         ContextCache {
             contexts: Folds::new(Self::TAPES, budget, |s: &Selector| s.bytes),
             settings: Folds::new(Self::TAPES, Self::TAPES, |_| 1),
+            calibrations: Default::default(),
         }
     }
 
@@ -269,7 +272,7 @@ impl Selector {
         // A plain stored message is held once, as its text.
         self.bytes += match m.plain() {
             Some(p) => p.role_json.len() + p.content_json.len() + 32,
-            None => 3 * json_bytes(m.json()),
+            None => 3 * super::budget::json_bytes(m.json()),
         } + ContextCache::MESSAGE_OVERHEAD;
         self.messages.push(m);
     }
@@ -277,16 +280,6 @@ impl Selector {
     /// The messages so far.
     pub fn messages(&self) -> &[Shared] {
         &self.messages
-    }
-}
-
-/// About the length of `v` as JSON text (strings without their escapes).
-fn json_bytes(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.len() + 2,
-        Value::Array(a) => a.iter().map(|x| json_bytes(x) + 1).sum::<usize>() + 2,
-        Value::Object(o) => o.iter().map(|(k, x)| k.len() + 4 + json_bytes(x)).sum::<usize>() + 2,
-        _ => 8,
     }
 }
 

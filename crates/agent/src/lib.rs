@@ -11,6 +11,8 @@
 //! - [`command`] — command mode (`,bash ls`, `,fs.read path=a.txt`);
 //! - [`tape`] — the run's fork of the session tape, merged when it ends;
 //! - [`context`] — tape entries to model messages;
+//! - [`budget`], [`fold`] — the context budget, and folding what passes it
+//!   into a summary;
 //! - [`message`] — those messages, shared by the steps of a session;
 //! - [`recorder`] — events to tape entries (subscribed first);
 //! - [`provider`] — model specs, settings and the three wire formats.
@@ -47,9 +49,11 @@
 #![forbid(unsafe_code)]
 
 pub mod arguments;
+pub mod budget;
 pub mod command;
 pub mod context;
 pub mod events;
+pub mod fold;
 mod follow;
 pub mod live;
 pub mod message;

@@ -23,8 +23,10 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::{
+    budget::message_bytes,
     command, context,
     events::{ChatFinished, Event, EventContext, Status},
+    fold,
     message::{CallRequest, Message, Shared},
     provider::{Delta, ModelRequest, ModelResponse, ProviderError, ToolDef},
     tape::RunTape,
@@ -152,6 +154,10 @@ struct Run {
     started: Instant,
     // The last provider call's usage (for StepFinished and continue_prompt).
     usage: std::sync::Mutex<Option<Value>>,
+    // The estimate (tokens) of the last request sent, and the refusal
+    // that makes the next step fold first (see `fold`).
+    last_estimate: std::sync::atomic::AtomicU64,
+    fold_next: std::sync::Mutex<Option<String>>,
 }
 
 impl Run {
@@ -222,6 +228,8 @@ impl Agent {
             steps: AtomicU32::new(0),
             started: Instant::now(),
             usage: Default::default(),
+            last_estimate: Default::default(),
+            fold_next: Default::default(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let live = Live::enter();
@@ -366,7 +374,7 @@ async fn drive(run: Arc<Run>, tx: Tx) {
 async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
     let agent = &run.agent;
     let mut next_prompt: Option<Arc<[Value]>> = Some(run.prompt.clone());
-    let mut auto_handoff = 1;
+    let mut refusals_left = 1;
     let mut step = 0;
     loop {
         step += 1;
@@ -383,10 +391,16 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         let elapsed = || started.elapsed().as_millis() as u64;
         let should_continue = match one_step(run, next_prompt.clone(), tx).await {
             Ok(c) => c,
-            Err(e) if auto_handoff > 0 && is_context_overflow(&e.to_string()) => {
-                auto_handoff -= 1;
-                let state = json!({"reason": "context_length_exceeded", "error": e.to_string()});
-                run.cx.tape.handoff("auto_handoff/context_overflow", Some(state)).await?;
+            Err(e) if refusals_left > 0 && is_context_overflow(&e.to_string()) => {
+                // Folded at the next try (semantics §A2.9): the budget is
+                // capped under what this request was estimated at, and the
+                // step is tried again with the same prompt.
+                refusals_left -= 1;
+                let refused = run.last_estimate.load(Ordering::SeqCst);
+                if refused > 0 {
+                    run.cx.tape.contexts().calibrations.update(&run.model, |c| c.refused_at = Some(refused));
+                }
+                *bub_abi::sync::lock(&run.fold_next) = Some(e.to_string());
                 let mut ev = Event::StepFinished {
                     step,
                     status: Status::AutoHandoff,
@@ -397,7 +411,6 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     usage: run.last_usage(),
                 };
                 agent.events.emit(&mut ev, &run.cx).await?;
-                next_prompt = Some(run.prompt.clone());
                 continue;
             }
             Err(e) => {
@@ -555,6 +568,15 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
             return Err(e);
         }
     };
+    // The context budget: fold the older context, then shorten tool
+    // results, until the request fits (semantics §A2.9).
+    let tool_bytes: usize = offered
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + super::budget::json_bytes(&t.parameters) + 32)
+        .sum();
+    let new_bytes: usize = new_messages.iter().map(super::budget::json_bytes).sum();
+    let fixed_bytes = system.as_ref().map_or(0, String::len) + tool_bytes + new_bytes;
+    let history = fit(run, history, fixed_bytes).await?;
     // The history is shared with the kept context (see `message`).
     let mut messages = Vec::with_capacity(history.len() + new_messages.len() + 1);
     if let Some(s) = &system {
@@ -612,9 +634,12 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         max_tokens: request.max_tokens,
         options,
     };
+    let sent_bytes = tool_bytes + model_request.messages.iter().map(|m| message_bytes(m)).sum::<usize>();
+    let calibrations = &cx.tape.contexts().calibrations;
+    run.last_estimate.store(calibrations.get(&run.model).tokens(sent_bytes), Ordering::SeqCst);
     let call_started = Instant::now();
     let mut text_so_far = String::new();
-    let outcome = call_model(agent, &request.model, &model_request, tx, &mut text_so_far).await;
+    let outcome = call_model(agent, &request.model, &model_request, Some(tx), &mut text_so_far).await;
     let elapsed = call_started.elapsed();
     let result = LlmCallResult {
         run_id: run_id.clone(),
@@ -633,7 +658,10 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     agent.events.emit(&mut finished, cx).await?;
     drop(finished);
     let response = outcome?;
-    // 9. Usage.
+    // 9. Usage, which also calibrates the budget's estimate.
+    if let Some(u) = response.usage.filter(|u| u.input_tokens > 0) {
+        calibrations.update(&run.model, |c| c.learn(sent_bytes, u.input_tokens));
+    }
     let usage = response.usage.unwrap_or_default().to_json();
     *bub_abi::sync::lock(&run.usage) = Some(usage.clone());
     let _ = tx.send(Ok(event("usage", json!({"usage": usage, "elapsed_seconds": elapsed.as_secs_f64()}))));
@@ -704,6 +732,44 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     Ok(true)
 }
 
+/// The step's context kept within the budget: when the request (the
+/// history and `fixed_bytes` of system prompt, tool schemas and new
+/// messages) would pass it, or the provider refused the last try, the
+/// older context is folded (only where the context starts after the last
+/// anchor: a plugin's own context selection is its own to keep small),
+/// then tool results are shortened until it fits.
+async fn fit(run: &Run, mut history: Vec<Shared>, fixed_bytes: usize) -> Result<Vec<Shared>, AgentError> {
+    let (agent, cx) = (&run.agent, &run.cx);
+    let calibration = cx.tape.contexts().calibrations.get(&run.model);
+    let refused = bub_abi::sync::lock(&run.fold_next).take();
+    let Some(budget) = calibration.budget(agent.settings.context_budget(&run.model)) else { return Ok(history) };
+    let size = |messages: &[Shared]| fixed_bytes + messages.iter().map(|m| message_bytes(m)).sum::<usize>();
+    let tokens_before = calibration.tokens(size(&history));
+    if refused.is_none() && tokens_before <= budget {
+        return Ok(history);
+    }
+    let at = fold::open_tail(&history);
+    let folds = agent.context.anchor.as_deref() == Some(bub_abi::types::TapeContextSpec::LAST_ANCHOR);
+    if folds && fold::worth_folding(&history[..at]) {
+        let current_request = (run.steps.load(Ordering::SeqCst) > 1)
+            .then(|| fold::text_of(Some(&user_content(&run.prompt))))
+            .filter(|t| !t.is_empty());
+        let plan = fold::Plan {
+            older: &history[..at],
+            tail: &history[at..],
+            fixed_bytes,
+            tokens_before,
+            budget,
+            current_request,
+        };
+        let reason = refused.map_or(fold::Reason::Budget, fold::Reason::Refused);
+        let summary = fold::fold(agent, cx, &run.model, &plan, &reason, calibration).await?;
+        history.splice(..at, [summary]);
+    }
+    fold::shorten_tool_results(&mut history, |m| calibration.tokens(size(m)) <= budget);
+    Ok(history)
+}
+
 /// The JSON of messages shared with a request: moved out when the request
 /// is gone (the usual case), copied when something still holds them.
 fn given_back(messages: Vec<Shared>) -> Vec<Value> {
@@ -719,12 +785,12 @@ fn user_content(prompt: &[Value]) -> Value {
 }
 
 /// Calls `spec`, then its fallbacks while a candidate fails before any
-/// output; deltas go to the consumer as they come.
-async fn call_model(
+/// output; deltas go to the consumer (if any) as they come.
+pub(crate) async fn call_model(
     agent: &Agent,
     spec: &str,
     request: &ModelRequest,
-    tx: &Tx,
+    tx: Option<&Tx>,
     text: &mut String,
 ) -> Result<ModelResponse, ProviderError> {
     let mut first_error = None;
@@ -746,7 +812,9 @@ async fn call_model(
                 }
                 Delta::Reasoning(t) => event("reasoning", json!({"delta": t})),
             };
-            let _ = tx.send(Ok(e));
+            if let Some(tx) = tx {
+                let _ = tx.send(Ok(e));
+            }
         };
         match client.call(request, &mut on_delta).await {
             Ok(r) => return Ok(r),

@@ -255,62 +255,85 @@ fn handlers_rewrite_requests_and_results_behaviour_123_127_145_150() {
     assert_eq!(*later.lock().unwrap(), 0);
 }
 
-/// A run whose first model call is refused with `refusal` and whose second
-/// answers "fits now": it ends without error; returns the provider and the
-/// tape (with the anchor of the automatic handoff, which is checked here).
+/// A session with one turn behind it ("hello" → "hi") whose next turn's
+/// first model call is refused with `refusal`: the older context is folded
+/// (the summary call answers "they said hello") and the retry answers
+/// "fits now". Returns the provider and the tape, with the fold's anchor.
 fn refused_once_then_fits(
     refusal: impl Fn() -> Reply,
 ) -> (Provider, Vec<bub_abi::types::TapeEntry>, bub_abi::types::TapeEntry) {
-    let provider = Provider::start(vec![refusal(), chat::text("fits now")]);
-    let a = agent(&provider);
+    let script = vec![chat::text("hi"), refusal(), chat::text("they said hello"), chat::text("fits now")];
+    let provider = Provider::start(script);
+    let a = Arc::new(agent(&provider));
     let store = a.store.clone();
-    let (events, error) = run(a, "big");
+    let (events, error) = block_on(async move {
+        for prompt in ["hello", "big"] {
+            let stream = a.start(vec![json!(prompt)], options("t")).await.unwrap();
+            let (events, error) = stream.collect().await;
+            if prompt == "big" {
+                return (events, error.map(|e| e.to_string()));
+            }
+        }
+        unreachable!()
+    });
     assert_eq!(error, None);
-    assert_eq!(events.last().unwrap().1["text"], "fits now");
+    assert_eq!(events.last().unwrap().data["text"], "fits now");
     let entries =
         block_on(store.fetch_all(&bub_abi::types::TapeQuery { tape: "t".into(), ..Default::default() })).unwrap();
-    let anchor = entries
-        .iter()
-        .find(|e| e.kind == "anchor" && e.payload["name"] == "auto_handoff/context_overflow")
-        .unwrap()
-        .clone();
+    let anchor = entries.iter().find(|e| e.kind == "anchor" && e.payload["name"] == "context/fold").unwrap().clone();
     (provider, entries, anchor)
 }
 
-/// The error of a run whose two model calls are both refused with `refusal`.
+/// The error of a second turn whose two model calls are both refused with
+/// `refusal` (the fold between them answered).
 fn refused_twice(refusal: impl Fn() -> Reply) -> String {
-    let provider = Provider::start(vec![refusal(), refusal()]);
-    let (_, error) = run(agent(&provider), "big");
-    error.unwrap()
+    let provider = Provider::start(vec![chat::text("hi"), refusal(), chat::text("summary"), refusal()]);
+    let a = Arc::new(agent(&provider));
+    block_on(async move {
+        a.start(vec![json!("hello")], options("t")).await.unwrap().collect().await;
+        let (_, error) = a.start(vec![json!("big")], options("t")).await.unwrap().collect().await;
+        error.unwrap().to_string()
+    })
 }
 
+/// A provider's "context too long" folds the older context into a summary
+/// and tries the step once more with the same prompt (where Bub hands off
+/// and drops the context: docs/agent.md lists the difference).
 #[test]
-fn context_overflow_hands_off_once_and_retries_behaviour_157_158() {
+fn context_overflow_folds_once_and_retries_behaviour_157_158() {
     let overflow = || Reply::Status(400, "This model's maximum context length is 8192 tokens".into(), vec![]);
     let (provider, entries, anchor) = refused_once_then_fits(overflow);
     assert_eq!(anchor.payload["state"]["reason"], "context_length_exceeded");
+    assert_eq!(anchor.payload["state"]["summary"], "they said hello");
+    assert_eq!(anchor.payload["state"]["folded"]["messages"], 2, "{anchor:?}");
     let statuses: Vec<&str> = entries
         .iter()
         .filter(|e| e.payload.get("name") == Some(&json!("loop.step")))
         .map(|e| e.payload["data"]["status"].as_str().unwrap())
         .collect();
-    assert_eq!(statuses, ["auto_handoff", "ok"]);
-    let second = provider.requests()[1].body["messages"].as_array().unwrap().clone();
-    assert!(second.last().unwrap()["content"] == "big", "the original prompt is resent");
+    assert_eq!(statuses, ["ok", "auto_handoff", "ok"]);
+    let requests = provider.requests();
+    let summary_call = requests[2].body["messages"].as_array().unwrap();
+    assert!(summary_call[1]["content"].as_str().unwrap().contains("User: hello"), "{summary_call:?}");
+    assert!(requests[2].body.get("tools").is_none(), "the summary call offers no tools");
+    let retry = requests[3].body["messages"].as_array().unwrap();
+    assert_eq!(retry.len(), 2, "the summary, then the prompt: {retry:?}");
+    assert!(retry[0]["content"].as_str().unwrap().contains("they said hello"));
+    assert_eq!(retry[1]["content"], "big", "the original prompt is sent again");
 
     assert!(refused_twice(overflow).contains("maximum context length"));
 }
 
 /// A proxy's bare 413 (no word of context in it) is a context overflow
-/// too: the run hands off and retries once instead of failing the turn
-/// (Bub fails it; docs/agent.md lists the difference).
+/// too: the run folds and retries once instead of failing the turn (Bub
+/// fails it; docs/agent.md lists the difference).
 #[test]
-fn a_bare_http_413_hands_off_and_retries_like_an_overflow() {
+fn a_bare_http_413_folds_and_retries_like_an_overflow() {
     let too_large =
         || Reply::Status(413, "<html><body><h1>413 Request Entity Too Large</h1></body></html>".into(), vec![]);
     let (provider, _, anchor) = refused_once_then_fits(too_large);
     assert!(anchor.payload["state"]["error"].as_str().unwrap().contains("HTTP 413"), "{anchor:?}");
-    assert_eq!(provider.requests().len(), 2, "one retry, no more");
+    assert_eq!(provider.requests().len(), 4, "one fold, one retry, no more");
 
     // Two in a row still end the run, as two overflows do.
     assert!(refused_twice(too_large).contains("HTTP 413"));

@@ -24,6 +24,7 @@ mod host_api;
 mod install;
 mod isolation;
 mod loading;
+mod long_sessions;
 mod mcp;
 mod openai;
 mod published;

@@ -20,6 +20,7 @@
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
 //! | command channels | `BUB_COMMAND_CHANNELS` (comma-separated, or `*`) | `command_channels` (list) | `cli` |
 //! | confinement | `BUB_CONFINE_WORKSPACE` (`true`/`1`) | `confine_workspace` | off (see `builtin::confine`) |
+//! | context budget, tokens (0 = fold only when the provider refuses) | `BUB_CONTEXT_BUDGET_TOKENS` | `context_budget_tokens` | ¾ of the model's `context_window` (a custom provider's, or `client_args`'), else 64,000 |
 //!
 //! Command mode runs tools and shell lines with no model in between, so it
 //! is on only for the channels named in `command_channels`: by default the
@@ -86,6 +87,10 @@ pub struct ModelSettings {
     /// Tool results of at least 4 × this many characters are spilled to a
     /// sidecar tape (`BUB_SPILL_THRESHOLD`, 4096 "tokens"; 0 = never).
     pub spill_threshold: usize,
+    /// The context budget in tokens, when set (`BUB_CONTEXT_BUDGET_TOKENS`);
+    /// else [`ModelSettings::context_budget`] derives it from the model's
+    /// window. `Some(0)`: fold only when the provider refuses.
+    pub context_budget_tokens: Option<u64>,
     // The environment, for `<P>_API_KEY` lookups at client time.
     env: Environment,
     // HTTP clients, made once per settings value (one agent).
@@ -113,6 +118,7 @@ impl Default for ModelSettings {
             max_tool_concurrency: Some(DEFAULT_TOOL_CONCURRENCY),
             tool_max_bytes: DEFAULT_TOOL_MAX_BYTES,
             spill_threshold: 4096,
+            context_budget_tokens: None,
             env: Environment::default(),
             clients: Default::default(),
         }
@@ -122,6 +128,11 @@ impl Default for ModelSettings {
 /// What a builtin tool reads or keeps unless `BUB_TOOL_MAX_BYTES` says
 /// otherwise: 16 MiB.
 pub const DEFAULT_TOOL_MAX_BYTES: usize = 16 << 20;
+
+/// The context budget when neither the settings nor the model's options
+/// say one: half of a 128K window, the common size, so a session never
+/// sends more than that per step.
+pub const DEFAULT_CONTEXT_BUDGET: u64 = 64_000;
 
 /// Tool calls of one step that run at once unless `BUB_MAX_TOOL_CONCURRENCY`
 /// says otherwise.
@@ -349,6 +360,14 @@ impl ModelSettings {
             }
             s.max_tool_concurrency = Some(n.min(1e6) as usize);
         }
+        if let Some(n) = number("BUB_CONTEXT_BUDGET_TOKENS", "context_budget_tokens")? {
+            if n < 0.0 || n.fract() != 0.0 {
+                return Err(format!(
+                    "BUB_CONTEXT_BUDGET_TOKENS must be a whole number of tokens (0: fold only when the provider refuses), got {n}"
+                ));
+            }
+            s.context_budget_tokens = Some(n.min(u64::MAX as f64) as u64);
+        }
         if let Some(t) = var("BUB_SPILL_THRESHOLD") {
             s.spill_threshold = t.trim().parse().unwrap_or(4096);
         }
@@ -357,6 +376,24 @@ impl ModelSettings {
         }
         s.env = env;
         Ok(s)
+    }
+
+    /// The context budget for `spec` in tokens (semantics §A2.9): the
+    /// setting, else ¾ of the model's window where its options say it (a
+    /// custom provider's `context_window`, else `client_args`'), else
+    /// [`DEFAULT_CONTEXT_BUDGET`]. ¾ leaves room for the answer and for
+    /// the estimate's error. 0: fold only when the provider refuses.
+    pub fn context_budget(&self, spec: &str) -> u64 {
+        if let Some(n) = self.context_budget_tokens {
+            return n;
+        }
+        let provider = spec.split_once(':').map_or(spec, |(p, _)| p);
+        let window = |m: Option<&Map<String, Value>>| m.and_then(|m| m.get("context_window")).and_then(Value::as_u64);
+        let custom = self.providers.get(provider).and_then(Value::as_object);
+        match window(custom).or_else(|| window(Some(&self.client_args))) {
+            Some(w) if w > 0 => w / 4 * 3,
+            _ => DEFAULT_CONTEXT_BUDGET,
+        }
     }
 
     /// The model a turn uses when nothing else names one.
