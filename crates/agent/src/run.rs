@@ -130,6 +130,12 @@ pub fn is_context_overflow(message: &str) -> bool {
         || tokens_max
 }
 
+/// Whether a step failed because its request was too long: the provider's
+/// HTTP 413, or an error text [`is_context_overflow`] recognizes.
+fn refused_as_too_long(e: &AgentError) -> bool {
+    matches!(e, AgentError::Provider(ProviderError::Status { status: 413, .. })) || is_context_overflow(&e.to_string())
+}
+
 fn is_empty_item(v: &Value) -> bool {
     match v {
         Value::String(s) => s.is_empty(),
@@ -391,7 +397,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         let elapsed = || started.elapsed().as_millis() as u64;
         let should_continue = match one_step(run, next_prompt.clone(), tx).await {
             Ok(c) => c,
-            Err(e) if refusals_left > 0 && is_context_overflow(&e.to_string()) => {
+            Err(e) if refusals_left > 0 && refused_as_too_long(&e) => {
                 // Folded at the next try (semantics §A2.9): the budget is
                 // capped under what this request was estimated at, and the
                 // step is tried again with the same prompt.

@@ -243,3 +243,58 @@ fn a_failed_summary_call_still_folds_and_the_turn_goes_on() {
     assert!(state["summary"].as_str().unwrap().contains("remember:kumquat"), "{state}");
     assert!(state["summary_error"].as_str().unwrap().contains("summaries are down"), "{state}");
 }
+
+/// The same 300-turn session on each tape store (the builtin JSONL file,
+/// tape-sqlite, tape-postgres where a server can start), loaded through
+/// the real loader: the folds and every entry land in the store.
+#[test]
+fn a_300_turn_session_keeps_every_entry_in_every_tape_store() {
+    crate::tape_stores::each_store("a_300_turn_session_keeps_every_entry_in_every_tape_store", |name, fw| async move {
+        let store = Store::Host(fw.get_tape_store().expect("a store"));
+        let model = windowed(6_000);
+        let agent = Arc::new(agent(&model.provider, store.clone(), Some(4_000)));
+        session(agent, "long", 0..300).await;
+        assert_eq!(model.refusals.load(Ordering::SeqCst), 0, "{name}");
+        let entries = store.fetch_all(&TapeQuery { tape: "long".into(), ..Default::default() }).await.unwrap();
+        let folds = every_entry_kept(&entries, 300);
+        assert!(folds.len() >= 40, "{name}: {} folds", folds.len());
+        let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids, (1..=entries.len() as u64).collect::<Vec<_>>(), "{name}: ids 1..n in order");
+        Ok(())
+    });
+}
+
+/// A tool result that alone passes the budget reaches the model shortened
+/// (its head and tail, and a note), so the request fits; the tape keeps it
+/// whole.
+#[test]
+fn a_tool_result_past_the_budget_is_shortened_in_the_request_only() {
+    let model = windowed(6_000);
+    let store = Store::memory();
+    let mut agent = agent(&model.provider, store.clone(), Some(4_000));
+    agent.add_tool(AgentTool::native(
+        "blob",
+        "Returns 40 KB of text.",
+        json!({"type": "object", "properties": {}}),
+        Exposure::Auto,
+        |_args, _cx| async move { Ok(json!(format!("head{}tail", "b".repeat(40_000)))) },
+    ));
+    bub_tests::block_on(session(Arc::new(agent), "huge", 0..3));
+    assert_eq!(model.refusals.load(Ordering::SeqCst), 0);
+    let requests = model.provider.requests();
+    let answered: Vec<&Value> =
+        requests.iter().filter_map(|r| r.body["messages"].as_array()?.last()).filter(|m| m["role"] == "tool").collect();
+    assert_eq!(answered.len(), 3, "each turn's tool result reached the model");
+    for m in answered {
+        let text = m["content"].as_str().unwrap();
+        assert!(text.starts_with("head") && text.contains("tail\n[This tool result was shortened"), "{text:.200}");
+        assert!(text.len() < 9_000, "{}", text.len());
+    }
+    let entries = whole_tape(&store, "huge");
+    let kept: Vec<usize> = entries
+        .iter()
+        .filter(|e| e.kind == "tool_result")
+        .map(|e| e.payload["results"][0].as_str().unwrap().len())
+        .collect();
+    assert_eq!(kept, [40_008; 3], "the tape keeps every result whole");
+}

@@ -40,7 +40,7 @@ fn postgres_store_without_session_lock(test: &str) -> Option<(Postgres, Home)> {
 /// Runs `body` inside a `running()` scope over each store — the builtin
 /// file store, tape-sqlite, and tape-postgres when a server can start —
 /// each loaded through the real loader; `body` gets the store's name.
-fn each_store<F, Fut>(test: &str, body: F)
+pub(crate) fn each_store<F, Fut>(test: &str, body: F)
 where
     F: Fn(String, Framework) -> Fut,
     Fut: std::future::Future<Output = Result<(), bub_host::framework::FrameworkError>>,
