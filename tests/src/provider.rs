@@ -86,6 +86,16 @@ impl Provider {
     /// provider with rules rather than a script: one that refuses a
     /// request above a size, say).
     pub fn respond(answer: impl Fn(&Request) -> Reply + Send + 'static) -> Provider {
+        Provider::serve(answer, true)
+    }
+
+    /// As [`respond`](Self::respond), keeping no request (a benchmark's
+    /// thousands of big requests).
+    pub fn respond_forgetting(answer: impl Fn(&Request) -> Reply + Send + 'static) -> Provider {
+        Provider::serve(answer, false)
+    }
+
+    fn serve(answer: impl Fn(&Request) -> Reply + Send + 'static, keep: bool) -> Provider {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let base_url = format!("http://{}/v1", listener.local_addr().expect("addr"));
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -95,7 +105,9 @@ impl Provider {
                 let Ok(stream) = stream else { continue };
                 let Some(request) = read_request(&stream) else { continue };
                 let reply = answer(&request);
-                seen.lock().unwrap().push(request);
+                if keep {
+                    seen.lock().unwrap().push(request);
+                }
                 let mut out = stream;
                 let _ = write_reply(&mut out, reply);
             }
