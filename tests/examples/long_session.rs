@@ -31,7 +31,8 @@ use bub_tests::{
 use serde_json::{json, Value};
 
 /// The summary a fold's call gets: about 500 bytes.
-const SUMMARY: &str = "The user has been sending numbered turns, each a line of filler text, and I have noted each one. \
+const SUMMARY: &str =
+    "The user has been sending numbered turns, each a line of filler text, and I have noted each one. \
 Nothing else was asked: no tools were used, no decisions were made, no facts were given beyond the turn numbers. \
 Work still open: none. The last exchange: the user sent the latest numbered turn, and I answered that I noted it. \
 Keep noting the turns the same way, briefly, and keep the count.";

@@ -382,6 +382,17 @@ pub struct TapeEntry {
     pub date: String,
 }
 
+/// One entry a search across tapes found, and its tape
+/// ([`TapeStore::search_tapes`](crate::resources::TapeStore::search_tapes),
+/// since ABI 2.8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TapeMatch {
+    /// The tape the entry is on.
+    pub tape: String,
+    /// The entry.
+    pub entry: TapeEntry,
+}
+
 /// `TapeQuery`: what `fetch_all` returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TapeQuery {

@@ -10,7 +10,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use bub_abi::types::{TapeEntry, TapeQuery};
+use bub_abi::types::{TapeEntry, TapeMatch, TapeQuery};
 use bub_kit::tape::try_select;
 use md5::{Digest, Md5};
 use serde_json::{json, Map, Value};
@@ -109,6 +109,54 @@ impl Store {
         }
     }
 
+    /// `list_tapes`.
+    pub async fn list_tapes(&self) -> Result<Vec<String>, AgentError> {
+        match self {
+            Store::Host(s) => s.list_tapes().await.map_err(AgentError::store),
+            Store::Memory(m) => {
+                let mut names: Vec<String> = lock(m).keys().cloned().collect();
+                names.sort();
+                Ok(names)
+            }
+        }
+    }
+
+    /// A search across `tapes` (None: every tape but the sidecars), newest
+    /// first ([`bub_kit::tape::search_across`]): from the store's own
+    /// index where it has one (`search_tapes`, ABI 2.8), else each tape
+    /// searched in turn. A tape that cannot be read is skipped and logged.
+    pub async fn search_tapes(
+        &self,
+        tapes: Option<&[String]>,
+        query: &TapeQuery,
+    ) -> Result<Vec<TapeMatch>, AgentError> {
+        if let Store::Host(s) = self {
+            if let Some(found) = s.search_tapes(tapes, query).await.map_err(AgentError::store)? {
+                return Ok(found);
+            }
+        }
+        let names = match tapes {
+            Some(t) => t.to_vec(),
+            None => self.list_tapes().await?.into_iter().filter(|t| !t.contains(SIDECAR_MARK)).collect(),
+        };
+        let mut found = Vec::new();
+        for tape in names {
+            let q = TapeQuery {
+                tape: tape.clone(),
+                query: query.query.clone(),
+                kinds: query.kinds.clone(),
+                between_dates: query.between_dates.clone(),
+                limit: query.limit,
+                ..Default::default()
+            };
+            match self.fetch_all(&q).await {
+                Ok(entries) => found.extend(entries.into_iter().map(|entry| TapeMatch { tape: tape.clone(), entry })),
+                Err(e) => tracing::warn!(target: "bub::tape", "searching tape {tape}: {e}"),
+            }
+        }
+        bub_kit::tape::search_across(found, query).map_err(AgentError::store)
+    }
+
     /// `reset`.
     pub async fn reset(&self, tape: &str) -> Result<(), AgentError> {
         match self {
@@ -135,9 +183,21 @@ pub fn session_tape_name(workspace: &std::path::Path, session_id: &str) -> Strin
     format!("{}__{}", hex(&ws.to_string_lossy()), hex(session_id))
 }
 
+/// What separates a tape's name from its sidecar's.
+pub const SIDECAR_MARK: &str = "__sidecar__";
+
 /// A sidecar's tape: `<tape>__sidecar__<name>`.
 pub fn sidecar_tape_name(tape: &str, sidecar: &str) -> String {
-    format!("{tape}__sidecar__{sidecar}")
+    format!("{tape}{SIDECAR_MARK}{sidecar}")
+}
+
+/// The tape of session `session_id` in the same workspace as session tape
+/// `tape` (whose name starts with the workspace's hash).
+pub fn sibling_session_tape(tape: &str, session_id: &str) -> String {
+    let workspace = tape.split_once("__").map_or(tape, |(w, _)| w);
+    let digest = Md5::digest(session_id.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{workspace}__{}", &hex[..16])
 }
 
 /// A new entry dated now.
@@ -345,7 +405,7 @@ impl RunTape {
     /// The mounted sidecars: `(name, tape)`.
     pub fn sidecars(&self) -> Vec<(String, String)> {
         let names = self.managed.iter().skip(1);
-        names.map(|t| (t.rsplit("__sidecar__").next().unwrap_or(t).to_owned(), t.clone())).collect()
+        names.map(|t| (t.rsplit(SIDECAR_MARK).next().unwrap_or(t).to_owned(), t.clone())).collect()
     }
 
     /// Clears the main tape (in the fork), restarts it with
@@ -427,4 +487,15 @@ pub fn context_false() -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("context".into(), Value::Bool(false));
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sibling_session_tape_is_the_other_sessions_tape_in_the_same_workspace() {
+        let ws = std::env::temp_dir();
+        assert_eq!(sibling_session_tape(&session_tape_name(&ws, "a"), "b"), session_tape_name(&ws, "b"));
+    }
 }

@@ -59,6 +59,12 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
                         "type": "array", "items": {"type": "string"}, "default": ["message", "tool_result"],
                         "description": "Optional list of entry kinds to filter search results. Can include 'event', \
                             'anchor', 'system', 'message', 'tool_call', 'tool_result', 'error'."
+                    },
+                    "sessions": {
+                        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                        "description": "Search other sessions too: 'all' (every session of this home, newest first) \
+                            or a list of session ids (a comma-separated string in command mode). Each match then \
+                            names its session (or, for a session not named here, its tape)."
                     }
                 }),
                 &["query"],
@@ -176,6 +182,9 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
         between_dates,
         ..Default::default()
     };
+    if let Some(sessions) = args.get("sessions").filter(|v| !v.is_null()) {
+        return search_sessions(sessions, &q, &cx).await;
+    }
     // The store's matches, newest first, then the run's own entries of those
     // kinds (Bub's fork store adds them unsearched); earlier searches' results
     // are left out so a search does not find itself.
@@ -188,6 +197,55 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
         } else {
             matches.push(found);
         }
+    }
+    Ok(json!({"matches": matches, "filtered": filtered}))
+}
+
+/// `tape.search` over other sessions' tapes (`sessions`: "all", or ids as a
+/// list or a comma-separated string): the store's search across tapes
+/// (an index where the store has one), each match naming its session when
+/// it is this one or one named, else its tape. Earlier searches' results
+/// are left out, as on one tape. The run's own entries are not on the
+/// store yet, so they are not among them.
+async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> Result<Value, AgentError> {
+    let here = cx.tape.name();
+    let named: Vec<String> = match sessions {
+        Value::String(s) if s.trim() == "all" => Vec::new(),
+        Value::String(s) => s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect(),
+        Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        other => {
+            return Err(AgentError::bub(
+                "invalid_input",
+                format!("sessions must be 'all' or a list of ids, got {other}"),
+                None,
+            ))
+        }
+    };
+    let all = sessions.as_str().is_some_and(|s| s.trim() == "all");
+    if !all && named.is_empty() {
+        return Err(AgentError::bub("invalid_input", "sessions names no session: give 'all' or session ids", None));
+    }
+    let mut session_of: std::collections::HashMap<String, String> =
+        named.iter().map(|id| (bub_agent::tape::sibling_session_tape(here, id), id.clone())).collect();
+    if let Some(id) = cx.state.get_value("session_id").and_then(|v| v.as_str().map(str::to_owned)) {
+        session_of.insert(here.to_owned(), id);
+    }
+    let tapes: Option<Vec<String>> =
+        (!all).then(|| named.iter().map(|id| bub_agent::tape::sibling_session_tape(here, id)).collect());
+    let found = cx.tape.store().search_tapes(tapes.as_deref(), q).await?;
+    let mut filtered = 0;
+    let mut matches = Vec::new();
+    for m in found {
+        let mut one = json!({"date": m.entry.date, "content": m.entry.payload});
+        if bub_agent::python::python_json(&one).contains("[tape.search]") {
+            filtered += 1;
+            continue;
+        }
+        match session_of.get(&m.tape) {
+            Some(id) => one["session"] = json!(id),
+            None => one["tape"] = json!(m.tape),
+        }
+        matches.push(one);
     }
     Ok(json!({"matches": matches, "filtered": filtered}))
 }

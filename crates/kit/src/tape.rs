@@ -5,7 +5,7 @@
 //! A store may push the cheap parts down (fetch only the entries after the
 //! anchor) and hand the rest to [`select`] with the anchor fields cleared.
 
-use bub_abi::types::{TapeEntry, TapeQuery};
+use bub_abi::types::{TapeEntry, TapeMatch, TapeQuery};
 use serde_json::{Map, Value};
 
 /// Why a query cannot be answered (Bub raises these as `BubError`s).
@@ -196,6 +196,96 @@ fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limi
         }
     }
     out
+}
+
+/// A search across tapes (`TapeStore::search_tapes`) over `candidates`:
+/// the entries `query`'s kinds and dates select whose text contains the
+/// query or fuzzily matches it, as [`try_select`] matches on one tape,
+/// newest first across the tapes, each distinct text once per tape, at
+/// most `query.limit` (20). A store with a text index hands it the rows
+/// its index found; the host's scan, each tape's own matches.
+pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Result<Vec<TapeMatch>, QueryError> {
+    let needle = query.query.as_deref().unwrap_or("").trim().to_lowercase();
+    if needle.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dates = match &query.between_dates {
+        Some((from, to)) => {
+            let (from, to) = (boundary(from, false)?, boundary(to, true)?);
+            if from > to {
+                return Err(QueryError::DatesReversed);
+            }
+            Some((from, to))
+        }
+        None => None,
+    };
+    newest_first(&mut candidates);
+    let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
+    let limit = query.limit.unwrap_or(20);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for m in candidates {
+        if out.len() >= limit {
+            break;
+        }
+        let e = &m.entry;
+        if !(query.kinds.is_empty() || query.kinds.contains(&e.kind)) {
+            continue;
+        }
+        if dates.is_some_and(|(from, to)| !boundary(&e.date, false).is_ok_and(|at| from <= at && at <= to)) {
+            continue;
+        }
+        let text = entry_text(&e.payload).to_lowercase();
+        if !seen.insert((m.tape.clone(), text.clone())) {
+            continue;
+        }
+        if text.contains(&needle) || fuzzy.as_ref().is_some_and(|q| q.matches(&text)) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// How much of an entry's text a store's search index holds: the first
+/// 64 KiB (a 60 MB prompt is not indexed whole; a scan still reads it).
+pub const INDEXED_TEXT_BYTES: usize = 64 << 10;
+
+/// What a store's text index holds for an entry: its searched text
+/// ([`entry_text`]), lower-cased, the first [`INDEXED_TEXT_BYTES`].
+pub fn indexed_text(payload: &Map<String, Value>) -> String {
+    let mut text = entry_text(payload).to_lowercase();
+    if text.len() > INDEXED_TEXT_BYTES {
+        let mut end = INDEXED_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The trigrams of a query's words (of three characters or more), each
+/// once: what a fuzzy match shares with its entry, for a trigram index to
+/// find candidates by.
+pub fn query_trigrams(query: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in query.trim().to_lowercase().split(|c: char| !c.is_alphanumeric()) {
+        let chars: Vec<char> = word.chars().collect();
+        for w in chars.windows(3) {
+            let t: String = w.iter().collect();
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// Sorts matches newest first by their date (an unreadable date last),
+/// then by tape and id, newest first.
+pub fn newest_first(matches: &mut [TapeMatch]) {
+    matches
+        .sort_by_cached_key(|m| std::cmp::Reverse((boundary(&m.entry.date, false).ok(), m.tape.clone(), m.entry.id)));
 }
 
 /// The text a query searches: the payload as block YAML with sorted keys,

@@ -292,6 +292,16 @@ impl TapeStore {
     pub async fn reset(&self, tape: &str) -> Result<(), ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).reset(tape).await)
     }
+    /// A search across `tapes` (None: all) from the store's own index;
+    /// `None` when the store has none (the caller then scans).
+    pub async fn search_tapes(
+        &self,
+        tapes: Option<&[String]>,
+        query: &TapeQuery,
+    ) -> Result<Option<Vec<bub_abi::types::TapeMatch>>, ResourceError> {
+        let tapes = tapes.map(<[String]>::to_vec);
+        self.0.context(self.0.client(TapeStoreClient).search_tapes(&tapes, query).await)
+    }
     /// The entries a query selects.
     pub async fn fetch_all(&self, query: &TapeQuery) -> Result<Vec<TapeEntry>, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).fetch_all(query).await)

@@ -5,6 +5,9 @@
 //! (append, fetch with anchors, kinds, text search and limits, reset,
 //! list) works as with the builtin JSONL store; `bub_kit::tape::try_select`
 //! holds the query semantics, the anchor lookup is pushed down to SQL.
+//! A search across tapes (`tape.search sessions=all`) reads an FTS5
+//! trigram index of each entry's text (its first 64 KiB), built once for a
+//! database from before it existed.
 //!
 //! Several `bub` processes (a gateway and `bub run`s) share the file:
 //! WAL journal (readers never block the writer), a busy timeout (config
@@ -21,7 +24,7 @@ use std::{
 
 use bub_abi::{
     resources::{Fut, TapeStore},
-    types::{TapeEntry, TapeQuery},
+    types::{TapeEntry, TapeMatch, TapeQuery},
     BoxError, Object, Plugin, PluginContext,
 };
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -89,7 +92,24 @@ CREATE TABLE IF NOT EXISTS tape_entries (
     PRIMARY KEY (tape, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tape_anchors ON tape_entries (tape, anchor, id) WHERE kind = 'anchor';
+CREATE TABLE IF NOT EXISTS tape_text_rows (
+    row  INTEGER PRIMARY KEY,
+    tape TEXT    NOT NULL,
+    id   INTEGER NOT NULL,
+    UNIQUE (tape, id)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS tape_text USING fts5(
+    text, content = '', contentless_delete = 1, tokenize = 'trigram'
+);
 ";
+
+/// `PRAGMA user_version` once every entry written before the text index
+/// existed is in it.
+const INDEXED: i64 = 1;
+
+/// How many of the fuzzy candidates (entries sharing the most trigrams with
+/// the query) a search reads, besides the entries that contain it.
+const FUZZY_CANDIDATES: i64 = 200;
 
 impl SqliteStore {
     fn open(&self) -> Result<Connection, BoxError> {
@@ -112,6 +132,9 @@ impl SqliteStore {
         }
         conn.execute_batch(&format!("PRAGMA synchronous = {};", self.settings.synchronous))?;
         conn.execute_batch(SCHEMA).map_err(|e| format!("cannot set up the tape database {}: {e}", path.display()))?;
+        let mut conn = conn;
+        index_older_entries(&mut conn)
+            .map_err(|e| format!("cannot index the tapes' text in {}: {e}", path.display()))?;
         Ok(conn)
     }
 
@@ -134,6 +157,55 @@ impl SqliteStore {
         .await
         .map_err(|e| format!("tape-sqlite: the {what} task failed: {e}"))?
     }
+}
+
+/// Puts the entries written before the text index existed (a database
+/// from an older tape-sqlite) into it, once: in one write transaction, so
+/// two processes opening the file at once do it once.
+fn index_older_entries(conn: &mut Connection) -> Result<(), BoxError> {
+    if conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? >= INDEXED {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? < INDEXED {
+        let count: i64 = tx.query_row("SELECT COUNT(*) FROM tape_entries", [], |r| r.get(0))?;
+        if count > 0 {
+            tracing::info!("tape-sqlite: indexing the text of {count} tape entries for search (once)");
+        }
+        {
+            let mut rows = tx.prepare(
+                "SELECT e.tape, e.id, e.payload FROM tape_entries e \
+                 WHERE NOT EXISTS (SELECT 1 FROM tape_text_rows r WHERE r.tape = e.tape AND r.id = e.id)",
+            )?;
+            let mut found = rows.query([])?;
+            while let Some(row) = found.next()? {
+                let (tape, id, payload): (String, i64, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
+                let payload = match serde_json::from_str::<Value>(&payload) {
+                    Ok(Value::Object(m)) => m,
+                    _ => Map::new(),
+                };
+                index_text(&tx, &tape, id, &payload)?;
+            }
+        }
+        tx.execute_batch(&format!("PRAGMA user_version = {INDEXED}"))?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Adds one entry's text to the search index.
+fn index_text(conn: &Connection, tape: &str, id: i64, payload: &Map<String, Value>) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO tape_text_rows (tape, id) VALUES (?1, ?2)")?
+        .execute(params![tape, id])?;
+    let row = conn.last_insert_rowid();
+    conn.prepare_cached("INSERT INTO tape_text (rowid, text) VALUES (?1, ?2)")?
+        .execute(params![row, bub_kit::tape::indexed_text(payload)])?;
+    Ok(())
+}
+
+/// An FTS5 string: `text` quoted, its quotes doubled.
+fn fts_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
 }
 
 fn entry_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<TapeEntry> {
@@ -167,8 +239,81 @@ impl TapeStore for SqliteStore {
         let this = self.clone();
         async move {
             this.with("reset a tape", move |conn| {
-                conn.execute("DELETE FROM tape_entries WHERE tape = ?1", params![tape])?;
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute(
+                    "DELETE FROM tape_text WHERE rowid IN (SELECT row FROM tape_text_rows WHERE tape = ?1)",
+                    params![tape],
+                )?;
+                tx.execute("DELETE FROM tape_text_rows WHERE tape = ?1", params![tape])?;
+                tx.execute("DELETE FROM tape_entries WHERE tape = ?1", params![tape])?;
+                tx.commit()?;
                 Ok(())
+            })
+            .await
+        }
+    }
+
+    /// From the trigram index: the entries that contain the query (newest
+    /// first), and the ones sharing the most trigrams with it (fuzzy
+    /// candidates); `bub_kit::tape::search_across` then decides as a scan
+    /// would. A query under three characters has no trigram: the host scans.
+    fn search_tapes(&self, tapes: Option<Vec<String>>, query: TapeQuery) -> impl Fut<Option<Vec<TapeMatch>>> {
+        let this = self.clone();
+        async move {
+            let needle = query.query.as_deref().unwrap_or("").trim().to_lowercase();
+            if needle.chars().count() < 3 {
+                return Ok(None);
+            }
+            this.with("search the tapes", move |conn| {
+                let tapes = tapes.map(|t| Value::from(t).to_string());
+                let kinds = (!query.kinds.is_empty()).then(|| Value::from(query.kinds.clone()).to_string());
+                let limit = query.limit.unwrap_or(20) as i64;
+                let sql = |order: &str| {
+                    format!(
+                        "SELECT r.tape, e.id, e.kind, e.date, e.payload, e.meta FROM tape_text t \
+                         JOIN tape_text_rows r ON r.row = t.rowid \
+                         JOIN tape_entries e ON e.tape = r.tape AND e.id = r.id \
+                         WHERE tape_text MATCH ?1 \
+                         AND (?2 IS NULL AND r.tape NOT LIKE '%\\_\\_sidecar\\_\\_%' ESCAPE '\\' \
+                              OR r.tape IN (SELECT value FROM json_each(?2))) \
+                         AND (?3 IS NULL OR e.kind IN (SELECT value FROM json_each(?3))) \
+                         ORDER BY {order} LIMIT ?4"
+                    )
+                };
+                let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<TapeMatch> {
+                    let tape: String = r.get(0)?;
+                    let json = |text: String| match serde_json::from_str::<Value>(&text) {
+                        Ok(Value::Object(m)) => m,
+                        _ => Map::new(),
+                    };
+                    let entry = TapeEntry {
+                        id: r.get::<_, i64>(1)? as u64,
+                        kind: r.get(2)?,
+                        date: r.get(3)?,
+                        payload: json(r.get(4)?),
+                        meta: json(r.get(5)?),
+                    };
+                    Ok(TapeMatch { tape, entry })
+                };
+                // Each distinct text counts once and dates filter later:
+                // read more than the limit.
+                let contained = limit.saturating_mul(10).saturating_add(100);
+                let mut found = conn
+                    .prepare(&sql("t.rowid DESC"))?
+                    .query_map(params![fts_string(&needle), tapes, kinds, contained], row)?
+                    .collect::<Result<Vec<_>, _>>()?;
+                let trigrams = bub_kit::tape::query_trigrams(&needle);
+                if !trigrams.is_empty() {
+                    let any = trigrams.iter().map(|t| fts_string(t)).collect::<Vec<_>>().join(" OR ");
+                    let fuzzy = conn
+                        .prepare(&sql("t.rank"))?
+                        .query_map(params![any, tapes, kinds, FUZZY_CANDIDATES], row)?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let seen: std::collections::HashSet<(String, u64)> =
+                        found.iter().map(|m| (m.tape.clone(), m.entry.id)).collect();
+                    found.extend(fuzzy.into_iter().filter(|m| !seen.contains(&(m.tape.clone(), m.entry.id))));
+                }
+                Ok(Some(bub_kit::tape::search_across(found, &query)?))
             })
             .await
         }
@@ -257,6 +402,7 @@ impl TapeStore for SqliteStore {
                             Value::Object(entry.payload.clone()).to_string(),
                             Value::Object(entry.meta.clone()).to_string(),
                         ])?;
+                        index_text(&tx, &tape, entry.id as i64, &entry.payload)?;
                     }
                 }
                 tx.commit()?;
@@ -336,6 +482,57 @@ mod tests {
         store.reset("t").await.unwrap();
         assert!(store.fetch_all(&query(json!({"tape": "t"}))).await.unwrap().is_empty());
         assert_eq!(store.fetch_all(&query(json!({"tape": "other"}))).await.unwrap().len(), 1);
+    }
+
+    /// A search across tapes from the trigram index finds what a scan
+    /// finds: the entries containing the query and the fuzzy ones, newest
+    /// first, naming their tapes, never a sidecar's; a reset takes a
+    /// tape's entries out of the index; a database written before the
+    /// index existed is indexed when it is opened.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn searches_across_tapes_from_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sqlite3");
+        {
+            // A database of the schema before the index.
+            let db = rusqlite::Connection::open(&path).unwrap();
+            db.execute_batch(
+                "CREATE TABLE tape_entries (tape TEXT NOT NULL, id INTEGER NOT NULL, kind TEXT NOT NULL, \
+                 anchor TEXT, date TEXT NOT NULL, payload TEXT NOT NULL, meta TEXT NOT NULL, PRIMARY KEY (tape, id)) \
+                 WITHOUT ROWID;
+                 INSERT INTO tape_entries VALUES ('old', 1, 'message', NULL, '2026-01-01T00:00:00Z', \
+                 '{\"role\":\"user\",\"content\":\"an old kumquat\"}', '{}');",
+            )
+            .unwrap();
+        }
+        let test = plugin(json!({"path": path}));
+        let store = store(&test).await;
+        let say = |text: &str| entry("message", json!({"role": "user", "content": text}));
+        store.append_many("a", &[say("I like the KUMQUAT tree"), say("nothing here")]).await.unwrap();
+        store.append("x__sidecar__spill", &say("kumquat in a sidecar")).await.unwrap();
+        store.append("b", &say("a kumqaut, misspelled")).await.unwrap();
+        let query = |q: Value| serde_json::from_value::<TapeQuery>(q).unwrap();
+        let found = |tapes: Option<Vec<String>>, q: Value| {
+            let store = store.clone();
+            async move {
+                let found = store.search_tapes(tapes.as_deref(), &query(q)).await.unwrap().expect("an indexed answer");
+                found.into_iter().map(|m| (m.tape, m.entry.payload["content"].clone())).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            found(None, json!({"tape": "", "query": "kumquat"})).await,
+            [
+                ("b".to_owned(), json!("a kumqaut, misspelled")),
+                ("a".to_owned(), json!("I like the KUMQUAT tree")),
+                ("old".to_owned(), json!("an old kumquat")),
+            ]
+        );
+        assert_eq!(found(Some(vec!["a".into()]), json!({"tape": "", "query": "kumquat"})).await.len(), 1);
+        assert_eq!(found(None, json!({"tape": "", "query": "kumquat", "limit": 1})).await.len(), 1);
+        assert!(found(None, json!({"tape": "", "query": "kumquat", "kinds": ["anchor"]})).await.is_empty());
+        assert!(store.search_tapes(None, &query(json!({"tape": "", "query": "ku"}))).await.unwrap().is_none());
+        store.reset("a").await.unwrap();
+        assert_eq!(found(None, json!({"tape": "", "query": "tree"})).await, []);
     }
 
     /// A busy timeout that is not a number, or a `synchronous` other than

@@ -100,7 +100,8 @@ use crate::{
     },
     types::{
         AdmitDecision, Bytes, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
-        StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeQuery, ToolCallContext, ToolSpec, TurnSnapshot,
+        StateMap, StreamEvent, TapeContextSpec, TapeEntry, TapeMatch, TapeQuery, ToolCallContext, ToolSpec,
+        TurnSnapshot,
     },
     Object,
 };

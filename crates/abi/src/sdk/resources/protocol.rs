@@ -181,6 +181,7 @@ protocol!(
     append(tape: String, entry: TapeEntry) -> TapeEntry;
     append_many(tape: String, entries: Vec<TapeEntry>) -> Vec<TapeEntry>, opt
         => append_many_values(tape: String, entries: Vec<crate::Value>);
+    search_tapes(tapes: Option<Vec<String>>, query: TapeQuery) -> Option<Vec<TapeMatch>>, opt;
     enter() -> (), opt;
     exit(error: Option<ErrorInfo>) -> (), opt;
 ]);

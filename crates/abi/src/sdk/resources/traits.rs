@@ -8,7 +8,7 @@ use crate::{
     sdk::plugin::BoxError,
     types::{
         AdmitDecision, Bytes, ChannelInfo, CommandSpec, Delivery, Envelope, ErrorInfo, ProcessOutput, ProcessRequest,
-        StateMap, StreamEvent, TapeEntry, TapeQuery, ToolSpec, TurnSnapshot,
+        StateMap, StreamEvent, TapeEntry, TapeMatch, TapeQuery, ToolSpec, TurnSnapshot,
     },
 };
 
@@ -75,6 +75,20 @@ pub trait TapeStore: Send + Sync + 'static {
             let entries = entries.iter().map(crate::Value::deserialize).collect::<Result<Vec<TapeEntry>, _>>()?;
             Ok(TapeEntries::Entries(self.append_many(tape, entries).await?))
         }
+    }
+    /// Searches several tapes at once (since ABI 2.8): `tapes` (None: every
+    /// tape but sidecars, `<tape>__sidecar__<name>`) for the entries
+    /// `query`'s text, kinds and dates select (its `tape` and anchor
+    /// fields are ignored), newest first across the tapes, at most
+    /// `query.limit` (20 when unset). A store with a text index answers
+    /// from it; the answer `None` (the default, and what a store built
+    /// before 2.8 gives) makes the host read each tape with
+    /// [`fetch_all`](Self::fetch_all) instead. Match as
+    /// [`bub_kit::tape`'s search](https://docs.rs/bub-kit) does: the
+    /// host's scan and an index then find the same entries.
+    fn search_tapes(&self, tapes: Option<Vec<String>>, query: TapeQuery) -> impl Fut<Option<Vec<TapeMatch>>> {
+        let _ = (tapes, query);
+        async { Ok(None) }
     }
     /// Setup, when the scope enters the store.
     fn enter(&self) -> impl Fut<()> {
