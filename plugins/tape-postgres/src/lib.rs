@@ -10,6 +10,11 @@
 //!   conflict a concurrent writer causes), so they are unique and
 //!   increasing per tape across every process; a run's entries go in as
 //!   one statement (`append_many`), all or none.
+//! - **Search across tapes** — `tape.search sessions=all` reads a trigram
+//!   index (`pg_trgm`, created when the database allows it) of each entry's
+//!   text (its first 64 KiB, in the column `search_text`): the entries
+//!   containing the query, and those whose words are most like it.
+//!   Without the extension the host reads each tape instead.
 //! - **One turn per session at a time, across gateways** — `load_state`
 //!   (run first, `tryfirst`) takes a PostgreSQL advisory lock named after
 //!   the session on a connection of its own; `save_state` (run last,
@@ -46,7 +51,7 @@ use std::{
 
 use bub_abi::{
     resources::{Fut, TapeStore},
-    types::{StateMap, TapeEntry, TapeQuery},
+    types::{StateMap, TapeEntry, TapeMatch, TapeQuery},
     BoxError, Object, Plugin, PluginContext,
 };
 use serde_json::{Map, Value};
@@ -73,6 +78,9 @@ struct Shared {
     // Idle lock connections, reused for the next lock.
     idle: Mutex<Vec<Arc<Client>>>,
     tokens: std::sync::atomic::AtomicU64,
+    // Whether the trigram index for searches across tapes exists (the
+    // `pg_trgm` extension could be created or was there).
+    trigrams: std::sync::atomic::AtomicBool,
 }
 
 fn seconds(config: &Map<String, Value>, key: &str, default: u64) -> Result<Duration, BoxError> {
@@ -107,6 +115,7 @@ impl Plugin for TapePostgres {
                 held: Mutex::new(HashMap::new()),
                 idle: Mutex::new(Vec::new()),
                 tokens: Default::default(),
+                trigrams: Default::default(),
             }),
         })
     }
@@ -149,7 +158,20 @@ CREATE TABLE IF NOT EXISTS bub_tape_entries (
     PRIMARY KEY (tape, id)
 );
 CREATE INDEX IF NOT EXISTS bub_tape_anchors ON bub_tape_entries (tape, anchor, id) WHERE kind = 'anchor';
+ALTER TABLE bub_tape_entries ADD COLUMN IF NOT EXISTS search_text TEXT;
 ";
+
+/// The trigram index of the entries' text, for searches across tapes
+/// (`pg_trgm`: a trusted extension since PostgreSQL 13, so a database
+/// owner may create it). Without it, a search is the host's scan.
+const TRIGRAM_SCHEMA: &str = "
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE INDEX IF NOT EXISTS bub_tape_search ON bub_tape_entries USING gin (search_text gin_trgm_ops);
+";
+
+/// How many of the fuzzy candidates (the entries whose words are most
+/// like the query's) a search reads, besides the entries that contain it.
+const FUZZY_CANDIDATES: i64 = 200;
 
 impl Shared {
     /// A frozen or unreachable server's error, naming the setting that bounds the wait.
@@ -207,6 +229,7 @@ impl Shared {
             };
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(client)) => {
+                    self.set_up_search(&client).await;
                     let client = Arc::new(client);
                     *slot = Some(client.clone());
                     return Ok(client);
@@ -218,6 +241,64 @@ impl Shared {
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(self.no_answer().into()),
+            }
+        }
+    }
+
+    /// Makes the text index for searches across tapes, once per
+    /// connection: the trigram index where `pg_trgm` can be had (else the
+    /// searches are the host's scan, said once in the log), and the text of
+    /// entries stored before the column existed, in batches.
+    async fn set_up_search(&self, client: &Client) {
+        use std::sync::atomic::Ordering;
+        let setup = format!("BEGIN; SELECT pg_advisory_xact_lock(4207); {TRIGRAM_SCHEMA} COMMIT;");
+        let indexed = tokio::time::timeout(self.timeout, client.batch_execute(&setup)).await;
+        match indexed {
+            // Fuzzy candidates share a third of their trigrams with the query
+            // (one transposed pair of letters leaves about half): the
+            // default 0.6 missed "kumqaut" for "kumquat".
+            Ok(Ok(())) => match client.batch_execute("SET pg_trgm.word_similarity_threshold = 0.3").await {
+                Ok(()) => self.trigrams.store(true, Ordering::SeqCst),
+                Err(e) => tracing::warn!("tape-postgres: cannot set the trigram threshold: {}", why(&e)),
+            },
+            Ok(Err(e)) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                if !self.trigrams.swap(false, Ordering::SeqCst) {
+                    tracing::warn!(
+                        "tape-postgres: no trigram index ({}); a search across tapes reads each tape instead. \
+                         Install PostgreSQL's contrib extensions, or have the database owner run \
+                         `CREATE EXTENSION pg_trgm`",
+                        why(&e)
+                    );
+                }
+            }
+            Err(_) => tracing::warn!("tape-postgres: creating the trigram index took over {:?}", self.timeout),
+        }
+        let pending = "SELECT tape, id, payload FROM bub_tape_entries WHERE search_text IS NULL LIMIT 1000";
+        let update = "UPDATE bub_tape_entries AS e SET search_text = t.text \
+                      FROM unnest($1::text[], $2::bigint[], $3::text[]) AS t(tape, id, text) \
+                      WHERE e.tape = t.tape AND e.id = t.id";
+        loop {
+            let rows = match client.query(pending, &[]).await {
+                Ok(rows) if !rows.is_empty() => rows,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!("tape-postgres: cannot index older entries' text: {}", why(&e));
+                    break;
+                }
+            };
+            let tapes: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            let ids: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+            let texts: Vec<String> = rows
+                .iter()
+                .map(|r| match r.get::<_, Value>(2) {
+                    Value::Object(m) => bub_kit::tape::indexed_text(&m),
+                    _ => String::new(),
+                })
+                .collect();
+            if let Err(e) = client.execute(update, &[&tapes, &ids, &texts]).await {
+                tracing::warn!("tape-postgres: cannot index older entries' text: {}", why(&e));
+                break;
             }
         }
     }
@@ -358,16 +439,21 @@ fn redact(url: &str) -> String {
 struct PgStore(Arc<Shared>);
 
 fn entry_of(row: &tokio_postgres::Row) -> TapeEntry {
+    entry_of_at(row, 0)
+}
+
+/// The entry in `row`'s columns from `at` on: id, kind, date, payload, meta.
+fn entry_of_at(row: &tokio_postgres::Row, at: usize) -> TapeEntry {
     let map = |v: Value| match v {
         Value::Object(m) => m,
         _ => Map::new(),
     };
     TapeEntry {
-        id: row.get::<_, i64>(0) as u64,
-        kind: row.get(1),
-        date: row.get(2),
-        payload: map(row.get(3)),
-        meta: map(row.get(4)),
+        id: row.get::<_, i64>(at) as u64,
+        kind: row.get(at + 1),
+        date: row.get(at + 2),
+        payload: map(row.get(at + 3)),
+        meta: map(row.get(at + 4)),
     }
 }
 
@@ -404,6 +490,55 @@ impl TapeStore for PgStore {
             let sql = "DELETE FROM bub_tape_entries WHERE tape = $1";
             this.0.with("reset a tape", true, |db| async move { db.execute(sql, &[tape]).await }).await?;
             Ok(())
+        }
+    }
+
+    /// From the trigram index: the entries whose text contains the query
+    /// (newest first), and those whose words are most like it (fuzzy
+    /// candidates, `<%`); `bub_kit::tape::search_across` then decides as a
+    /// scan would. Without the index, or for a query under three
+    /// characters, the host scans.
+    fn search_tapes(&self, tapes: Option<Vec<String>>, query: TapeQuery) -> impl Fut<Option<Vec<TapeMatch>>> {
+        let this = self.clone();
+        async move {
+            let needle = query.query.as_deref().unwrap_or("").trim().to_lowercase();
+            // The index is known once a connection was made.
+            this.0.tapes().await?;
+            if needle.chars().count() < 3 || !this.0.trigrams.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let pattern = format!("%{}%", needle.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+            let kinds: Option<Vec<String>> = (!query.kinds.is_empty()).then(|| query.kinds.clone());
+            let contained = (query.limit.unwrap_or(20) as i64).saturating_mul(10).saturating_add(100);
+            let filter = "($2::text[] IS NULL AND tape NOT LIKE '%\\_\\_sidecar\\_\\_%' OR tape = ANY($2)) \
+                          AND ($3::text[] IS NULL OR kind = ANY($3))";
+            let by_text = format!(
+                "SELECT tape, id, kind, date, payload, meta FROM bub_tape_entries \
+                 WHERE search_text LIKE $1 AND {filter} ORDER BY date DESC LIMIT $4"
+            );
+            let by_words = format!(
+                "SELECT tape, id, kind, date, payload, meta FROM bub_tape_entries \
+                 WHERE $1 <% search_text AND {filter} ORDER BY word_similarity($1, search_text) DESC LIMIT $4"
+            );
+            let (tapes, kinds, pattern, needle) = (&tapes, &kinds, &pattern, &needle);
+            let (by_text, by_words) = (&by_text, &by_words);
+            let rows = this
+                .0
+                .with("search the tapes", true, |db| async move {
+                    let mut rows = db.query(by_text, &[pattern, tapes, kinds, &contained]).await?;
+                    rows.extend(db.query(by_words, &[needle, tapes, kinds, &FUZZY_CANDIDATES]).await?);
+                    Ok(rows)
+                })
+                .await?;
+            let mut seen = std::collections::HashSet::new();
+            let found: Vec<TapeMatch> = rows
+                .iter()
+                .filter_map(|r| {
+                    let m = TapeMatch { tape: r.get(0), entry: entry_of_at(r, 1) };
+                    seen.insert((m.tape.clone(), m.entry.id)).then_some(m)
+                })
+                .collect();
+            Ok(Some(bub_kit::tape::search_across(found, &query)?))
         }
     }
 
@@ -467,22 +602,24 @@ impl TapeStore for PgStore {
             let dates: Vec<&str> = entries.iter().map(|e| e.date.as_str()).collect();
             let payloads: Vec<Value> = entries.iter().map(|e| Value::Object(e.payload.clone())).collect();
             let metas: Vec<Value> = entries.iter().map(|e| Value::Object(e.meta.clone())).collect();
+            let texts: Vec<String> = entries.iter().map(|e| bub_kit::tape::indexed_text(&e.payload)).collect();
             // The ids are taken by the insert (the tape's last id + the
             // row's position); a concurrent writer that took one of them
             // fails the whole statement on the primary key, and it tries
             // again.
-            let sql = "INSERT INTO bub_tape_entries (tape, id, kind, anchor, date, payload, meta) \
-                       SELECT $1, last.id + t.ord, t.kind, t.anchor, t.date, t.payload, t.meta \
+            let sql = "INSERT INTO bub_tape_entries (tape, id, kind, anchor, date, payload, meta, search_text) \
+                       SELECT $1, last.id + t.ord, t.kind, t.anchor, t.date, t.payload, t.meta, t.text \
                        FROM (SELECT COALESCE(MAX(id), 0) AS id FROM bub_tape_entries WHERE tape = $1) AS last, \
-                       unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]) \
-                       WITH ORDINALITY AS t(kind, anchor, date, payload, meta, ord) \
+                       unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
+                       WITH ORDINALITY AS t(kind, anchor, date, payload, meta, text, ord) \
                        ORDER BY t.ord RETURNING id";
-            let (tape, kinds, anchors, dates, payloads, metas) = (&tape, &kinds, &anchors, &dates, &payloads, &metas);
+            let (tape, kinds, anchors, dates, payloads, metas, texts) =
+                (&tape, &kinds, &anchors, &dates, &payloads, &metas, &texts);
             let ids = this
                 .0
                 .with("append to a tape", false, |db| async move {
                     for _ in 0..100 {
-                        match db.query(sql, &[tape, kinds, anchors, dates, payloads, metas]).await {
+                        match db.query(sql, &[tape, kinds, anchors, dates, payloads, metas, texts]).await {
                             Ok(rows) => return Ok(Some(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>())),
                             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
                             Err(e) => return Err(e),

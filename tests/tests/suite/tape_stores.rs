@@ -481,3 +481,92 @@ fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
         Ok(())
     });
 }
+
+/// A search across tapes answers the same on every store: the builtin
+/// JSONL store by reading each tape, tape-sqlite and tape-postgres from
+/// their trigram indexes. Newest first across tapes, substring and fuzzy
+/// matches, sidecars left out, a list of tapes, kinds, a limit.
+#[test]
+fn every_store_searches_across_tapes_alike() {
+    use bub_host::agent::Store;
+    each_store("every_store_searches_across_tapes_alike", |name, fw| async move {
+        let store = fw.get_tape_store().expect("a store");
+        let say = |text: &str, date: &str| TapeEntry {
+            kind: "message".into(),
+            payload: serde_json::from_value(json!({"role": "user", "content": text})).unwrap(),
+            date: date.into(),
+            ..Default::default()
+        };
+        store
+            .append_many("a", &[say("a KUMQUAT tree", "2026-01-01T00:00:01Z"), say("pears", "2026-01-01T00:00:02Z")])
+            .await?;
+        store.append("b", &say("kumqaut misspelled", "2026-01-01T00:00:03Z")).await?;
+        store.append("a__sidecar__spill", &say("kumquat spilled", "2026-01-01T00:00:04Z")).await?;
+        store.append("c", &say("100% kumquat_jam", "2026-01-01T00:00:05Z")).await?;
+        let indexed =
+            store.search_tapes(None, &serde_json::from_value(json!({"tape": "", "query": "kumquat"})).unwrap()).await?;
+        assert_eq!(indexed.is_some(), name != "builtin", "{name}: answered from an index");
+        let search = |tapes: Option<Vec<String>>, q: Value| {
+            let st = Store::Host(store.clone());
+            async move {
+                let q = serde_json::from_value(q).unwrap();
+                let found = st.search_tapes(tapes.as_deref(), &q).await.unwrap();
+                found
+                    .into_iter()
+                    .map(|m| format!("{}:{}", m.tape, m.entry.payload["content"].as_str().unwrap()))
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            search(None, json!({"tape": "", "query": "kumquat"})).await,
+            ["c:100% kumquat_jam", "b:kumqaut misspelled", "a:a KUMQUAT tree"],
+            "{name}"
+        );
+        // `_` is LIKE's "any one character": unescaped, "t_e" would find "tree".
+        let wildcards = search(None, json!({"tape": "", "query": "t_e"})).await;
+        assert_eq!(wildcards, Vec::<String>::new(), "{name}: LIKE's wildcards are plain text");
+        assert_eq!(search(None, json!({"tape": "", "query": "0% k"})).await, ["c:100% kumquat_jam"], "{name}");
+        assert_eq!(
+            search(Some(vec!["a".into(), "b".into()]), json!({"tape": "", "query": "kumquat", "limit": 1})).await,
+            ["b:kumqaut misspelled"],
+            "{name}"
+        );
+        assert_eq!(
+            search(None, json!({"tape": "", "query": "kumquat", "kinds": ["anchor"]})).await,
+            Vec::<String>::new(),
+            "{name}"
+        );
+        assert_eq!(
+            search(None, json!({"tape": "", "query": "ar"})).await,
+            ["a:pears"],
+            "{name}: a short query is a scan"
+        );
+        Ok(())
+    });
+}
+
+/// `tape.search` with `sessions` in command mode, through the real binary:
+/// from one session it finds what was said in others, newest first,
+/// naming a session it was given by id (and a tape otherwise); without
+/// `sessions` it stays on its own tape. On the builtin JSONL store (each
+/// tape read) and on tape-sqlite (its index).
+#[test]
+fn tape_search_finds_what_other_sessions_said() {
+    let (builtin, sqlite) = (Home::new(), Home::new());
+    sqlite.install("tape-sqlite", &lib("tape-sqlite"), json!({}));
+    for home in [&builtin, &sqlite] {
+        run(home, &["run", "--session-id", "garden", "the apricot tree needs water"]);
+        run(home, &["run", "--session-id", "kitchen", "apricot jam recipe"]);
+        let here = run(home, &["run", "--session-id", "office", ",tape.search query=apricot"]);
+        assert!(here.contains("0 matches"), "{here}");
+        let all = run(home, &["run", "--session-id", "office", ",tape.search query=apricot sessions=all"]);
+        assert!(all.contains("4 matches"), "each message and its echo: {all}");
+        let (jam, tree) = (all.find("apricot jam").unwrap(), all.find("apricot tree").unwrap());
+        assert!(jam < tree, "newest first: {all}");
+        assert!(all.contains("\"tape\": "), "a session not named is shown by its tape: {all}");
+        let named = run(home, &["run", "--session-id", "office", ",tape.search query=apricot sessions=garden,kitchen"]);
+        assert!(named.contains("\"session\": \"garden\"") && named.contains("\"session\": \"kitchen\""), "{named}");
+        let one = run(home, &["run", "--session-id", "office", ",tape.search query=apricot sessions=garden"]);
+        assert!(one.contains("2 matches") && !one.contains("jam"), "{one}");
+    }
+}
