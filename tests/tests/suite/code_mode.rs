@@ -59,7 +59,9 @@ fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
     }
     let code = "info = await tools.tape_info()\nprint('tape', info['entries'] > 0, info['last_anchor'])\n\
                 try:\n    await tools.tape_anchors()\nexcept Exception as e:\n    print('denied:', e)\n\
-                print(await tools.attach_image(image='dot.png'))";
+                print(await tools.attach_image(image='dot.png'))\n\
+                found = await tools.tape_search(query='hi', sessions='all')\n\
+                print('found', [m.get('tape') is not None or m.get('session') is not None for m in found['matches']][:1])";
     let provider = Provider::start(vec![
         chat::text("not in code mode yet"),
         chat::tool_calls("", &[("c1", "run_code", &json!({"code": code}).to_string())]),
@@ -101,6 +103,7 @@ fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
     let stub_path = system.split("stub file: ").nth(1).unwrap().lines().next().unwrap();
     let stub = std::fs::read_to_string(stub_path).unwrap();
     assert!(stub.contains("async def tape_search(*, query: str, limit: int = 20"), "{stub}");
+    assert!(stub.contains("sessions: str | list[str] = ..."), "searching other sessions from code: {stub}");
     assert!(stub.contains("async def attach_image(*, image: str) -> Any:"), "{stub}");
     assert!(!stub.contains("def bash("), "direct tools are not in the stub: {stub}");
 
@@ -113,6 +116,8 @@ fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
     assert!(text.contains("denied: [tool] blocked by policy: no anchors"), "{text}");
     assert!(text.contains("The image is attached to the run_code result."), "{text}");
     assert!(text.contains("image/png") || text.contains("data:image/png;base64,"), "{text}");
+    // A search across sessions from code: what the first turn said, naming where.
+    assert!(text.contains("found [True]"), "{text}");
     // The hooks saw the code's calls by their model-facing names, as Bub's.
     let audit = std::fs::read_to_string(home.path().join("audit.jsonl")).unwrap();
     assert!(audit.contains(r#""tool":"tape_info""#) && audit.contains(r#""tool":"run_code""#), "{audit}");
