@@ -68,7 +68,7 @@ fn main() {
     let (largest, folds) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
     let (l, f) = (largest.clone(), folds.clone());
     let provider = Provider::respond_forgetting(move |request| {
-        let bytes = request.body.to_string().len() as u64;
+        let bytes = request.header("content-length").and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
         l.fetch_max(bytes, Ordering::SeqCst);
         let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
         let tokens = bytes / 4;
