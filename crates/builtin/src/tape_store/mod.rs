@@ -92,8 +92,8 @@ impl FileTapeStore {
         }
     }
 
-    /// The same store keeping at most `bytes` of tape text parsed (the
-    /// tape read last is kept whatever its length).
+    /// The same store keeping at most `bytes` of tape text parsed (a tape
+    /// longer than that is not kept at all).
     pub fn with_cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = bytes;
         self
@@ -357,8 +357,19 @@ impl FileTapeStore {
         Ok(Some(out))
     }
 
+    /// Keeps a tape's parsed entries, within the bound; a tape longer
+    /// than the whole bound is not kept. Keeping it (as the tape read last
+    /// once was, whatever its length) made a session open for months hold
+    /// its whole tape in memory: 10,000 turns grew the gateway by 100 MB.
+    /// What the agent reads of a long tape each step is a read from an id,
+    /// which parses only the lines after it.
     fn keep(&self, path: PathBuf, parsed: Parsed) {
         let bytes = parsed.offset;
+        if bytes > self.cache_bytes {
+            let stale = bub_abi::sync::lock(&self.parsed).remove(&path);
+            drop((stale, parsed));
+            return;
+        }
         Lru::keep_in(&self.parsed, path, parsed, bytes, PARSED_TAPES, self.cache_bytes);
     }
 

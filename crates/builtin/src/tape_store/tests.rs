@@ -97,8 +97,8 @@ fn the_compact_scan_of_a_line_answers_as_serde_jsons_scan() {
 }
 
 /// Bounded resources: the parsed tapes kept are bounded by count and
-/// by bytes of tape text, the least recently read dropped first, and
-/// the tape just read is kept however long it is.
+/// by bytes of tape text, the least recently read dropped first, and a
+/// tape longer than the whole bound is not kept.
 #[test]
 fn parsed_tapes_are_bounded_by_count_and_bytes_least_recently_read_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,13 +131,14 @@ fn parsed_tapes_are_bounded_by_count_and_bytes_least_recently_read_first() {
     store.keep("e".into(), parsed(80));
     assert_eq!(names(&store), ["a", "d", "e"]);
     assert_eq!(bytes(&store), 100);
-    // A tape longer than the bound alone stays.
-    store.keep("f".into(), parsed(500));
-    assert_eq!(names(&store), ["f"]);
-    assert_eq!(bytes(&store), 500);
+    // A tape longer than the whole bound is not kept (nor an older
+    // parse of it), and the others stay.
+    store.keep("d".into(), parsed(500));
+    assert_eq!(names(&store), ["a", "e"]);
+    assert_eq!(bytes(&store), 90);
     // Kept again under the same name: counted once.
-    store.keep("f".into(), parsed(40));
-    assert_eq!(bytes(&store), 40);
+    store.keep("a".into(), parsed(5));
+    assert_eq!(bytes(&store), 85);
 }
 
 /// A query looks only at what it can select (after
