@@ -81,9 +81,12 @@ DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
 RUN_ID = re.compile(r"run-\d{8}T\d{6}\d*Z")
 # The random file name run_code gives the model's code (both sides).
 CODE_FILE = re.compile(r"<run_code-[0-9a-f]{8}>")
+# A spilled tool result's random handle (`uuid4().hex` on both sides).
+SPILL_HANDLE = re.compile(r"\b[0-9a-f]{32}\b")
 
 
 def norm_text(s):
+    s = SPILL_HANDLE.sub("<handle>", s)
     return CODE_FILE.sub("<run_code>", RUN_ID.sub("<run_id>", DATE.sub("<date>", s)))
 
 
