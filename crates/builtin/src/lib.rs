@@ -256,11 +256,21 @@ impl Plugin for Builtin {
         if content_of(&message).trim().starts_with(prefix) {
             out["kind"] = json!("command");
         }
+        // An inbound that names a silent marker (a scheduled heartbeat) and
+        // an answer that is exactly it: recorded, sent nowhere.
+        let marker = field_of(&message, "context").and_then(|c| c.get("silent_marker")).and_then(Value::as_str);
+        if marker.is_some_and(|m| !m.is_empty() && model_output.trim() == m) {
+            out["kind"] = json!(bub_kit::envelope::SILENT_KIND);
+        }
         Some(out)
     }
 
-    /// To the started channel the message names; false when none runs.
+    /// To the started channel the message names; false when none runs. A
+    /// silent outbound (see `render_outbound`) goes to no channel.
     fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
+        if field_of(&message, "kind").and_then(Value::as_str) == Some(bub_kit::envelope::SILENT_KIND) {
+            return Some(true);
+        }
         Some(self.router.route(&message))
     }
 

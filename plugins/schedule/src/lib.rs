@@ -4,10 +4,23 @@
 //!   the turn's session by the host (`context: true`):
 //!   `schedule.add {message, after?, at?, every?, cron?, channel?, chat_id?}`
 //!   — once `after` a delay (`"90s"`, `"10m"`, `"2h 30m"`) or `at` a time
-//!   (RFC 3339), repeatedly `every` a duration, or on a `cron` expression
-//!   (5 fields `min hour dom month dow`, or 6 with seconds first; UTC);
-//!   `schedule.list {all?}` — this session's jobs (every job with `all`);
-//!   `schedule.remove {id}`.
+//!   (RFC 3339, or a local time like `2026-12-24 09:00` in the job's zone),
+//!   repeatedly `every` a duration, or on a `cron` expression (5 fields
+//!   `min hour dom month dow`, or 6 with seconds first) in the job's time
+//!   zone (`tz`, an IANA name; else the plugin's `timezone` setting; else
+//!   UTC); `schedule.list {all?}` — this session's jobs (every job with
+//!   `all`); `schedule.remove {id}`.
+//! - **Daylight saving**: cron times are wall-clock times in the zone. A
+//!   time that does not exist on a spring-forward day (02:30 when clocks
+//!   jump from 02:00 to 03:00) runs once, at the same offset after the
+//!   jump (03:30); a time that happens twice on a fall-back day (01:30)
+//!   runs once, the first time.
+//! - **Heartbeat** (`heartbeat: true` with `every` or `cron`): a periodic
+//!   turn with the job's message as its prompt, told that it may answer
+//!   exactly `<no_reply/>` ([`SILENT_MARKER`], as bub-qq does) when there is
+//!   nothing to say; such an answer is recorded on the tape and sent
+//!   nowhere (the message names the marker as `context.silent_marker`,
+//!   which the builtin's outbound honours).
 //! - **Channel** `schedule` (a lifecycle channel: `bub gateway` runs it
 //!   alongside any other channel): when a job is due it hands the gateway a
 //!   message with the job's text on the job's session, so the turn runs
@@ -30,6 +43,7 @@ use bub_abi::{
     types::{AdmitAction, AdmitDecision, ChannelInfo, ChannelRole, Envelope, ToolCallContext, ToolSpec, TurnSnapshot},
     BoxError, Object, Plugin, PluginContext,
 };
+use chrono::{Datelike, Timelike};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -37,6 +51,24 @@ use serde_json::{json, Map, Value};
 pub struct Schedule {
     jobs: Arc<Jobs>,
     tick: Duration,
+    timezone: String,
+}
+
+/// What a heartbeat's answer is when it has nothing to say.
+pub const SILENT_MARKER: &str = "<no_reply/>";
+
+/// What a heartbeat's prompt is followed by.
+fn heartbeat_note() -> String {
+    format!(
+        "(This is a scheduled heartbeat, not a message from the user. If nothing needs saying, answer exactly \
+         {SILENT_MARKER} and nothing else: that answer is not sent.)"
+    )
+}
+
+/// `name` as a time zone, or an error that says what to give.
+fn zone(name: &str) -> Result<jiff::tz::TimeZone, String> {
+    jiff::tz::TimeZone::get(name)
+        .map_err(|e| format!("time zone {name:?} is not known ({e}): give an IANA name such as Europe/Berlin or UTC"))
 }
 
 #[bub_abi::plugin]
@@ -50,9 +82,17 @@ impl Plugin for Schedule {
                 .filter(|t| *t > 0)
                 .ok_or("schedule: tick_ms must be a positive number")?,
         };
+        let timezone = match ctx.config.get("timezone").and_then(Value::as_str).map(str::trim) {
+            Some(name) if !name.is_empty() => {
+                zone(name).map_err(|e| format!("schedule: timezone: {e}"))?;
+                name.to_owned()
+            }
+            _ => "UTC".to_owned(),
+        };
         Ok(Schedule {
             jobs: Arc::new(Jobs { dir: ctx.data_dir.clone(), warned: Default::default() }),
             tick: Duration::from_millis(tick_ms),
+            timezone,
         })
     }
 
@@ -61,7 +101,7 @@ impl Plugin for Schedule {
         Some(
             [Op::Add, Op::List, Op::Remove]
                 .into_iter()
-                .map(|op| Object::tool(JobTool { op, jobs: self.jobs.clone() }))
+                .map(|op| Object::tool(JobTool { op, jobs: self.jobs.clone(), timezone: self.timezone.clone() }))
                 .collect(),
         )
     }
@@ -95,6 +135,12 @@ struct Job {
     channel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     chat_id: Option<String>,
+    /// The IANA zone its cron expression is read in (UTC when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tz: Option<String>,
+    /// A heartbeat: its answer may be the silent marker.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    heartbeat: bool,
     created: String,
 }
 
@@ -124,8 +170,13 @@ fn rfc3339(seconds: f64) -> String {
 /// The latest time a job may be set for (9999-12-31, RFC 3339's last year).
 const LATEST: f64 = 253_402_300_799.0;
 
-/// A cron expression (5 fields, or 6 with seconds first); its next time after `after`.
-fn cron_next(expr: &str, after: f64) -> Result<f64, String> {
+/// A cron expression (5 fields, or 6 with seconds first) read as wall-clock
+/// times in zone `tz`; its next time after `after` (seconds since the
+/// epoch). The expression is matched on the zone's civil time; a civil
+/// time the zone skips (a spring-forward gap) maps to the same offset
+/// after the jump, and one it repeats (a fall-back fold) to its first
+/// occurrence (jiff's `compatible`), so each runs once that day.
+fn cron_next(expr: &str, after: f64, tz: &str) -> Result<f64, String> {
     let fields = expr.split_whitespace().count();
     let full = match fields {
         5 => format!("0 {expr}"),
@@ -133,9 +184,55 @@ fn cron_next(expr: &str, after: f64) -> Result<f64, String> {
         _ => return Err(format!("cron {expr:?} needs 5 fields (min hour day month weekday)")),
     };
     let schedule: cron::Schedule = full.parse().map_err(|e| format!("cron {expr:?} is not valid: {e}"))?;
-    let start = chrono::DateTime::<chrono::Utc>::from_timestamp(after as i64, 0).ok_or("time out of range")?;
-    let next = schedule.after(&start).next().ok_or_else(|| format!("cron {expr:?} never fires again"))?;
-    Ok(next.timestamp() as f64)
+    let zone = zone(tz)?;
+    let instant = jiff::Timestamp::from_second(after.floor() as i64).map_err(|_| "time out of range".to_owned())?;
+    // The civil time as a chrono UTC time: the cron crate then counts
+    // wall-clock fields without a zone of its own.
+    let civil = |dt: jiff::civil::DateTime| {
+        chrono::NaiveDate::from_ymd_opt(dt.year().into(), dt.month() as u32, dt.day() as u32)
+            .and_then(|d| d.and_hms_opt(dt.hour() as u32, dt.minute() as u32, dt.second() as u32))
+            .map(|n| n.and_utc())
+            .ok_or_else(|| "time out of range".to_owned())
+    };
+    let mut from = civil(instant.to_zoned(zone.clone()).datetime())?;
+    // A civil time at or before `after` (the fold's first occurrence seen
+    // from its second) is passed over.
+    for _ in 0..16 {
+        let next = schedule.after(&from).next().ok_or_else(|| format!("cron {expr:?} never fires again"))?;
+        let naive = next.naive_utc();
+        let dt = jiff::civil::date(naive.year() as i16, naive.month() as i8, naive.day() as i8).at(
+            naive.hour() as i8,
+            naive.minute() as i8,
+            naive.second() as i8,
+            0,
+        );
+        let at = zone.to_ambiguous_zoned(dt).compatible().map_err(|e| format!("cron {expr:?} in {tz}: {e}"))?;
+        let seconds = at.timestamp().as_second() as f64;
+        if seconds > after {
+            return Ok(seconds);
+        }
+        from = next;
+    }
+    Err(format!("cron {expr:?} found no time after {} in {tz}", rfc3339(after)))
+}
+
+/// `at` as a time: RFC 3339 with its offset, or a local date and time
+/// (`2026-12-24 09:00`, `2026-12-24T09:00:00`) in zone `tz`.
+fn at_time(at: &str, tz: &str) -> Result<f64, String> {
+    // With an offset (or `Z`), the instant it names.
+    if let Ok(time) = at.trim().parse::<jiff::Timestamp>() {
+        if time.as_second() < 0 {
+            return Err(format!("at={at:?} is before 1970"));
+        }
+        return Ok(time.as_second() as f64);
+    }
+    let civil: jiff::civil::DateTime = at
+        .trim()
+        .replacen(' ', "T", 1)
+        .parse()
+        .map_err(|e| format!("at={at:?} is neither an RFC 3339 time nor a local date and time: {e}"))?;
+    let zoned = zone(tz)?.to_ambiguous_zoned(civil).compatible().map_err(|e| format!("at={at:?} in {tz}: {e}"))?;
+    Ok(zoned.timestamp().as_second() as f64)
 }
 
 /// The largest `jobs.json` read.
@@ -221,6 +318,7 @@ enum Op {
 struct JobTool {
     op: Op,
     jobs: Arc<Jobs>,
+    timezone: String,
 }
 
 fn text(args: &Map<String, Value>, key: &str) -> Option<String> {
@@ -247,18 +345,24 @@ fn duration(value: &str, what: &str) -> Result<f64, String> {
     Ok(seconds)
 }
 
-fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Result<Value, String> {
+fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext, default_tz: &str) -> Result<Value, String> {
     let message = text(args, "message").ok_or("schedule.add needs `message`: the text sent back when the job fires")?;
     let session_id = context
         .session_id
         .clone()
         .ok_or("schedule.add runs in a session's turn (the job fires back into that session)")?;
     let (now, every, cron_expr) = (now(), text(args, "every"), text(args, "cron"));
+    let tz = text(args, "tz").unwrap_or_else(|| default_tz.to_owned());
+    zone(&tz)?;
+    let heartbeat =
+        matches!(args.get("heartbeat"), Some(Value::Bool(true))) || text(args, "heartbeat").as_deref() == Some("true");
+    if heartbeat && every.is_none() && cron_expr.is_none() {
+        return Err("a heartbeat repeats: give `every` (\"30m\") or `cron`".into());
+    }
     let next_run = if let Some(expr) = &cron_expr {
-        cron_next(expr, now)?
+        cron_next(expr, now, &tz)?
     } else if let Some(at) = text(args, "at") {
-        let time = humantime::parse_rfc3339_weak(&at).map_err(|e| format!("at={at:?} is not an RFC 3339 time: {e}"))?;
-        time.duration_since(UNIX_EPOCH).map_err(|_| format!("at={at:?} is before 1970"))?.as_secs_f64()
+        at_time(&at, &tz)?
     } else if let Some(after) = text(args, "after") {
         now + duration(&after, "after")?
     } else if let Some(every) = &every {
@@ -279,6 +383,8 @@ fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Res
         cron: cron_expr,
         channel: text(args, "channel"),
         chat_id: text(args, "chat_id"),
+        tz: (tz != "UTC").then_some(tz),
+        heartbeat,
         created: rfc3339(now),
     }
     .checked()?;
@@ -291,7 +397,13 @@ fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext) -> Res
 }
 
 fn describe(job: &Job) -> Value {
-    json!({
+    let tz = job.tz.as_deref().unwrap_or("UTC");
+    // The next run as the zone's wall clock, with its offset.
+    let local = jiff::Timestamp::from_second(job.next_run as i64)
+        .ok()
+        .zip(zone(tz).ok())
+        .map(|(t, z)| t.to_zoned(z).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string());
+    let mut out = json!({
         "id": job.id,
         "session_id": job.session_id,
         "message": job.message,
@@ -299,7 +411,15 @@ fn describe(job: &Job) -> Value {
         "every_seconds": job.every_seconds,
         "cron": job.cron,
         "channel": job.channel,
-    })
+    });
+    if job.tz.is_some() {
+        out["tz"] = json!(tz);
+        out["next_run_local"] = json!(local);
+    }
+    if job.heartbeat {
+        out["heartbeat"] = json!(true);
+    }
+    out
 }
 
 impl Tool for JobTool {
@@ -308,13 +428,16 @@ impl Tool for JobTool {
             Op::Add => (
                 "schedule.add",
                 "Schedule a message to be sent back to this conversation later: once (`after` a delay such as \
-                 \"10m\", or `at` an RFC 3339 time), repeatedly (`every` \"1h\"), or on a `cron` expression (UTC).",
+                 \"10m\", or `at` a time), repeatedly (`every` \"1h\"), or on a `cron` expression in a time zone \
+                 (`tz`). A `heartbeat` is a repeating check-in whose answer is not sent when there is nothing to say.",
                 json!({"type": "object", "properties": {
                     "message": {"type": "string", "description": "The text that comes back when the job fires"},
                     "after": {"type": "string", "description": "A delay: \"90s\", \"10m\", \"2h 30m\""},
-                    "at": {"type": "string", "description": "An RFC 3339 time"},
+                    "at": {"type": "string", "description": "An RFC 3339 time, or a local \"2026-12-24 09:00\" in tz"},
                     "every": {"type": "string", "description": "Repeat interval: \"1h\""},
-                    "cron": {"type": "string", "description": "min hour day month weekday (UTC)"},
+                    "cron": {"type": "string", "description": "min hour day month weekday, wall-clock time in tz"},
+                    "tz": {"type": "string", "description": "IANA time zone (\"Europe/Berlin\"); default: the setting, else UTC"},
+                    "heartbeat": {"type": "boolean", "description": "A periodic check-in (with every or cron) that may answer <no_reply/>"},
                     "channel": {"type": "string", "description": "Where the reply goes (default: nowhere but the tape)"},
                     "chat_id": {"type": "string"},
                 }, "required": ["message"]}),
@@ -344,10 +467,10 @@ impl Tool for JobTool {
     }
 
     fn call_in(&self, arguments: Map<String, Value>, context: ToolCallContext) -> impl Fut<Value> {
-        let (op, jobs) = (self.op, self.jobs.clone());
+        let (op, jobs, timezone) = (self.op, self.jobs.clone(), self.timezone.clone());
         async move {
             let result = match op {
-                Op::Add => add(&jobs, &arguments, &context),
+                Op::Add => add(&jobs, &arguments, &context, &timezone),
                 Op::List => {
                     let all = matches!(arguments.get("all"), Some(Value::Bool(true)))
                         || text(&arguments, "all").as_deref() == Some("true");
@@ -402,7 +525,7 @@ impl ScheduleChannel {
                 }
                 fired.push(job.clone());
                 let next = match (&job.cron, job.every_seconds) {
-                    (Some(expr), _) => cron_next(expr, now).ok(),
+                    (Some(expr), _) => cron_next(expr, now, job.tz.as_deref().unwrap_or("UTC")).ok(),
                     // Missed runs collapse into one: the next is from now.
                     (None, Some(every)) => Some(job.next_run.max(now - every) + every),
                     (None, None) => None,
@@ -430,6 +553,10 @@ impl ScheduleChannel {
             "is_active": true,
             "context": {"schedule_job": job.id},
         });
+        if job.heartbeat {
+            message["content"] = json!(format!("{}\n\n{}", job.message, heartbeat_note()));
+            message["context"]["silent_marker"] = json!(SILENT_MARKER);
+        }
         if let Some(channel) = &job.channel {
             message["output_channel"] = json!(channel);
         }
@@ -542,13 +669,72 @@ mod tests {
     #[test]
     fn cron_takes_five_or_six_fields_and_names_bad_ones() {
         // Every day at 09:30 (five fields: seconds are 0).
-        assert_eq!(cron_next("30 9 * * *", T0).unwrap(), T0 + 9.0 * 3600.0 + 30.0 * 60.0);
+        assert_eq!(cron_next("30 9 * * *", T0, "UTC").unwrap(), T0 + 9.0 * 3600.0 + 30.0 * 60.0);
         // Six fields, seconds first: the next :15 second.
-        assert_eq!(cron_next("15 * * * * *", T0).unwrap(), T0 + 15.0);
-        let err = cron_next("* *", T0).unwrap_err();
+        assert_eq!(cron_next("15 * * * * *", T0, "UTC").unwrap(), T0 + 15.0);
+        let err = cron_next("* *", T0, "UTC").unwrap_err();
         assert!(err.contains("needs 5 fields"), "{err}");
-        let err = cron_next("61 * * * *", T0).unwrap_err();
+        let err = cron_next("61 * * * *", T0, "UTC").unwrap_err();
         assert!(err.contains("is not valid"), "{err}");
+    }
+
+    /// Seconds since the epoch of an RFC 3339 time.
+    fn at(text: &str) -> f64 {
+        text.parse::<jiff::Timestamp>().unwrap().as_second() as f64
+    }
+
+    /// Every run of `expr` in zone `tz` from `from` to `to` (RFC 3339).
+    fn runs(expr: &str, tz: &str, from: &str, to: &str) -> Vec<String> {
+        let (mut t, end) = (at(from), at(to));
+        let mut out = Vec::new();
+        loop {
+            t = cron_next(expr, t, tz).unwrap();
+            if t > end {
+                return out;
+            }
+            out.push(rfc3339(t));
+        }
+    }
+
+    /// Daylight saving in New York, 2026: clocks jump from 02:00 to 03:00
+    /// on 8 March and fall back from 02:00 to 01:00 on 1 November.
+    #[test]
+    fn a_cron_time_in_a_zone_runs_once_on_daylight_saving_days() {
+        let ny = "America/New_York";
+        // 02:30 does not exist on 8 March: it runs once, at 03:30 EDT.
+        assert_eq!(
+            runs("30 2 * * *", ny, "2026-03-07T00:00:00Z", "2026-03-10T00:00:00Z"),
+            ["2026-03-07T07:30:00Z", "2026-03-08T07:30:00Z", "2026-03-09T06:30:00Z"]
+        );
+        // 01:30 happens twice on 1 November: it runs once, the first time (EDT).
+        assert_eq!(
+            runs("30 1 * * *", ny, "2026-10-31T00:00:00Z", "2026-11-03T00:00:00Z"),
+            ["2026-10-31T05:30:00Z", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+        );
+        // Asked from inside the repeated hour, the first 01:30 is past: tomorrow.
+        assert_eq!(cron_next("30 1 * * *", at("2026-11-01T06:00:00Z"), ny).unwrap(), at("2026-11-02T06:30:00Z"));
+        // An hourly job keeps every wall-clock hour, and the repeated one once.
+        let hourly = runs("0 * * * *", ny, "2026-11-01T03:30:00Z", "2026-11-01T08:30:00Z");
+        assert_eq!(
+            hourly,
+            ["2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T07:00:00Z", "2026-11-01T08:00:00Z"]
+        );
+        // The same expression in UTC and in Tokyo (no daylight saving).
+        assert_eq!(
+            cron_next("0 9 * * *", at("2026-12-01T00:00:00Z"), "Asia/Tokyo").unwrap(),
+            at("2026-12-01T00:00:00Z") + 86400.0
+        );
+        let err = cron_next("0 9 * * *", T0, "Mars/Olympus").unwrap_err();
+        assert!(err.contains("is not known") && err.contains("IANA"), "{err}");
+    }
+
+    #[test]
+    fn a_local_time_is_read_in_the_zone_and_an_offset_wins() {
+        assert_eq!(at_time("2026-12-24 09:00", "Europe/Berlin").unwrap(), at("2026-12-24T08:00:00Z"));
+        assert_eq!(at_time("2026-07-24T09:00:00", "Europe/Berlin").unwrap(), at("2026-07-24T07:00:00Z"));
+        assert_eq!(at_time("2026-12-24T09:00:00Z", "Europe/Berlin").unwrap(), at("2026-12-24T09:00:00Z"));
+        assert_eq!(at_time("2026-12-24T09:00:00-05:00", "Europe/Berlin").unwrap(), at("2026-12-24T14:00:00Z"));
+        assert!(at_time("tomorrow", "UTC").is_err());
     }
 
     #[test]

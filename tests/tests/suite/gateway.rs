@@ -481,6 +481,80 @@ fn scheduled_jobs_fire_back_into_their_session_through_the_gateway() {
     assert!(!left.contains("ping-reminder") && left.contains("hourly"), "{left}");
 }
 
+/// Schedules in the user's time zone, and a heartbeat: a cron job with
+/// `tz` shows its next run on that zone's clock; a heartbeat fires every
+/// second with its prompt and a note naming `<no_reply/>`; an answer that
+/// is exactly the marker is recorded on the tape and sent nowhere, any
+/// other answer is delivered (here to the schedule channel, which logs it).
+#[test]
+fn a_heartbeat_answer_of_no_reply_is_kept_on_the_tape_and_sent_nowhere() {
+    use bub_tests::provider::{chat, Provider};
+    let turns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = turns.clone();
+    let provider = Provider::respond(move |request| {
+        let last = request.body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        let text = last["content"].to_string();
+        if !text.contains("heartbeat") {
+            return chat::text("not a heartbeat");
+        }
+        // The first two check-ins have nothing to say; the third does.
+        match t.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 | 1 => chat::text("<no_reply/>"),
+            _ => chat::text("Time to stretch!"),
+        }
+    });
+    let home = Home::new();
+    http_channel(&home, "http-channel", json!({}));
+    home.install("schedule", &lib("schedule"), json!({"tick_ms": 100, "timezone": "Europe/Berlin"}));
+    let env = [
+        ("BUB_MODEL", "openai:m".to_owned()),
+        ("BUB_API_BASE", provider.base_url.clone()),
+        ("OPENAI_API_KEY", "none".to_owned()),
+    ];
+    let bub = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(bub_tests::bub_bin());
+        cmd.arg("--home").arg(home.path()).args(args).env_remove("BUB_PLUGIN_PATH");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "bub {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Cron in a zone: 09:30 on Tokyo's clock (+09:00); the plugin's default zone for the other.
+    let tokyo = bub(&["run", "--session-id", "tz", r#",schedule.add message=standup cron="30 9 * * *" tz=Asia/Tokyo"#]);
+    assert!(tokyo.contains("T09:30:00+09:00") && tokyo.contains("T00:30:00Z"), "{tokyo}");
+    let berlin = bub(&["run", "--session-id", "tz", r#",schedule.add message=lunch cron="0 12 * * *""#]);
+    assert!(berlin.contains("T12:00:00+01:00"), "the plugin's timezone setting: {berlin}");
+    let refused =
+        run_bub(&home, &["run", "--session-id", "tz", r#",schedule.add message=x cron="0 9 * * *" tz=Mars/Base"#]);
+    assert!(!refused.2 && refused.1.contains("is not known"), "{}", refused.1);
+    bub(&["run", "--session-id", "hb", ",schedule.add message=anything-to-say heartbeat=true every=1s"]);
+
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut gateway = GatewayProcess::start(home.path(), &[], &env);
+    gateway.address(home.path(), "http-channel");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !gateway.log().contains("Time to stretch!") {
+        assert!(std::time::Instant::now() < deadline, "no heartbeat answer was delivered:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    let log = gateway.log();
+    let delivered: Vec<&str> = log.lines().filter(|l| l.contains("schedule: reply on session")).collect();
+    assert!(delivered.iter().all(|l| !l.contains("no_reply")), "a silent answer was delivered: {delivered:?}");
+    assert!(delivered.iter().any(|l| l.contains("Time to stretch!")), "{delivered:?}");
+    // The silent answers are on the session's tape, and the prompt named the marker.
+    let mut tapes = String::new();
+    for f in std::fs::read_dir(home.path().join("tapes")).unwrap().flatten() {
+        tapes.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+    }
+    let silent = tapes.matches(r#"{"role":"assistant","content":"<no_reply/>"}"#).count();
+    assert!(silent >= 2, "{silent} silent answers on the tape");
+    assert!(tapes.contains("answer exactly <no_reply/>"), "the heartbeat's prompt names the marker");
+}
+
 /// §2.10: `,quit` clears the session's queue (`ChannelManager.quit`): a
 /// message queued behind the quitting turn is dropped, and says why.
 #[test]

@@ -53,7 +53,10 @@ impl Runtime {
         message: &Envelope,
     ) -> Result<Vec<super::Answered<bool>>, crate::error::HookFailure> {
         let answers = self.dispatch_outbound(message).await?;
-        if let Some(channel) = self.bound_channel(message).filter(|c| c.resource().plugin() != "builtin") {
+        // A silent outbound is kept, not sent (`bub_kit::envelope::SILENT_KIND`).
+        let silent = bub_kit::envelope::field_of(message, "kind").and_then(|k| k.as_str())
+            == Some(bub_kit::envelope::SILENT_KIND);
+        if let Some(channel) = self.bound_channel(message).filter(|c| !silent && c.resource().plugin() != "builtin") {
             if let Err(e) = channel.send(&for_channel(message, channel.name())).await {
                 tracing::warn!(target: "bub::gateway", "{e}");
             }
