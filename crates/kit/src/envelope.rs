@@ -114,6 +114,12 @@ pub fn context_str(message: &Envelope) -> String {
     }
 }
 
+/// The `kind` of an outbound that the turn keeps (its result, the tape)
+/// but no channel is sent: the builtin's `render_outbound` gives it to an
+/// answer that is exactly the inbound's `context.silent_marker` (a
+/// scheduled heartbeat with nothing to say).
+pub const SILENT_KIND: &str = "silent";
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -153,9 +159,3 @@ mod tests {
         assert_eq!(d["context"]["chat_id"], "default");
     }
 }
-
-/// The `kind` of an outbound that the turn keeps (its result, the tape)
-/// but no channel is sent: the builtin's `render_outbound` gives it to an
-/// answer that is exactly the inbound's `context.silent_marker` (a
-/// scheduled heartbeat with nothing to say).
-pub const SILENT_KIND: &str = "silent";
