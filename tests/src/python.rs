@@ -30,6 +30,8 @@ struct Spec {
 const TESTS: Spec = Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS };
 const BENCH: Spec = Spec { dir: "python-bench-venv", requirements: "bench-requirements.txt", own: &["bub-rs-bench"] };
 const PUBLISHED: Spec = Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[] };
+const OPENAI_CLIENT: Spec =
+    Spec { dir: "python-openai-venv", requirements: "openai-client-requirements.txt", own: &[] };
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -56,6 +58,20 @@ pub fn bench_venv() -> Result<&'static Path, String> {
 pub fn published_venv() -> Result<&'static Path, String> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     VENV.get_or_init(|| make(&PUBLISHED)).as_ref().map(PathBuf::as_path).map_err(Clone::clone)
+}
+
+/// A venv with the official `openai` client
+/// (`tests/python/openai-client-requirements.txt`), or `None` (the test
+/// says it skipped, and why: no Python 3.12+ or no pip).
+pub fn openai_client_venv_or_skip(test: &str) -> Option<&'static Path> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match VENV.get_or_init(|| make(&OPENAI_CLIENT)) {
+        Ok(v) => Some(v.as_path()),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
 }
 
 /// [`published_venv`], or `None` (the test says it skipped, and why).

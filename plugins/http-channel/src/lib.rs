@@ -13,6 +13,11 @@
 //! …, named by their kind) ending with one `reply` event carrying the JSON
 //! above. `GET /v1/health` answers `ok`.
 //!
+//! The same listener speaks OpenAI's chat completions API behind the same
+//! token (`POST /v1/chat/completions`, `GET /v1/models`; see `openai.rs`),
+//! so any OpenAI client talks to the agent. Install the plugin a second
+//! time with `name=openai-api` for an endpoint (and channel) of its own.
+//!
 //! Status codes: 200 processed; 202 steered (folded into the session's
 //! running turn, which answers it); 409 dropped by admission; 422 ignored;
 //! 500 the turn failed; 503 the gateway is stopping (retry later) or the
@@ -52,6 +57,7 @@
 //! `body_timeout_seconds` (30: the body must arrive within it, else 408),
 //! `max_body_bytes` (1 MiB, else 413).
 
+mod openai;
 mod serve;
 
 use std::{
@@ -102,6 +108,8 @@ struct Config {
     command_prefix: String,
     admission: Admission,
     limits: serve::Limits,
+    // The model the OpenAI-compatible API names (`GET /v1/models`).
+    model_name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -194,7 +202,8 @@ impl Config {
             body_timeout: seconds("body_timeout_seconds", d.body_timeout)?,
             max_body_bytes: number(config, "max_body_bytes", d.max_body_bytes as f64)?.min(1e12) as usize,
         };
-        Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission, limits })
+        let model_name = text(config, "model_name").unwrap_or_else(|| "bub".into());
+        Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission, limits, model_name })
     }
 }
 
@@ -310,6 +319,8 @@ impl Channel for HttpChannel {
             write_address(&shared.data_dir, address);
             let app = Router::new()
                 .route("/v1/messages", post(post_message))
+                .route("/v1/chat/completions", post(openai::chat_completions))
+                .route("/v1/models", get(openai::models))
                 .route("/v1/health", get(|| async { "ok" }))
                 .with_state(shared.clone());
             let (stop, stopped) = oneshot::channel::<()>();
@@ -440,19 +451,26 @@ async fn read_body(limits: &serve::Limits, body: Body) -> Result<axum::body::Byt
     }
 }
 
+/// Whether the request carries the channel's token (every route checks).
+fn check_token(shared: &Shared, headers: &HeaderMap) -> Result<(), &'static str> {
+    if !shared.config.auth {
+        return Ok(());
+    }
+    let Some(token) = shared.token.get() else { return Err("the channel has no token yet") };
+    // The scheme is case-insensitive (RFC 7235): `bearer` works too.
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+        let (scheme, rest) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+    });
+    if !given.is_some_and(|g| same(g.trim().as_bytes(), token.as_bytes())) {
+        return Err("missing or wrong bearer token (Authorization: Bearer <token>)");
+    }
+    Ok(())
+}
+
 async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    if shared.config.auth {
-        let Some(token) = shared.token.get() else {
-            return error(StatusCode::UNAUTHORIZED, "the channel has no token yet");
-        };
-        // The scheme is case-insensitive (RFC 7235): `bearer` works too.
-        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
-            let (scheme, rest) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(rest)
-        });
-        if !given.is_some_and(|g| same(g.trim().as_bytes(), token.as_bytes())) {
-            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
-        }
+    if let Err(why) = check_token(&shared, &headers) {
+        return error(StatusCode::UNAUTHORIZED, why);
     }
     let body = match read_body(&shared.config.limits, body).await {
         Ok(body) => body,
@@ -571,7 +589,7 @@ fn not_taken(why: String) -> Response {
 }
 
 /// The reply text: the first outbound for this channel, else the model output.
-fn reply_body(channel: &str, delivery: &Delivery) -> Value {
+pub(crate) fn reply_body(channel: &str, delivery: &Delivery) -> Value {
     let reply = delivery
         .outbounds
         .iter()

@@ -27,6 +27,7 @@ mod loading;
 mod long_sessions;
 mod mcp;
 mod openai;
+mod openai_api;
 mod published;
 mod python;
 mod recorded;

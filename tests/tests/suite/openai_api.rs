@@ -1,0 +1,141 @@
+//! The http channel's OpenAI-compatible API, tested with the official
+//! `openai` Python client from PyPI (pinned in
+//! `tests/python/openai-client-requirements.txt`) and with `curl`: a
+//! real gateway, a model on loopback, turns on the session the `user`
+//! field or the `X-Bub-Session` header names.
+
+use bub_tests::{
+    gateway::GatewayProcess,
+    lib,
+    provider::{chat, Provider},
+    python::openai_client_venv_or_skip,
+    Home,
+};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "openai-test-token";
+
+/// A gateway with the http channel, whose model answers "echo: <the
+/// prompt's last line>" in two streamed chunks.
+fn gateway(home: &Home) -> (GatewayProcess, String, Provider) {
+    let provider = Provider::respond(|request| {
+        let last = request.body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default().lines().last().unwrap_or_default().to_owned();
+        chat::text(&format!("echo: {text}"))
+    });
+    home.install(
+        "http-channel",
+        &lib("http-channel"),
+        json!({"bind": "127.0.0.1:0", "token": TOKEN, "model_name": "bub-agent"}),
+    );
+    let env = [("BUB_MODEL", "openai:m"), ("BUB_API_BASE", provider.base_url.as_str()), ("OPENAI_API_KEY", "none")];
+    let mut gateway = GatewayProcess::start(home.path(), &[], &env);
+    let base = gateway.address(home.path(), "http-channel");
+    (gateway, base, provider)
+}
+
+/// The official client lists the agent as a model, gets an answer streamed
+/// and not, on the session its `user` names (the second turn remembers
+/// the first: it is on that session's tape), and a wrong key is its
+/// `AuthenticationError`.
+#[test]
+fn the_official_openai_client_talks_to_the_agent() {
+    let Some(venv) = openai_client_venv_or_skip("the_official_openai_client_talks_to_the_agent") else { return };
+    let home = Home::new();
+    let (mut gw, base, provider) = gateway(&home);
+    let script = r#"
+import json, sys, openai
+base, token = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=base + "/v1", api_key=token)
+out = {"models": [m.id for m in client.models.list()]}
+r = client.chat.completions.create(model="bub-agent", user="oa-1",
+    messages=[{"role": "system", "content": "ignored"}, {"role": "user", "content": "hello there"}])
+out["plain"] = {"content": r.choices[0].message.content, "finish": r.choices[0].finish_reason, "model": r.model, "object": r.object}
+chunks = list(client.chat.completions.create(model="bub-agent", user="oa-1", stream=True,
+    messages=[{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "echo: hello there"},
+              {"role": "user", "content": [{"type": "text", "text": "and again"}]}]))
+out["streamed"] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+out["chunks"] = len(chunks)
+out["last_finish"] = chunks[-1].choices[0].finish_reason
+try:
+    openai.OpenAI(base_url=base + "/v1", api_key="wrong").models.list()
+    out["wrong_key"] = "accepted"
+except openai.AuthenticationError as e:
+    out["wrong_key"] = e.status_code
+print(json.dumps(out))
+"#;
+    let output = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", script, &base, TOKEN])
+        .output()
+        .expect("run the openai client");
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["models"], json!(["bub-agent"]));
+    assert_eq!(
+        out["plain"],
+        json!({"content": "echo: hello there", "finish": "stop", "model": "bub-agent", "object": "chat.completion"})
+    );
+    assert_eq!(out["streamed"], "echo: and again");
+    assert!(out["chunks"].as_u64().unwrap() >= 3, "an opening chunk, deltas, a closing one: {out}");
+    assert_eq!(out["last_finish"], "stop");
+    assert_eq!(out["wrong_key"], 401);
+    // One turn per request on session oa-1; the earlier messages the client
+    // resent were not replayed: the second request's model call has the
+    // first turn from the tape, once.
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2, "one model call per turn");
+    let second = requests[1].body["messages"].to_string();
+    assert_eq!(second.matches("hello there").count(), 2, "the first turn, once, from the tape: {second}");
+    assert!(!second.contains("ignored"), "a client's system message is not the agent's: {second}");
+    gw.signal("TERM");
+    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+}
+
+/// `curl`, as the API's own documentation shows it: plain and streamed
+/// (`data:` chunks, then `data: [DONE]`), the session from `X-Bub-Session`,
+/// errors in OpenAI's shape.
+#[test]
+fn curl_gets_chat_completions_plain_and_streamed() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        return eprintln!("SKIPPED curl_gets_chat_completions_plain_and_streamed: curl is not installed");
+    }
+    let home = Home::new();
+    let (mut gw, base, _provider) = gateway(&home);
+    let curl = |extra: &[&str], body: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "-N", &format!("{base}/v1/chat/completions"), "-H", "Content-Type: application/json"])
+            .args(extra)
+            .args(["-d", body])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let plain = curl(
+        &["-H", &auth, "-H", "X-Bub-Session: curl-1"],
+        r#"{"model": "bub", "messages": [{"role": "user", "content": "hi curl"}]}"#,
+    );
+    let plain: Value = serde_json::from_str(&plain).unwrap_or_else(|e| panic!("{e}: {plain}"));
+    assert_eq!(plain["choices"][0]["message"]["content"], "echo: hi curl");
+    let streamed = curl(
+        &["-H", &auth, "-H", "X-Bub-Session: curl-1"],
+        r#"{"model": "bub", "stream": true, "messages": [{"role": "user", "content": "stream me"}]}"#,
+    );
+    let frames: Vec<&str> = streamed.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(frames.last(), Some(&"[DONE]"), "{streamed}");
+    let text: String = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| serde_json::from_str::<Value>(f).unwrap())
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(text, "echo: stream me");
+    let unauthorized = curl(&[], r#"{"model": "bub", "messages": [{"role": "user", "content": "x"}]}"#);
+    assert!(unauthorized.contains(r#""error""#) && unauthorized.contains("bearer token"), "{unauthorized}");
+    let no_user = curl(&["-H", &auth], r#"{"model": "bub", "messages": [{"role": "system", "content": "x"}]}"#);
+    assert!(no_user.contains("no user message") && no_user.contains("invalid_request_error"), "{no_user}");
+    // Both turns landed on session curl-1's tape.
+    let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "curl-1", ",tape.search query=stream"]);
+    assert!(ok && found.contains("stream me"), "{err}{found}");
+    gw.signal("TERM");
+    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+}
