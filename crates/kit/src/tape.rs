@@ -151,18 +151,8 @@ fn matching<E: EntryView>(entries: &[E], query: &TapeQuery) -> Result<Vec<usize>
     } else {
         (0, after.len())
     };
-    let dates = match &query.between_dates {
-        Some((from, to)) => {
-            let (from, to) = (boundary(from, false)?, boundary(to, true)?);
-            if from > to {
-                return Err(QueryError::DatesReversed);
-            }
-            Some((from, to))
-        }
-        None => None,
-    };
-    let in_dates =
-        |e: &E| dates.is_none_or(|(from, to)| boundary(e.date(), false).is_ok_and(|at| from <= at && at <= to));
+    let dates = date_bounds(query)?;
+    let in_dates = |e: &E| within(e.date(), dates);
     Ok(after[start..end]
         .iter()
         .copied()
@@ -209,16 +199,7 @@ pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Resul
     if needle.is_empty() {
         return Ok(Vec::new());
     }
-    let dates = match &query.between_dates {
-        Some((from, to)) => {
-            let (from, to) = (boundary(from, false)?, boundary(to, true)?);
-            if from > to {
-                return Err(QueryError::DatesReversed);
-            }
-            Some((from, to))
-        }
-        None => None,
-    };
+    let dates = date_bounds(query)?;
     newest_first(&mut candidates);
     let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
     let limit = query.limit.unwrap_or(20);
@@ -232,7 +213,7 @@ pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Resul
         if !(query.kinds.is_empty() || query.kinds.contains(&e.kind)) {
             continue;
         }
-        if dates.is_some_and(|(from, to)| !boundary(&e.date, false).is_ok_and(|at| from <= at && at <= to)) {
+        if !within(&e.date, dates) {
             continue;
         }
         let text = entry_text(&e.payload).to_lowercase();
@@ -345,6 +326,22 @@ fn yaml_nested(value: &Value, list_indent: usize, map_indent: usize, out: &mut S
             out.push('\n');
         }
     }
+}
+
+/// `query.between_dates` as instants: the start's first and the end's last
+/// microsecond; None when unset.
+fn date_bounds(query: &TapeQuery) -> Result<Option<(jiff::Timestamp, jiff::Timestamp)>, QueryError> {
+    let Some((from, to)) = &query.between_dates else { return Ok(None) };
+    let (from, to) = (boundary(from, false)?, boundary(to, true)?);
+    if from > to {
+        return Err(QueryError::DatesReversed);
+    }
+    Ok(Some((from, to)))
+}
+
+/// Whether an entry dated `date` is within `bounds` (always, without any).
+fn within(date: &str, bounds: Option<(jiff::Timestamp, jiff::Timestamp)>) -> bool {
+    bounds.is_none_or(|(from, to)| boundary(date, false).is_ok_and(|at| from <= at && at <= to))
 }
 
 /// Python's `_parse_datetime_boundary`: an ISO date is its first (or, for
