@@ -1,5 +1,5 @@
 //! A fake Telegram Bot API server on loopback, for the telegram-channel
-//! tests: `getMe`, `deleteWebhook`, long-polled `getUpdates` (updates the
+//! tests: `getMe`, `deleteWebhook`, `setWebhook`, long-polled `getUpdates` (updates the
 //! test pushes, confirmed by `offset` as Telegram does), `sendMessage`,
 //! `editMessageText`, `sendChatAction`, `getFile` and file downloads, with
 //! scripted trouble: `429` answers with `retry_after`, and dropped
@@ -213,7 +213,7 @@ fn serve(stream: std::net::TcpStream, state: &(Mutex<State>, Condvar)) {
     }
     let result = match method.as_str() {
         "getMe" => json!({"id": BOT_ID, "is_bot": true, "first_name": "Bub", "username": BOT_USERNAME}),
-        "deleteWebhook" | "sendChatAction" => json!(true),
+        "deleteWebhook" | "setWebhook" | "sendChatAction" => json!(true),
         "getUpdates" => {
             let offset = params["offset"].as_i64().unwrap_or(0);
             let timeout = Duration::from_secs(params["timeout"].as_u64().unwrap_or(0));

@@ -13,6 +13,13 @@ use std::{
 
 use serde_json::{Map, Value};
 
+/// Whether a secret a request carries is the expected one, compared
+/// without an early exit, so the time it takes does not tell how much of
+/// a guess was right (bearer tokens, Telegram's webhook secret).
+pub fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// A channel's settings: `<PREFIX><KEY>` in the environment (Bub's names,
 /// such as `BUB_TELEGRAM_TOKEN`), else `<key>` of the plugin's config (the
 /// environment wins, as in Bub's pydantic settings). Blank is unset; a

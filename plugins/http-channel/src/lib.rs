@@ -86,6 +86,7 @@ use bub_abi::{
     types::{AdmitAction, AdmitDecision, ChannelInfo, Delivery, Envelope, StreamEvent, TurnSnapshot},
     BoxError, Object, Plugin, PluginContext,
 };
+use bub_kit::channel::same_secret;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -420,12 +421,6 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"status": "error", "error": message.into()}))).into_response()
 }
 
-/// Compares without an early exit, so timing does not tell how much of a
-/// guessed token was right.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The body, read within the channel's deadline and size limit.
 async fn read_body(limits: &serve::Limits, body: Body) -> Result<axum::body::Bytes, Response> {
     match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limits.max_body_bytes)).await {
@@ -462,7 +457,7 @@ fn check_token(shared: &Shared, headers: &HeaderMap) -> Result<(), &'static str>
         let (scheme, rest) = v.trim().split_once(' ')?;
         scheme.eq_ignore_ascii_case("bearer").then_some(rest)
     });
-    if !given.is_some_and(|g| same(g.trim().as_bytes(), token.as_bytes())) {
+    if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), token.as_bytes())) {
         return Err("missing or wrong bearer token (Authorization: Bearer <token>)");
     }
     Ok(())
@@ -644,7 +639,7 @@ mod tests {
         assert!(session_allowed(&patterns, "http:42"));
         assert!(session_allowed(&patterns, "ops"));
         assert!(!session_allowed(&patterns, "ops2") && !session_allowed(&patterns, "cli:local"));
-        assert!(same(b"secret", b"secret"));
-        assert!(!same(b"secret", b"secreT") && !same(b"secret", b"secret!"));
+        assert!(same_secret(b"secret", b"secret"));
+        assert!(!same_secret(b"secret", b"secreT") && !same_secret(b"secret", b"secret!"));
     }
 }

@@ -48,6 +48,7 @@
 mod api;
 pub mod inbound;
 pub mod outbound;
+mod webhook;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -102,10 +103,14 @@ struct Config {
     stream_output: bool,
     edit_interval: Duration,
     max_answer_bytes: u64,
+    // Webhook mode (`webhook_url` set), else long polling.
+    webhook: Option<webhook::Webhook>,
+    // The plugin's data folder (the webhook's address file).
+    data_dir: std::path::PathBuf,
 }
 
 impl Config {
-    fn from(config: &Map<String, Value>) -> Result<Config, BoxError> {
+    fn from(config: &Map<String, Value>, data_dir: std::path::PathBuf) -> Result<Config, BoxError> {
         let s = Settings { config, env_prefix: "BUB_TELEGRAM_", plugin: "telegram-channel" };
         Ok(Config {
             name: s.text("name").unwrap_or_else(|| "telegram".into()),
@@ -121,6 +126,8 @@ impl Config {
             stream_output: s.flag("stream_output"),
             edit_interval: Duration::from_millis(s.number("edit_interval_ms", 1000)?),
             max_answer_bytes: s.number("max_answer_bytes", 16 * 1024 * 1024)?,
+            webhook: webhook::Webhook::from(&s)?,
+            data_dir,
         })
     }
 }
@@ -128,7 +135,7 @@ impl Config {
 #[bub_abi::plugin]
 impl Plugin for TelegramPlugin {
     fn new(ctx: &PluginContext) -> Result<Self, BoxError> {
-        Ok(TelegramPlugin { config: Config::from(&ctx.config)? })
+        Ok(TelegramPlugin { config: Config::from(&ctx.config, ctx.data_dir.clone())? })
     }
 
     /// The `telegram` channel (enabled when it has a token).
@@ -244,8 +251,10 @@ impl Channel for TelegramChannel {
                 }
                 Err(e) => return Err(format!("telegram channel: getMe at {}: {e}", config.api_base).into()),
             };
-            let webhook = DeleteWebhookParams::builder().drop_pending_updates(config.drop_pending_updates).build();
-            bot.delete_webhook(&webhook).await.map_err(|e| format!("telegram channel: deleteWebhook: {e}"))?;
+            if config.webhook.is_none() {
+                let webhook = DeleteWebhookParams::builder().drop_pending_updates(config.drop_pending_updates).build();
+                bot.delete_webhook(&webhook).await.map_err(|e| format!("telegram channel: deleteWebhook: {e}"))?;
+            }
             *bub_abi::sync::lock(&shared.me) =
                 Me { id: me.id, username: me.username.clone().unwrap_or_default().to_lowercase() };
             *bub_abi::sync::lock(&shared.bot) = Some(bot.clone());
@@ -263,7 +272,10 @@ impl Channel for TelegramChannel {
                 );
             }
             let (stop, stopped) = watch::channel(false);
-            let task = tokio::spawn(poll(shared.clone(), bot, stopped));
+            let task = match &config.webhook {
+                Some(hook) => webhook::start(shared.clone(), bot, hook, stopped).await?,
+                None => tokio::spawn(poll(shared.clone(), bot, stopped)),
+            };
             *bub_abi::sync::lock(&shared.poller) = Some(Poller { stop, task });
             Ok(())
         }
@@ -436,7 +448,7 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
             }
             let taken = match serde_json::from_value::<Update>(raw) {
                 Ok(Update { content: UpdateContent::Message(message), .. }) => {
-                    on_message(&shared, &bot, *message).await
+                    on_message(&shared, &bot, *message, false).await
                 }
                 Ok(_) => true,
                 Err(e) => {
@@ -505,7 +517,11 @@ impl Confirmed {
 /// Hands one message to the gateway; whether it is settled: taken, or
 /// deliberately not handed over (a stranger, a bot command). `false`: the
 /// gateway refused it, and it must stay unconfirmed.
-async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) -> bool {
+/// Hands one message to the gateway; whether it was taken (or settled
+/// here: ignored, refused). With `until_done` (webhook mode) it answers
+/// when the message's turn has run, and a turn that failed to be handed
+/// over counts as not taken.
+async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, until_done: bool) -> bool {
     let config = &shared.config;
     let chat = message.chat.id.to_string();
     let allowed_chat = config.allow_chats.is_empty() || config.allow_chats.contains(&chat);
@@ -573,14 +589,20 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message) -> bool {
     }
     typing_begin(shared, &chat);
     let shared = shared.clone();
-    tokio::spawn(async move {
-        if let Err(e) = submitted.await {
+    let finished = async move {
+        let outcome = submitted.await;
+        if let Err(e) = &outcome {
             tracing::warn!("telegram: a message of chat {chat} got no answer: {e}");
         }
         typing_end(&shared, &chat);
         // A streamed reply the turn did not complete (it failed) ends here.
         bub_abi::sync::lock(&shared.live).remove(&chat);
-    });
+        outcome.is_ok_and(|d| d.status != "cancelled")
+    };
+    if until_done {
+        return finished.await;
+    }
+    tokio::spawn(finished);
     true
 }
 
@@ -708,13 +730,13 @@ mod tests {
     #[test]
     fn settings_read_bubs_names_and_lists() {
         let config = json!({"allow_users": "1, ann ,", "allow_chats": ["-100", 5], "poll_timeout": 2});
-        let config = Config::from(config.as_object().unwrap()).unwrap();
+        let config = Config::from(config.as_object().unwrap(), Default::default()).unwrap();
         assert_eq!(config.allow_users, HashSet::from(["1".to_owned(), "ann".to_owned()]));
         assert_eq!(config.allow_chats, HashSet::from(["-100".to_owned(), "5".to_owned()]));
         assert_eq!(config.poll_timeout, 2);
         assert_eq!(config.api_base, "https://api.telegram.org");
         let bad = json!({"poll_timeout": "soon"});
-        assert!(Config::from(bad.as_object().unwrap()).is_err());
+        assert!(Config::from(bad.as_object().unwrap(), Default::default()).is_err());
     }
 
     #[test]

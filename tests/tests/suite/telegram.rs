@@ -283,3 +283,84 @@ fn telegram_refusals_under_a_rate_limit_do_not_hold_up_listed_users() {
     assert_eq!(to_stranger, 1, "the rate-limited refusal was dropped, not retried");
     drop(gateway);
 }
+
+/// Webhook mode, for several gateways behind one load balancer sharing one
+/// bot. Two gateways on one PostgreSQL register the webhook with its
+/// secret and get one chat's updates alternately, delivered as Telegram
+/// delivers with `max_connections=1` (the next once the last was
+/// answered): every turn is answered once, in order, and lands on the
+/// chat's one tape. A delivery without the secret token runs nothing
+/// (401); a repeated delivery runs nothing more.
+#[test]
+fn telegram_webhooks_on_two_gateways_answer_a_chat_once_and_in_order() {
+    let pg = match bub_tests::postgres::Postgres::start() {
+        Ok(pg) => pg,
+        Err(why) => return eprintln!("SKIPPED telegram_webhooks_on_two_gateways…: {why}"),
+    };
+    let api = FakeBotApi::start();
+    let homes = [Home::new(), Home::new()];
+    let secret = "s3cret_token-1";
+    for home in &homes {
+        let hook = json!({"webhook_url": "https://bub.example/telegram", "webhook_listen": "127.0.0.1:0",
+            "webhook_secret": secret});
+        telegram(home, &api, hook);
+        home.install("tape-postgres", &lib("tape-postgres"), json!({"url": pg.url()}));
+    }
+    let mut gateways =
+        homes.each_ref().map(|h| GatewayProcess::start(h.path(), &["--enable-channel", "telegram"], &[]));
+    let set = api
+        .wait_for("two setWebhook calls", WAIT, |calls| calls.iter().filter(|c| c.method == "setWebhook").count() >= 2);
+    let registered: Vec<&Value> = set.iter().filter(|c| c.method == "setWebhook").map(|c| &c.params).collect();
+    assert!(registered.iter().all(|p| p["secret_token"] == secret && p["max_connections"] == 1), "{registered:?}");
+    assert!(api.calls_of("getUpdates").is_empty(), "no polling in webhook mode");
+    let address = |home: &Home| {
+        let file = home.path().join("data/telegram-channel/webhook-address");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                if !text.trim().is_empty() {
+                    return format!("http://{}/telegram", text.trim());
+                }
+            }
+            assert!(Instant::now() < deadline, "no webhook address in {}", file.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let urls = [address(&homes[0]), address(&homes[1])];
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client = reqwest::Client::new();
+    let deliver = |url: &str, update: &Value, with_secret: bool| {
+        let mut request = client.post(url).json(update);
+        if with_secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        rt.block_on(async { request.send().await.expect("a webhook delivery").status().as_u16() })
+    };
+    let update = |k: i64| json!({"update_id": 1000 + k, "message": private_text(7, &format!("turn {k}"))});
+    for k in 0..6 {
+        assert_eq!(deliver(&urls[k as usize % 2], &update(k), true), 200, "turn {k}");
+    }
+    // Without the secret, or with a repeated update id: nothing runs.
+    assert_eq!(deliver(&urls[0], &update(6), false), 401);
+    assert_eq!(deliver(&urls[1], &update(5), true), 200);
+    let sent = texts_to(&api, 7, 6);
+    std::thread::sleep(Duration::from_millis(500));
+    let sent_now = api.sent_to(7);
+    assert_eq!(sent_now.len(), 6, "each turn answered once: {sent_now:?}");
+    for (k, text) in sent.iter().enumerate() {
+        assert!(text.contains(&format!(r#""message":"turn {k}""#)), "reply {k} out of order: {sent:?}");
+    }
+    for g in &mut gateways {
+        g.signal("TERM");
+        assert!(g.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", g.log());
+    }
+    // One tape, in PostgreSQL, with the six turns in order.
+    let (found, err, ok) =
+        bub_tests::run_bub(&homes[0], &["run", "--session-id", "telegram:7", ",tape.search query=turn limit=50"]);
+    assert!(ok, "{err}");
+    let order: Vec<usize> =
+        (0..6).map(|k| found.find(&format!(r#"\"message\":\"turn {k}\""#)).unwrap_or(usize::MAX)).collect();
+    assert!(order.iter().all(|&at| at != usize::MAX), "every turn on the tape: {found}");
+    assert!(order.windows(2).all(|w| w[0] > w[1]), "newest first, so turn 5 first: {order:?}\n{found}");
+    drop(pg);
+}

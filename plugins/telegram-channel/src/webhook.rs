@@ -1,0 +1,155 @@
+//! Webhook mode: Telegram posts each update to `webhook_url` instead of
+//! the channel polling for it, so several gateways behind one load
+//! balancer can share one bot (polling cannot: Telegram answers a second
+//! poller with 409).
+//!
+//! Telegram's delivery rules, which this follows:
+//! - `setWebhook` with `secret_token`: every request carries it in
+//!   `X-Telegram-Bot-Api-Secret-Token`; a request without it, or with
+//!   another, is answered 401 and runs nothing (anyone can post to a
+//!   public URL).
+//! - A non-2xx answer makes Telegram deliver the update again later. An
+//!   update the gateway does not take (it is stopping) is answered 503, so
+//!   it comes back, to this gateway or another.
+//! - `max_connections` (`webhook_max_connections`, default 1) bounds the
+//!   updates Telegram has in flight. With 1, it sends the next only after
+//!   the last was answered, and an update is answered when its turn has
+//!   run: a chat's turns then run in the order Telegram sent them,
+//!   whichever gateway gets each (with `tape-postgres`, its session lock
+//!   keeps one turn per session at a time as well). More connections
+//!   serve more chats at once and give up that order.
+//! - A delivery repeated to the same gateway (an `update_id` answered in
+//!   the last 4,096) is answered 200 at once and runs nothing.
+
+use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
+
+use axum::{
+    body::Bytes,
+    extract::{DefaultBodyLimit, State},
+    http::{HeaderMap, StatusCode},
+    routing::post,
+    Router,
+};
+use bub_abi::BoxError;
+use frankenstein::updates::{Update, UpdateContent};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::{api::Bot, Shared};
+
+/// The webhook settings (`webhook_url` set: webhook mode).
+#[derive(Clone, Debug)]
+pub(crate) struct Webhook {
+    /// The public URL Telegram posts to.
+    pub url: String,
+    /// Where this gateway listens (the load balancer's target).
+    pub listen: String,
+    /// The `secret_token` every delivery must carry.
+    pub secret: String,
+    /// Telegram's `max_connections`.
+    pub max_connections: u64,
+}
+
+impl Webhook {
+    /// From the channel's settings; None without `webhook_url`.
+    pub(crate) fn from(s: &bub_kit::channel::Settings<'_>) -> Result<Option<Webhook>, BoxError> {
+        let Some(url) = s.text("webhook_url") else { return Ok(None) };
+        let secret = s.text("webhook_secret").ok_or(
+            "telegram channel: webhook mode needs BUB_TELEGRAM_WEBHOOK_SECRET (1-256 of A-Z a-z 0-9 _ -): \
+             the same in every gateway, so Telegram's deliveries can be told from anyone else's",
+        )?;
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if secret.len() > 256 || !secret.chars().all(valid) {
+            return Err("telegram channel: webhook_secret must be 1-256 of A-Z a-z 0-9 _ - (Telegram's rule)".into());
+        }
+        let listen = s.text("webhook_listen").unwrap_or_else(|| "127.0.0.1:8443".into());
+        listen.parse::<SocketAddr>().map_err(|e| {
+            format!("telegram channel: webhook_listen={listen:?} is not an address like 0.0.0.0:8443 ({e})")
+        })?;
+        let max_connections = s.number("webhook_max_connections", 1)?.clamp(1, 100);
+        Ok(Some(Webhook { url, listen, secret, max_connections }))
+    }
+}
+
+struct Hook {
+    shared: Arc<Shared>,
+    bot: Bot,
+    secret: String,
+    // The update ids answered lately, oldest first.
+    answered: std::sync::Mutex<VecDeque<i64>>,
+}
+
+/// Registers the webhook with Telegram and serves it until `stopped`.
+pub(crate) async fn start(
+    shared: Arc<Shared>,
+    bot: Bot,
+    hook: &Webhook,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, BoxError> {
+    let listener = tokio::net::TcpListener::bind(&hook.listen).await.map_err(|e| {
+        format!("telegram channel: cannot listen on {} for the webhook: {e} (webhook_listen)", hook.listen)
+    })?;
+    let address = listener.local_addr()?;
+    let body = json!({
+        "url": hook.url,
+        "secret_token": hook.secret,
+        "allowed_updates": ["message"],
+        "max_connections": hook.max_connections,
+        "drop_pending_updates": shared.config.drop_pending_updates,
+    })
+    .to_string();
+    bot.call::<frankenstein::response::MethodResponse<Value>>("setWebhook", Some(body))
+        .await
+        .map_err(|e| format!("telegram channel: setWebhook: {e}"))?;
+    let data = &shared.config.data_dir;
+    let written = bub_kit::files::create_private_dir(data)
+        .and_then(|()| bub_kit::files::write_private(&data.join("webhook-address"), format!("{address}\n").as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!("telegram: could not write {}/webhook-address: {e}", data.display());
+    }
+    tracing::info!("telegram webhook listening on {address} for {}", hook.url);
+    let state = Arc::new(Hook { shared, bot, secret: hook.secret.clone(), answered: Default::default() });
+    let app = Router::new().fallback(post(deliver)).layer(DefaultBodyLimit::max(1 << 20)).with_state(state);
+    Ok(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            tracing::warn!("telegram: the webhook server stopped: {e}");
+        }
+    }))
+}
+
+/// One delivery: checked, then handed to the gateway; answered when its
+/// turn has run (200), or 503 when the gateway did not take it.
+async fn deliver(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let given = headers.get("x-telegram-bot-api-secret-token").map(|v| v.as_bytes()).unwrap_or_default();
+    if !bub_kit::channel::same_secret(given, hook.secret.as_bytes()) {
+        tracing::warn!("telegram: a webhook request without the secret token was refused");
+        return StatusCode::UNAUTHORIZED;
+    }
+    let Ok(raw) = serde_json::from_slice::<Value>(&body) else { return StatusCode::BAD_REQUEST };
+    let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { return StatusCode::BAD_REQUEST };
+    if bub_abi::sync::lock(&hook.answered).contains(&id) {
+        return StatusCode::OK;
+    }
+    let taken = match serde_json::from_value::<Update>(raw) {
+        Ok(Update { content: UpdateContent::Message(message), .. }) => {
+            super::on_message(&hook.shared, &hook.bot, *message, true).await
+        }
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!("telegram: skipping update {id} this version cannot read: {e}");
+            true
+        }
+    };
+    if !taken {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let mut answered = bub_abi::sync::lock(&hook.answered);
+    answered.push_back(id);
+    if answered.len() > 4096 {
+        answered.pop_front();
+    }
+    StatusCode::OK
+}
