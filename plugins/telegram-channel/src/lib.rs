@@ -42,7 +42,11 @@
 //! names in lower case (`bub plugins config telegram-channel token=…`,
 //! the environment wins), with `name` (`telegram`), `command_prefix`
 //! (`,`), `poll_timeout` (30 s), `drop_pending_updates`, `max_file_bytes`,
-//! `stream_output` and `edit_interval_ms`. The token is never logged:
+//! `stream_output` and `edit_interval_ms`. Webhook mode instead of polling
+//! (several gateways sharing one bot; see `webhook.rs`):
+//! `BUB_TELEGRAM_WEBHOOK_URL` (the public URL), `BUB_TELEGRAM_WEBHOOK_SECRET`
+//! (required), `BUB_TELEGRAM_WEBHOOK_LISTEN` (`127.0.0.1:8443`),
+//! `webhook_max_connections` (1). The token is never logged:
 //! error messages leave out the URL that carries it.
 
 mod api;
