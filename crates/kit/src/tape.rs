@@ -166,11 +166,7 @@ fn matching<E: EntryView>(entries: &[E], query: &TapeQuery) -> Result<Vec<usize>
 /// Bub's `FuzzyFileTapeStore._filter_entries`: newest first, each distinct
 /// text once (counted before matching, as Bub does), substring or fuzzy.
 fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limit: usize) -> Vec<TapeEntry> {
-    let needle = query.trim().to_lowercase();
-    if needle.is_empty() {
-        return Vec::new();
-    }
-    let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
+    let Some(text_query) = TextQuery::new(query) else { return Vec::new() };
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for entry in entries.rev() {
@@ -181,11 +177,31 @@ fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limi
         if !seen.insert(text.clone()) {
             continue;
         }
-        if text.contains(&needle) || fuzzy.as_ref().is_some_and(|q| q.matches(&text)) {
+        if text_query.matches(&text) {
             out.push(entry);
         }
     }
     out
+}
+
+/// A text query as a search matches it: an entry's lower-cased text
+/// contains it (trimmed, lower-cased) or fuzzily matches it.
+struct TextQuery {
+    needle: String,
+    fuzzy: Option<crate::fuzzy::FuzzyQuery>,
+}
+
+impl TextQuery {
+    /// None for a query that is only whitespace (it matches nothing).
+    fn new(query: &str) -> Option<TextQuery> {
+        let needle = query.trim().to_lowercase();
+        let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
+        (!needle.is_empty()).then_some(TextQuery { needle, fuzzy })
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        text.contains(&self.needle) || self.fuzzy.as_ref().is_some_and(|q| q.matches(text))
+    }
 }
 
 /// A search across tapes (`TapeStore::search_tapes`) over `candidates`:
@@ -193,15 +209,12 @@ fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limi
 /// query or fuzzily matches it, as [`try_select`] matches on one tape,
 /// newest first across the tapes, each distinct text once per tape, at
 /// most `query.limit` (20). A store with a text index hands it the rows
-/// its index found; the host's scan, each tape's own matches.
+/// its index found (an entry found twice counts once: candidate lists may
+/// simply be joined); the host's scan, each tape's own matches.
 pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Result<Vec<TapeMatch>, QueryError> {
-    let needle = query.query.as_deref().unwrap_or("").trim().to_lowercase();
-    if needle.is_empty() {
-        return Ok(Vec::new());
-    }
+    let Some(text_query) = TextQuery::new(query.query.as_deref().unwrap_or("")) else { return Ok(Vec::new()) };
     let dates = date_bounds(query)?;
     newest_first(&mut candidates);
-    let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
     let limit = query.limit.unwrap_or(20);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -220,7 +233,7 @@ pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Resul
         if !seen.insert((m.tape.clone(), text.clone())) {
             continue;
         }
-        if text.contains(&needle) || fuzzy.as_ref().is_some_and(|q| q.matches(&text)) {
+        if text_query.matches(&text) {
             out.push(m);
         }
     }

@@ -530,14 +530,9 @@ impl TapeStore for PgStore {
                     Ok(rows)
                 })
                 .await?;
-            let mut seen = std::collections::HashSet::new();
-            let found: Vec<TapeMatch> = rows
-                .iter()
-                .filter_map(|r| {
-                    let m = TapeMatch { tape: r.get(0), entry: entry_of_at(r, 1) };
-                    seen.insert((m.tape.clone(), m.entry.id)).then_some(m)
-                })
-                .collect();
+            // An entry both queries found counts once (`search_across`).
+            let found: Vec<TapeMatch> =
+                rows.iter().map(|r| TapeMatch { tape: r.get(0), entry: entry_of_at(r, 1) }).collect();
             Ok(Some(bub_kit::tape::search_across(found, &query)?))
         }
     }

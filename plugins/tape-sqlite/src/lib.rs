@@ -305,13 +305,12 @@ impl TapeStore for SqliteStore {
                 let trigrams = bub_kit::tape::query_trigrams(&needle);
                 if !trigrams.is_empty() {
                     let any = trigrams.iter().map(|t| fts_string(t)).collect::<Vec<_>>().join(" OR ");
+                    // An entry both queries found counts once (`search_across`).
                     let fuzzy = conn
                         .prepare(&sql("t.rank"))?
                         .query_map(params![any, tapes, kinds, FUZZY_CANDIDATES], row)?
                         .collect::<Result<Vec<_>, _>>()?;
-                    let seen: std::collections::HashSet<(String, u64)> =
-                        found.iter().map(|m| (m.tape.clone(), m.entry.id)).collect();
-                    found.extend(fuzzy.into_iter().filter(|m| !seen.contains(&(m.tape.clone(), m.entry.id))));
+                    found.extend(fuzzy);
                 }
                 Ok(Some(bub_kit::tape::search_across(found, &query)?))
             })
