@@ -135,7 +135,8 @@ pub(crate) async fn fold(
         Ok(_) => (fallback_summary(plan.older), Some("the summary call answered nothing".to_owned())),
         Err(e) => (fallback_summary(plan.older), Some(e)),
     };
-    let mut content = format!("{SUMMARY_HEAD}\n\n<summary>\n{}\n</summary>", summary.trim());
+    let summary = summary.trim();
+    let mut content = format!("{SUMMARY_HEAD}\n\n<summary>\n{summary}\n</summary>");
     if let Some(request) = &plan.current_request {
         content.push_str(&format!("\n\nThe request being worked on: {request}"));
     }
@@ -144,7 +145,7 @@ pub(crate) async fn fold(
     let tokens_after = calibration.tokens(plan.fixed_bytes + message_bytes(&message) + tail_bytes);
     let folded_bytes: usize = plan.older.iter().map(|m| message_bytes(m)).sum();
     let mut state = json!({
-        "summary": summary.trim(),
+        "summary": summary,
         "reason": match reason { Reason::Budget => "budget", Reason::Refused(_) => "context_length_exceeded" },
         "folded": {"messages": plan.older.len(), "tokens": calibration.tokens(folded_bytes),
             "left_out_of_summary": left_out},
@@ -161,7 +162,7 @@ pub(crate) async fn fold(
     tape.record("anchor", json!({"name": ANCHOR, "state": state.clone()}), Map::new()).await?;
     if let Some(s) = state.as_object_mut() {
         s.remove("summary");
-        s.insert("summary_chars".into(), json!(summary.trim().chars().count()));
+        s.insert("summary_chars".into(), json!(summary.chars().count()));
     }
     tape.record_event(EVENT, state, context_false()).await?;
     let mut meta = Map::new();
@@ -178,7 +179,7 @@ async fn summarize(
     model: &str,
     transcript: &str,
 ) -> Result<Result<String, String>, AgentError> {
-    let run_id = format!("{RUN_ID_PREFIX}{}Z", jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%6f"));
+    let run_id = super::run::stamped_id(RUN_ID_PREFIX);
     let messages = vec![
         Message::new(json!({"role": "system", "content": SUMMARY_PROMPT})),
         Message::new(json!({"role": "user", "content": format!("<transcript>\n{transcript}\n</transcript>")})),

@@ -92,7 +92,13 @@ pub fn event(kind: &str, data: Value) -> StreamEvent {
 type Tx = mpsc::UnboundedSender<Result<StreamEvent, AgentError>>;
 
 fn run_id() -> String {
-    format!("run-{}Z", jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%6f"))
+    stamped_id("run-")
+}
+
+/// `prefix` and now to the microsecond (`run-20261205T214640123456Z`):
+/// the ids of a step's model call and of a fold's summary call.
+pub(crate) fn stamped_id(prefix: &str) -> String {
+    format!("{prefix}{}Z", jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%6f"))
 }
 
 /// Whether a failure reads as "the context is too long" (semantics §A2.9).
@@ -100,7 +106,7 @@ fn run_id() -> String {
 /// Besides Bub's patterns, a bare HTTP 413 counts: a proxy in front of the
 /// provider refuses an oversized request with "413 Request Entity Too
 /// Large" and no word of context, and Bub then fails the turn; here the
-/// run hands off and retries as for any other overflow.
+/// run folds its context and retries as for any other overflow.
 pub fn is_context_overflow(message: &str) -> bool {
     let s = message.to_lowercase();
     if s.contains("provider returned http 413")

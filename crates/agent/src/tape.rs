@@ -175,12 +175,14 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Bub's session tape name: `md5(workspace)[:16]__md5(session)[:16]`.
 pub fn session_tape_name(workspace: &std::path::Path, session_id: &str) -> String {
-    let hex = |s: &str| {
-        let digest = Md5::digest(s.as_bytes());
-        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()[..16].to_owned()
-    };
     let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    format!("{}__{}", hex(&ws.to_string_lossy()), hex(session_id))
+    format!("{}__{}", md5_16(&ws.to_string_lossy()), md5_16(session_id))
+}
+
+/// The first 16 hex digits of `text`'s MD5: each half of a session tape's name.
+fn md5_16(text: &str) -> String {
+    let digest = Md5::digest(text.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// What separates a tape's name from its sidecar's.
@@ -195,9 +197,7 @@ pub fn sidecar_tape_name(tape: &str, sidecar: &str) -> String {
 /// `tape` (whose name starts with the workspace's hash).
 pub fn sibling_session_tape(tape: &str, session_id: &str) -> String {
     let workspace = tape.split_once("__").map_or(tape, |(w, _)| w);
-    let digest = Md5::digest(session_id.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{workspace}__{}", &hex[..16])
+    format!("{workspace}__{}", md5_16(session_id))
 }
 
 /// A new entry dated now.
