@@ -5,7 +5,7 @@
 //! offered by the builtin plugin through `provide_tools`, so plugins can
 //! override them by priority.
 
-use bub_abi::types::TapeQuery;
+use bub_abi::types::{TapeEntry, TapeQuery};
 use bub_kit::envelope::py_str;
 use serde_json::{json, Map, Value};
 
@@ -186,19 +186,24 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
         return search_sessions(sessions, &q, &cx).await;
     }
     // The store's matches, newest first, then the run's own entries of those
-    // kinds (Bub's fork store adds them unsearched); earlier searches' results
-    // are left out so a search does not find itself.
+    // kinds (Bub's fork store adds them unsearched).
     let mut filtered = 0;
     let mut matches = Vec::new();
     for e in cx.tape.fetch(&q).await? {
-        let found = json!({"date": e.date, "content": e.payload});
-        if bub_agent::python::python_json(&found).contains("[tape.search]") {
-            filtered += 1;
-        } else {
-            matches.push(found);
+        match search_match(&e) {
+            Some(found) => matches.push(found),
+            None => filtered += 1,
         }
     }
     Ok(json!({"matches": matches, "filtered": filtered}))
+}
+
+/// A search's match `{date, content}` for `entry`; None for an entry that
+/// holds an earlier search's result, left out (and counted as filtered)
+/// so that a search does not find itself.
+fn search_match(entry: &TapeEntry) -> Option<Value> {
+    let found = json!({"date": entry.date, "content": entry.payload});
+    (!bub_agent::python::python_json(&found).contains("[tape.search]")).then_some(found)
 }
 
 /// `tape.search` over other sessions' tapes (`sessions`: "all", or ids as a
@@ -209,10 +214,11 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
 /// store yet, so they are not among them.
 async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> Result<Value, AgentError> {
     let here = cx.tape.name();
-    let named: Vec<String> = match sessions {
-        Value::String(s) if s.trim() == "all" => Vec::new(),
-        Value::String(s) => s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect(),
-        Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+    // None: every session; else the ids named.
+    let ids: Option<Vec<String>> = match sessions {
+        Value::String(s) if s.trim() == "all" => None,
+        Value::String(s) => Some(s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()),
+        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).map(str::to_owned).collect()),
         other => {
             return Err(AgentError::bub(
                 "invalid_input",
@@ -221,26 +227,25 @@ async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> R
             ))
         }
     };
-    let all = sessions.as_str().is_some_and(|s| s.trim() == "all");
-    if !all && named.is_empty() {
+    if ids.as_ref().is_some_and(Vec::is_empty) {
         return Err(AgentError::bub("invalid_input", "sessions names no session: give 'all' or session ids", None));
     }
-    let mut session_of: std::collections::HashMap<String, String> =
-        named.iter().map(|id| (bub_agent::tape::sibling_session_tape(here, id), id.clone())).collect();
+    // Each named session's tape, and the session each known tape is.
+    let named: Vec<(String, String)> =
+        ids.iter().flatten().map(|id| (bub_agent::tape::sibling_session_tape(here, id), id.clone())).collect();
+    let tapes: Option<Vec<String>> = ids.is_some().then(|| named.iter().map(|(tape, _)| tape.clone()).collect());
+    let mut session_of: std::collections::HashMap<String, String> = named.into_iter().collect();
     if let Some(id) = cx.state.get_value("session_id").and_then(|v| v.as_str().map(str::to_owned)) {
         session_of.insert(here.to_owned(), id);
     }
-    let tapes: Option<Vec<String>> =
-        (!all).then(|| named.iter().map(|id| bub_agent::tape::sibling_session_tape(here, id)).collect());
     let found = cx.tape.store().search_tapes(tapes.as_deref(), q).await?;
     let mut filtered = 0;
     let mut matches = Vec::new();
     for m in found {
-        let mut one = json!({"date": m.entry.date, "content": m.entry.payload});
-        if bub_agent::python::python_json(&one).contains("[tape.search]") {
+        let Some(mut one) = search_match(&m.entry) else {
             filtered += 1;
             continue;
-        }
+        };
         match session_of.get(&m.tape) {
             Some(id) => one["session"] = json!(id),
             None => one["tape"] = json!(m.tape),
@@ -285,7 +290,7 @@ async fn reset(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agent
         .ok_or_else(|| AgentError::value("tape.reset(archive=true) needs the host's home (a framework turn)"))?;
     let dir = home.join("tapes");
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
-    let write = |tape: String, entries: Vec<bub_abi::types::TapeEntry>| {
+    let write = |tape: String, entries: Vec<TapeEntry>| {
         let dir = dir.clone();
         let path = dir.join(format!("{tape}.jsonl.{stamp}.bak"));
         async move {
