@@ -268,7 +268,7 @@ impl Plugin for Builtin {
     /// To the started channel the message names; false when none runs. A
     /// silent outbound (see `render_outbound`) goes to no channel.
     fn dispatch_outbound(&self, message: Envelope) -> Option<bool> {
-        if field_of(&message, "kind").and_then(Value::as_str) == Some(bub_kit::envelope::SILENT_KIND) {
+        if bub_kit::envelope::is_silent(&message) {
             return Some(true);
         }
         Some(self.router.route(&message))

@@ -120,6 +120,11 @@ pub fn context_str(message: &Envelope) -> String {
 /// scheduled heartbeat with nothing to say).
 pub const SILENT_KIND: &str = "silent";
 
+/// Whether an outbound is silent ([`SILENT_KIND`]): every router skips it.
+pub fn is_silent(message: &Envelope) -> bool {
+    field_of(message, "kind").and_then(Value::as_str) == Some(SILENT_KIND)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -53,9 +53,8 @@ impl Runtime {
         message: &Envelope,
     ) -> Result<Vec<super::Answered<bool>>, crate::error::HookFailure> {
         let answers = self.dispatch_outbound(message).await?;
-        // A silent outbound is kept, not sent (`bub_kit::envelope::SILENT_KIND`).
-        let silent = bub_kit::envelope::field_of(message, "kind").and_then(|k| k.as_str())
-            == Some(bub_kit::envelope::SILENT_KIND);
+        // A silent outbound is kept, not sent.
+        let silent = bub_kit::envelope::is_silent(message);
         if let Some(channel) = self.bound_channel(message).filter(|c| !silent && c.resource().plugin() != "builtin") {
             if let Err(e) = channel.send(&for_channel(message, channel.name())).await {
                 tracing::warn!(target: "bub::gateway", "{e}");
