@@ -584,8 +584,8 @@ fn not_taken(why: String) -> Response {
 }
 
 /// The reply text: the first outbound for this channel, else the model output.
-pub(crate) fn reply_body(channel: &str, delivery: &Delivery) -> Value {
-    let reply = delivery
+pub(crate) fn reply_text(channel: &str, delivery: &Delivery) -> Option<String> {
+    delivery
         .outbounds
         .iter()
         .find(|o| {
@@ -593,7 +593,12 @@ pub(crate) fn reply_body(channel: &str, delivery: &Delivery) -> Value {
             target == Some(channel)
         })
         .and_then(|o| o.get("content").and_then(Value::as_str).map(str::to_owned))
-        .or_else(|| delivery.model_output.clone());
+        .or_else(|| delivery.model_output.clone())
+}
+
+/// The answer's JSON: the delivery's status, session, reply text and outbounds.
+fn reply_body(channel: &str, delivery: &Delivery) -> Value {
+    let reply = reply_text(channel, delivery);
     let mut body = json!({"status": delivery.status, "session_id": delivery.session_id, "reply": reply, "outbounds": delivery.outbounds});
     if let Some(e) = &delivery.error {
         body["error"] = json!(e);

@@ -121,7 +121,7 @@ pub(super) async fn chat_completions(State(shared): State<Arc<Shared>>, headers:
         let delivery = MessageHandlerClient(&shared.handler).submit(&message).await;
         return match delivery {
             Ok(d) if d.status == "processed" => {
-                let reply = super::reply_body(&shared.config.name, &d)["reply"].as_str().unwrap_or("").to_owned();
+                let reply = super::reply_text(&shared.config.name, &d).unwrap_or_default();
                 Json(json!({
                     "id": id, "object": "chat.completion", "created": unix_now(), "model": model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
@@ -157,8 +157,9 @@ pub(super) async fn chat_completions(State(shared): State<Arc<Shared>>, headers:
     // events, the delivery that ends them, whether any text was streamed.
     let pending = std::collections::VecDeque::from([chunk(json!({"role": "assistant", "content": ""}), None)]);
     let state = (pending, receiver, Some(done_rx), false);
+    let channel = shared.config.name.clone();
     let stream = futures_util::stream::unfold(state, move |(mut pending, mut events, mut done, mut streamed)| {
-        let chunk = chunk.clone();
+        let (chunk, channel) = (chunk.clone(), channel.clone());
         async move {
             loop {
                 if let Some(frame) = pending.pop_front() {
@@ -179,7 +180,7 @@ pub(super) async fn chat_completions(State(shared): State<Arc<Shared>>, headers:
                     // plugin's own model) goes out as one chunk.
                     Ok(Ok(d)) if d.status == "processed" => {
                         if !streamed {
-                            let reply = super::reply_body("", &d)["reply"].as_str().unwrap_or("").to_owned();
+                            let reply = super::reply_text(&channel, &d).unwrap_or_default();
                             pending.push_back(chunk(json!({"content": reply}), None));
                         }
                         pending.push_back(chunk(json!({}), Some("stop")));

@@ -450,17 +450,7 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
             if !confirmed.is_new(id) {
                 continue;
             }
-            let taken = match serde_json::from_value::<Update>(raw) {
-                Ok(Update { content: UpdateContent::Message(message), .. }) => {
-                    on_message(&shared, &bot, *message, false).await
-                }
-                Ok(_) => true,
-                Err(e) => {
-                    tracing::warn!("telegram: skipping update {id} this version cannot read: {e}");
-                    true
-                }
-            };
-            if !taken {
+            if !take_update(&shared, &bot, id, raw, false).await {
                 refused = true;
                 break;
             }
@@ -515,6 +505,22 @@ impl Confirmed {
     /// Update `id` is settled.
     fn settle(&mut self, id: i64) {
         self.0 = Some(self.0.map_or(id, |last| last.max(id)));
+    }
+}
+
+/// Hands update `id` (as Telegram sent it) to the gateway; whether it was
+/// taken or settled here (see [`on_message`]). An update that is not a
+/// message, or one this version cannot read, is settled (skipped).
+async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, until_done: bool) -> bool {
+    match serde_json::from_value::<Update>(raw) {
+        Ok(Update { content: UpdateContent::Message(message), .. }) => {
+            on_message(shared, bot, *message, until_done).await
+        }
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!("telegram: skipping update {id} this version cannot read: {e}");
+            true
+        }
     }
 }
 

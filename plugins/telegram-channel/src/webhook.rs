@@ -31,7 +31,6 @@ use axum::{
     Router,
 };
 use bub_abi::BoxError;
-use frankenstein::updates::{Update, UpdateContent};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -133,17 +132,7 @@ async fn deliver(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: Bytes)
     if bub_abi::sync::lock(&hook.answered).contains(&id) {
         return StatusCode::OK;
     }
-    let taken = match serde_json::from_value::<Update>(raw) {
-        Ok(Update { content: UpdateContent::Message(message), .. }) => {
-            super::on_message(&hook.shared, &hook.bot, *message, true).await
-        }
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!("telegram: skipping update {id} this version cannot read: {e}");
-            true
-        }
-    };
-    if !taken {
+    if !super::take_update(&hook.shared, &hook.bot, id, raw, true).await {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     let mut answered = bub_abi::sync::lock(&hook.answered);
