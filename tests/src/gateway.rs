@@ -80,6 +80,16 @@ impl GatewayProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits up to `limit` until its log says `text`; fails the test with
+    /// `what` and the log otherwise.
+    pub fn wait_for_log(&self, text: &str, limit: Duration, what: &str) {
+        let deadline = Instant::now() + limit;
+        while !self.log().contains(text) {
+            assert!(Instant::now() < deadline, "{what}:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends `signal` (e.g. `libc`'s SIGTERM number) to it.
     pub fn signal(&self, signal: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();

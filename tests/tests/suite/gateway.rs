@@ -22,6 +22,13 @@ fn http_channel(home: &Home, name: &str, config: Value) {
     home.install(name, &lib("http-channel"), config);
 }
 
+/// `bub --home <home> <args>`, which must succeed: its output.
+fn bub_ok(home: &Home, args: &[&str]) -> String {
+    let (out, err, ok) = run_bub(home, args);
+    assert!(ok, "bub {args:?}: {err}");
+    out
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -445,11 +452,7 @@ fn scheduled_jobs_fire_back_into_their_session_through_the_gateway() {
     let home = Home::new();
     http_channel(&home, "http-channel", json!({}));
     home.install("schedule", &lib("schedule"), json!({"tick_ms": 100}));
-    let bub = |args: &[&str]| {
-        let (out, err, ok) = run_bub(&home, args);
-        assert!(ok, "bub {args:?}: {err}");
-        out
-    };
+    let bub = |args: &[&str]| bub_ok(&home, args);
     bub(&["run", "--session-id", "s1", ",schedule.add message=ping-reminder after=1s"]);
     bub(&["run", "--session-id", "s1", ",schedule.add message=hourly every=1h"]);
     let cron = bub(&["run", "--session-id", "s2", ",schedule.add message=standup cron=\"30 9 * * 1-5\""]);
@@ -468,11 +471,7 @@ fn scheduled_jobs_fire_back_into_their_session_through_the_gateway() {
 
     let mut gateway = GatewayProcess::start(home.path(), &[], &[]);
     gateway.address(home.path(), "http-channel");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !gateway.log().contains("reply on session") {
-        assert!(std::time::Instant::now() < deadline, "the job did not fire:\n{}", gateway.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    gateway.wait_for_log("reply on session", Duration::from_secs(20), "the job did not fire");
     gateway.signal("TERM");
     assert!(gateway.wait(Duration::from_secs(20)).is_some_and(|s| s.success()));
     let found = bub(&["run", "--session-id", "s1", ",tape.search query=ping-reminder"]);
@@ -511,16 +510,8 @@ fn a_heartbeat_answer_of_no_reply_is_kept_on_the_tape_and_sent_nowhere() {
         ("BUB_API_BASE", provider.base_url.clone()),
         ("OPENAI_API_KEY", "none".to_owned()),
     ];
-    let bub = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(bub_tests::bub_bin());
-        cmd.arg("--home").arg(home.path()).args(args).env_remove("BUB_PLUGIN_PATH");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "bub {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    // Commands run no model: only the gateway needs the model's environment.
+    let bub = |args: &[&str]| bub_ok(&home, args);
     // Cron in a zone: 09:30 on Tokyo's clock (+09:00); the plugin's default zone for the other.
     let tokyo = bub(&["run", "--session-id", "tz", r#",schedule.add message=standup cron="30 9 * * *" tz=Asia/Tokyo"#]);
     assert!(tokyo.contains("T09:30:00+09:00") && tokyo.contains("T00:30:00Z"), "{tokyo}");
@@ -534,11 +525,7 @@ fn a_heartbeat_answer_of_no_reply_is_kept_on_the_tape_and_sent_nowhere() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut gateway = GatewayProcess::start(home.path(), &[], &env);
     gateway.address(home.path(), "http-channel");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !gateway.log().contains("Time to stretch!") {
-        assert!(std::time::Instant::now() < deadline, "no heartbeat answer was delivered:\n{}", gateway.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    gateway.wait_for_log("Time to stretch!", Duration::from_secs(30), "no heartbeat answer was delivered");
     gateway.signal("TERM");
     assert!(gateway.wait(Duration::from_secs(20)).is_some_and(|s| s.success()));
     let log = gateway.log();

@@ -205,11 +205,7 @@ fn telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start
     api.push_message(private_text(5, "before the stop"));
     api.wait_for("chat 5's turn running", WAIT, |calls| calls.iter().any(|c| c.method == "sendChatAction"));
     first.signal("TERM");
-    let deadline = Instant::now() + WAIT;
-    while !first.log().contains("stopping: no new messages") {
-        assert!(Instant::now() < deadline, "the gateway did not begin to stop:\n{}", first.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    first.wait_for_log("stopping: no new messages", WAIT, "the gateway did not begin to stop");
     let chats: Vec<u64> = (6..=15).collect();
     for chat in &chats {
         api.push_message(private_text(*chat, &format!("during the stop {chat}")));
@@ -247,11 +243,7 @@ fn telegram_an_endless_api_answer_is_refused_at_its_cap() {
     telegram(&home, &api, json!({"max_answer_bytes": 1_048_576}));
     let gateway = gateway(&home, &api, &[]);
     api.trouble("getUpdates", vec![Trouble::Endless]);
-    let deadline = Instant::now() + WAIT;
-    while !gateway.log().contains("BUB_TELEGRAM_MAX_ANSWER_BYTES") {
-        assert!(Instant::now() < deadline, "the endless answer was not refused:\n{}", gateway.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    gateway.wait_for_log("BUB_TELEGRAM_MAX_ANSWER_BYTES", WAIT, "the endless answer was not refused");
     println!("FAULT telegram endless getUpdates answer: refused at 1 MiB");
     let rss_kb = gateway.rss_kb();
     assert!(rss_kb < 300_000, "the gateway grew to {rss_kb} kB");
