@@ -34,3 +34,5 @@ pub mod random;
 pub mod tape;
 pub mod terminal;
 pub mod time;
+#[cfg(feature = "websocket")]
+pub mod websocket;

@@ -323,7 +323,7 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
             None => api.open_connection().await.map_err(|e| e.to_string()),
         };
         let connected = match next {
-            Ok(url) => connect(&url, shared.config.max_answer_bytes).await,
+            Ok(url) => bub_kit::websocket::connect(&url, None, shared.config.max_answer_bytes).await,
             Err(e) => Err(e),
         };
         let mut ws = match connected {
@@ -402,30 +402,6 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
             _ = stopped.changed() => return,
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
-    }
-}
-
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(url: &str, max_message: u64) -> Result<Socket, String> {
-    // rustls with ring and the Mozilla roots, chosen here rather than by
-    // whichever crypto provider the process happens to have.
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_tungstenite::Connector::Rustls(Arc::new(tls));
-    let max = usize::try_from(max_message).unwrap_or(usize::MAX);
-    let limits = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max));
-    let connecting = tokio_tungstenite::connect_async_tls_with_config(url, Some(limits), false, Some(connector));
-    match tokio::time::timeout(Duration::from_secs(20), connecting).await {
-        Ok(Ok((ws, _))) => Ok(ws),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("timed out".into()),
     }
 }
 
