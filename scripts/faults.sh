@@ -2,8 +2,8 @@
 # The fault runs of RELIABILITY.md, loopback only and
 # bounded: stops and kills under gateway load for the three tape stores,
 # PostgreSQL restarted and frozen, hostile providers and MCP servers, idle and
-# slow HTTP clients, the gateway's turn caps; Telegram and Slack messages
-# arriving while the gateway stops, an endless Bot API answer, a Python hook
+# slow HTTP clients, the gateway's turn caps; Telegram, Slack and Discord
+# messages arriving while the gateway stops, an endless Bot API answer, a Python hook
 # blocking the bridge's loop. They are tests of the suite (so
 # scripts/test.sh and CI run them too); this prints their figures.
 #
@@ -22,6 +22,7 @@ cargo test -q -p bub-tests --test suite -- --nocapture --test-threads 1 \
     gateway::turn_caps_bound_the_gateway_and_keep_sessions_in_order \
     telegram::telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start \
     slack::slack_events_refused_during_a_stop_are_answered_once_after_the_next_start \
+    discord::discord_messages_refused_during_a_stop_or_sent_while_down_are_answered_once_after_the_next_start \
     telegram::telegram_an_endless_api_answer_is_refused_at_its_cap \
     slack::slack_an_endless_api_answer_is_refused_at_its_cap \
     python::a_python_hook_that_blocks_the_loop \

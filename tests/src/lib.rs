@@ -15,7 +15,7 @@ use std::{
 use bub_host::{discovery::SearchPath, Host};
 use serde_json::{json, Value};
 
-/// The workspace root.
+pub mod discord;
 pub mod gateway;
 pub mod postgres;
 pub mod provider;
@@ -24,6 +24,7 @@ pub mod recordings;
 pub mod slack;
 pub mod telegram;
 
+/// The workspace root.
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }
@@ -56,6 +57,7 @@ pub const TEST_PLUGINS: &[&str] = &[
     "http-channel",
     "telegram-channel",
     "slack-channel",
+    "discord-channel",
     "tape-sqlite",
     "tape-postgres",
     "schedule",

@@ -106,9 +106,13 @@ impl Cursors {
         self.save();
     }
 
-    /// A message of `channel` was refused: its cursor stays where it is
-    /// for the rest of this run, so the next start reads it back.
-    pub fn refused(&mut self, channel: &str) {
+    /// Message `id` of `channel` was refused: the cursor stays before it
+    /// (set there when the channel had none) for the rest of this run, so
+    /// the next start reads it back.
+    pub fn refused(&mut self, channel: &str, id: u64, guild: Option<&str>) {
+        if !self.map.contains_key(channel) {
+            self.settled(channel, id.saturating_sub(1), guild);
+        }
         self.frozen.insert(channel.to_owned());
     }
 
@@ -138,8 +142,9 @@ mod tests {
         cursors.settled("C1", 10, Some("G1"));
         cursors.settled("C1", 9, Some("G1"));
         cursors.settled("D1", 5, None);
-        cursors.refused("D1");
-        cursors.settled("D1", 6, None);
+        cursors.refused("D1", 6, None);
+        cursors.settled("D1", 7, None);
+        cursors.refused("N1", 20, None);
         let mut due = Cursors::load(path).due();
         due.sort_by(|a, b| a.channel.cmp(&b.channel));
         assert_eq!(
@@ -147,6 +152,7 @@ mod tests {
             vec![
                 Due { channel: "C1".into(), after: 10, guild: Some("G1".into()) },
                 Due { channel: "D1".into(), after: 5, guild: None },
+                Due { channel: "N1".into(), after: 19, guild: None },
             ]
         );
         std::fs::remove_dir_all(dir).unwrap();

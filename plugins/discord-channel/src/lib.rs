@@ -384,7 +384,7 @@ pub(crate) async fn on_message(shared: &Arc<Shared>, message: &Value) -> bool {
     if taken {
         cursors.settled(&channel, id, guild.as_deref());
     } else {
-        cursors.refused(&channel);
+        cursors.refused(&channel, id, guild.as_deref());
         // Not seen after all: the read-back after the next start must take it.
         bub_abi::sync::lock(&shared.seen).retain(|k| *k != inbound.id);
     }

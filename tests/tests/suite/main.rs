@@ -15,6 +15,7 @@ mod code_mode;
 mod contract;
 mod crashes;
 mod deadlines;
+mod discord;
 mod dispatch;
 mod examples;
 mod faults;
