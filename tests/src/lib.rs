@@ -19,6 +19,7 @@ pub mod discord;
 pub mod gateway;
 pub mod postgres;
 pub mod provider;
+pub mod proxy;
 pub mod python;
 pub mod recordings;
 pub mod slack;

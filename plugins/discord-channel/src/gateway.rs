@@ -293,11 +293,8 @@ async fn connection(
                     _ => {}
                 }
             }
-            Some(1) => {
-                if !send(ws, json!({"op": 1, "d": *seq})).await {
-                    return End::Resume;
-                }
-            }
+            // Discord asks for a heartbeat now.
+            Some(1) if !send(ws, json!({"op": 1, "d": *seq})).await => return End::Resume,
             Some(7) => {
                 tracing::info!("discord: Discord asks to reconnect; resuming");
                 return End::Resume;

@@ -10,6 +10,7 @@ use bub_tests::{
     gateway::GatewayProcess,
     lib,
     provider::{chat, Provider},
+    proxy::Proxy,
     Home,
 };
 use serde_json::{json, Value};
@@ -313,5 +314,25 @@ fn discord_a_wrong_token_or_a_refused_intent_says_what_to_fix() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(fake.identifies().len(), 1, "no retry that cannot succeed");
     assert!(gateway.pid().is_some(), "the gateway is still up");
+    drop(gateway);
+}
+
+/// `BUB_DISCORD_PROXY` carries both halves: the REST calls (plain http
+/// here, so in absolute form) and the Gateway's WebSocket (a `CONNECT`
+/// tunnel); a message is answered through it.
+#[test]
+fn discord_reaches_rest_and_the_gateway_through_an_http_proxy() {
+    let home = Home::new();
+    let fake = FakeDiscord::start();
+    let proxy = Proxy::start();
+    discord(&home, &fake, json!({}));
+    let gateway = gateway_with(&home, &fake, &[("BUB_DISCORD_PROXY", proxy.url.as_str())]);
+    fake.push_message(dm("D1", "U1", "through the proxy"));
+    fake.wait_for("the reply", || !fake.posted("D1").is_empty());
+    let asked = proxy.asked();
+    let api = fake.api_base.trim_start_matches("http://");
+    assert!(asked.iter().any(|l| l.starts_with("CONNECT 127.0.0.1:")), "the Gateway tunnelled: {asked:?}");
+    assert!(asked.iter().any(|l| l.starts_with(&format!("GET http://{api}/gateway/bot"))), "{asked:?}");
+    assert!(asked.iter().any(|l| l.starts_with(&format!("POST http://{api}/channels/D1/messages"))), "{asked:?}");
     drop(gateway);
 }
