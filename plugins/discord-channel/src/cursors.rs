@@ -116,6 +116,13 @@ impl Cursors {
         self.frozen.insert(channel.to_owned());
     }
 
+    /// Forgets `channel` (deleted, or the bot was removed from it).
+    pub fn forget(&mut self, channel: &str) {
+        if self.map.remove(channel).is_some() {
+            self.save();
+        }
+    }
+
     fn save(&self) {
         let Some(dir) = self.path.parent() else { return };
         let written = bub_kit::files::create_private_dir(dir).and_then(|()| {
@@ -145,6 +152,8 @@ mod tests {
         cursors.refused("D1", 6, None);
         cursors.settled("D1", 7, None);
         cursors.refused("N1", 20, None);
+        cursors.settled("X1", 3, None);
+        cursors.forget("X1");
         let mut due = Cursors::load(path).due();
         due.sort_by(|a, b| a.channel.cmp(&b.channel));
         assert_eq!(

@@ -9,11 +9,14 @@
 //!   Discord's own heartbeat request (op 1) is answered at once.
 //! - **Identify** (op 2: the token, the intents GUILD_MESSAGES,
 //!   DIRECT_MESSAGES and MESSAGE_CONTENT) opens a session; **READY** gives
-//!   its id, the URL to resume at and the bot's user.
+//!   its id, the URL to resume at and the bot's user. A new session
+//!   replays nothing, so after each READY the channels are read back
+//!   over REST from their cursors (`cursors.rs`), heartbeats going on.
 //! - A dropped connection, Discord's **Reconnect** (op 7), a resumable
 //!   **Invalid Session** (op 9, `true`) or any close code that allows it:
 //!   **Resume** (op 6: token, session id, last sequence) at the resume
-//!   URL, and Discord replays what was missed. An Invalid Session
+//!   URL, and Discord replays what was missed. A resume URL that cannot
+//!   be reached is given up for a new session. An Invalid Session
 //!   `false`, or close codes 4007 and 4009: a new session after 1–5 s.
 //! - Close codes that no retry can mend (4004 bad token, 4010–4014 shard
 //!   and intent errors) end the loop with a message saying what to fix.
@@ -284,7 +287,26 @@ async fn connection(
                         {
                             *session = Some(Session { id: id.to_owned(), resume_url: url.to_owned() });
                         }
-                        crate::catch_up(shared).await;
+                        // A new session replays nothing: read back, over
+                        // REST, what came since each channel's cursor.
+                        // The Gateway's events wait on the socket
+                        // meanwhile; heartbeats go on (their
+                        // acknowledgements wait too).
+                        let reading = crate::catch_up(shared);
+                        tokio::pin!(reading);
+                        loop {
+                            tokio::select! {
+                                () = &mut reading => break,
+                                _ = tokio::time::sleep_until(next_beat) => {
+                                    if !send(ws, json!({"op": 1, "d": *seq})).await {
+                                        return End::Resume;
+                                    }
+                                    next_beat = Instant::now() + interval;
+                                }
+                                _ = stopped.changed() => return End::Stopped,
+                            }
+                        }
+                        acked = true;
                     }
                     Some("RESUMED") => tracing::info!("discord: resumed the session"),
                     Some("MESSAGE_CREATE") => {

@@ -407,8 +407,20 @@ pub(crate) async fn catch_up(shared: &Arc<Shared>) {
         for _ in 0..10 {
             let page = match rest.messages_after(&channel.channel, after, 100).await {
                 Ok(page) => page,
+                Err(rest::RestError::Discord { status: status @ (403 | 404), message }) => {
+                    // Gone, or the bot was removed: nothing to read there again.
+                    tracing::info!(
+                        "discord: channel {} cannot be read back ({status}: {message}); forgetting it",
+                        channel.channel
+                    );
+                    bub_abi::sync::lock(&shared.cursors).forget(&channel.channel);
+                    break;
+                }
                 Err(e) => {
-                    tracing::warn!("discord: cannot read back channel {}: {e}", channel.channel);
+                    tracing::warn!(
+                        "discord: cannot read back channel {}: {e}; tried again at the next start",
+                        channel.channel
+                    );
                     break;
                 }
             };
