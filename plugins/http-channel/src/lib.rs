@@ -13,8 +13,9 @@
 //! …, named by their kind) ending with one `reply` event carrying the JSON
 //! above. `GET /v1/health` answers `ok`.
 //!
-//! The same listener speaks OpenAI's chat completions API behind the same
-//! token (`POST /v1/chat/completions`, `GET /v1/models`; see `openai.rs`),
+//! The same listener speaks OpenAI's APIs behind the same token (`POST
+//! /v1/chat/completions`, `POST /v1/responses`, `GET /v1/models`; see
+//! `openai/`),
 //! so any OpenAI client talks to the agent. Install the plugin a second
 //! time with `name=openai-api` for an endpoint (and channel) of its own.
 //!
@@ -224,6 +225,7 @@ impl Plugin for HttpChannelPlugin {
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             server: Mutex::new(None),
+            response_sessions: Mutex::default(),
         }));
         Some(vec![Object::channel(channel)])
     }
@@ -275,6 +277,9 @@ struct Shared {
     streams: Mutex<HashMap<String, mpsc::UnboundedSender<StreamEvent>>>,
     next_id: AtomicU64,
     server: Mutex<Option<Server>>,
+    // The session of each recent OpenAI response, by its id: a request
+    // continuing one (`previous_response_id`) runs on its session.
+    response_sessions: Mutex<bub_kit::lru::Lru<String, String>>,
 }
 
 struct Server {
@@ -321,6 +326,7 @@ impl Channel for HttpChannel {
             let app = Router::new()
                 .route("/v1/messages", post(post_message))
                 .route("/v1/chat/completions", post(openai::chat_completions))
+                .route("/v1/responses", post(openai::responses))
                 .route("/v1/models", get(openai::models))
                 .route("/v1/health", get(|| async { "ok" }))
                 .with_state(shared.clone());

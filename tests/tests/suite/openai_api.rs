@@ -1,8 +1,9 @@
-//! The http channel's OpenAI-compatible API, tested with the official
-//! `openai` Python client from PyPI (pinned in
-//! `tests/python/openai-client-requirements.txt`) and with `curl`: a
-//! real gateway, a model on loopback, turns on the session the `user`
-//! field or the `X-Bub-Session` header names.
+//! The http channel's OpenAI-compatible API (chat completions and the
+//! Responses API), tested with the official `openai` Python client from
+//! PyPI (pinned in `tests/python/openai-client-requirements.txt`) and
+//! with `curl`: a real gateway, a model on loopback, turns on the session
+//! the `user` field, the `X-Bub-Session` header or the continued
+//! response names.
 
 use bub_tests::{
     gateway::GatewayProcess,
@@ -136,6 +137,76 @@ fn curl_gets_chat_completions_plain_and_streamed() {
     // Both turns landed on session curl-1's tape.
     let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "curl-1", ",tape.search query=stream"]);
     assert!(ok && found.contains("stream me"), "{err}{found}");
+    gw.signal("TERM");
+    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+}
+
+/// The official client's Responses API: a plain answer (`output_text`),
+/// a raw event stream (the documented event sequence, numbered in order),
+/// and the client's own stream helper, which rebuilds the response from
+/// the events and fails on any out of place. A request naming no session
+/// but continuing a response (`previous_response_id`) runs on that
+/// response's session.
+#[test]
+fn the_official_openai_client_speaks_the_responses_api() {
+    let Some(venv) = openai_client_venv_or_skip("the_official_openai_client_speaks_the_responses_api") else { return };
+    let home = Home::new();
+    let (mut gw, base, provider) = gateway(&home);
+    let script = r#"
+import json, sys, openai
+base, token = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=base + "/v1", api_key=token)
+out = {}
+r = client.responses.create(model="bub-agent", input="first words", instructions="ignored",
+    extra_headers={"X-Bub-Session": "rs-1"})
+out["plain"] = {"text": r.output_text, "status": r.status, "object": r.object, "model": r.model}
+events = list(client.responses.create(model="bub-agent", stream=True, previous_response_id=r.id,
+    input=[{"role": "user", "content": [{"type": "input_text", "text": "second words"}]}]))
+out["types"] = [e.type for e in events]
+out["sequence"] = [e.sequence_number for e in events]
+out["deltas"] = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+out["completed"] = events[-1].response.output_text
+with client.responses.stream(model="bub-agent", input="third words", previous_response_id=events[-1].response.id) as s:
+    for _ in s:
+        pass
+    out["helper"] = s.get_final_response().output_text
+print(json.dumps(out))
+"#;
+    let output = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", script, &base, TOKEN])
+        .output()
+        .expect("run the openai client");
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        out["plain"],
+        json!({"text": "echo: first words", "status": "completed", "object": "response", "model": "bub-agent"})
+    );
+    let types: Vec<&str> = out["types"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let deltas = types.iter().filter(|t| **t == "response.output_text.delta").count();
+    let mut expected =
+        vec!["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert!(deltas >= 2, "the model's two chunks: {types:?}");
+    assert_eq!(types, expected);
+    let sequence: Vec<u64> = out["sequence"].as_array().unwrap().iter().filter_map(Value::as_u64).collect();
+    assert_eq!(sequence, (0..types.len() as u64).collect::<Vec<_>>());
+    assert_eq!(out["deltas"], "echo: second words");
+    assert_eq!(out["completed"], "echo: second words");
+    assert_eq!(out["helper"], "echo: third words");
+    // All three turns on session rs-1: the third model call has the first
+    // two from the tape, and `instructions` is not the agent's prompt.
+    let third = provider.requests()[2].body["messages"].to_string();
+    assert!(third.contains("first words") && third.contains("second words"), "{third}");
+    assert!(!third.contains("ignored"), "{third}");
+    let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "rs-1", ",tape.search query=third"]);
+    assert!(ok && found.contains("third words"), "{err}{found}");
     gw.signal("TERM");
     assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
 }

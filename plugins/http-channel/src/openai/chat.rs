@@ -1,0 +1,79 @@
+//! `POST /v1/chat/completions`: the inbound is the last `user` message of
+//! `messages`; streamed as `chat.completion.chunk` events (an opening
+//! chunk with the role, one per text delta, a closing one with
+//! `finish_reason: stop`) and `data: [DONE]`.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    extract::State,
+    http::HeaderMap,
+    response::{
+        sse::{Event, Sse},
+        IntoResponse, Response,
+    },
+    Json,
+};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use super::{Shared, Step};
+
+/// One turn on the named session.
+pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    let example = r#"{"model": "bub", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let request = match super::read_request(&shared, &headers, body, example).await {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let messages = request.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    let prepared = super::last_user_text(&messages)
+        .and_then(|content| Ok((super::session_of(&shared, &headers, &request, None)?, content)));
+    let (session, content) = match prepared {
+        Ok(prepared) => prepared,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let message = super::envelope(&shared, &session, &content, "openai");
+    let id = super::new_id(&shared, "chatcmpl");
+    let model = shared.config.model_name.clone();
+    if !request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        return match super::run(&shared, &message).await {
+            Ok(reply) => Json(json!({
+                "id": id, "object": "chat.completion", "created": super::unix_now(), "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
+                    "finish_reason": "stop", "logprobs": null}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            }))
+            .into_response(),
+            Err(response) => response,
+        };
+    }
+    let created = super::unix_now();
+    let steps = super::run_streamed(&shared, message, &id);
+    let chunk = move |delta: Value, finish: Option<&str>| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]})
+        .to_string()
+    };
+    let opening = chunk(json!({"role": "assistant", "content": ""}), None);
+    let frames = steps.flat_map(move |step| {
+        let frames = match step {
+            Step::Delta(text) => vec![chunk(json!({"content": text}), None)],
+            Step::End(Ok(reply)) => {
+                let mut frames: Vec<String> = reply.map(|r| chunk(json!({"content": r}), None)).into_iter().collect();
+                frames.push(chunk(json!({}), Some("stop")));
+                frames.push("[DONE]".to_owned());
+                frames
+            }
+            Step::End(Err(why)) => {
+                vec![json!({"error": {"message": why, "type": "server_error"}}).to_string(), "[DONE]".to_owned()]
+            }
+        };
+        futures_util::stream::iter(frames)
+    });
+    let events = futures_util::stream::once(async move { opening })
+        .chain(frames)
+        .map(|frame| Ok::<_, std::convert::Infallible>(Event::default().data(frame)));
+    Sse::new(events).into_response()
+}

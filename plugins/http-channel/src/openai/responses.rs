@@ -1,0 +1,162 @@
+//! `POST /v1/responses`, OpenAI's Responses API (what its agent SDKs and
+//! newer clients speak): the inbound is `input` when it is a string, else
+//! its last `user` message (text and `input_text` parts); `instructions`
+//! is ignored, as a chat's system message is. The answer is a `response`
+//! object whose one output item is the assistant's message
+//! (`output_text`).
+//!
+//! Streamed, it is the API's event sequence, each event named and
+//! numbered (`sequence_number`): `response.created`,
+//! `response.in_progress`, `response.output_item.added`,
+//! `response.content_part.added`, a `response.output_text.delta` per text
+//! delta, `response.output_text.done`, `response.content_part.done`,
+//! `response.output_item.done`, `response.completed` (or
+//! `response.failed`, with the reason, when the turn fails).
+//!
+//! `previous_response_id` continues a conversation: a request naming no
+//! session runs on the session of the response it continues (the last
+//! 4,096 responses' sessions are remembered). Responses are not stored
+//! (`store: false`): the session's tape is the record.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    extract::State,
+    http::HeaderMap,
+    response::{
+        sse::{Event, Sse},
+        IntoResponse, Response,
+    },
+    Json,
+};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use super::{Shared, Step};
+
+/// How many responses' sessions are remembered for `previous_response_id`.
+const REMEMBERED: usize = 4096;
+
+/// A `response` object.
+fn response_object(id: &str, created: u64, model: &str, status: &str, output: Value, error: Value) -> Value {
+    json!({
+        "id": id, "object": "response", "created_at": created, "status": status, "error": error,
+        "incomplete_details": null, "instructions": null, "max_output_tokens": null, "model": model,
+        "output": output, "parallel_tool_calls": false, "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null}, "store": false, "temperature": null,
+        "text": {"format": {"type": "text"}}, "tool_choice": "none", "tools": [], "top_p": null,
+        "truncation": "disabled", "metadata": {},
+        "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+    })
+}
+
+/// The assistant's message item, `status` `in_progress` or `completed`.
+fn message_item(id: &str, status: &str, text: Option<&str>) -> Value {
+    let content: Vec<Value> =
+        text.map(|t| json!({"type": "output_text", "text": t, "annotations": []})).into_iter().collect();
+    json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": content})
+}
+
+/// The inbound of a request's `input`.
+fn input_text(request: &Value) -> Result<String, super::Refusal> {
+    match request.get("input") {
+        Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
+        Some(Value::Array(items)) => super::last_user_text(items),
+        _ => Err(super::Refusal::bad_request(
+            "input must be a non-empty string or a list of messages with a user message",
+        )),
+    }
+}
+
+/// One turn on the named (or continued) session.
+pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    let example = r#"{"model": "bub", "input": "hi"}"#;
+    let request = match super::read_request(&shared, &headers, body, example).await {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let continued = request
+        .get("previous_response_id")
+        .and_then(Value::as_str)
+        .and_then(|id| bub_abi::sync::lock(&shared.response_sessions).get(id).cloned());
+    let prepared = input_text(&request)
+        .and_then(|content| Ok((super::session_of(&shared, &headers, &request, continued)?, content)));
+    let (session, content) = match prepared {
+        Ok(prepared) => prepared,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let message = super::envelope(&shared, &session, &content, "openai-responses");
+    let id = super::new_id(&shared, "resp");
+    let item = super::new_id(&shared, "msg");
+    bub_kit::lru::Lru::keep_in(&shared.response_sessions, id.clone(), session, 0, REMEMBERED, u64::MAX);
+    let model = shared.config.model_name.clone();
+    let created = super::unix_now();
+    if !request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        return match super::run(&shared, &message).await {
+            Ok(reply) => {
+                let output = json!([message_item(&item, "completed", Some(&reply))]);
+                Json(response_object(&id, created, &model, "completed", output, Value::Null)).into_response()
+            }
+            Err(response) => response,
+        };
+    }
+    let steps = super::run_streamed(&shared, message, &id);
+    let response =
+        move |status: &str, output: Value, error: Value| response_object(&id, created, &model, status, output, error);
+    let where_ = json!({"item_id": item, "output_index": 0, "content_index": 0});
+    let with = |mut event: Value, extra: &Value| {
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            event[k] = v.clone();
+        }
+        event
+    };
+    let opening = vec![
+        json!({"type": "response.created", "response": response("in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": response("in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+            "item": message_item(&item, "in_progress", None)}),
+        with(
+            json!({"type": "response.content_part.added",
+                "part": {"type": "output_text", "text": "", "annotations": []}}),
+            &where_,
+        ),
+    ];
+    let mut text = String::new();
+    let events = steps.flat_map(move |step| {
+        let events = match step {
+            Step::Delta(delta) => {
+                text.push_str(&delta);
+                vec![with(json!({"type": "response.output_text.delta", "delta": delta, "logprobs": []}), &where_)]
+            }
+            Step::End(Ok(reply)) => {
+                if let Some(reply) = reply {
+                    text = reply;
+                }
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                let done = message_item(&item, "completed", Some(&text));
+                vec![
+                    with(json!({"type": "response.output_text.done", "text": text, "logprobs": []}), &where_),
+                    with(json!({"type": "response.content_part.done", "part": part}), &where_),
+                    json!({"type": "response.output_item.done", "output_index": 0, "item": done}),
+                    json!({"type": "response.completed",
+                        "response": response("completed", json!([done]), Value::Null)}),
+                ]
+            }
+            Step::End(Err(why)) => {
+                let error = json!({"code": "server_error", "message": why});
+                vec![json!({"type": "response.failed", "response": response("failed", json!([]), error)})]
+            }
+        };
+        futures_util::stream::iter(events)
+    });
+    let mut sequence = 0u64;
+    let frames = futures_util::stream::iter(opening).chain(events).map(move |mut event| {
+        event["sequence_number"] = json!(sequence);
+        sequence += 1;
+        let name = event["type"].as_str().unwrap_or("message").to_owned();
+        Ok::<_, std::convert::Infallible>(Event::default().event(name).data(event.to_string()))
+    });
+    Sse::new(frames).into_response()
+}
