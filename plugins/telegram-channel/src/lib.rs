@@ -46,7 +46,9 @@
 //! (several gateways sharing one bot; see `webhook.rs`):
 //! `BUB_TELEGRAM_WEBHOOK_URL` (the public URL), `BUB_TELEGRAM_WEBHOOK_SECRET`
 //! (required), `BUB_TELEGRAM_WEBHOOK_LISTEN` (`127.0.0.1:8443`),
-//! `webhook_max_connections` (1). The token is never logged:
+//! `webhook_max_connections` (1), `webhook_answer_seconds` (5: a delivery
+//! is answered when its turn has run or after this long, before Telegram
+//! gives up waiting). The token is never logged:
 //! error messages leave out the URL that carries it.
 
 mod api;
@@ -450,7 +452,7 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
             if !confirmed.is_new(id) {
                 continue;
             }
-            if !take_update(&shared, &bot, id, raw, false).await {
+            if !take_update(&shared, &bot, id, raw, None).await {
                 refused = true;
                 break;
             }
@@ -511,10 +513,10 @@ impl Confirmed {
 /// Hands update `id` (as Telegram sent it) to the gateway; whether it was
 /// taken or settled here (see [`on_message`]). An update that is not a
 /// message, or one this version cannot read, is settled (skipped).
-async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, until_done: bool) -> bool {
+async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, patience: Option<Duration>) -> bool {
     match serde_json::from_value::<Update>(raw) {
         Ok(Update { content: UpdateContent::Message(message), .. }) => {
-            on_message(shared, bot, *message, until_done).await
+            on_message(shared, bot, *message, patience).await
         }
         Ok(_) => true,
         Err(e) => {
@@ -526,12 +528,11 @@ async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, until
 
 /// Hands one message to the gateway; whether it is settled: taken, or
 /// deliberately not handed over (a stranger, a bot command). `false`: the
-/// gateway refused it, and it must stay unconfirmed.
-/// Hands one message to the gateway; whether it was taken (or settled
-/// here: ignored, refused). With `until_done` (webhook mode) it answers
-/// when the message's turn has run, and a turn that failed to be handed
-/// over counts as not taken.
-async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, until_done: bool) -> bool {
+/// gateway refused it, and it must stay unconfirmed. With `patience`
+/// (webhook mode) it returns when the message's turn has run (a turn
+/// cancelled before it ran counts as not taken), or once `patience` has
+/// passed, the turn running on.
+async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, patience: Option<Duration>) -> bool {
     let config = &shared.config;
     let chat = message.chat.id.to_string();
     let allowed_chat = config.allow_chats.is_empty() || config.allow_chats.contains(&chat);
@@ -609,11 +610,18 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, until_don
         bub_abi::sync::lock(&shared.live).remove(&chat);
         outcome.is_ok_and(|d| d.status != "cancelled")
     };
-    if until_done {
-        return finished.await;
+    let Some(patience) = patience else {
+        tokio::spawn(finished);
+        return true;
+    };
+    let mut finished = Box::pin(finished);
+    match tokio::time::timeout(patience, &mut finished).await {
+        Ok(ran) => ran,
+        Err(_) => {
+            tokio::spawn(finished);
+            true
+        }
     }
-    tokio::spawn(finished);
-    true
 }
 
 fn typing_begin(shared: &Arc<Shared>, chat: &str) {

@@ -13,13 +13,20 @@
 //!   it comes back, to this gateway or another.
 //! - `max_connections` (`webhook_max_connections`, default 1) bounds the
 //!   updates Telegram has in flight. With 1, it sends the next only after
-//!   the last was answered, and an update is answered when its turn has
-//!   run: a chat's turns then run in the order Telegram sent them,
-//!   whichever gateway gets each (with `tape-postgres`, its session lock
-//!   keeps one turn per session at a time as well). More connections
-//!   serve more chats at once and give up that order.
-//! - A delivery repeated to the same gateway (an `update_id` answered in
-//!   the last 4,096) is answered 200 at once and runs nothing.
+//!   the last was answered. An update is answered when its turn has run,
+//!   or after `webhook_answer_seconds` (5), the turn running on (the
+//!   gateway's journal holds it): Telegram does not document how long it
+//!   waits, delivers an update again when an answer is late (about ten
+//!   seconds, as others observe), and holds the chat's next updates
+//!   meanwhile, so an agent turn of half a minute must not be what the
+//!   answer waits for. A chat's turns then run in the order Telegram sent
+//!   them whichever gateway gets each, as long as a turn starts within
+//!   that time: with `tape-postgres`, a running turn holds its session's
+//!   lock, and the next update's turn on another gateway waits for it.
+//!   More connections serve more chats at once and give up that order.
+//! - A delivery repeated to the same gateway (an `update_id` taken in the
+//!   last 4,096, its turn running or done) is answered 200 at once and
+//!   runs nothing.
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 
@@ -47,6 +54,8 @@ pub(crate) struct Webhook {
     pub secret: String,
     /// Telegram's `max_connections`.
     pub max_connections: u64,
+    /// How long a delivery waits for its turn before it is answered.
+    pub answer_after: std::time::Duration,
 }
 
 impl Webhook {
@@ -66,7 +75,8 @@ impl Webhook {
             format!("telegram channel: webhook_listen={listen:?} is not an address like 0.0.0.0:8443 ({e})")
         })?;
         let max_connections = s.number("webhook_max_connections", 1)?.clamp(1, 100);
-        Ok(Some(Webhook { url, listen, secret, max_connections }))
+        let answer_after = std::time::Duration::from_secs(s.number("webhook_answer_seconds", 5)?.min(60));
+        Ok(Some(Webhook { url, listen, secret, max_connections, answer_after }))
     }
 }
 
@@ -74,8 +84,9 @@ struct Hook {
     shared: Arc<Shared>,
     bot: Bot,
     secret: String,
-    // The update ids answered lately, oldest first.
-    answered: std::sync::Mutex<VecDeque<i64>>,
+    answer_after: std::time::Duration,
+    // The update ids taken lately (turns running or done), oldest first.
+    taken: std::sync::Mutex<VecDeque<i64>>,
 }
 
 /// Registers the webhook with Telegram and serves it until `stopped`.
@@ -107,7 +118,13 @@ pub(crate) async fn start(
         tracing::warn!("telegram: could not write {}/webhook-address: {e}", data.display());
     }
     tracing::info!("telegram webhook listening on {address} for {}", hook.url);
-    let state = Arc::new(Hook { shared, bot, secret: hook.secret.clone(), answered: Default::default() });
+    let state = Arc::new(Hook {
+        shared,
+        bot,
+        secret: hook.secret.clone(),
+        answer_after: hook.answer_after,
+        taken: Default::default(),
+    });
     let app = Router::new().fallback(post(deliver)).layer(DefaultBodyLimit::max(1 << 20)).with_state(state);
     Ok(tokio::spawn(async move {
         let shutdown = async move {
@@ -129,16 +146,21 @@ async fn deliver(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: Bytes)
     }
     let Ok(raw) = serde_json::from_slice::<Value>(&body) else { return StatusCode::BAD_REQUEST };
     let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { return StatusCode::BAD_REQUEST };
-    if bub_abi::sync::lock(&hook.answered).contains(&id) {
-        return StatusCode::OK;
+    {
+        // Marked before its turn runs: a delivery repeated meanwhile
+        // (Telegram found the answer late) runs nothing.
+        let mut taken = bub_abi::sync::lock(&hook.taken);
+        if taken.contains(&id) {
+            return StatusCode::OK;
+        }
+        taken.push_back(id);
+        if taken.len() > 4096 {
+            taken.pop_front();
+        }
     }
-    if !super::take_update(&hook.shared, &hook.bot, id, raw, true).await {
+    if !super::take_update(&hook.shared, &hook.bot, id, raw, Some(hook.answer_after)).await {
+        bub_abi::sync::lock(&hook.taken).retain(|t| *t != id);
         return StatusCode::SERVICE_UNAVAILABLE;
-    }
-    let mut answered = bub_abi::sync::lock(&hook.answered);
-    answered.push_back(id);
-    if answered.len() > 4096 {
-        answered.pop_front();
     }
     StatusCode::OK
 }
