@@ -106,6 +106,123 @@ impl LiveReply {
     }
 }
 
+/// A platform a reply is posted to and edited on, as [`LiveReplies`]
+/// needs it. Errors are the platform's words; the caller adds its name.
+pub trait Messenger {
+    /// Posts `text` to `chat`; the new message's id.
+    fn post(&self, chat: &str, text: &str) -> impl std::future::Future<Output = Result<String, String>> + Send;
+    /// Edits message `id` of `chat` to show `text`.
+    fn edit(&self, chat: &str, id: &str, text: &str) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+/// Each chat's reply being streamed: the one place the IM channels keep
+/// a streamed turn's message, grow it as the model writes, and complete
+/// it with the turn's outbound.
+#[derive(Debug, Default)]
+pub struct LiveReplies(std::sync::Mutex<HashMap<String, LiveReply>>);
+
+impl LiveReplies {
+    /// A text delta of `chat`'s streamed turn: its message is posted at
+    /// the first text and edited at most once an `interval`, showing the
+    /// first of the pieces `split` cuts the text into. Best effort: a
+    /// failed post or edit (the error returned, for the log) is made good
+    /// by the next one, or by the outbound.
+    pub async fn delta(
+        &self,
+        messenger: &impl Messenger,
+        chat: &str,
+        delta: &str,
+        interval: Duration,
+        split: impl Fn(&str) -> Vec<String>,
+    ) -> Result<(), String> {
+        let due = bub_abi::sync::lock(&self.0).entry(chat.to_owned()).or_default().push(delta, interval);
+        let Some((text, id)) = due else { return Ok(()) };
+        let shown = split(&text).into_iter().next().unwrap_or_default();
+        if shown.is_empty() {
+            return Ok(());
+        }
+        let sent = match id {
+            Some(id) => messenger.edit(chat, &id, &shown).await.map(|()| id),
+            None => messenger.post(chat, &shown).await,
+        };
+        let id = sent?;
+        if let Some(entry) = bub_abi::sync::lock(&self.0).get_mut(chat) {
+            entry.shown(id, shown);
+        }
+        Ok(())
+    }
+
+    /// The outbound of `chat`'s turn, cut into `pieces`: a streamed
+    /// message is completed (edited to the first piece when it shows
+    /// something else) and the rest posted; without one, every piece is
+    /// posted. No pieces (a blank reply): nothing is sent.
+    pub async fn complete(&self, messenger: &impl Messenger, chat: &str, pieces: Vec<String>) -> Result<(), String> {
+        let live = bub_abi::sync::lock(&self.0).remove(chat);
+        let mut pieces = pieces.into_iter().peekable();
+        if pieces.peek().is_none() {
+            return Ok(());
+        }
+        if let Some((id, shown)) = live.and_then(|l| l.id.map(|id| (id, l.shown))) {
+            let first = pieces.next().unwrap_or_default();
+            if first != shown {
+                messenger.edit(chat, &id, &first).await?;
+            }
+        }
+        for piece in pieces {
+            messenger.post(chat, &piece).await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `chat`'s streamed message: its turn ended without an
+    /// outbound (it failed), and the next turn starts a new one.
+    pub fn end(&self, chat: &str) {
+        bub_abi::sync::lock(&self.0).remove(chat);
+    }
+}
+
+/// Chats showing a typing indicator while their turns run, counted, so a
+/// chat with two turns running shows it until the second ends. `H` is
+/// the plugin's handle on an indicator's loop (a task to abort).
+#[derive(Debug)]
+pub struct Typing<H>(std::sync::Mutex<HashMap<String, (usize, H)>>);
+
+impl<H> Default for Typing<H> {
+    fn default() -> Self {
+        Typing(std::sync::Mutex::new(HashMap::new()))
+    }
+}
+
+impl<H> Typing<H> {
+    /// A turn of `chat` starts: `start` its indicator when none shows
+    /// (`None`: it could not be started, and is not counted).
+    pub fn begin(&self, chat: &str, start: impl FnOnce() -> Option<H>) {
+        let mut typing = bub_abi::sync::lock(&self.0);
+        if let Some((count, _)) = typing.get_mut(chat) {
+            *count += 1;
+        } else if let Some(handle) = start() {
+            typing.insert(chat.to_owned(), (1, handle));
+        }
+    }
+
+    /// A turn of `chat` ended: the indicator's handle when it was the
+    /// last running, to stop it.
+    pub fn end(&self, chat: &str) -> Option<H> {
+        let mut typing = bub_abi::sync::lock(&self.0);
+        let (count, _) = typing.get_mut(chat)?;
+        *count -= 1;
+        if *count > 0 {
+            return None;
+        }
+        typing.remove(chat).map(|(_, handle)| handle)
+    }
+
+    /// Every indicator's handle, none left (the channel stops).
+    pub fn drain(&self) -> Vec<H> {
+        bub_abi::sync::lock(&self.0).drain().map(|(_, (_, handle))| handle).collect()
+    }
+}
+
 /// `e` and its causes, `: `-joined ("error sending request" alone says
 /// little).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
@@ -292,6 +409,66 @@ mod tests {
         live.shown("7".into(), "  Hel".into());
         assert_eq!(live.push("lo", Duration::from_secs(60)), None, "within the interval");
         assert_eq!(live.push("!", Duration::ZERO), Some(("  Hello!".into(), Some("7".into()))));
+    }
+
+    /// A platform that records what it was asked, in order.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Messenger for Recorder {
+        async fn post(&self, chat: &str, text: &str) -> Result<String, String> {
+            let mut calls = self.0.lock().unwrap();
+            calls.push(format!("post {chat} {text}"));
+            Ok(calls.len().to_string())
+        }
+        async fn edit(&self, chat: &str, id: &str, text: &str) -> Result<(), String> {
+            self.0.lock().unwrap().push(format!("edit {chat} {id} {text}"));
+            Ok(())
+        }
+    }
+
+    fn run<F: std::future::Future>(future: F) -> F::Output {
+        // Nothing here waits on anything: one poll completes it.
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("the recorder never waits"),
+        }
+    }
+
+    #[test]
+    fn a_streamed_reply_is_posted_edited_and_completed_by_its_outbound() {
+        let (live, platform) = (LiveReplies::default(), Recorder::default());
+        let split = |t: &str| split_message(t, 12, Count::Chars);
+        run(live.delta(&platform, "c", "Hello", Duration::ZERO, split)).unwrap();
+        run(live.delta(&platform, "c", " world", Duration::ZERO, split)).unwrap();
+        // The message already shows the first piece: no edit, the rest posted.
+        run(live.complete(&platform, "c", split("Hello world\nand more"))).unwrap();
+        assert_eq!(*platform.0.lock().unwrap(), ["post c Hello", "edit c 1 Hello world", "post c and more"]);
+        // A streamed message showing less than the first piece is edited to it.
+        let platform = Recorder::default();
+        run(live.delta(&platform, "d", "Hi", Duration::ZERO, split)).unwrap();
+        run(live.complete(&platform, "d", split("Hi there"))).unwrap();
+        assert_eq!(*platform.0.lock().unwrap(), ["post d Hi", "edit d 1 Hi there"]);
+        // Without a streamed message every piece is posted; a blank reply posts nothing.
+        let platform = Recorder::default();
+        run(live.complete(&platform, "c", vec!["a".into(), "b".into()])).unwrap();
+        run(live.complete(&platform, "c", Vec::new())).unwrap();
+        assert_eq!(*platform.0.lock().unwrap(), ["post c a", "post c b"]);
+    }
+
+    #[test]
+    fn typing_shows_until_a_chats_last_turn_ends() {
+        let typing = Typing::default();
+        typing.begin("c", || Some(1));
+        typing.begin("c", || panic!("already showing"));
+        typing.begin("x", || None);
+        assert_eq!(typing.end("c"), None, "a turn still runs");
+        assert_eq!(typing.end("c"), Some(1));
+        assert_eq!(typing.end("x"), None, "never started");
+        typing.begin("d", || Some(2));
+        assert_eq!(typing.drain(), vec![2]);
     }
 
     #[test]

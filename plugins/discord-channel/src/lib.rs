@@ -76,7 +76,7 @@ use bub_abi::{
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
-use bub_kit::channel::{reply_text, split_message, Count, LiveReply, RefusalPace, Settings};
+use bub_kit::channel::{reply_text, split_message, Count, LiveReplies, Messenger, RefusalPace, Settings, Typing};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
@@ -145,8 +145,8 @@ impl Plugin for DiscordPlugin {
             latest: Mutex::new(HashMap::new()),
             bub_threads: Mutex::new(HashMap::new()),
             seen: Mutex::new(VecDeque::new()),
-            live: Mutex::new(HashMap::new()),
-            typing: Mutex::new(HashMap::new()),
+            live: LiveReplies::default(),
+            typing: Typing::default(),
             refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
             cursors: Mutex::new(Cursors::load(self.data_dir.join("cursors.json"))),
         };
@@ -170,9 +170,9 @@ pub(crate) struct Shared {
     bub_threads: Mutex<HashMap<String, bool>>,
     // Recent message ids: a resumed session or a read-back can repeat one.
     seen: Mutex<VecDeque<String>>,
-    live: Mutex<HashMap<String, LiveReply>>,
+    live: LiveReplies,
     // Channels showing "typing…": how many of their turns run, and the loop.
-    typing: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
+    typing: Typing<tokio::task::JoinHandle<()>>,
     // When a channel may next be told "Access denied.".
     refusals: Mutex<RefusalPace>,
     cursors: Mutex<Cursors>,
@@ -190,14 +190,6 @@ const THREADS: usize = 4096;
 impl Shared {
     fn rest(&self) -> Result<Rest, BoxError> {
         bub_abi::sync::lock(&self.rest).clone().ok_or_else(|| "discord channel is not started".into())
-    }
-
-    async fn post(&self, channel: &str, text: &str) -> Result<String, BoxError> {
-        let reply_to = bub_abi::sync::lock(&self.latest).get(channel).cloned();
-        self.rest()?
-            .post(channel, text, reply_to.as_deref())
-            .await
-            .map_err(|e| format!("discord: posting to {channel}: {e}").into())
     }
 
     fn split(&self, text: &str) -> Vec<String> {
@@ -227,6 +219,20 @@ impl Shared {
         }
         known.insert(channel.to_owned(), bub);
         bub
+    }
+}
+
+/// Replies answer the channel's latest message (a reply that pings nobody).
+impl Messenger for Shared {
+    async fn post(&self, channel: &str, text: &str) -> Result<String, String> {
+        let reply_to = bub_abi::sync::lock(&self.latest).get(channel).cloned();
+        let rest = self.rest().map_err(|e| e.to_string())?;
+        rest.post(channel, text, reply_to.as_deref()).await.map_err(|e| format!("posting to {channel}: {e}"))
+    }
+
+    async fn edit(&self, channel: &str, id: &str, text: &str) -> Result<(), String> {
+        let rest = self.rest().map_err(|e| e.to_string())?;
+        rest.edit(channel, id, text).await.map_err(|e| format!("editing in {channel}: {e}"))
     }
 }
 
@@ -288,7 +294,7 @@ impl Channel for DiscordChannel {
                 let _ = stop.send(true);
                 let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
             }
-            for (_, (_, task)) in bub_abi::sync::lock(&shared.typing).drain() {
+            for task in shared.typing.drain() {
                 task.abort();
             }
             tracing::info!("discord.stopped");
@@ -302,17 +308,7 @@ impl Channel for DiscordChannel {
         async move {
             let chat = chat_of(&message).ok_or("discord: an outbound without chat_id")?;
             let text = reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
-            let mut pieces = shared.split(&text).into_iter();
-            let live = bub_abi::sync::lock(&shared.live).remove(&chat);
-            if let Some((id, shown)) = live.and_then(|l| l.id.map(|id| (id, l.shown))) {
-                let first = pieces.next().unwrap_or_default();
-                if first != shown {
-                    shared.rest()?.edit(&chat, &id, &first).await.map_err(|e| format!("discord: {e}"))?;
-                }
-            }
-            for piece in pieces {
-                shared.post(&chat, &piece).await?;
-            }
+            shared.live.complete(&*shared, &chat, shared.split(&text)).await.map_err(|e| format!("discord: {e}"))?;
             Ok(())
         }
     }
@@ -323,26 +319,9 @@ impl Channel for DiscordChannel {
         async move {
             let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
             let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
-            let due = bub_abi::sync::lock(&shared.live)
-                .entry(chat.clone())
-                .or_default()
-                .push(delta, shared.config.edit_interval);
-            let Some((text, id)) = due else { return Ok(()) };
-            let shown = shared.split(&text).into_iter().next().unwrap_or_default();
-            if shown.is_empty() {
-                return Ok(());
-            }
-            let sent = match id {
-                Some(id) => shared.rest()?.edit(&chat, &id, &shown).await.map(|()| id).map_err(|e| e.to_string()),
-                None => shared.post(&chat, &shown).await.map_err(|e| e.to_string()),
-            };
-            match sent {
-                Ok(id) => {
-                    if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
-                        entry.shown(id, shown);
-                    }
-                }
-                Err(e) => tracing::debug!("discord: streaming to {chat}: {e}"),
+            let interval = shared.config.edit_interval;
+            if let Err(e) = shared.live.delta(&*shared, &chat, delta, interval, |t| shared.split(t)).await {
+                tracing::debug!("discord: streaming to {chat}: {e}");
             }
             Ok(())
         }
@@ -537,7 +516,7 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
                 }
                 typing_end(&shared, &chat);
                 // A streamed reply the turn did not complete (it failed) ends here.
-                bub_abi::sync::lock(&shared.live).remove(&chat);
+                shared.live.end(&chat);
             });
             true
         }
@@ -576,34 +555,24 @@ async fn fetch_media(shared: &Arc<Shared>, message: &Inbound) -> Vec<Value> {
 }
 
 fn typing_begin(shared: &Arc<Shared>, chat: &str) {
-    let mut typing = bub_abi::sync::lock(&shared.typing);
-    if let Some((count, _)) = typing.get_mut(chat) {
-        *count += 1;
-        return;
-    }
-    let Ok(rest) = shared.rest() else { return };
-    let channel = chat.to_owned();
-    let task = tokio::spawn(async move {
-        loop {
-            if let Err(e) = rest.typing(&channel).await {
-                tracing::debug!("discord: typing indicator: {e}");
+    shared.typing.begin(chat, || {
+        let rest = shared.rest().ok()?;
+        let channel = chat.to_owned();
+        Some(tokio::spawn(async move {
+            loop {
+                if let Err(e) = rest.typing(&channel).await {
+                    tracing::debug!("discord: typing indicator: {e}");
+                }
+                // The indicator lasts ten seconds.
+                tokio::time::sleep(Duration::from_secs(8)).await;
             }
-            // The indicator lasts ten seconds.
-            tokio::time::sleep(Duration::from_secs(8)).await;
-        }
+        }))
     });
-    typing.insert(chat.to_owned(), (1, task));
 }
 
 fn typing_end(shared: &Shared, chat: &str) {
-    let mut typing = bub_abi::sync::lock(&shared.typing);
-    if let Some((count, _)) = typing.get_mut(chat) {
-        *count -= 1;
-        if *count == 0 {
-            if let Some((_, task)) = typing.remove(chat) {
-                task.abort();
-            }
-        }
+    if let Some(task) = shared.typing.end(chat) {
+        task.abort();
     }
 }
 

@@ -59,7 +59,7 @@ use bub_abi::{
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
-use bub_kit::channel::{reply_text, split_message, Count, LiveReply, RefusalPace, Settings};
+use bub_kit::channel::{reply_text, split_message, Count, LiveReplies, Messenger, RefusalPace, Settings};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
@@ -125,7 +125,7 @@ impl Plugin for SlackPlugin {
             threads: Mutex::new(HashMap::new()),
             bot_threads: Mutex::new(HashSet::new()),
             seen: Mutex::new(VecDeque::new()),
-            live: Mutex::new(HashMap::new()),
+            live: LiveReplies::default(),
             refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
         };
         Some(vec![Object::channel(SlackChannel(Arc::new(shared)))])
@@ -146,7 +146,7 @@ struct Shared {
     bot_threads: Mutex<HashSet<(String, String)>>,
     // Recent message ids: a mention arrives as `message` and `app_mention`.
     seen: Mutex<VecDeque<(String, String)>>,
-    live: Mutex<HashMap<String, LiveReply>>,
+    live: LiveReplies,
     // When a conversation may next be told "Access denied.".
     refusals: Mutex<RefusalPace>,
 }
@@ -166,20 +166,26 @@ impl Shared {
         bub_abi::sync::lock(&self.threads).get(channel).cloned().flatten()
     }
 
-    async fn post(&self, channel: &str, text: &str) -> Result<String, BoxError> {
+    fn split(&self, text: &str) -> Vec<String> {
+        split_message(text, self.config.max_message_chars, Count::Chars)
+    }
+}
+
+/// Replies go to the conversation's thread (a message's own, when it was
+/// in one), and mark that thread as the bot's.
+impl Messenger for Shared {
+    async fn post(&self, channel: &str, text: &str) -> Result<String, String> {
         let thread = self.thread_of(channel);
-        let ts = self
-            .api()?
-            .post(channel, text, thread.as_deref())
-            .await
-            .map_err(|e| format!("slack: posting to {channel}: {e}"))?;
+        let api = self.api().map_err(|e| e.to_string())?;
+        let ts = api.post(channel, text, thread.as_deref()).await.map_err(|e| format!("posting to {channel}: {e}"))?;
         let thread = thread.unwrap_or_else(|| ts.clone());
         bub_abi::sync::lock(&self.bot_threads).insert((channel.to_owned(), thread));
         Ok(ts)
     }
 
-    fn split(&self, text: &str) -> Vec<String> {
-        split_message(text, self.config.max_message_chars, Count::Chars)
+    async fn edit(&self, channel: &str, ts: &str, text: &str) -> Result<(), String> {
+        let api = self.api().map_err(|e| e.to_string())?;
+        api.update(channel, ts, text).await.map_err(|e| format!("editing in {channel}: {e}"))
     }
 }
 
@@ -252,17 +258,7 @@ impl Channel for SlackChannel {
         async move {
             let chat = chat_of(&message).ok_or("slack: an outbound without chat_id")?;
             let text = reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
-            let mut pieces = shared.split(&text).into_iter();
-            let live = bub_abi::sync::lock(&shared.live).remove(&chat);
-            if let Some((ts, shown)) = live.and_then(|l| l.id.map(|ts| (ts, l.shown))) {
-                let first = pieces.next().unwrap_or_default();
-                if first != shown {
-                    shared.api()?.update(&chat, &ts, &first).await.map_err(|e| format!("slack: {e}"))?;
-                }
-            }
-            for piece in pieces {
-                shared.post(&chat, &piece).await?;
-            }
+            shared.live.complete(&*shared, &chat, shared.split(&text)).await.map_err(|e| format!("slack: {e}"))?;
             Ok(())
         }
     }
@@ -273,26 +269,9 @@ impl Channel for SlackChannel {
         async move {
             let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
             let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
-            let due = bub_abi::sync::lock(&shared.live)
-                .entry(chat.clone())
-                .or_default()
-                .push(delta, shared.config.edit_interval);
-            let Some((text, ts)) = due else { return Ok(()) };
-            let shown = shared.split(&text).into_iter().next().unwrap_or_default();
-            if shown.is_empty() {
-                return Ok(());
-            }
-            let sent = match ts {
-                Some(ts) => shared.api()?.update(&chat, &ts, &shown).await.map(|()| ts).map_err(|e| e.to_string()),
-                None => shared.post(&chat, &shown).await.map_err(|e| e.to_string()),
-            };
-            match sent {
-                Ok(ts) => {
-                    if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
-                        entry.shown(ts, shown);
-                    }
-                }
-                Err(e) => tracing::debug!("slack: streaming to {chat}: {e}"),
+            let interval = shared.config.edit_interval;
+            if let Err(e) = shared.live.delta(&*shared, &chat, delta, interval, |t| shared.split(t)).await {
+                tracing::debug!("slack: streaming to {chat}: {e}");
             }
             Ok(())
         }
@@ -503,7 +482,7 @@ async fn hand_over(shared: &Arc<Shared>, bot_user: &str, message: inbound::Inbou
             tracing::warn!("slack: a message of {chat} got no answer: {e}");
         }
         // A streamed reply the turn did not complete (it failed) ends here.
-        bub_abi::sync::lock(&shared.live).remove(&chat);
+        shared.live.end(&chat);
     };
     match first {
         Poll::Ready(Err(e)) => {

@@ -57,7 +57,7 @@ pub mod outbound;
 mod webhook;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     future::Future,
     sync::{Arc, Mutex},
     task::Poll,
@@ -70,7 +70,7 @@ use bub_abi::{
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
-use bub_kit::channel::{LiveReply, RefusalPace, Settings};
+use bub_kit::channel::{LiveReplies, Messenger, RefusalPace, Settings, Typing};
 use frankenstein::{
     methods::{
         DeleteWebhookParams, EditMessageTextParams, GetFileParams, GetUpdatesParams, SendChatActionParams,
@@ -152,8 +152,8 @@ impl Plugin for TelegramPlugin {
             bot: Mutex::new(None),
             me: Mutex::new(Me::default()),
             poller: Mutex::new(None),
-            typing: Mutex::new(HashMap::new()),
-            live: Mutex::new(HashMap::new()),
+            typing: Typing::default(),
+            live: LiveReplies::default(),
             refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
         };
         Some(vec![Object::channel(TelegramChannel(Arc::new(shared)))])
@@ -169,9 +169,9 @@ struct Shared {
     me: Mutex<Me>,
     poller: Mutex<Option<Poller>>,
     // Chats showing "typing…": how many of their turns run, and the loop.
-    typing: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
+    typing: Typing<tokio::task::JoinHandle<()>>,
     // A chat's reply being streamed into one message.
-    live: Mutex<HashMap<String, LiveReply>>,
+    live: LiveReplies,
     // When a chat may next be told "Access denied.".
     refusals: Mutex<RefusalPace>,
 }
@@ -218,12 +218,18 @@ impl Shared {
             }
         });
     }
+}
 
-    async fn send_text(&self, chat: &str, text: &str) -> Result<(), BoxError> {
-        for piece in outbound::split(text) {
-            self.say(chat, &piece).await.map_err(|e| format!("telegram: sending to chat {chat}: {e}"))?;
-        }
-        Ok(())
+impl Messenger for Shared {
+    async fn post(&self, chat: &str, text: &str) -> Result<String, String> {
+        let sent = self.say(chat, text).await.map_err(|e| format!("sending to chat {chat}: {e}"))?;
+        Ok(sent.map_or(0, |m| m.message_id).to_string())
+    }
+
+    async fn edit(&self, chat: &str, id: &str, text: &str) -> Result<(), String> {
+        let id = id.parse::<i32>().map_err(|_| format!("{id:?} is no Telegram message id"))?;
+        let bot = self.bot().map_err(|e| e.to_string())?;
+        edit(&bot, chat, id, text).await.map_err(|e| format!("editing in chat {chat}: {e}"))
     }
 }
 
@@ -297,7 +303,7 @@ impl Channel for TelegramChannel {
                 let _ = poller.stop.send(true);
                 let _ = tokio::time::timeout(Duration::from_secs(10), poller.task).await;
             }
-            for (_, (_, task)) in bub_abi::sync::lock(&shared.typing).drain() {
+            for task in shared.typing.drain() {
                 task.abort();
             }
             tracing::info!("telegram.stopped");
@@ -312,24 +318,12 @@ impl Channel for TelegramChannel {
         async move {
             let chat = chat_of(&message).ok_or("telegram: an outbound without chat_id")?;
             let text = outbound::reply_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
-            if text.trim().is_empty() {
-                return Ok(());
-            }
-            let live = bub_abi::sync::lock(&shared.live).remove(&chat);
-            match live.and_then(|l| l.id.and_then(|id| id.parse::<i32>().ok()).map(|id| (id, l.shown))) {
-                Some((id, shown)) => {
-                    let mut pieces = outbound::split(&text).into_iter();
-                    let first = pieces.next().unwrap_or_default();
-                    if first != shown {
-                        edit(&shared.bot()?, &chat, id, &first).await.map_err(|e| format!("telegram: {e}"))?;
-                    }
-                    for piece in pieces {
-                        shared.say(&chat, &piece).await.map_err(|e| format!("telegram: {e}"))?;
-                    }
-                    Ok(())
-                }
-                None => shared.send_text(&chat, &text).await,
-            }
+            shared
+                .live
+                .complete(&*shared, &chat, outbound::split(&text))
+                .await
+                .map_err(|e| format!("telegram: {e}"))?;
+            Ok(())
         }
     }
 
@@ -337,31 +331,11 @@ impl Channel for TelegramChannel {
     fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
         let shared = self.0.clone();
         async move {
-            if event.kind != "text" {
-                return Ok(());
-            }
-            let Some(delta) = event.data.get("delta").and_then(Value::as_str) else { return Ok(()) };
-            let Some(chat) = chat_of(&message) else { return Ok(()) };
-            let due = bub_abi::sync::lock(&shared.live)
-                .entry(chat.clone())
-                .or_default()
-                .push(delta, shared.config.edit_interval);
-            let Some((text, id)) = due else { return Ok(()) };
-            let id = id.and_then(|id| id.parse::<i32>().ok());
-            let shown: String = outbound::split(&text).into_iter().next().unwrap_or_default();
-            let bot = shared.bot()?;
-            // Best effort: a failed edit is made good by the final one.
-            let sent = match id {
-                Some(id) => edit(&bot, &chat, id, &shown).await.map(|()| id),
-                None => shared.say(&chat, &shown).await.map(|m| m.map_or(0, |m| m.message_id)),
-            };
-            match sent {
-                Ok(id) => {
-                    if let Some(entry) = bub_abi::sync::lock(&shared.live).get_mut(&chat) {
-                        entry.shown(id.to_string(), shown);
-                    }
-                }
-                Err(e) => tracing::debug!("telegram: streaming to chat {chat}: {e}"),
+            let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
+            let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
+            let interval = shared.config.edit_interval;
+            if let Err(e) = shared.live.delta(&*shared, &chat, delta, interval, outbound::split).await {
+                tracing::debug!("telegram: streaming to chat {chat}: {e}");
             }
             Ok(())
         }
@@ -607,7 +581,7 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, patience:
         }
         typing_end(&shared, &chat);
         // A streamed reply the turn did not complete (it failed) ends here.
-        bub_abi::sync::lock(&shared.live).remove(&chat);
+        shared.live.end(&chat);
         outcome.is_ok_and(|d| d.status != "cancelled")
     };
     let Some(patience) = patience else {
@@ -625,36 +599,26 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, patience:
 }
 
 fn typing_begin(shared: &Arc<Shared>, chat: &str) {
-    let mut typing = bub_abi::sync::lock(&shared.typing);
-    if let Some((count, _)) = typing.get_mut(chat) {
-        *count += 1;
-        return;
-    }
-    let bot = bub_abi::sync::lock(&shared.bot).clone();
-    let Some(bot) = bot else { return };
-    let chat_id = Shared::chat_id(chat);
-    let task = tokio::spawn(async move {
-        loop {
-            let params = SendChatActionParams::builder().chat_id(chat_id.clone()).action(ChatAction::Typing).build();
-            if let Err(e) = bot.send_chat_action(&params).await {
-                tracing::debug!("telegram: typing indicator: {e}");
+    shared.typing.begin(chat, || {
+        let bot = bub_abi::sync::lock(&shared.bot).clone()?;
+        let chat_id = Shared::chat_id(chat);
+        Some(tokio::spawn(async move {
+            loop {
+                let params =
+                    SendChatActionParams::builder().chat_id(chat_id.clone()).action(ChatAction::Typing).build();
+                if let Err(e) = bot.send_chat_action(&params).await {
+                    tracing::debug!("telegram: typing indicator: {e}");
+                }
+                // The indicator lasts five seconds.
+                tokio::time::sleep(Duration::from_secs(4)).await;
             }
-            // The indicator lasts five seconds.
-            tokio::time::sleep(Duration::from_secs(4)).await;
-        }
+        }))
     });
-    typing.insert(chat.to_owned(), (1, task));
 }
 
 fn typing_end(shared: &Shared, chat: &str) {
-    let mut typing = bub_abi::sync::lock(&shared.typing);
-    if let Some((count, _)) = typing.get_mut(chat) {
-        *count -= 1;
-        if *count == 0 {
-            if let Some((_, task)) = typing.remove(chat) {
-                task.abort();
-            }
-        }
+    if let Some(task) = shared.typing.end(chat) {
+        task.abort();
     }
 }
 
