@@ -223,6 +223,51 @@ impl<H> Typing<H> {
     }
 }
 
+/// When a receive loop tries again: after a failed attempt, 1 s doubling
+/// to 30 s; after a connection that lived a while, at once (and the wait
+/// starts over); after one that closed within [`Backoff::SHORT`], as
+/// after a failure, so a peer that accepts and closes connections cannot
+/// make the loop spin.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { next: Backoff::FIRST }
+    }
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(30);
+    /// A connection that lived less than this is followed by a wait.
+    pub const SHORT: Duration = Duration::from_secs(10);
+
+    /// The wait after a failed attempt (the next one's is twice as long).
+    pub fn failed(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(Backoff::MAX);
+        wait
+    }
+
+    /// An attempt succeeded: the next failure waits the first wait again.
+    pub fn succeeded(&mut self) {
+        self.next = Backoff::FIRST;
+    }
+
+    /// After a connection that lived `lived`: `None` to reconnect at once,
+    /// else the wait (growing, as after a failure).
+    pub fn after_connection(&mut self, lived: Duration) -> Option<Duration> {
+        if lived >= Backoff::SHORT {
+            self.succeeded();
+            return None;
+        }
+        Some(self.failed())
+    }
+}
+
 /// `e` and its causes, `: `-joined ("error sending request" alone says
 /// little).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
@@ -456,6 +501,16 @@ mod tests {
         run(live.complete(&platform, "c", vec!["a".into(), "b".into()])).unwrap();
         run(live.complete(&platform, "c", Vec::new())).unwrap();
         assert_eq!(*platform.0.lock().unwrap(), ["post c a", "post c b"]);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_starts_over_after_a_lasting_connection() {
+        let mut backoff = Backoff::default();
+        let waits: Vec<u64> = (0..7).map(|_| backoff.failed().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(backoff.after_connection(Duration::from_secs(60)), None);
+        assert_eq!(backoff.after_connection(Duration::from_secs(1)), Some(Duration::from_secs(1)));
+        assert_eq!(backoff.after_connection(Duration::ZERO), Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -20,9 +20,9 @@
 //!   `false`, or close codes 4007 and 4009: a new session after 1–5 s.
 //! - Close codes that no retry can mend (4004 bad token, 4010–4014 shard
 //!   and intent errors) end the loop with a message saying what to fix.
-//! - A connection that lived under [`SHORT_CONNECTION`] is followed by a
-//!   growing backoff (1 s doubling to 30 s), so a peer that accepts and
-//!   closes cannot make the loop spin.
+//! - A connection that lived under 10 s is followed by a growing wait
+//!   (`bub_kit::channel::Backoff`: 1 s doubling to 30 s), so a peer that
+//!   accepts and closes cannot make the loop spin.
 //!
 //! Events are handled one at a time, in Discord's order: a message is
 //! handed to the gateway (queued) before the next frame is read.
@@ -42,9 +42,6 @@ use crate::Shared;
 /// The intents: GUILD_MESSAGES (1 << 9), DIRECT_MESSAGES (1 << 12),
 /// MESSAGE_CONTENT (1 << 15, privileged: enabled in the Developer Portal).
 pub const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
-
-/// A connection that lived less than this is followed by a backoff.
-const SHORT_CONNECTION: Duration = Duration::from_secs(10);
 
 /// How a connection ended.
 enum End {
@@ -94,7 +91,7 @@ pub async fn run(shared: Arc<Shared>, first_url: String, mut stopped: watch::Rec
     let mut gateway_url = first_url;
     let mut session: Option<Session> = None;
     let mut seq: Option<u64> = None;
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = bub_kit::channel::Backoff::default();
     loop {
         if *stopped.borrow() {
             return;
@@ -109,12 +106,12 @@ pub async fn run(shared: Arc<Shared>, first_url: String, mut stopped: watch::Rec
             {
                 Ok(ws) => ws,
                 Err(e) => {
-                    tracing::warn!("discord: cannot connect to the Gateway: {e}; retrying in {} s", backoff.as_secs());
+                    let wait = backoff.failed();
+                    tracing::warn!("discord: cannot connect to the Gateway: {e}; retrying in {} s", wait.as_secs());
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                         _ = stopped.changed() => return,
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
                     // A resume URL that cannot be reached is given up: a new
                     // session, whose READY reads back what was missed.
                     if session.take().is_some() {
@@ -156,20 +153,16 @@ pub async fn run(shared: Arc<Shared>, first_url: String, mut stopped: watch::Rec
                 }
             }
         }
-        if opened.elapsed() >= SHORT_CONNECTION {
-            backoff = Duration::from_secs(1);
-            continue;
-        }
+        let Some(wait) = backoff.after_connection(opened.elapsed()) else { continue };
         tracing::info!(
             "discord: the connection lasted {:.1} s; reconnecting in {} s",
             opened.elapsed().as_secs_f64(),
-            backoff.as_secs()
+            wait.as_secs()
         );
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stopped.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 

@@ -59,7 +59,7 @@ use bub_abi::{
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
-use bub_kit::channel::{reply_text, split_message, Count, LiveReplies, Messenger, RefusalPace, Settings};
+use bub_kit::channel::{reply_text, split_message, Backoff, Count, LiveReplies, Messenger, RefusalPace, Settings};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
@@ -153,9 +153,6 @@ struct Shared {
 
 /// A conversation's stranger is told "Access denied." at most this often.
 const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
-
-/// A connection that lived less than this is followed by a backoff.
-const SHORT_CONNECTION: Duration = Duration::from_secs(10);
 
 impl Shared {
     fn api(&self) -> Result<Api, BoxError> {
@@ -288,7 +285,7 @@ impl Channel for SlackChannel {
 /// The Socket Mode loop: a connection at a time, reopened when Slack asks
 /// (`disconnect`) or it breaks.
 async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Backoff::default();
     loop {
         if *stopped.borrow() {
             return;
@@ -308,15 +305,12 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
         let mut ws = match connected {
             Ok(ws) => ws,
             Err(e) => {
-                tracing::warn!(
-                    "slack: cannot open the Socket Mode connection: {e}; retrying in {} s",
-                    backoff.as_secs()
-                );
+                let wait = backoff.failed();
+                tracing::warn!("slack: cannot open the Socket Mode connection: {e}; retrying in {} s", wait.as_secs());
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     _ = stopped.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
                 continue;
             }
         };
@@ -367,20 +361,16 @@ async fn socket(shared: Arc<Shared>, mut url: Option<String>, mut stopped: watch
                 }
             }
         }
-        if opened.elapsed() >= SHORT_CONNECTION {
-            backoff = Duration::from_secs(1);
-            continue;
-        }
+        let Some(wait) = backoff.after_connection(opened.elapsed()) else { continue };
         tracing::info!(
             "slack: the connection lasted {:.1} s; reconnecting in {} s",
             opened.elapsed().as_secs_f64(),
-            backoff.as_secs()
+            wait.as_secs()
         );
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stopped.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 

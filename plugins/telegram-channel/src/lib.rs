@@ -70,7 +70,7 @@ use bub_abi::{
     types::{ChannelInfo, Envelope, StreamEvent},
     BoxError, Object, Plugin, PluginContext,
 };
-use bub_kit::channel::{LiveReplies, Messenger, RefusalPace, Settings, Typing};
+use bub_kit::channel::{Backoff, LiveReplies, Messenger, RefusalPace, Settings, Typing};
 use frankenstein::{
     methods::{
         DeleteWebhookParams, EditMessageTextParams, GetFileParams, GetUpdatesParams, SendChatActionParams,
@@ -379,7 +379,7 @@ async fn edit(bot: &Bot, chat: &str, message_id: i32, text: &str) -> Result<(), 
 /// after the next start.
 async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>) {
     let mut confirmed = Confirmed::default();
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Backoff::default();
     let mut held = Duration::from_secs(1);
     loop {
         if *stopped.borrow() {
@@ -399,7 +399,7 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
         };
         let updates = match answer {
             Ok(answer) => {
-                backoff = Duration::from_secs(1);
+                backoff.succeeded();
                 answer.result
             }
             Err(e) => {
@@ -407,11 +407,7 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
                     (Some(seconds), _) => Duration::from_secs(seconds.min(300)),
                     // Another process polls the same bot (or a webhook is set).
                     (None, Some(409)) => Duration::from_secs(5),
-                    _ => {
-                        let wait = backoff;
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
-                        wait
-                    }
+                    _ => backoff.failed(),
                 };
                 tracing::warn!("telegram: getUpdates: {e}; retrying in {} s", wait.as_secs());
                 tokio::select! {
