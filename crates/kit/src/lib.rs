@@ -28,6 +28,8 @@ pub mod channel;
 pub mod envelope;
 pub mod files;
 pub mod fuzzy;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod lru;
 pub mod prompt;
 pub mod random;

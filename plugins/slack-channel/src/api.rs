@@ -209,13 +209,10 @@ async fn read_capped(
     limit: u64,
     too_large: impl FnOnce(String) -> ApiError,
 ) -> Result<Vec<u8>, ApiError> {
-    let mut body = bub_kit::channel::CappedBody::new(limit);
-    while let Some(chunk) = response.chunk().await.map_err(network)? {
-        if let Err(e) = body.push(&chunk) {
-            return Err(too_large(e));
-        }
-    }
-    Ok(body.into_bytes())
+    bub_kit::http::read_capped(response, limit).await.map_err(|e| match e {
+        bub_kit::http::ReadError::TooLarge(why) => too_large(why),
+        bub_kit::http::ReadError::Network(e) => network(e),
+    })
 }
 
 #[cfg(test)]
