@@ -142,7 +142,7 @@ impl Plugin for DiscordPlugin {
             rest: Mutex::new(None),
             me: Mutex::new(String::new()),
             socket: Mutex::new(None),
-            latest: Mutex::new(HashMap::new()),
+            latest: Mutex::default(),
             bub_threads: Mutex::new(HashMap::new()),
             seen: Mutex::new(VecDeque::new()),
             live: LiveReplies::default(),
@@ -164,8 +164,9 @@ pub(crate) struct Shared {
     /// The bot's user id (from READY).
     me: Mutex<String>,
     socket: Mutex<Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>>,
-    // A channel's latest inbound message: replies refer to it.
-    latest: Mutex<HashMap<String, String>>,
+    // A channel's latest inbound message: replies refer to it (the
+    // [`CHANNELS`] most recently active channels).
+    latest: Mutex<bub_kit::lru::Lru<String, String>>,
     // Whether a channel is a thread named "bub…" (asked once per channel).
     bub_threads: Mutex<HashMap<String, bool>>,
     // Recent message ids: a resumed session or a read-back can repeat one.
@@ -184,8 +185,8 @@ const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
 /// How many recent message ids are remembered.
 const SEEN: usize = 2048;
 
-/// How many channels' thread answers are remembered.
-const THREADS: usize = 4096;
+/// How many channels' thread answers, and latest messages, are remembered.
+const CHANNELS: usize = 4096;
 
 impl Shared {
     fn rest(&self) -> Result<Rest, BoxError> {
@@ -214,7 +215,7 @@ impl Shared {
         let thread = matches!(answer["type"].as_u64(), Some(10..=12));
         let bub = thread && answer["name"].as_str().is_some_and(|n| n.to_lowercase().starts_with("bub"));
         let mut known = bub_abi::sync::lock(&self.bub_threads);
-        if known.len() >= THREADS {
+        if known.len() >= CHANNELS {
             known.clear();
         }
         known.insert(channel.to_owned(), bub);
@@ -459,7 +460,7 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
     }
     let active = message.is_active(me, prefix, false)
         || (message.guild.is_some() && shared.is_bub_thread(&message.channel).await);
-    bub_abi::sync::lock(&shared.latest).insert(message.channel.clone(), message.id.clone());
+    bub_kit::lru::Lru::keep_in(&shared.latest, message.channel.clone(), message.id.clone(), 0, CHANNELS, u64::MAX);
     let mut envelope = json!({
         "channel": config.name,
         "chat_id": message.channel,
