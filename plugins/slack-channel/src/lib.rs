@@ -46,7 +46,7 @@ mod api;
 pub mod inbound;
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashSet, VecDeque},
     future::Future,
     sync::{Arc, Mutex},
     task::Poll,
@@ -60,6 +60,7 @@ use bub_abi::{
     BoxError, Object, Plugin, PluginContext,
 };
 use bub_kit::channel::{reply_text, split_message, Backoff, Count, LiveReplies, Messenger, RefusalPace, Settings};
+use bub_kit::lru::Lru;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
@@ -122,8 +123,8 @@ impl Plugin for SlackPlugin {
             api: Mutex::new(None),
             bot_user: Mutex::new(String::new()),
             socket: Mutex::new(None),
-            threads: Mutex::new(HashMap::new()),
-            bot_threads: Mutex::new(HashSet::new()),
+            threads: Mutex::default(),
+            bot_threads: Mutex::default(),
             seen: Mutex::new(VecDeque::new()),
             live: LiveReplies::default(),
             refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
@@ -141,15 +142,19 @@ struct Shared {
     bot_user: Mutex<String>,
     socket: Mutex<Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>>,
     // The thread a conversation's last message was in: replies go there.
-    threads: Mutex<HashMap<String, Option<String>>>,
+    threads: Mutex<Lru<String, Option<String>>>,
     // Threads the bot posted in: replies there are for it.
-    bot_threads: Mutex<HashSet<(String, String)>>,
+    bot_threads: Mutex<Lru<(String, String), ()>>,
     // Recent message ids: a mention arrives as `message` and `app_mention`.
     seen: Mutex<VecDeque<(String, String)>>,
     live: LiveReplies,
     // When a conversation may next be told "Access denied.".
     refusals: Mutex<RefusalPace>,
 }
+
+/// How many conversations' threads, and threads the bot posted in, are
+/// remembered (the most recently used): a gateway runs for months.
+const REMEMBERED: usize = 16_384;
 
 /// A conversation's stranger is told "Access denied." at most this often.
 const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
@@ -176,7 +181,7 @@ impl Messenger for Shared {
         let api = self.api().map_err(|e| e.to_string())?;
         let ts = api.post(channel, text, thread.as_deref()).await.map_err(|e| format!("posting to {channel}: {e}"))?;
         let thread = thread.unwrap_or_else(|| ts.clone());
-        bub_abi::sync::lock(&self.bot_threads).insert((channel.to_owned(), thread));
+        Lru::keep_in(&self.bot_threads, (channel.to_owned(), thread), (), 0, REMEMBERED, u64::MAX);
         Ok(ts)
     }
 
@@ -423,9 +428,9 @@ async fn hand_over(shared: &Arc<Shared>, bot_user: &str, message: inbound::Inbou
     let in_thread = message
         .thread_ts
         .as_ref()
-        .is_some_and(|t| bub_abi::sync::lock(&shared.bot_threads).contains(&(message.channel.clone(), t.clone())));
+        .is_some_and(|t| bub_abi::sync::lock(&shared.bot_threads).get(&(message.channel.clone(), t.clone())).is_some());
     let active = message.is_active(bot_user, in_thread);
-    bub_abi::sync::lock(&shared.threads).insert(message.channel.clone(), message.thread_ts.clone());
+    Lru::keep_in(&shared.threads, message.channel.clone(), message.thread_ts.clone(), 0, REMEMBERED, u64::MAX);
     let text = message.text_without_mention(bot_user);
     let mut envelope = json!({
         "channel": config.name,
