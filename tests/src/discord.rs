@@ -1,7 +1,11 @@
 //! A fake Discord for the discord-channel tests: the Gateway (a WebSocket
 //! server speaking API v10's JSON opcodes) and the REST routes the channel
 //! calls, checking the bot token. Shapes from discord.com/developers/docs
-//! (Gateway, Gateway Events, Message resource, Rate Limits).
+//! (Gateway, Gateway Events, Message resource, Rate Limits); message and
+//! user objects carry every field Discord's do, and discord.py, the most
+//! used client, runs against it in the suite
+//! (`the_fake_discord_is_what_discord_py_expects`), so the fake is held to
+//! more than the channel's own reading of Discord.
 //!
 //! Discord's delivery rules, as documented, and kept here:
 //! - An event is sent once, over the session's connection. Events of a
@@ -82,6 +86,8 @@ struct State {
 pub struct FakeDiscord {
     /// `http://127.0.0.1:<port>/api/v10`: the channel's `api_base`.
     pub api_base: String,
+    /// `ws://127.0.0.1:<port>`: the Gateway (what `/gateway/bot` names).
+    pub gateway_url: String,
     cdn: String,
     state: Arc<Mutex<State>>,
 }
@@ -108,6 +114,7 @@ impl FakeDiscord {
         let ws_url = format!("ws://{}", ws.local_addr().unwrap());
         let ws_state = state.clone();
         let resume_url = ws_url.clone();
+        let gateway_url = ws_url.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async move {
@@ -128,13 +135,14 @@ impl FakeDiscord {
                 std::thread::spawn(move || serve_http(stream, &state, &ws_url));
             }
         });
-        FakeDiscord { api_base: format!("{origin}/api/v10"), cdn: format!("{origin}/cdn"), state }
+        FakeDiscord { api_base: format!("{origin}/api/v10"), gateway_url, cdn: format!("{origin}/cdn"), state }
     }
 
     /// A message of a person: in `guild` (none: a DM) channel `channel`.
     pub fn user_message(channel: &str, guild: Option<&str>, author: &str, text: &str) -> Value {
         json!({"type": 0, "channel_id": channel, "guild_id": guild, "content": text, "mentions": [], "attachments": [],
-            "author": {"id": author, "username": format!("user{author}"), "global_name": null}})
+            "author": {"id": author, "username": format!("user{author}"), "discriminator": "0", "avatar": null,
+                "global_name": null}})
     }
 
     fn new_id(state: &mut State) -> String {
@@ -155,6 +163,7 @@ impl FakeDiscord {
         if message["guild_id"].is_null() {
             message.as_object_mut().unwrap().remove("guild_id");
         }
+        complete(&mut message);
         let channel = message["channel_id"].as_str().unwrap().to_owned();
         state.history.entry(channel).or_default().push(message.clone());
         dispatch(&mut state, "MESSAGE_CREATE", message);
@@ -273,7 +282,12 @@ impl FakeDiscord {
             .map(|m| {
                 (
                     m["content"].as_str().unwrap_or("").to_owned(),
-                    m["message_reference"]["message_id"].as_str().map(str::to_owned),
+                    // Discord takes a snowflake as a string or a number.
+                    match &m["message_reference"]["message_id"] {
+                        Value::String(id) => Some(id.clone()),
+                        Value::Number(id) => Some(id.to_string()),
+                        _ => None,
+                    },
                 )
             })
             .collect()
@@ -289,6 +303,28 @@ impl FakeDiscord {
                 panic!("the fake Discord did not see {what} within 60 s; calls:\n{}", calls.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The bot's user object.
+fn bot_user() -> Value {
+    json!({"id": BOT_ID, "username": "bub_test", "discriminator": "0", "avatar": null, "global_name": null, "bot": true})
+}
+
+/// Fills the fields every message object of Discord's carries (its
+/// timestamp from its id, no embeds, not pinned, …) where a test left
+/// them out: clients such as discord.py read them unconditionally.
+fn complete(message: &mut Value) {
+    let id: u64 = message["id"].as_str().and_then(|i| i.parse().ok()).unwrap_or(0);
+    let ms = (id >> 22) + DISCORD_EPOCH_MS;
+    let stamp = jiff::Timestamp::from_millisecond(ms as i64).map(|t| t.to_string()).unwrap_or_default();
+    let defaults = json!({"timestamp": stamp, "edited_timestamp": null, "tts": false, "mention_everyone": false,
+        "mention_roles": [], "embeds": [], "pinned": false, "flags": 0, "components": [], "mentions": [],
+        "attachments": []});
+    for (key, value) in defaults.as_object().unwrap() {
+        if message.get(key).is_none() {
+            message[key] = value.clone();
         }
     }
 }
@@ -367,7 +403,7 @@ async fn serve_gateway(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>, 
                             let id = format!("session-{}", s.sessions_made);
                             s.session = Some(Session { id: id.clone(), seq: 0, events: Vec::new() });
                             s.current = Some(tx.clone());
-                            let ready = json!({"v": 10, "user": {"id": BOT_ID, "username": "bub_test", "bot": true},
+                            let ready = json!({"v": 10, "user": bot_user(),
                                 "guilds": [], "session_id": id, "resume_gateway_url": resume_url});
                             dispatch(&mut s, "READY", ready);
                             }
@@ -454,6 +490,13 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let mut headers = String::new();
     let (code, body) = match (method.as_str(), segments.as_slice()) {
+        ("GET", ["users", "@me"]) => (200, bot_user()),
+        ("GET", ["oauth2", "applications", "@me"]) => (
+            200,
+            json!({"id": BOT_ID, "name": "bub_test", "description": "", "icon": null, "bot_public": false,
+                "bot_require_code_grant": false, "verify_key": "00", "flags": 0, "team": null,
+                "owner": {"id": "1", "username": "owner", "discriminator": "0", "avatar": null, "global_name": null}}),
+        ),
         ("GET", ["gateway", "bot"]) => (
             200,
             json!({"url": ws_url, "shards": 1,
@@ -469,11 +512,12 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
                 }
                 let id = FakeDiscord::new_id(&mut s);
                 let mut message = json!({"id": id, "type": 0, "channel_id": channel, "content": request.body["content"],
-                    "author": {"id": BOT_ID, "username": "bub_test", "bot": true}, "mentions": [], "attachments": []});
+                    "author": bot_user()});
                 if let Some(reference) = request.body.get("message_reference") {
                     message["type"] = json!(19);
                     message["message_reference"] = reference.clone();
                 }
+                complete(&mut message);
                 s.history.entry(channel.to_string()).or_default().push(message.clone());
                 dispatch(&mut s, "MESSAGE_CREATE", message.clone());
                 (200, message)

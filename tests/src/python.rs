@@ -32,6 +32,8 @@ const BENCH: Spec = Spec { dir: "python-bench-venv", requirements: "bench-requir
 const PUBLISHED: Spec = Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[] };
 const OPENAI_CLIENT: Spec =
     Spec { dir: "python-openai-venv", requirements: "openai-client-requirements.txt", own: &[] };
+const DISCORD_CLIENT: Spec =
+    Spec { dir: "python-discord-venv", requirements: "discord-client-requirements.txt", own: &[] };
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -65,7 +67,18 @@ pub fn published_venv() -> Result<&'static Path, String> {
 /// says it skipped, and why: no Python 3.12+ or no pip).
 pub fn openai_client_venv_or_skip(test: &str) -> Option<&'static Path> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match VENV.get_or_init(|| make(&OPENAI_CLIENT)) {
+    made_or_skip(&VENV, &OPENAI_CLIENT, test)
+}
+
+/// A venv with discord.py (`tests/python/discord-client-requirements.txt`),
+/// or `None` (the test says it skipped, and why).
+pub fn discord_client_venv_or_skip(test: &str) -> Option<&'static Path> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    made_or_skip(&VENV, &DISCORD_CLIENT, test)
+}
+
+fn made_or_skip(cell: &'static OnceLock<Result<PathBuf, String>>, spec: &Spec, test: &str) -> Option<&'static Path> {
+    match cell.get_or_init(|| make(spec)) {
         Ok(v) => Some(v.as_path()),
         Err(why) => {
             eprintln!("SKIPPED {test}: {why}");

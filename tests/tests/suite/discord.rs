@@ -11,6 +11,7 @@ use bub_tests::{
     lib,
     provider::{chat, Provider},
     proxy::Proxy,
+    python::discord_client_venv_or_skip,
     Home,
 };
 use serde_json::{json, Value};
@@ -335,4 +336,94 @@ fn discord_reaches_rest_and_the_gateway_through_an_http_proxy() {
     assert!(asked.iter().any(|l| l.starts_with(&format!("GET http://{api}/gateway/bot"))), "{asked:?}");
     assert!(asked.iter().any(|l| l.starts_with(&format!("POST http://{api}/channels/D1/messages"))), "{asked:?}");
     drop(gateway);
+}
+
+/// The fake is only as good as its likeness to Discord: discord.py, the
+/// most used Discord library (from PyPI, pinned), logs in, identifies,
+/// gets READY, reads a direct message, replies to it, and resumes after a
+/// dropped connection with what was dispatched meanwhile replayed, all
+/// against the fake, as it does against Discord.
+#[test]
+fn the_fake_discord_is_what_discord_py_expects() {
+    let Some(venv) = discord_client_venv_or_skip("the_fake_discord_is_what_discord_py_expects") else { return };
+    // Discord's ids are snowflakes, and discord.py reads them as numbers.
+    const DM: &str = "1100000000000000001";
+    const PERSON: &str = "1100000000000000002";
+    let fake = FakeDiscord::start();
+    let script = r#"
+import json, sys, discord, yarl
+discord.http.Route.BASE = sys.argv[1]
+# A client of one shard connects to Discord's usual Gateway address.
+discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(sys.argv[3])
+intents = discord.Intents.default()
+intents.message_content = True
+client = discord.Client(intents=intents)
+out = {"messages": [], "resumed": 0}
+@client.event
+async def on_connect():  # READY parsed (on_ready waits for guilds)
+    out["ready"] = {"id": str(client.user.id), "name": client.user.name}
+@client.event
+async def on_resumed():
+    out["resumed"] += 1
+@client.event
+async def on_message(m):
+    if m.author.id == client.user.id:
+        return
+    out["messages"].append({"id": str(m.id), "content": m.content, "channel": str(m.channel.id),
+        "dm": m.guild is None, "author": m.author.name})
+    if m.content == "ping":
+        sent = await m.reply("pong", mention_author=False)
+        out["reply"] = {"id": str(sent.id), "content": sent.content}
+    if m.content == "bye":
+        await client.close()
+client.run(sys.argv[2], log_level=40)  # errors to stderr
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", script, &fake.api_base, TOKEN, &fake.gateway_url])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run discord.py");
+    // Waits for `done`; a discord.py that ended or got stuck says why.
+    let wait = |child: &mut std::process::Child, what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            let ended = child.try_wait().unwrap();
+            if ended.is_some() || std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                panic!("no {what} from discord.py ({ended:?}):\n{stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(&mut child, "session", &|| fake.connected());
+    let ping = fake.push_message(dm(DM, PERSON, "ping"));
+    wait(&mut child, "reply", &|| !fake.posted(DM).is_empty());
+    assert_eq!(fake.posted(DM), vec![("pong".to_owned(), Some(ping.clone()))]);
+    fake.drop_connection();
+    fake.push_message(dm(DM, PERSON, "while dropped"));
+    wait(&mut child, "resume", &|| fake.resumes().len() == 1 && fake.connected());
+    fake.push_message(dm(DM, PERSON, "bye"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "discord.py did not close");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(out["ready"], json!({"id": BOT_ID, "name": "bub_test"}));
+    let contents: Vec<&str> =
+        out["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(contents, ["ping", "while dropped", "bye"], "each once, the dropped one replayed: {out}");
+    assert_eq!(out["messages"][0]["dm"], true);
+    assert_eq!(out["reply"]["content"], "pong");
+    assert_eq!(out["resumed"], 1);
+    assert_eq!(fake.resumes()[0]["session_id"], "session-1");
+    assert_eq!(fake.identifies().len(), 1, "resumed, not identified again");
 }
