@@ -23,7 +23,6 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    io::Write,
     net::TcpListener,
     sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -31,6 +30,8 @@ use std::{
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+
+use crate::provider::write_answer;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{
     protocol::{frame::coding::CloseCode, CloseFrame},
@@ -454,14 +455,6 @@ async fn serve_gateway(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>, 
     }
 }
 
-fn answer(out: &mut std::net::TcpStream, code: u16, headers: &str, body: &[u8]) {
-    let head = format!(
-        "HTTP/1.1 {code} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
-        body.len()
-    );
-    let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body)).and_then(|()| out.flush());
-}
-
 fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     let Some(request) = crate::provider::read_request(&stream) else { return };
     let mut out = stream;
@@ -472,8 +465,8 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
         let mut s = state.lock().unwrap();
         s.file_auth.push(auth);
         match s.files.get(name).cloned() {
-            Some(bytes) => answer(&mut out, 200, "", &bytes),
-            None => answer(&mut out, 404, "", b"{}"),
+            Some(bytes) => write_answer(&mut out, 200, "", &bytes),
+            None => write_answer(&mut out, 404, "", b"{}"),
         }
         return;
     }
@@ -484,7 +477,7 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     s.calls.push(Call { method: format!("{method} {path}"), params: request.body.clone(), at: Instant::now() });
     if auth.as_deref() != Some(&format!("Bot {TOKEN}")) {
         drop(s);
-        answer(&mut out, 401, "", br#"{"message": "401: Unauthorized", "code": 0}"#);
+        write_answer(&mut out, 401, "", br#"{"message": "401: Unauthorized", "code": 0}"#);
         return;
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -559,5 +552,5 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     };
     drop(s);
     let body = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
-    answer(&mut out, code, &headers, &body);
+    write_answer(&mut out, code, &headers, &body);
 }

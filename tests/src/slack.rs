@@ -15,7 +15,6 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    io::Write,
     net::TcpListener,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -23,6 +22,8 @@ use std::{
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+
+use crate::provider::write_answer;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -286,14 +287,6 @@ async fn serve_socket(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
     }
 }
 
-fn answer(out: &mut std::net::TcpStream, code: u16, headers: &str, body: &[u8]) {
-    let head = format!(
-        "HTTP/1.1 {code} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
-        body.len()
-    );
-    let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body)).and_then(|()| out.flush());
-}
-
 fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     let Some(request) = crate::provider::read_request(&stream) else { return };
     let mut out = stream;
@@ -305,8 +298,8 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
         let bytes = s.files.get(name).cloned();
         drop(s);
         match bytes.filter(|_| token == BOT_TOKEN) {
-            Some(bytes) => answer(&mut out, 200, "", &bytes),
-            None => answer(&mut out, 404, "", b"{}"),
+            Some(bytes) => write_answer(&mut out, 200, "", &bytes),
+            None => write_answer(&mut out, 404, "", b"{}"),
         }
         return;
     }
@@ -322,7 +315,7 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
         return;
     }
     if let Some(seconds) = rate_limited {
-        answer(&mut out, 429, &format!("retry-after: {seconds}\r\n"), br#"{"ok":false,"error":"ratelimited"}"#);
+        write_answer(&mut out, 429, &format!("retry-after: {seconds}\r\n"), br#"{"ok":false,"error":"ratelimited"}"#);
         return;
     }
     let want = if method == "apps.connections.open" { APP_TOKEN } else { BOT_TOKEN };
@@ -341,5 +334,5 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
             _ => json!({"ok": false, "error": "unknown_method"}),
         }
     };
-    answer(&mut out, 200, "", body.to_string().as_bytes());
+    write_answer(&mut out, 200, "", body.to_string().as_bytes());
 }
