@@ -21,6 +21,7 @@ cargo test -q -p bub-tests --test suite -- --nocapture --test-threads 1 \
     gateway::http_channel_bounds_connections_heads_and_bodies \
     gateway::turn_caps_bound_the_gateway_and_keep_sessions_in_order \
     telegram::telegram_updates_refused_during_a_stop_are_answered_once_after_the_next_start \
+    telegram::telegram_webhooks_answer_before_a_long_turn_ends_and_keep_the_order \
     slack::slack_events_refused_during_a_stop_are_answered_once_after_the_next_start \
     discord::discord_messages_refused_during_a_stop_or_sent_while_down_are_answered_once_after_the_next_start \
     telegram::telegram_an_endless_api_answer_is_refused_at_its_cap \

@@ -424,8 +424,10 @@ fn telegram_webhooks_answer_before_a_long_turn_ends_and_keep_the_order() {
         Webhooks::start(&pg, &api, &homes, json!({"webhook_answer_seconds": 1}), &[("BUB_DEBOUNCE_SECONDS", "0.2")]);
     api.wait_for("two setWebhook calls", WAIT, |calls| calls.iter().filter(|c| c.method == "setWebhook").count() >= 2);
     let update = |k: i64| json!({"update_id": 2000 + k, "message": private_text(9, &format!("turn {k}"))});
+    let mut answered = Vec::new();
     for k in 0..4 {
         let (status, took) = hooks.deliver(k as usize % 2, &update(k), true);
+        answered.push(format!("{:.2} s", took.as_secs_f64()));
         assert_eq!(status, 200, "turn {k}");
         assert!(took < Duration::from_millis(2500), "turn {k} answered after {took:?}, not when it ran");
         if k == 0 {
@@ -434,6 +436,7 @@ fn telegram_webhooks_answer_before_a_long_turn_ends_and_keep_the_order() {
             assert!(status == 200 && took < Duration::from_millis(500), "a repeat answered at once: {status} {took:?}");
         }
     }
+    println!("FAULT telegram webhook, 3 s turns, answer after 1 s: deliveries answered in {}", answered.join(", "));
     let sent = texts_to(&api, 9, 4);
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(api.sent_to(9).len(), 4, "each turn answered once: {:?}", api.sent_to(9));
