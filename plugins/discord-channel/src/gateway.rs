@@ -66,6 +66,13 @@ fn with_query(base: &str) -> String {
     format!("{}/?v=10&encoding=json", base.trim_end_matches('/'))
 }
 
+/// The heartbeat interval Hello asks for (Discord's is about 41 s),
+/// kept between 1 s and 10 min: a peer asking for a beat every
+/// millisecond would make the loop spin.
+fn heartbeat_interval(ms: u64) -> Duration {
+    Duration::from_millis(ms.clamp(1_000, 600_000))
+}
+
 /// What a close code means for the next connection.
 fn after_close(code: u16) -> End {
     match code {
@@ -194,7 +201,7 @@ async fn connection(
         Ok(Some(Ok(Frame::Text(text)))) => {
             let hello: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
             match (hello["op"].as_u64(), hello["d"]["heartbeat_interval"].as_u64()) {
-                (Some(10), Some(ms)) if ms > 0 => Duration::from_millis(ms),
+                (Some(10), Some(ms)) => heartbeat_interval(ms),
                 _ => {
                     tracing::warn!("discord: the Gateway did not begin with Hello; reconnecting");
                     return End::Resume;
@@ -343,5 +350,8 @@ mod tests {
         let End::Fatal(message) = after_close(4004) else { panic!("4004 is fatal") };
         assert!(message.contains("BUB_DISCORD_TOKEN"), "{message}");
         assert_eq!(INTENTS, 37376);
+        assert_eq!(heartbeat_interval(41_250), Duration::from_millis(41_250));
+        assert_eq!(heartbeat_interval(0), Duration::from_secs(1));
+        assert_eq!(heartbeat_interval(u64::MAX), Duration::from_secs(600));
     }
 }

@@ -182,6 +182,9 @@ pub(crate) struct Shared {
 /// A channel's stranger is told "Access denied." at most this often.
 const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How many attachments of a message are fetched, at most.
+const MAX_ATTACHMENTS: usize = 10;
+
 /// How many recent message ids are remembered.
 const SEEN: usize = 2048;
 
@@ -529,7 +532,8 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
 async fn fetch_media(shared: &Arc<Shared>, message: &Inbound) -> Vec<Value> {
     let Ok(rest) = shared.rest() else { return Vec::new() };
     let mut media = Vec::new();
-    for attachment in &message.attachments {
+    // Discord allows ten attachments a message; a peer sending more gets ten fetched.
+    for attachment in message.attachments.iter().take(MAX_ATTACHMENTS) {
         let Some(mime) = attachment.content_type.as_deref() else { continue };
         let kind = match mime.split('/').next() {
             Some("image") => "image",

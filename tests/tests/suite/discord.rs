@@ -150,7 +150,7 @@ fn discord_guild_mentions_replies_threads_commands_and_allow_lists() {
 #[test]
 fn discord_heartbeats_resume_after_drops_and_identify_after_an_invalid_session() {
     let home = Home::new();
-    let fake = FakeDiscord::with_heartbeat(Duration::from_millis(400));
+    let fake = FakeDiscord::with_heartbeat(Duration::from_millis(1000));
     discord(&home, &fake, json!({}));
     let gateway = gateway(&home, &fake);
     fake.wait_for("two heartbeats", || fake.heartbeats().len() >= 2);
