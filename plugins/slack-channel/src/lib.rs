@@ -446,7 +446,8 @@ async fn hand_over(shared: &Arc<Shared>, bot_user: &str, message: inbound::Inbou
         envelope["is_active"] = json!(active);
         let mut media = Vec::new();
         if active {
-            for (url, mime, size) in &message.images {
+            // Slack allows ten files a message; an event naming more gets ten fetched.
+            for (url, mime, size) in message.images.iter().take(10) {
                 if size.is_some_and(|s| s > config.max_file_bytes) {
                     continue;
                 }
