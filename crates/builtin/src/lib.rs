@@ -474,13 +474,7 @@ impl Plugin for Builtin {
         if let Some(e) = error {
             return Err(e.explained().into());
         }
-        Ok(Some(
-            events
-                .iter()
-                .filter(|e| e.kind == "text")
-                .filter_map(|e| e.data.get("delta").and_then(Value::as_str))
-                .collect(),
-        ))
+        Ok(Some(events.iter().filter_map(bub_kit::envelope::text_delta).collect()))
     }
 }
 

@@ -3,7 +3,7 @@
 //! JSON a channel sends, shared by the host and plugins (a session router
 //! or a model plugin reads a message exactly as the framework does).
 
-use bub_abi::types::Envelope;
+use bub_abi::types::{Envelope, StreamEvent};
 use serde_json::{Map, Value};
 
 /// `field_of(msg, key)`: a map's value, `None` when absent or null.
@@ -125,11 +125,25 @@ pub fn is_silent(message: &Envelope) -> bool {
     field_of(message, "kind").and_then(Value::as_str) == Some(SILENT_KIND)
 }
 
+/// The text a streamed turn's event adds: the `delta` of a `text` event
+/// (the others carry reasoning, tool calls, usage…).
+pub fn text_delta(event: &StreamEvent) -> Option<&str> {
+    event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn only_text_events_add_text() {
+        let event = |kind: &str, data| StreamEvent { kind: kind.into(), data };
+        assert_eq!(text_delta(&event("text", json!({"delta": "hi"}))), Some("hi"));
+        assert_eq!(text_delta(&event("reasoning", json!({"delta": "hmm"}))), None);
+        assert_eq!(text_delta(&event("text", json!({}))), None);
+    }
 
     /// The default session id is Bub's `f"{channel}:{chat_id}"` over
     /// `str()` of each part, `default` for a missing or null one; a

@@ -331,7 +331,7 @@ impl Channel for TelegramChannel {
     fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
         let shared = self.0.clone();
         async move {
-            let delta = event.data.get("delta").and_then(Value::as_str).filter(|_| event.kind == "text");
+            let delta = bub_kit::envelope::text_delta(&event);
             let (Some(delta), Some(chat)) = (delta, chat_of(&message)) else { return Ok(()) };
             let interval = shared.config.edit_interval;
             if let Err(e) = shared.live.delta(&*shared, &chat, delta, interval, outbound::split).await {

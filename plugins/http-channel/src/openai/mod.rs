@@ -204,8 +204,8 @@ fn run_streamed(shared: &Arc<Shared>, mut message: Value, id: &str) -> impl Stre
         let channel = channel.clone();
         async move {
             while let Some(event) = events.recv().await {
-                let delta = event.data.get("delta").and_then(Value::as_str).unwrap_or("");
-                if event.kind == "text" && !delta.is_empty() {
+                let delta = bub_kit::envelope::text_delta(&event).unwrap_or("");
+                if !delta.is_empty() {
                     streamed = true;
                     return Some((Step::Delta(delta.to_owned()), (events, done, streamed)));
                 }
