@@ -7,7 +7,8 @@
 //! and reply types (not joins, pins, boosts), with text, attachments or
 //! stickers. Active: a direct message; a mention of the bot; a reply to
 //! one of its messages; text that says "bub" or starts with
-//! `<prefix>bub`; any message in a thread whose name starts with "bub".
+//! `<prefix>bub`; any message in a thread whose name starts with "bub"
+//! (which the message does not say: the channel asks Discord).
 
 use serde_json::{json, Map, Value};
 
@@ -141,12 +142,11 @@ impl Inbound {
         self.replied.as_ref().is_some_and(|r| r["author"]["id"].as_str() == Some(me))
     }
 
-    /// Whether it addresses the bot `me` (see the module docs);
-    /// `bub_thread`: whether its channel is a thread named "bub…".
-    pub fn is_active(&self, me: &str, prefix: &str, bub_thread: bool) -> bool {
+    /// Whether it addresses the bot `me` by itself (see the module docs);
+    /// a thread named "bub…" is the channel's to find out.
+    pub fn is_active(&self, me: &str, prefix: &str) -> bool {
         self.guild.is_none()
             || self.text.to_lowercase().contains("bub")
-            || bub_thread
             || self.text.starts_with(&format!("{prefix}bub"))
             || (!me.is_empty() && self.mentions.iter().any(|m| m == me))
             || self.replies_to(me)
@@ -265,17 +265,16 @@ mod tests {
     #[test]
     fn people_s_messages_count_and_what_addresses_the_bot_is_active() {
         let chatter = parse(&message(json!({})), "B0").unwrap();
-        assert!(!chatter.is_active("B0", "!", false));
-        assert!(chatter.is_active("B0", "!", true), "in a thread named bub…");
+        assert!(!chatter.is_active("B0", "!"));
         let dm = parse(&message(json!({"guild_id": null})), "B0").unwrap();
-        assert!(dm.is_active("B0", "!", false));
+        assert!(dm.is_active("B0", "!"));
         for active in [
             json!({"mentions": [{"id": "B0"}], "content": "<@B0> hi"}),
             json!({"content": "ask Bub about it"}),
             json!({"content": "!bubble"}),
             json!({"type": 19, "referenced_message": {"id": "9", "author": {"id": "B0", "bot": true}, "content": "x"}}),
         ] {
-            assert!(parse(&message(active.clone()), "B0").unwrap().is_active("B0", "!", false), "{active}");
+            assert!(parse(&message(active.clone()), "B0").unwrap().is_active("B0", "!"), "{active}");
         }
         for skipped in [
             json!({"author": {"id": "X", "username": "bot", "bot": true}}),

@@ -449,7 +449,7 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
         // Told only when the message was for the bot: a guild's chatter
         // that addresses nobody gets no answer. Paced, and dropped when
         // rate-limited.
-        if message.is_active(me, prefix, false) && bub_abi::sync::lock(&shared.refusals).allow(&message.channel) {
+        if message.is_active(me, prefix) && bub_abi::sync::lock(&shared.refusals).allow(&message.channel) {
             if let Ok(rest) = shared.rest() {
                 let (channel, id) = (message.channel.clone(), message.id.clone());
                 tokio::spawn(async move {
@@ -461,15 +461,19 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
         }
         return true;
     }
-    let active = message.is_active(me, prefix, false)
-        || (message.guild.is_some() && shared.is_bub_thread(&message.channel).await);
     bub_kit::lru::Lru::keep_in(&shared.latest, message.channel.clone(), message.id.clone(), 0, CHANNELS, u64::MAX);
     let mut envelope = json!({
         "channel": config.name,
         "chat_id": message.channel,
         "session_id": format!("{}:{}", config.name, message.channel),
     });
-    if let Some(command) = message.command(me, prefix) {
+    let command = message.command(me, prefix);
+    // A command always runs; other messages are asked whether they
+    // address the bot, a guild's thread name last (it costs a request).
+    let active = command.is_some()
+        || message.is_active(me, prefix)
+        || (message.guild.is_some() && shared.is_bub_thread(&message.channel).await);
+    if let Some(command) = command {
         envelope["content"] = json!(command);
         envelope["kind"] = json!("command");
     } else {
@@ -487,7 +491,7 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
         }
     }
     let client = MessageHandlerClient(&shared.handler);
-    if envelope["kind"] == json!("normal") && !active {
+    if !active {
         return match client.handle(&envelope).await {
             Ok(()) => true,
             Err(e) => {
