@@ -16,6 +16,7 @@ use bub_host::{discovery::SearchPath, Host};
 use serde_json::{json, Value};
 
 pub mod discord;
+pub mod fake;
 pub mod gateway;
 pub mod postgres;
 pub mod provider;

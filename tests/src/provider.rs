@@ -142,16 +142,6 @@ pub(crate) fn write_endless_json(out: &mut impl std::io::Write, json_start: &str
     }
 }
 
-/// A fake server's JSON answer: `code`, extra `headers` (each line ending
-/// in `\r\n`), then `body`, and the connection closed.
-pub(crate) fn write_answer(out: &mut std::net::TcpStream, code: u16, headers: &str, body: &[u8]) {
-    let head = format!(
-        "HTTP/1.1 {code} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
-        body.len()
-    );
-    let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body)).and_then(|()| out.flush());
-}
-
 pub(crate) fn read_request(stream: &std::net::TcpStream) -> Option<Request> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();

@@ -23,7 +23,7 @@ use std::{
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 
-use crate::provider::write_answer;
+use crate::fake::write_answer;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -40,7 +40,7 @@ enum Control {
 }
 
 /// A Web API call (the shape the fake Bot API records too).
-pub use crate::telegram::Call;
+pub use crate::fake::Call;
 
 #[derive(Default)]
 struct State {
@@ -211,15 +211,7 @@ impl FakeSlack {
 
     /// Waits up to 60 s until `done()` holds; panics naming `what`.
     pub fn wait_for(&self, what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !done() {
-            if Instant::now() > deadline {
-                let calls: Vec<String> =
-                    self.state.lock().unwrap().calls.iter().map(|c| format!("{} {}", c.method, c.params)).collect();
-                panic!("the fake Slack did not see {what} within 60 s; calls:\n{}", calls.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::fake::wait_seeing("the fake Slack", what, done, || self.state.lock().unwrap().calls.clone());
     }
 }
 

@@ -35,16 +35,7 @@ pub enum Trouble {
     Endless,
 }
 
-/// A call a fake server answered (or refused).
-#[derive(Clone, Debug)]
-pub struct Call {
-    /// The API method.
-    pub method: String,
-    /// Its JSON parameters.
-    pub params: Value,
-    /// When it came.
-    pub at: Instant,
-}
+pub use crate::fake::Call;
 
 #[derive(Default)]
 struct State {

@@ -35,6 +35,28 @@ fn gateway(home: &Home) -> (GatewayProcess, String, Provider) {
     (gateway, base, provider)
 }
 
+/// Runs `script` with the official client (`client`, on `base` with the
+/// token, ready to use), `json`, `sys` and `openai` imported; the JSON it
+/// prints last.
+fn run_client(venv: &std::path::Path, script: &str, base: &str, gw: &GatewayProcess) -> Value {
+    let script = format!(
+        "import json, sys, openai\nbase, token = sys.argv[1], sys.argv[2]\n\
+        client = openai.OpenAI(base_url=base + \"/v1\", api_key=token)\n{script}"
+    );
+    let output = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", &script, base, TOKEN])
+        .output()
+        .expect("run the openai client");
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Stops the gateway as systemd would, and checks it ended well.
+fn stop(mut gw: GatewayProcess) {
+    gw.signal("TERM");
+    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+}
+
 /// The official client lists the agent as a model, gets an answer streamed
 /// and not, on the session its `user` names (the second turn remembers
 /// the first: it is on that session's tape), and a wrong key is its
@@ -43,11 +65,8 @@ fn gateway(home: &Home) -> (GatewayProcess, String, Provider) {
 fn the_official_openai_client_talks_to_the_agent() {
     let Some(venv) = openai_client_venv_or_skip("the_official_openai_client_talks_to_the_agent") else { return };
     let home = Home::new();
-    let (mut gw, base, provider) = gateway(&home);
+    let (gw, base, provider) = gateway(&home);
     let script = r#"
-import json, sys, openai
-base, token = sys.argv[1], sys.argv[2]
-client = openai.OpenAI(base_url=base + "/v1", api_key=token)
 out = {"models": [m.id for m in client.models.list()]}
 r = client.chat.completions.create(model="bub-agent", user="oa-1",
     messages=[{"role": "system", "content": "ignored"}, {"role": "user", "content": "hello there"}])
@@ -65,12 +84,7 @@ except openai.AuthenticationError as e:
     out["wrong_key"] = e.status_code
 print(json.dumps(out))
 "#;
-    let output = std::process::Command::new(venv.join("bin/python"))
-        .args(["-c", script, &base, TOKEN])
-        .output()
-        .expect("run the openai client");
-    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
-    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let out = run_client(venv, script, &base, &gw);
     assert_eq!(out["models"], json!(["bub-agent"]));
     assert_eq!(
         out["plain"],
@@ -88,8 +102,7 @@ print(json.dumps(out))
     let second = requests[1].body["messages"].to_string();
     assert_eq!(second.matches("hello there").count(), 2, "the first turn, once, from the tape: {second}");
     assert!(!second.contains("ignored"), "a client's system message is not the agent's: {second}");
-    gw.signal("TERM");
-    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+    stop(gw);
 }
 
 /// `curl`, as the API's own documentation shows it: plain and streamed
@@ -101,7 +114,7 @@ fn curl_gets_chat_completions_plain_and_streamed() {
         return eprintln!("SKIPPED curl_gets_chat_completions_plain_and_streamed: curl is not installed");
     }
     let home = Home::new();
-    let (mut gw, base, _provider) = gateway(&home);
+    let (gw, base, _provider) = gateway(&home);
     let curl = |extra: &[&str], body: &str| {
         let out = std::process::Command::new("curl")
             .args(["-sS", "-N", &format!("{base}/v1/chat/completions"), "-H", "Content-Type: application/json"])
@@ -137,8 +150,7 @@ fn curl_gets_chat_completions_plain_and_streamed() {
     // Both turns landed on session curl-1's tape.
     let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "curl-1", ",tape.search query=stream"]);
     assert!(ok && found.contains("stream me"), "{err}{found}");
-    gw.signal("TERM");
-    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+    stop(gw);
 }
 
 /// The official client's Responses API: a plain answer (`output_text`),
@@ -151,11 +163,8 @@ fn curl_gets_chat_completions_plain_and_streamed() {
 fn the_official_openai_client_speaks_the_responses_api() {
     let Some(venv) = openai_client_venv_or_skip("the_official_openai_client_speaks_the_responses_api") else { return };
     let home = Home::new();
-    let (mut gw, base, provider) = gateway(&home);
+    let (gw, base, provider) = gateway(&home);
     let script = r#"
-import json, sys, openai
-base, token = sys.argv[1], sys.argv[2]
-client = openai.OpenAI(base_url=base + "/v1", api_key=token)
 out = {}
 r = client.responses.create(model="bub-agent", input="first words", instructions="ignored",
     extra_headers={"X-Bub-Session": "rs-1"})
@@ -172,12 +181,7 @@ with client.responses.stream(model="bub-agent", input="third words", previous_re
     out["helper"] = s.get_final_response().output_text
 print(json.dumps(out))
 "#;
-    let output = std::process::Command::new(venv.join("bin/python"))
-        .args(["-c", script, &base, TOKEN])
-        .output()
-        .expect("run the openai client");
-    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
-    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let out = run_client(venv, script, &base, &gw);
     assert_eq!(
         out["plain"],
         json!({"text": "echo: first words", "status": "completed", "object": "response", "model": "bub-agent"})
@@ -207,6 +211,5 @@ print(json.dumps(out))
     assert!(!third.contains("ignored"), "{third}");
     let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "rs-1", ",tape.search query=third"]);
     assert!(ok && found.contains("third words"), "{err}{found}");
-    gw.signal("TERM");
-    assert!(gw.wait(std::time::Duration::from_secs(20)).is_some_and(|s| s.success()));
+    stop(gw);
 }
