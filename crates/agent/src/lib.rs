@@ -62,6 +62,7 @@ pub mod python;
 pub mod recorder;
 pub mod run;
 pub mod session_settings;
+pub mod sessions;
 pub mod tape;
 pub mod tools;
 
@@ -210,6 +211,11 @@ pub struct Agent {
     /// the agent's own by default; share one (the framework's
     /// `bub_framework::Framework::contexts`) to keep them between turns too.
     pub contexts: Arc<context::ContextCache>,
+    /// Which session each tape holds (see [`sessions`]): the agent's own
+    /// by default; share one (the framework's
+    /// `bub_framework::Framework::session_index`) to read each record once
+    /// per scope.
+    pub sessions: Arc<sessions::SessionIndex>,
 }
 
 impl Agent {
@@ -236,6 +242,7 @@ impl Agent {
             events,
             pending: None,
             contexts: context::ContextCache::new(),
+            sessions: sessions::SessionIndex::new(),
         }
     }
 

@@ -190,6 +190,17 @@ impl Agent {
         let tape = RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back);
         let tape = Arc::new(tape.with_contexts(self.contexts.clone()));
         tape.ensure_bootstrap().await?;
+        // The tape's record says whose session it is (see `sessions`); a
+        // run that is not kept (`temp/…`) leaves no tape to own. Without a
+        // record the tape is found by the open channels' searches only, so
+        // a store that cannot write it costs the run nothing.
+        if options.merge_back {
+            if let Some(Value::String(session)) = options.state.get_value("session_id") {
+                if let Err(e) = self.sessions.ensure_recorded(&self.store, &options.tape, &session).await {
+                    tracing::warn!(target: "bub::tape", "writing the session record of tape {}: {e}", options.tape);
+                }
+            }
+        }
         // A bare prefix (`,`) fails before its command is recorded, as in
         // Bub (which has bootstrapped the tape by then, as here).
         if command::command_line(&prompt, self.command_prefix.as_deref()).is_some_and(|l| l.is_empty()) {

@@ -95,6 +95,7 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     let store = framework.get_tape_store().map(Store::Host).unwrap_or_else(Store::memory);
     let mut agent = Agent::new(settings, store);
     agent.contexts = framework.contexts();
+    agent.sessions = framework.session_index();
     if let Ok(context) = framework.build_tape_context() {
         if let Ok(Some(anchor)) = context.describe().await.map(|d| d.get("anchor").cloned()) {
             agent.context.anchor = anchor.as_str().map(str::to_owned);

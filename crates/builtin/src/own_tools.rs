@@ -208,10 +208,15 @@ fn search_match(entry: &TapeEntry) -> Option<Value> {
 
 /// `tape.search` over other sessions' tapes (`sessions`: "all", or ids as a
 /// list or a comma-separated string): the store's search across tapes
-/// (an index where the store has one), each match naming its session when
-/// it is this one or one named, else its tape. Earlier searches' results
-/// are left out, as on one tape. The run's own entries are not on the
-/// store yet, so they are not among them.
+/// (an index where the store has one), each match naming its session (or,
+/// for a tape without a record, its tape). Earlier searches' results are
+/// left out, as on one tape. The run's own entries are not on the store
+/// yet, so they are not among them.
+///
+/// Only the sessions of the turn's owner are searched (see
+/// [`bub_agent::sessions`]): "all" means all of theirs, and naming
+/// another person's session is refused. The open channels' turns (the
+/// terminal, by default) search every session.
 async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> Result<Value, AgentError> {
     let here = cx.tape.name();
     // None: every session; else the ids named.
@@ -230,15 +235,27 @@ async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> R
     if ids.as_ref().is_some_and(Vec::is_empty) {
         return Err(AgentError::bub("invalid_input", "sessions names no session: give 'all' or session ids", None));
     }
-    // Each named session's tape, and the session each known tape is.
-    let named: Vec<(String, String)> =
-        ids.iter().flatten().map(|id| (bub_agent::tape::sibling_session_tape(here, id), id.clone())).collect();
-    let tapes: Option<Vec<String>> = ids.is_some().then(|| named.iter().map(|(tape, _)| tape.clone()).collect());
-    let mut session_of: std::collections::HashMap<String, String> = named.into_iter().collect();
-    if let Some(id) = cx.state.get_value("session_id").and_then(|v| v.as_str().map(str::to_owned)) {
-        session_of.insert(here.to_owned(), id);
-    }
-    let found = cx.tape.store().search_tapes(tapes.as_deref(), q).await?;
+    let bounds = SearchBounds::of(cx)?;
+    let store = cx.tape.store();
+    // The tapes to search, each with the session it holds (None: a tape
+    // without a record).
+    let candidates: Vec<(String, Option<String>)> = match ids {
+        None => bounds.index.sessions(store).await?,
+        Some(ids) => {
+            let refused: Vec<&String> = ids.iter().filter(|id| !bounds.may_read(Some(id))).collect();
+            if !refused.is_empty() {
+                return Err(AgentError::bub("invalid_input", bounds.refusal(&refused), None));
+            }
+            ids.iter().map(|id| (bub_agent::tape::sibling_session_tape(here, id), Some(id.clone()))).collect()
+        }
+    };
+    let mut session_of: std::collections::HashMap<String, Option<String>> = candidates
+        .into_iter()
+        .filter(|(tape, session)| tape == here || bounds.may_read(session.as_deref()))
+        .collect();
+    session_of.insert(here.to_owned(), Some(bounds.session.clone()));
+    let tapes: Vec<String> = session_of.keys().cloned().collect();
+    let found = store.search_tapes(Some(&tapes), q).await?;
     let mut filtered = 0;
     let mut matches = Vec::new();
     for m in found {
@@ -247,12 +264,56 @@ async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> R
             continue;
         };
         match session_of.get(&m.tape) {
-            Some(id) => one["session"] = json!(id),
-            None => one["tape"] = json!(m.tape),
+            Some(Some(id)) => one["session"] = json!(id),
+            _ => one["tape"] = json!(m.tape),
         }
         matches.push(one);
     }
     Ok(json!({"matches": matches, "filtered": filtered}))
+}
+
+/// Whose sessions a turn may read: its owner's, or every one for a turn
+/// of an open channel (see [`bub_agent::sessions`]).
+pub(crate) struct SearchBounds {
+    scope: bub_agent::sessions::SearchScope,
+    index: std::sync::Arc<bub_agent::sessions::SessionIndex>,
+    open: bool,
+    // The session whose owner the turn acts for, and that owner.
+    session: String,
+    owner: bub_agent::sessions::Owner,
+}
+
+impl SearchBounds {
+    /// The bounds of the turn `cx` runs in.
+    pub(crate) fn of(cx: &ToolContext) -> Result<SearchBounds, AgentError> {
+        let framework = Framework::of(&cx.state);
+        let scope = match &framework {
+            Some(f) => f.model_settings().map_err(AgentError::value)?.search,
+            None => Default::default(),
+        };
+        let index = framework.as_ref().map_or_else(bub_agent::sessions::SessionIndex::new, Framework::session_index);
+        let text = |key: &str| cx.state.get_value(key).and_then(|v| v.as_str().map(str::to_owned));
+        let session = text(bub_agent::sessions::OWNER_SESSION_KEY).or_else(|| text("session_id")).unwrap_or_default();
+        let open = scope.is_open(text("_runtime_channel").as_deref());
+        let owner = scope.owner(&session);
+        Ok(SearchBounds { scope, index, open, session, owner })
+    }
+
+    /// Whether the turn may read `session` (None: a tape without a record).
+    pub(crate) fn may_read(&self, session: Option<&str>) -> bool {
+        self.open || session.is_some_and(|s| s == self.session || self.scope.owner(s) == self.owner)
+    }
+
+    /// Why `sessions` are refused, and how the operator opens them.
+    pub(crate) fn refusal(&self, sessions: &[&String]) -> String {
+        let named: Vec<String> = sessions.iter().map(|s| format!("{s:?}")).collect();
+        format!(
+            "session(s) {} belong to someone else: this conversation reaches only its own sessions (the operator \
+             joins a person's sessions with the `people` setting, or opens search to a channel with \
+             `search_open_channels`)",
+            named.join(", ")
+        )
+    }
 }
 
 /// Bub's `_render_tape_search`: each match as Python's `json.dumps` writes
@@ -558,15 +619,28 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     let parent: String = cx.state.get("session_id").ok().flatten().unwrap_or_default();
     let session = match arg_str(&args, "session").as_deref().unwrap_or("temp") {
         "temp" => format!("temp/{:08x}", bub_kit::random::u64() as u32),
-        "inherit" => parent,
+        "inherit" => parent.clone(),
         // Confined, a model cannot reach another session's memory.
         other if framework_confined(&framework) && other != parent => {
             return Err(AgentError::value(format!(
             "subagent session {other:?} is another session's; with confine_workspace on, use \"temp\" or \"inherit\""
         )))
         }
-        other => other.to_owned(),
+        other => {
+            // Another session's memory is its owner's (see `search_sessions`).
+            let bounds = SearchBounds::of(&cx)?;
+            if !bounds.may_read(Some(other)) {
+                return Err(AgentError::value(bounds.refusal(&[&other.to_owned()])));
+            }
+            other.to_owned()
+        }
     };
+    // The sub-run acts for the caller's owner: its `temp/…` session is no one's.
+    let owner_session: Option<String> = cx
+        .state
+        .get_value(bub_agent::sessions::OWNER_SESSION_KEY)
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .or_else(|| Some(parent.clone()).filter(|p| !p.is_empty()));
     // Bub's `{**context.state, "session_id": …}`: the sub-run starts from a
     // copy of the calling turn's state (its model, code mode, runtime
     // objects), under its own session; no `load_state` runs for it.
@@ -577,6 +651,9 @@ async fn subagent(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
         }
     }
     state.set("session_id", &session).map_err(|e| AgentError::value(e.to_string()))?;
+    if let Some(owner) = &owner_session {
+        state.set(bub_agent::sessions::OWNER_SESSION_KEY, owner).map_err(|e| AgentError::value(e.to_string()))?;
+    }
     let _attached = framework.attach(&state);
     // As Bub's `resolve_tool_names`: registry names and model-facing
     // aliases alike, case-insensitively; unknown names refused before any

@@ -25,7 +25,7 @@ use std::{
 use bub_abi::{types::ErrorInfo, HookId, Object};
 use serde_json::{json, Value};
 
-use bub_agent::context::ContextCache;
+use bub_agent::{context::ContextCache, sessions::SessionIndex};
 
 use super::{Framework, FrameworkError};
 use bub_runtime::resources::{Environment, Lifespan, Resource, SteeringInbox, TapeStore};
@@ -45,6 +45,8 @@ struct Inner {
     // The store's tapes as the agent's context, kept between turns; made
     // with the first run and gone with the store.
     contexts: Option<Arc<ContextCache>>,
+    // The store's tapes' session records, read once per scope.
+    sessions: Option<Arc<SessionIndex>>,
 }
 
 impl Shared {
@@ -60,6 +62,7 @@ impl Shared {
         inner.store = None;
         inner.inbox = None;
         inner.contexts = None;
+        inner.sessions = None;
         std::mem::take(&mut inner.environments)
     }
 
@@ -149,6 +152,17 @@ impl Framework {
             .contexts
             .get_or_insert_with(|| ContextCache::with_budget(ContextCache::budget(&self.settings().environment)))
             .clone()
+    }
+
+    /// Which session each of the scope's tapes holds (see
+    /// [`bub_agent::sessions`]), read once per scope; outside a scope, a
+    /// new index each time.
+    pub fn session_index(&self) -> Arc<SessionIndex> {
+        let mut inner = self.scope.lock();
+        if inner.store.is_none() {
+            return SessionIndex::new();
+        }
+        inner.sessions.get_or_insert_with(SessionIndex::new).clone()
     }
 
     /// The scope's steering inbox; `None` outside a scope.

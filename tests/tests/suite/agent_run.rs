@@ -457,7 +457,12 @@ fn subagent_runs_a_nested_unmerged_session_behaviour_189() {
     assert!(!sub_tools.contains(&"subagent") && sub_tools.contains(&"fs_read"), "{sub_tools:?}");
     assert_eq!(messages(&requests[1].body).last().unwrap()["content"], "sub task");
     assert_eq!(messages(&requests[2].body).last().unwrap()["content"], "sub answer");
-    let tapes: Vec<_> = std::fs::read_dir(home.path().join("tapes")).unwrap().flatten().collect();
+    // The session's tape (and its record, a sidecar): none of the temp/ session.
+    let tapes: Vec<_> = std::fs::read_dir(home.path().join("tapes"))
+        .unwrap()
+        .flatten()
+        .filter(|f| !f.file_name().to_string_lossy().contains("__sidecar__"))
+        .collect();
     assert_eq!(tapes.len(), 1, "the temp/ session is not merged back");
 }
 

@@ -29,6 +29,7 @@ mod long_sessions;
 mod mcp;
 mod openai;
 mod openai_api;
+mod owners;
 mod published;
 mod python;
 mod recorded;

@@ -547,7 +547,7 @@ fn every_store_searches_across_tapes_alike() {
 
 /// `tape.search` with `sessions` in command mode, through the real binary:
 /// from one session it finds what was said in others, newest first,
-/// naming a session it was given by id (and a tape otherwise); without
+/// naming each session (its tape's record says which); without
 /// `sessions` it stays on its own tape. On the builtin JSONL store (each
 /// tape read) and on tape-sqlite (its index).
 #[test]
@@ -563,7 +563,7 @@ fn tape_search_finds_what_other_sessions_said() {
         assert!(all.contains("4 matches"), "each message and its echo: {all}");
         let (jam, tree) = (all.find("apricot jam").unwrap(), all.find("apricot tree").unwrap());
         assert!(jam < tree, "newest first: {all}");
-        assert!(all.contains("\"tape\": "), "a session not named is shown by its tape: {all}");
+        assert!(all.contains("\"session\": \"garden\""), "each match names its session, from the tape's record: {all}");
         let named = run(home, &["run", "--session-id", "office", ",tape.search query=apricot sessions=garden,kitchen"]);
         assert!(named.contains("\"session\": \"garden\"") && named.contains("\"session\": \"kitchen\""), "{named}");
         let one = run(home, &["run", "--session-id", "office", ",tape.search query=apricot sessions=garden"]);

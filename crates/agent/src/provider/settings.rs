@@ -20,6 +20,8 @@
 //! | command prefix | `BUB_COMMAND_PREFIX` (non-empty, no whitespace) | `command_prefix` | `,` |
 //! | command channels | `BUB_COMMAND_CHANNELS` (comma-separated, or `*`) | `command_channels` (list) | `cli` |
 //! | confinement | `BUB_CONFINE_WORKSPACE` (`true`/`1`) | `confine_workspace` | off (see `builtin::confine`) |
+//! | channels whose turns search every session | `BUB_SEARCH_OPEN_CHANNELS` (comma-separated, `*`, or empty for none) | `search_open_channels` (list) | `cli` (see [`crate::sessions`]) |
+//! | people: sessions that are one person's | `BUB_PEOPLE` (JSON: name → list of session patterns) | `people` | none: each session is its own |
 //! | context budget, tokens (0 = fold only when the provider refuses) | `BUB_CONTEXT_BUDGET_TOKENS` | `context_budget_tokens` | ¾ of the model's `context_window` (a custom provider's, or `client_args`'), else 64,000 |
 //!
 //! Command mode runs tools and shell lines with no model in between, so it
@@ -75,6 +77,9 @@ pub struct ModelSettings {
     /// Whether the builtin's tools are confined to the workspace
     /// (`builtin::confine`).
     pub confine_workspace: bool,
+    /// Whose sessions a turn may search (`search_open_channels`, `people`;
+    /// see [`crate::sessions`]).
+    pub search: crate::sessions::SearchScope,
     /// Deadline of one tool call (`BUB_TOOL_TIMEOUT_SECONDS`, 600; 0 = none).
     pub tool_timeout: Option<Duration>,
     /// What a builtin tool reads or keeps (`BUB_TOOL_MAX_BYTES`, 16 MiB):
@@ -114,6 +119,7 @@ impl Default for ModelSettings {
             command_prefix: ",".into(),
             command_channels: vec!["cli".into()],
             confine_workspace: false,
+            search: Default::default(),
             tool_timeout: bub_runtime::settings::seconds(600.0),
             max_tool_concurrency: Some(DEFAULT_TOOL_CONCURRENCY),
             tool_max_bytes: DEFAULT_TOOL_MAX_BYTES,
@@ -351,6 +357,27 @@ impl ModelSettings {
             Some(v) => matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"),
             None => matches!(file.get("confine_workspace"), Some(Value::Bool(true))),
         };
+        match var("BUB_SEARCH_OPEN_CHANNELS") {
+            Some(list) => {
+                s.search.open_channels =
+                    list.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+            }
+            None => match file.get("search_open_channels") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => {
+                    s.search.open_channels = items.iter().filter_map(Value::as_str).map(str::to_owned).collect()
+                }
+                Some(_) => return Err("search_open_channels in config.json must be a list of channel names".into()),
+            },
+        }
+        match var("BUB_PEOPLE") {
+            Some(t) => s.search.people = crate::sessions::SearchScope::people_from(&json_setting(&t, "BUB_PEOPLE")?, "BUB_PEOPLE")?,
+            None => {
+                if let Some(people) = file.get("people").filter(|v| !v.is_null()) {
+                    s.search.people = crate::sessions::SearchScope::people_from(people, "people in config.json")?;
+                }
+            }
+        }
         if let Some(t) = var("BUB_TOOL_TIMEOUT_SECONDS") {
             s.tool_timeout = bub_runtime::settings::parse_seconds(&t, 600.0);
         }
