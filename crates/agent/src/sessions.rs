@@ -86,7 +86,8 @@ impl SearchScope {
     /// Reads `people` (`{"name": ["pattern", …]}`) as the settings give it;
     /// `what` names the setting in the error.
     pub fn people_from(value: &Value, what: &str) -> Result<Vec<(String, Vec<String>)>, String> {
-        let shape = || format!("{what} must be a JSON object: person → list of session patterns (\"telegram:42\", \"cli:*\")");
+        let shape =
+            || format!("{what} must be a JSON object: person → list of session patterns (\"telegram:42\", \"cli:*\")");
         let Value::Object(people) = value else { return Err(shape()) };
         let mut out = Vec::with_capacity(people.len());
         for (name, patterns) in people {

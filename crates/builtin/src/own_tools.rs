@@ -249,10 +249,8 @@ async fn search_sessions(sessions: &Value, q: &TapeQuery, cx: &ToolContext) -> R
             ids.iter().map(|id| (bub_agent::tape::sibling_session_tape(here, id), Some(id.clone()))).collect()
         }
     };
-    let mut session_of: std::collections::HashMap<String, Option<String>> = candidates
-        .into_iter()
-        .filter(|(tape, session)| tape == here || bounds.may_read(session.as_deref()))
-        .collect();
+    let mut session_of: std::collections::HashMap<String, Option<String>> =
+        candidates.into_iter().filter(|(tape, session)| tape == here || bounds.may_read(session.as_deref())).collect();
     session_of.insert(here.to_owned(), Some(bounds.session.clone()));
     let tapes: Vec<String> = session_of.keys().cloned().collect();
     let found = store.search_tapes(Some(&tapes), q).await?;

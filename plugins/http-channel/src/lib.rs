@@ -225,7 +225,7 @@ impl Plugin for HttpChannelPlugin {
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             server: Mutex::new(None),
-            response_sessions: Mutex::default(),
+            response_ids: std::sync::OnceLock::new(),
         }));
         Some(vec![Object::channel(channel)])
     }
@@ -247,12 +247,9 @@ fn generated_token(data_dir: &std::path::Path) -> Result<String, BoxError> {
             Ok(token)
         }
         Err(bub_kit::files::TrustError::Missing) => {
-            use std::io::Read;
-            let mut bytes = [0u8; 32];
-            std::fs::File::open("/dev/urandom")
-                .and_then(|mut f| f.read_exact(&mut bytes))
+            let bytes = bub_kit::random::secret::<32>()
                 .map_err(|e| format!("http-channel: cannot read /dev/urandom for a token: {e}"))?;
-            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let token = bub_kit::random::hex(&bytes);
             bub_kit::files::create_private_dir(data_dir)
                 .and_then(|()| bub_kit::files::write_private(&path, format!("{token}\n").as_bytes()))
                 .map_err(|e| format!("http-channel: cannot write the token to {}: {e}", path.display()))?;
@@ -277,9 +274,9 @@ struct Shared {
     streams: Mutex<HashMap<String, mpsc::UnboundedSender<StreamEvent>>>,
     next_id: AtomicU64,
     server: Mutex<Option<Server>>,
-    // The session of each recent OpenAI response, by its id: a request
-    // continuing one (`previous_response_id`) runs on its session.
-    response_sessions: Mutex<bub_kit::lru::Lru<String, String>>,
+    // Makes and reads the OpenAI responses' ids, which carry their
+    // session (`openai/ids.rs`); keyed at start.
+    response_ids: std::sync::OnceLock<openai::ResponseIds>,
 }
 
 struct Server {
@@ -317,6 +314,11 @@ impl Channel for HttpChannel {
                     "http-channel: auth=none: every local user can run turns (and whatever tools they reach) as you"
                 );
             }
+            let key = match shared.token.get() {
+                Some(token) => token.as_bytes().to_vec(),
+                None => openai::key_file(&shared.data_dir)?,
+            };
+            let _ = shared.response_ids.set(openai::ResponseIds::new(&key));
             let bind = shared.config.bind.clone();
             let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
                 format!("cannot listen on {bind}: {e} (choose another with `bub plugins config http-channel bind=127.0.0.1:PORT`)")

@@ -29,10 +29,16 @@ fn gateway(home: &Home) -> (GatewayProcess, String, Provider) {
         &lib("http-channel"),
         json!({"bind": "127.0.0.1:0", "token": TOKEN, "model_name": "bub-agent"}),
     );
+    let (gateway, base) = start(home, &provider);
+    (gateway, base, provider)
+}
+
+/// Starts the gateway of `home` with `provider` as its model.
+fn start(home: &Home, provider: &Provider) -> (GatewayProcess, String) {
     let env = [("BUB_MODEL", "openai:m"), ("BUB_API_BASE", provider.base_url.as_str()), ("OPENAI_API_KEY", "none")];
     let mut gateway = GatewayProcess::start(home.path(), &[], &env);
     let base = gateway.address(home.path(), "http-channel");
-    (gateway, base, provider)
+    (gateway, base)
 }
 
 /// Runs `script` with the official client (`client`, on `base` with the
@@ -211,5 +217,60 @@ print(json.dumps(out))
     assert!(!third.contains("ignored"), "{third}");
     let (found, err, ok) = bub_tests::run_bub(&home, &["run", "--session-id", "rs-1", ",tape.search query=third"]);
     assert!(ok && found.contains("third words"), "{err}{found}");
+    stop(gw);
+}
+
+/// Sessions are the clients' own. A `previous_response_id` the gateway
+/// did not make (the old guessable `resp-<pid>-<n>` shape, a forged
+/// `resp_…`) is OpenAI's 400 `previous_response_not_found` and runs
+/// nothing; a real one still continues its conversation after a restart;
+/// two clients that name no session never share one, on either API.
+#[test]
+fn openai_sessions_are_the_clients_own() {
+    let Some(venv) = openai_client_venv_or_skip("openai_sessions_are_the_clients_own") else { return };
+    let home = Home::new();
+    let (gw, base, provider) = gateway(&home);
+    let script = r#"
+out = {"unknown": []}
+for bad in ["resp-4242-1", "resp_" + "A" * 60, "resp_c2Vzc2lvbg"]:
+    try:
+        client.responses.create(model="bub-agent", input="take over", previous_response_id=bad)
+        out["unknown"].append("accepted")
+    except openai.BadRequestError as e:
+        out["unknown"].append([e.status_code, e.code, e.body.get("param"), e.body.get("type")])
+first = client.responses.create(model="bub-agent", input="my PIN is hunter2")
+other = client.responses.create(model="bub-agent", input="what is my PIN?")
+a = client.chat.completions.create(model="bub-agent", messages=[{"role": "user", "content": "my code word is kumquat"}])
+b = client.chat.completions.create(model="bub-agent", messages=[
+    {"role": "user", "content": "hello"}, {"role": "assistant", "content": "echo: hello"},
+    {"role": "user", "content": "what is my code word?"}])
+out["first"] = first.id
+out["b"] = b.choices[0].message.content
+print(json.dumps(out))
+"#;
+    let out = run_client(venv, script, &base, &gw);
+    let refused = json!([400, "previous_response_not_found", "previous_response_id", "invalid_request_error"]);
+    assert_eq!(out["unknown"], json!([refused, refused, refused]), "{out}");
+    let first = out["first"].as_str().unwrap().to_owned();
+    assert!(first.starts_with("resp_") && first.len() >= 5 + 22, "at least 128 random bits: {first}");
+    let bodies: Vec<String> = provider.requests().iter().map(|r| r.body["messages"].to_string()).collect();
+    assert!(!bodies.iter().any(|b| b.contains("take over")), "a refused continuation ran no turn");
+    assert_eq!(bodies.len(), 4, "{bodies:#?}");
+    assert!(!bodies[1].contains("hunter2"), "another Responses client saw the first one's turn: {}", bodies[1]);
+    assert!(!bodies[3].contains("kumquat"), "another chat client saw the first one's turn: {}", bodies[3]);
+    assert!(bodies[3].contains("echo: hello"), "a chat naming no session is told its own conversation: {}", bodies[3]);
+
+    // A restart keeps the id's meaning: the conversation goes on.
+    stop(gw);
+    provider.clear();
+    let (gw, base) = start(&home, &provider);
+    let script = format!(
+        "r = client.responses.create(model='bub-agent', input='and my PIN was?', previous_response_id='{first}')\n\
+         print(json.dumps({{'text': r.output_text, 'previous': r.previous_response_id}}))"
+    );
+    let out = run_client(venv, &script, &base, &gw);
+    assert_eq!(out["previous"], json!(first));
+    let after = provider.requests()[0].body["messages"].to_string();
+    assert!(after.contains("hunter2"), "the continued session's tape: {after}");
     stop(gw);
 }

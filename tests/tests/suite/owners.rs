@@ -94,7 +94,9 @@ fn shared_gateway(people: Value) -> Shared {
 
 fn telegram_says(shared: &Shared, user: u64, text: &str, replies: usize) -> String {
     shared.api.push_message(private_text(user, text));
-    shared.api.wait_for(&format!("{replies} replies to chat {user}"), WAIT, |_| shared.api.sent_to(user as i64).len() >= replies);
+    shared.api.wait_for(&format!("{replies} replies to chat {user}"), WAIT, |_| {
+        shared.api.sent_to(user as i64).len() >= replies
+    });
     shared.api.sent_to(user as i64)[replies - 1].clone()
 }
 
@@ -144,7 +146,8 @@ fn no_one_reads_another_persons_sessions() {
 
     // The terminal is the operator's: it searches every session, each
     // match named by its session.
-    let (out, err, ok) = run_bub_env(&shared.home, &["run", "--session-id", "cli:me", ",tape.search query=hunter2 sessions=all"], &[]);
+    let (out, err, ok) =
+        run_bub_env(&shared.home, &["run", "--session-id", "cli:me", ",tape.search query=hunter2 sessions=all"], &[]);
     assert!(ok, "{err}");
     assert!(out.contains("\"session\": \"telegram:5\"") && out.contains("\"session\": \"alice\""), "{out}");
     drop(shared.gateway);

@@ -371,7 +371,10 @@ impl ModelSettings {
             },
         }
         match var("BUB_PEOPLE") {
-            Some(t) => s.search.people = crate::sessions::SearchScope::people_from(&json_setting(&t, "BUB_PEOPLE")?, "BUB_PEOPLE")?,
+            Some(t) => {
+                s.search.people =
+                    crate::sessions::SearchScope::people_from(&json_setting(&t, "BUB_PEOPLE")?, "BUB_PEOPLE")?
+            }
             None => {
                 if let Some(people) = file.get("people").filter(|v| !v.is_null()) {
                     s.search.people = crate::sessions::SearchScope::people_from(people, "people in config.json")?;

@@ -1,5 +1,8 @@
 //! `POST /v1/chat/completions`: the inbound is the last `user` message of
-//! `messages`; streamed as `chat.completion.chunk` events (an opening
+//! `messages` on the session the request names; a request that names
+//! none runs on a `temp/` session of its own with the conversation it
+//! sent as a transcript (see `with_transcript`), so two clients that name
+//! no session never share one; streamed as `chat.completion.chunk` events (an opening
 //! chunk with the role, one per text delta, a closing one with
 //! `finish_reason: stop`) and `data: [DONE]`.
 
@@ -28,8 +31,12 @@ pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, headers:
         Err(response) => return response,
     };
     let messages = request.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-    let prepared = super::last_user_text(&messages)
-        .and_then(|content| Ok((super::session_of(&shared, &headers, &request, None)?, content)));
+    let prepared = super::last_user_text(&messages).and_then(|content| {
+        Ok(match super::named_session(&shared, &headers, &request)? {
+            Some(session) => (session, content),
+            None => (super::fresh_session("temp/openai-")?, super::with_transcript(&messages, content)),
+        })
+    });
     let (session, content) = match prepared {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),

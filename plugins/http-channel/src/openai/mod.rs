@@ -7,10 +7,14 @@
 //! an agent SDK on the Responses API) can then talk to the agent. One
 //! request is one turn:
 //!
-//! - the session is the `X-Bub-Session` header, else the body's `user`,
-//!   else (Responses) the session of the `previous_response_id` it
-//!   continues, else `<channel>:default`; the channel's `sessions` rule
-//!   applies;
+//! - the session is the `X-Bub-Session` header, else the body's `user`
+//!   (a blank one counts as none), else (Responses) the session of the
+//!   `previous_response_id` it continues (the id carries it: `ids.rs`),
+//!   else one of the request's own: a Responses request starts a new
+//!   session (`<channel>:resp-<random>`) that its response's id continues;
+//!   a chat request runs on a `temp/` session no one else reaches, told
+//!   the conversation it sent (`with_transcript`). The channel's
+//!   `sessions` rule applies to what a request names or continues;
 //! - the inbound is the **last user message** (its text parts). Earlier
 //!   messages are not replayed: the session's tape is its memory, and an
 //!   OpenAI client sends the whole conversation with every request, so
@@ -25,6 +29,7 @@
 //! with the channel's statuses.
 
 mod chat;
+mod ids;
 mod responses;
 
 use std::sync::{atomic::Ordering, Arc};
@@ -44,6 +49,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Shared;
 
 pub(super) use chat::chat_completions;
+pub(super) use ids::{key_file, ResponseIds};
 pub(super) use responses::responses;
 
 fn openai_error(status: StatusCode, message: impl Into<String>, kind: &str) -> Response {
@@ -56,18 +62,22 @@ fn openai_error(status: StatusCode, message: impl Into<String>, kind: &str) -> R
 struct Refusal {
     status: StatusCode,
     message: String,
+    // OpenAI's `code` and `param`, where its API names them.
+    code: Option<&'static str>,
+    param: Option<&'static str>,
 }
 
 impl Refusal {
     fn bad_request(message: impl Into<String>) -> Refusal {
-        Refusal { status: StatusCode::BAD_REQUEST, message: message.into() }
+        Refusal { status: StatusCode::BAD_REQUEST, message: message.into(), code: None, param: None }
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let kind = if self.status == StatusCode::FORBIDDEN { "permission_error" } else { "invalid_request_error" };
-        openai_error(self.status, self.message, kind)
+        let body = json!({"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}});
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -128,23 +138,59 @@ fn last_user_text(messages: &[Value]) -> Result<String, Refusal> {
     Ok(content)
 }
 
-/// The session a request names (see the module docs): `continued` is
-/// the session of the response it continues, if any.
-fn session_of(
-    shared: &Shared,
-    headers: &HeaderMap,
-    request: &Value,
-    continued: Option<String>,
-) -> Result<String, Refusal> {
+/// The inbound of a chat request that names no session. It runs on a
+/// `temp/` session of its own, which no one else reaches and nothing
+/// keeps, so the conversation the client sent is all its memory: the
+/// earlier user and assistant messages (their text) come first as a
+/// transcript, then `last`, the last user message.
+fn with_transcript(messages: &[Value], last: String) -> String {
+    let Some(at) = messages.iter().rposition(|m| m.get("role").and_then(Value::as_str) == Some("user")) else {
+        return last;
+    };
+    let earlier: Vec<String> = messages[..at]
+        .iter()
+        .filter_map(|m| {
+            let role = m.get("role").and_then(Value::as_str).filter(|r| matches!(*r, "user" | "assistant"))?;
+            let text = text_of(m.get("content").unwrap_or(&Value::Null));
+            (!text.trim().is_empty()).then(|| format!("{role}: {text}"))
+        })
+        .collect();
+    if earlier.is_empty() {
+        return last;
+    }
+    format!("Earlier in this conversation:\n{}\n\nNow:\n{last}", earlier.join("\n"))
+}
+
+/// The session a request names: the `X-Bub-Session` header, else the
+/// body's `user` (each counted only when not blank), checked against the
+/// channel's `sessions` rule; None when it names none.
+fn named_session(shared: &Shared, headers: &HeaderMap, request: &Value) -> Result<Option<String>, Refusal> {
     let header = headers.get("x-bub-session").and_then(|v| v.to_str().ok()).map(str::trim);
     let user = request.get("user").and_then(Value::as_str).map(str::trim);
-    let named = header.or(user).filter(|s| !s.is_empty()).map(str::to_owned).or(continued);
-    let session = named.unwrap_or_else(|| format!("{}:default", shared.config.name));
+    let Some(session) = header.filter(|s| !s.is_empty()).or(user.filter(|s| !s.is_empty())) else { return Ok(None) };
+    allowed(shared, session.to_owned()).map(Some)
+}
+
+/// `session` if the channel's `sessions` rule allows a request to run
+/// on it (named, or continued by a response id).
+fn allowed(shared: &Shared, session: String) -> Result<String, Refusal> {
     if !super::session_allowed(&shared.config.sessions, &session) {
         let why = format!("session {session:?} is not one this channel may name (its `sessions` setting)");
-        return Err(Refusal { status: StatusCode::FORBIDDEN, message: why });
+        return Err(Refusal { status: StatusCode::FORBIDDEN, message: why, code: None, param: None });
     }
     Ok(session)
+}
+
+/// A session no one else has: `<prefix><32 hex digits>` from the kernel's
+/// CSPRNG.
+fn fresh_session(prefix: &str) -> Result<String, Refusal> {
+    let bytes = bub_kit::random::secret::<16>().map_err(|e| Refusal {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: format!("cannot read /dev/urandom for a new session: {e}"),
+        code: None,
+        param: None,
+    })?;
+    Ok(format!("{prefix}{}", bub_kit::random::hex(&bytes)))
 }
 
 /// The gateway message of one request's turn.
@@ -161,7 +207,8 @@ fn envelope(shared: &Shared, session: &str, content: &str, api: &str) -> Value {
     })
 }
 
-/// A fresh id with OpenAI's `prefix` (`chatcmpl`, `resp`, `msg`).
+/// A fresh id with OpenAI's `prefix` (`chatcmpl`, `msg`): unique in the
+/// process, and naming nothing (a response's id is `ids.rs`').
 fn new_id(shared: &Shared, prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), shared.next_id.fetch_add(1, Ordering::Relaxed))
 }
@@ -233,4 +280,23 @@ fn not_processed(d: &Delivery) -> Response {
     };
     let why = d.error.clone().unwrap_or_else(|| format!("the turn was {}", d.status));
     openai_error(status, why, "server_error")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_naming_no_session_is_told_its_own_conversation() {
+        let messages = vec![
+            json!({"role": "system", "content": "be brief"}),
+            json!({"role": "user", "content": "hello"}),
+            json!({"role": "assistant", "content": [{"type": "text", "text": "hi!"}]}),
+            json!({"role": "tool", "content": "ignored"}),
+            json!({"role": "user", "content": "and now?"}),
+        ];
+        let text = with_transcript(&messages, "and now?".into());
+        assert_eq!(text, "Earlier in this conversation:\nuser: hello\nassistant: hi!\n\nNow:\nand now?");
+        assert_eq!(with_transcript(&messages[4..], "and now?".into()), "and now?", "nothing earlier");
+    }
 }

@@ -14,16 +14,18 @@
 //! `response.failed`, with the reason, when the turn fails).
 //!
 //! `previous_response_id` continues a conversation: a request naming no
-//! session runs on the session of the response it continues (the last
-//! 4,096 responses' sessions are remembered). Responses are not stored
-//! (`store: false`): the session's tape is the record.
+//! session runs on the session of the response it continues, which the
+//! response's id carries (`ids.rs`: unguessable, and the same after a
+//! restart); a request naming none and continuing none starts a session
+//! of its own. Responses are not stored (`store: false`): the session's
+//! tape is the record.
 
 use std::sync::Arc;
 
 use axum::{
     body::Body,
     extract::State,
-    http::HeaderMap,
+    http::{HeaderMap, StatusCode},
     response::{
         sse::{Event, Sse},
         IntoResponse, Response,
@@ -35,15 +37,20 @@ use serde_json::{json, Value};
 
 use super::{Shared, Step};
 
-/// How many responses' sessions are remembered for `previous_response_id`.
-const REMEMBERED: usize = 4096;
-
-/// A `response` object.
-fn response_object(id: &str, created: u64, model: &str, status: &str, output: Value, error: Value) -> Value {
+/// A `response` object (`previous`: the `previous_response_id` it continues).
+fn response_object(
+    id: &str,
+    created: u64,
+    model: &str,
+    status: &str,
+    output: Value,
+    error: Value,
+    previous: &Value,
+) -> Value {
     json!({
         "id": id, "object": "response", "created_at": created, "status": status, "error": error,
         "incomplete_details": null, "instructions": null, "max_output_tokens": null, "model": model,
-        "output": output, "parallel_tool_calls": false, "previous_response_id": null,
+        "output": output, "parallel_tool_calls": false, "previous_response_id": previous,
         "reasoning": {"effort": null, "summary": null}, "store": false, "temperature": null,
         "text": {"format": {"type": "text"}}, "tool_choice": "none", "tools": [], "top_p": null,
         "truncation": "disabled", "metadata": {},
@@ -70,6 +77,42 @@ fn input_text(request: &Value) -> Result<String, super::Refusal> {
     }
 }
 
+/// The session of a Responses request: the one it names (`X-Bub-Session`,
+/// `user`), else the one its `previous_response_id` continues, else a new
+/// one of its own (`<channel>:resp-<random>`), which the response's id
+/// then continues. An id this channel did not make (unknown, altered, of
+/// another key) is OpenAI's 400 `previous_response_not_found`, whatever
+/// else the request names: it never runs on some other session.
+fn session(
+    shared: &Shared,
+    headers: &HeaderMap,
+    request: &Value,
+    ids: &super::ResponseIds,
+) -> Result<String, super::Refusal> {
+    let continued = match request.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => match ids.session(id) {
+            Some(session) => Some(session),
+            None => {
+                return Err(super::Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    message: format!("Previous response with id '{id}' not found."),
+                    code: Some("previous_response_not_found"),
+                    param: Some("previous_response_id"),
+                })
+            }
+        },
+        Some(_) => return Err(super::Refusal::bad_request("previous_response_id must be a string")),
+    };
+    if let Some(named) = super::named_session(shared, headers, request)? {
+        return Ok(named);
+    }
+    match continued {
+        Some(session) => super::allowed(shared, session),
+        None => super::fresh_session(&format!("{}:resp-", shared.config.name)),
+    }
+}
+
 /// One turn on the named (or continued) session.
 pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
     let example = r#"{"model": "bub", "input": "hi"}"#;
@@ -77,34 +120,39 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
         Ok(request) => request,
         Err(response) => return response,
     };
-    let continued = request
-        .get("previous_response_id")
-        .and_then(Value::as_str)
-        .and_then(|id| bub_abi::sync::lock(&shared.response_sessions).get(id).cloned());
-    let prepared = input_text(&request)
-        .and_then(|content| Ok((super::session_of(&shared, &headers, &request, continued)?, content)));
-    let (session, content) = match prepared {
-        Ok(prepared) => prepared,
-        Err(refusal) => return refusal.into_response(),
+    let Some(ids) = shared.response_ids.get() else {
+        return super::openai_error(StatusCode::SERVICE_UNAVAILABLE, "the channel is starting", "server_error");
     };
+    let (session, content) =
+        match input_text(&request).and_then(|content| Ok((session(&shared, &headers, &request, ids)?, content))) {
+            Ok(prepared) => prepared,
+            Err(refusal) => return refusal.into_response(),
+        };
     let message = super::envelope(&shared, &session, &content, "openai-responses");
-    let id = super::new_id(&shared, "resp");
+    let id = match ids.issue(&session) {
+        Ok(id) => id,
+        Err(e) => {
+            let why = format!("cannot make a response id: {e}");
+            return super::openai_error(StatusCode::INTERNAL_SERVER_ERROR, why, "server_error");
+        }
+    };
     let item = super::new_id(&shared, "msg");
-    bub_kit::lru::Lru::keep_in(&shared.response_sessions, id.clone(), session, 0, REMEMBERED, u64::MAX);
     let model = shared.config.model_name.clone();
     let created = super::unix_now();
+    let previous = request.get("previous_response_id").cloned().unwrap_or(Value::Null);
     if !request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         return match super::run(&shared, &message).await {
             Ok(reply) => {
                 let output = json!([message_item(&item, "completed", Some(&reply))]);
-                Json(response_object(&id, created, &model, "completed", output, Value::Null)).into_response()
+                Json(response_object(&id, created, &model, "completed", output, Value::Null, &previous)).into_response()
             }
             Err(response) => response,
         };
     }
     let steps = super::run_streamed(&shared, message, &id);
-    let response =
-        move |status: &str, output: Value, error: Value| response_object(&id, created, &model, status, output, error);
+    let response = move |status: &str, output: Value, error: Value| {
+        response_object(&id, created, &model, status, output, error, &previous)
+    };
     let where_ = json!({"item_id": item, "output_index": 0, "content_index": 0});
     let with = |mut event: Value, extra: &Value| {
         for (k, v) in extra.as_object().into_iter().flatten() {
