@@ -60,6 +60,7 @@ pub mod message;
 pub mod provider;
 pub mod python;
 pub mod recorder;
+pub mod rescue;
 pub mod run;
 pub mod session_settings;
 pub mod sessions;
@@ -216,6 +217,10 @@ pub struct Agent {
     /// `bub_framework::Framework::session_index`) to read each record once
     /// per scope.
     pub sessions: Arc<sessions::SessionIndex>,
+    /// Where a run's entries go when the store will not take them, for the
+    /// session's next run to store (see [`rescue`]); None: they are lost
+    /// with an error.
+    pub rescue: Option<rescue::Rescue>,
 }
 
 impl Agent {
@@ -243,6 +248,7 @@ impl Agent {
             pending: None,
             contexts: context::ContextCache::new(),
             sessions: sessions::SessionIndex::new(),
+            rescue: None,
         }
     }
 

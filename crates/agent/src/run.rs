@@ -187,8 +187,17 @@ impl Agent {
                 event("final", json!({"text": "error: empty prompt", "ok": false})),
             ]));
         }
-        let tape = RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back);
-        let tape = Arc::new(tape.with_contexts(self.contexts.clone()));
+        let tape = RunTape::fork(self.store.clone(), &options.tape, &self.sidecars, options.merge_back)
+            .with_contexts(self.contexts.clone())
+            .with_rescue(self.rescue.clone());
+        // Entries an earlier run could not store go first, so the run reads
+        // the whole conversation (see `rescue`).
+        if let Some(rescue) = &self.rescue {
+            if let Err(e) = rescue.restore(&self.store, tape.tapes()).await {
+                tracing::warn!(target: "bub::tape", "tape {}: rescued entries are not stored yet: {e}", options.tape);
+            }
+        }
+        let tape = Arc::new(tape);
         tape.ensure_bootstrap().await?;
         // The tape's record says whose session it is (see `sessions`); a
         // run that is not kept (`temp/…`) leaves no tape to own. Without a

@@ -101,11 +101,23 @@ impl Store {
         }
     }
 
-    /// [`append_many`](Self::append_many), answering how many were stored.
-    pub async fn append_many_counted(&self, tape: &str, entries: Vec<TapeEntry>) -> Result<usize, AgentError> {
+    /// [`append_many`](Self::append_many), answering how many were stored;
+    /// a failing store is asked again after each of `retries`' waits, and
+    /// the entries come back with the error when it still fails.
+    pub async fn append_many_counted(
+        &self,
+        tape: &str,
+        entries: Vec<TapeEntry>,
+        retries: &[std::time::Duration],
+    ) -> Result<usize, (AgentError, Vec<TapeEntry>)> {
         match self {
-            Store::Host(s) => s.append_many_counted(tape, entries).await.map_err(AgentError::store),
-            Store::Memory(_) => Ok(self.append_many(tape, &entries).await?.len()),
+            Store::Host(s) => {
+                s.append_many_counted(tape, entries, retries).await.map_err(|n| (AgentError::store(n.error), n.entries))
+            }
+            Store::Memory(_) => match self.append_many(tape, &entries).await {
+                Ok(stored) => Ok(stored.len()),
+                Err(e) => Err((e, entries)),
+            },
         }
     }
 
@@ -227,6 +239,9 @@ pub struct RunTape {
     overlay: Mutex<HashMap<String, Overlay>>,
     merge_back: bool,
     contexts: Arc<super::context::ContextCache>,
+    // Where entries the store would not take are kept (None: they are lost
+    // with an error).
+    rescue: Option<super::rescue::Rescue>,
 }
 
 impl std::fmt::Debug for RunTape {
@@ -263,7 +278,27 @@ impl RunTape {
         let mut managed = vec![name.to_owned()];
         managed.extend(sidecars.iter().map(|s| sidecar_tape_name(name, s)));
         let contexts = super::context::ContextCache::new();
-        RunTape { name: name.to_owned(), store, managed, overlay: Default::default(), merge_back, contexts }
+        RunTape {
+            name: name.to_owned(),
+            store,
+            managed,
+            overlay: Default::default(),
+            merge_back,
+            contexts,
+            rescue: None,
+        }
+    }
+
+    /// Keeps the entries a failing store would not take in `rescue`, for
+    /// the next run to store (see [`super::rescue`]).
+    pub fn with_rescue(mut self, rescue: Option<super::rescue::Rescue>) -> RunTape {
+        self.rescue = rescue;
+        self
+    }
+
+    /// The tapes the run writes: the session tape, then its sidecars'.
+    pub fn tapes(&self) -> &[String] {
+        &self.managed
     }
 
     /// Keeps the session tape's context messages in `contexts` (shared by
@@ -476,9 +511,36 @@ impl RunTape {
         }
         // At once: one sync for the run instead of one per entry; the
         // entries are given up as they are sent, and the stored entries
-        // the store answers are only counted.
-        self.store.append_many_counted(tape, o.entries).await?;
-        Ok(())
+        // the store answers are only counted. A store that keeps failing
+        // hands them back: they are rescued rather than lost.
+        let Err((error, entries)) =
+            self.store.append_many_counted(tape, o.entries, &super::rescue::STORE_RETRIES).await
+        else {
+            return Ok(());
+        };
+        let Some(rescue) = &self.rescue else { return Err(error) };
+        match rescue.keep(tape, &entries) {
+            Ok(path) => {
+                tracing::error!(
+                    target: "bub::tape",
+                    "the tape store failed ({error}); the run's {} entries of tape {tape} are kept in {} and go to \
+                     the store at the session's next run",
+                    entries.len(),
+                    path.display()
+                );
+                Ok(())
+            }
+            Err(io) => {
+                tracing::error!(
+                    target: "bub::tape",
+                    "the tape store failed ({error}) and the run's {} entries of tape {tape} could not be kept in {} \
+                     either ({io}): they are lost",
+                    entries.len(),
+                    rescue.dir().display()
+                );
+                Err(error)
+            }
+        }
     }
 }
 

@@ -96,6 +96,7 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     let mut agent = Agent::new(settings, store);
     agent.contexts = framework.contexts();
     agent.sessions = framework.session_index();
+    agent.rescue = Some(bub_agent::rescue::Rescue::new(framework.home().join("rescued")));
     if let Ok(context) = framework.build_tape_context() {
         if let Ok(Some(anchor)) = context.describe().await.map(|d| d.get("anchor").cloned()) {
             agent.context.anchor = anchor.as_str().map(str::to_owned);

@@ -15,10 +15,28 @@ fn main() -> std::process::ExitCode {
         return bub_host::isolation::child_main();
     }
     quiet_output_errors();
+    raise_open_file_limit();
     // Before any thread starts: the variables join the process's, for the
     // settings and for every command the tools run.
     cli::dotenv::load();
     cli::run()
+}
+
+/// Raises the soft limit of open files to the hard one. The soft limit is
+/// often 1,024 while the hard one is far higher: a gateway serving its
+/// channels' connections, tapes, plugins and shells then runs out at the
+/// soft one, and a turn that answered could not write its tape. Raising
+/// it is what servers do at start (nginx's `worker_rlimit_nofile`, Go's
+/// runtime); the listeners' connection caps keep peers well below it.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_some() && limit.current != limit.maximum {
+        let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            eprintln!("warning: cannot raise the open-file limit from {:?} to {:?}: {e}", limit.current, limit.maximum);
+        }
+    }
 }
 
 /// `println!` panics when standard output fails. A reader that went away

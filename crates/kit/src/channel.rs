@@ -352,6 +352,37 @@ impl RefusalPace {
     }
 }
 
+/// When a line about an event a flood repeats (a refused connection, a
+/// request without the secret) may be logged: once per `interval` at
+/// most, saying how many happened since the last line, so a flood does
+/// not become a flood of log lines.
+#[derive(Debug)]
+pub struct LogPace {
+    interval: Duration,
+    state: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl LogPace {
+    /// A line per `interval` at most.
+    pub const fn new(interval: Duration) -> LogPace {
+        LogPace { interval, state: std::sync::Mutex::new((None, 0)) }
+    }
+
+    /// Counts one event; `Some(n)` when a line may be written now, `n`
+    /// the events since the last line (this one included).
+    pub fn note(&self) -> Option<u64> {
+        let mut state = bub_abi::sync::lock(&self.state);
+        state.1 += 1;
+        let now = Instant::now();
+        if state.0.is_some_and(|t| now.duration_since(t) < self.interval) {
+            return None;
+        }
+        let n = state.1;
+        *state = (Some(now), 0);
+        Some(n)
+    }
+}
+
 /// How a platform counts a message's length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {

@@ -33,6 +33,8 @@ pub mod http;
 pub mod lru;
 pub mod prompt;
 pub mod random;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod tape;
 pub mod terminal;
 pub mod time;

@@ -369,43 +369,97 @@ impl TapeStore {
     /// peak); the store's answer (every entry again) is counted, not read.
     /// A store that cannot append many gets them one by one, read back
     /// from that list.
-    pub async fn append_many_counted(&self, tape: &str, entries: Vec<TapeEntry>) -> Result<usize, ResourceError> {
+    ///
+    /// A store that fails (out of descriptors, a database gone for a
+    /// moment) is asked again after each of `retries`' waits with the same
+    /// list; when it still fails the entries come back in the error
+    /// ([`NotStored`]), so that the caller can keep them elsewhere rather
+    /// than lose what a turn already answered. A retry after a write the
+    /// store half did may store an entry twice: better than none.
+    pub async fn append_many_counted(
+        &self,
+        tape: &str,
+        entries: Vec<TapeEntry>,
+        retries: &[Duration],
+    ) -> Result<usize, NotStored> {
         if entries.is_empty() {
             return Ok(0);
         }
         const METHOD: &str = "append_many";
-        let failed = |error: bub_abi::HookError| self.0.context::<usize>(Err(MethodError { method: METHOD, error }));
         let wanted = entries.len();
         let mut list = bub_abi::Value::array();
-        for entry in entries {
-            match bub_abi::Value::from_serialize(&entry) {
+        for entry in &entries {
+            match bub_abi::Value::from_serialize(entry) {
                 Ok(v) => list.push(v),
-                Err(e) => return failed(e),
+                Err(e) => return Err(self.not_stored(METHOD, e, entries)),
             };
         }
-        let mut args = bub_abi::Value::object();
-        args.insert("tape", tape);
-        // Shared, not copied: the list stays ours for the fallback.
-        args.insert_ref("entries", list.as_ref());
-        let stored = match self.0.object().invoke_value(METHOD, args).await {
-            Ok(answer) if answer.as_ref().is_array() => answer.as_ref().len(),
-            Ok(_) => {
-                let e = bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, "unexpected result: not a list of entries");
-                return failed(e);
-            }
-            Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => 0,
-            Err(e) => return failed(e),
+        drop(entries);
+        // The entries back from the list, for an error that hands them back.
+        let give_back = |error: bub_abi::HookError| {
+            let entries = list.as_ref().items().filter_map(|item| item.deserialize::<TapeEntry>().ok()).collect();
+            self.not_stored(METHOD, error, entries)
         };
-        if !self.all_stored(stored, wanted)? {
-            for item in list.as_ref().items() {
-                let entry: TapeEntry = match item.deserialize() {
-                    Ok(e) => e,
-                    Err(e) => return failed(bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, e.to_string())),
-                };
-                self.append(tape, &entry).await?;
+        let mut waits = retries.iter();
+        let stored = loop {
+            let mut args = bub_abi::Value::object();
+            args.insert("tape", tape);
+            // Shared, not copied: the list stays ours for a retry and the fallback.
+            args.insert_ref("entries", list.as_ref());
+            match self.0.object().invoke_value(METHOD, args).await {
+                Ok(answer) if answer.as_ref().is_array() => break answer.as_ref().len(),
+                Ok(_) => {
+                    let e =
+                        bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, "unexpected result: not a list of entries");
+                    return Err(give_back(e));
+                }
+                Err(e) if e.kind == bub_abi::ErrorKind::UNSUPPORTED => break 0,
+                Err(e) if matches!(e.kind, bub_abi::ErrorKind::ARGS | bub_abi::ErrorKind::TYPE) => {
+                    return Err(give_back(e))
+                }
+                Err(e) => match waits.next() {
+                    Some(wait) => {
+                        tracing::warn!(
+                            target: "bub::tape",
+                            "the tape store ({}) failed to append {wanted} entries to tape {tape}: {}; again in {wait:?}",
+                            self.0.plugin,
+                            e.message
+                        );
+                        tokio::time::sleep(*wait).await;
+                    }
+                    None => return Err(give_back(e)),
+                },
             }
+        };
+        match self.all_stored(stored, wanted) {
+            Ok(true) => {}
+            Ok(false) => {
+                for item in list.as_ref().items() {
+                    let entry: TapeEntry = match item.deserialize() {
+                        Ok(e) => e,
+                        Err(e) => {
+                            return Err(give_back(bub_abi::HookError::new(bub_abi::ErrorKind::TYPE, e.to_string())))
+                        }
+                    };
+                    if let Err(e) = self.append(tape, &entry).await {
+                        return Err(give_back(e.error));
+                    }
+                }
+            }
+            Err(e) => return Err(give_back(e.error)),
         }
         Ok(wanted)
+    }
+
+    fn not_stored(&self, method: &'static str, error: bub_abi::HookError, entries: Vec<TapeEntry>) -> NotStored {
+        let error = ResourceError {
+            plugin: self.0.plugin.to_string(),
+            kind: self.0.kind,
+            name: self.0.name.clone(),
+            method,
+            error,
+        };
+        NotStored { error, entries }
     }
 
     /// What an `append_many` answer of `stored` entries means for `wanted`:
@@ -426,6 +480,17 @@ impl TapeStore {
     pub async fn append(&self, tape: &str, entry: &TapeEntry) -> Result<TapeEntry, ResourceError> {
         self.0.context(self.0.client(TapeStoreClient).append(tape, entry).await)
     }
+}
+
+/// Entries a tape store did not take, handed back with why
+/// ([`TapeStore::append_many_counted`]).
+#[derive(Debug)]
+pub struct NotStored {
+    /// The store's failure.
+    pub error: ResourceError,
+    /// The entries, in order (after a one-by-one fallback that failed
+    /// part way, the ones already stored too).
+    pub entries: Vec<TapeEntry>,
 }
 
 impl SteeringInbox {

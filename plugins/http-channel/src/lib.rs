@@ -59,7 +59,6 @@
 //! `max_body_bytes` (1 MiB, else 413).
 
 mod openai;
-mod serve;
 
 use std::{
     collections::HashMap,
@@ -109,7 +108,7 @@ struct Config {
     sessions: Vec<String>,
     command_prefix: String,
     admission: Admission,
-    limits: serve::Limits,
+    limits: bub_kit::server::Limits,
     // The model the OpenAI-compatible API names (`GET /v1/models`).
     model_name: String,
 }
@@ -193,16 +192,17 @@ impl Config {
         let debounce = matches!(config.get("debounce"), Some(Value::Bool(true)))
             || text(config, "debounce").is_some_and(|d| d == "true");
         let command_prefix = text(config, "command_prefix").unwrap_or_else(|| ",".into());
-        let d = serve::Limits::default();
+        let d = bub_kit::server::Limits::default();
         let seconds = |key, default: std::time::Duration| -> Result<std::time::Duration, BoxError> {
             let n = number(config, key, default.as_secs_f64())?;
             Ok(std::time::Duration::try_from_secs_f64(n).unwrap_or(std::time::Duration::MAX))
         };
-        let limits = serve::Limits {
+        let limits = bub_kit::server::Limits {
             max_connections: number(config, "max_connections", d.max_connections as f64)?.min(1e6) as usize,
             header_timeout: seconds("header_timeout_seconds", d.header_timeout)?,
             body_timeout: seconds("body_timeout_seconds", d.body_timeout)?,
             max_body_bytes: number(config, "max_body_bytes", d.max_body_bytes as f64)?.min(1e12) as usize,
+            write_timeout: seconds("write_timeout_seconds", d.write_timeout)?,
         };
         let model_name = text(config, "model_name").unwrap_or_else(|| "bub".into());
         Ok(Config { name, debounce, bind, token, auth, sessions, command_prefix, admission, limits, model_name })
@@ -264,6 +264,9 @@ fn generated_token(data_dir: &std::path::Path) -> Result<String, BoxError> {
     }
 }
 
+/// Events of a streamed answer queued for a client that reads slowly.
+const STREAM_QUEUE: usize = 256;
+
 struct Shared {
     config: Config,
     data_dir: PathBuf,
@@ -271,7 +274,7 @@ struct Shared {
     // The token requests must carry: configured, or generated at start.
     token: std::sync::OnceLock<String>,
     // Open event streams, by request id (the message's `context._http_request`).
-    streams: Mutex<HashMap<String, mpsc::UnboundedSender<StreamEvent>>>,
+    streams: Mutex<HashMap<String, mpsc::Sender<StreamEvent>>>,
     next_id: AtomicU64,
     server: Mutex<Option<Server>>,
     // Makes and reads the OpenAI responses' ids, which carry their
@@ -285,7 +288,7 @@ struct Server {
 }
 
 impl Shared {
-    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<StreamEvent>>> {
+    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<StreamEvent>>> {
         bub_abi::sync::lock(&self.streams)
     }
 }
@@ -333,7 +336,13 @@ impl Channel for HttpChannel {
                 .route("/v1/health", get(|| async { "ok" }))
                 .with_state(shared.clone());
             let (stop, stopped) = oneshot::channel::<()>();
-            let task = tokio::spawn(serve::serve(listener, app, shared.config.limits, stopped));
+            let task = tokio::spawn(bub_kit::server::serve(
+                listener,
+                app,
+                shared.config.limits,
+                stopped,
+                bub_kit::server::Named { who: "http channel", connections_setting: "max_connections" },
+            ));
             *bub_abi::sync::lock(&shared.server) = Some(Server { stop, task });
             tracing::info!("http channel listening on http://{address}");
             Ok(())
@@ -362,10 +371,25 @@ impl Channel for HttpChannel {
     /// A model event of a streamed request: to its event stream.
     fn stream_event(&self, message: Envelope, event: StreamEvent) -> impl Fut<()> {
         let id = message.pointer("/context/_http_request").and_then(Value::as_str).map(str::to_owned);
-        if let Some(sender) = id.and_then(|id| self.0.streams().get(&id).cloned()) {
-            let _ = sender.send(event);
+        let shared = self.0.clone();
+        async move {
+            let Some(id) = id else { return Ok(()) };
+            let Some(sender) = shared.streams().get(&id).cloned() else { return Ok(()) };
+            // Backpressure: a client reading slowly slows the events it is
+            // sent (the queue holds STREAM_QUEUE). One that stops reading
+            // for write_timeout is cut off: its stream goes, and the turn
+            // runs on to its end and its tape.
+            if sender.send_timeout(event, shared.config.limits.write_timeout).await.is_err() {
+                if shared.streams().remove(&id).is_some() {
+                    tracing::warn!(
+                        "http channel: a client stopped reading its event stream for {:?} (write_timeout_seconds); \
+                         cut off, the turn runs on",
+                        shared.config.limits.write_timeout
+                    );
+                }
+            }
+            Ok(())
         }
-        async { Ok(()) }
     }
 
     /// A plain channel; debounced if configured.
@@ -429,29 +453,21 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"status": "error", "error": message.into()}))).into_response()
 }
 
-/// The body, read within the channel's deadline and size limit.
-async fn read_body(limits: &serve::Limits, body: Body) -> Result<axum::body::Bytes, Response> {
-    match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limits.max_body_bytes)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Err(_) => Err(error(
+/// The body, read within the channel's deadline and size limit (after
+/// the token is checked: a stranger's body is never read).
+async fn read_body(limits: &bub_kit::server::Limits, body: Body) -> Result<axum::body::Bytes, Response> {
+    use bub_kit::server::BodyError;
+    bub_kit::server::read_body(limits, body).await.map_err(|e| match e {
+        BodyError::TimedOut(after) => error(
             StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "the body did not arrive within {:?} (the channel's body_timeout_seconds setting)",
-                limits.body_timeout
-            ),
-        )),
-        // `to_bytes` fails for a body over the limit, or one the client cut.
-        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) => {
-            Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the body is larger than {} bytes (the channel's max_body_bytes setting)",
-                    limits.max_body_bytes
-                ),
-            ))
-        }
-        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))),
-    }
+            format!("the body did not arrive within {after:?} (the channel's body_timeout_seconds setting)"),
+        ),
+        BodyError::TooLarge(max) => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {max} bytes (the channel's max_body_bytes setting)"),
+        ),
+        BodyError::Failed(why) => error(StatusCode::BAD_REQUEST, why),
+    })
 }
 
 /// Whether the request carries the channel's token (every route checks).
@@ -552,7 +568,7 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
     context.insert("_http_request".into(), json!(id));
     message["context"] = Value::Object(context);
     message["stream_output"] = json!(true);
-    let (events, receiver) = mpsc::unbounded_channel();
+    let (events, receiver) = mpsc::channel(STREAM_QUEUE);
     shared.streams().insert(id.clone(), events);
     let (done_tx, done_rx) = oneshot::channel();
     let submitter = shared.clone();

@@ -48,7 +48,10 @@
 //! (required), `BUB_TELEGRAM_WEBHOOK_LISTEN` (`127.0.0.1:8443`),
 //! `webhook_max_connections` (1), `webhook_answer_seconds` (5: a delivery
 //! is answered when its turn has run or after this long, before Telegram
-//! gives up waiting). The token is never logged:
+//! gives up waiting), and the listener's bounds `webhook_open_connections`
+//! (128), `webhook_header_timeout_seconds` and
+//! `webhook_body_timeout_seconds` (10 each; see `bub_kit::server`). The
+//! token is never logged:
 //! error messages leave out the URL that carries it.
 
 mod api;

@@ -31,8 +31,8 @@
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 
 use axum::{
-    body::Bytes,
-    extract::{DefaultBodyLimit, State},
+    body::Body,
+    extract::State,
     http::{HeaderMap, StatusCode},
     routing::post,
     Router,
@@ -56,6 +56,8 @@ pub(crate) struct Webhook {
     pub max_connections: u64,
     /// How long a delivery waits for its turn before it is answered.
     pub answer_after: std::time::Duration,
+    /// What the listener allows anyone who finds its URL.
+    pub limits: bub_kit::server::Limits,
 }
 
 impl Webhook {
@@ -76,7 +78,17 @@ impl Webhook {
         })?;
         let max_connections = s.number("webhook_max_connections", 1)?.clamp(1, 100);
         let answer_after = std::time::Duration::from_secs(s.number("webhook_answer_seconds", 5)?.min(60));
-        Ok(Some(Webhook { url, listen, secret, max_connections, answer_after }))
+        let seconds = |key: &str, default: u64| -> Result<std::time::Duration, String> {
+            Ok(std::time::Duration::from_secs(s.number(key, default)?.clamp(1, 3600)))
+        };
+        let limits = bub_kit::server::Limits {
+            max_connections: s.number("webhook_open_connections", 128)?.clamp(1, 100_000) as usize,
+            header_timeout: seconds("webhook_header_timeout_seconds", 10)?,
+            body_timeout: seconds("webhook_body_timeout_seconds", 10)?,
+            max_body_bytes: 1 << 20,
+            write_timeout: std::time::Duration::from_secs(30),
+        };
+        Ok(Some(Webhook { url, listen, secret, max_connections, answer_after, limits }))
     }
 }
 
@@ -85,8 +97,11 @@ struct Hook {
     bot: Bot,
     secret: String,
     answer_after: std::time::Duration,
+    limits: bub_kit::server::Limits,
     // The update ids taken lately (turns running or done), oldest first.
     taken: std::sync::Mutex<VecDeque<i64>>,
+    // Requests without the secret, logged once a minute at most.
+    refused: bub_kit::channel::LogPace,
 }
 
 /// Registers the webhook with Telegram and serves it until `stopped`.
@@ -123,27 +138,38 @@ pub(crate) async fn start(
         bot,
         secret: hook.secret.clone(),
         answer_after: hook.answer_after,
+        limits: hook.limits,
         taken: Default::default(),
+        refused: bub_kit::channel::LogPace::new(std::time::Duration::from_secs(60)),
     });
-    let app = Router::new().fallback(post(deliver)).layer(DefaultBodyLimit::max(1 << 20)).with_state(state);
-    Ok(tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-            tracing::warn!("telegram: the webhook server stopped: {e}");
-        }
-    }))
+    let app = Router::new().fallback(post(deliver)).with_state(state);
+    let (stop, stop_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+        let _ = stop.send(());
+    });
+    let named = bub_kit::server::Named { who: "telegram webhook", connections_setting: "webhook_open_connections" };
+    Ok(tokio::spawn(bub_kit::server::serve(listener, app, hook.limits, stop_rx, named)))
 }
 
-/// One delivery: checked, then handed to the gateway; answered when its
-/// turn has run (200), or 503 when the gateway did not take it.
-async fn deliver(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+/// One delivery: its secret checked on the headers (a stranger's body is
+/// never read), its body read within the listener's bounds, then handed
+/// to the gateway; answered when its turn has run (200), or 503 when the
+/// gateway did not take it.
+async fn deliver(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: Body) -> StatusCode {
     let given = headers.get("x-telegram-bot-api-secret-token").map(|v| v.as_bytes()).unwrap_or_default();
     if !bub_kit::channel::same_secret(given, hook.secret.as_bytes()) {
-        tracing::warn!("telegram: a webhook request without the secret token was refused");
+        if let Some(n) = hook.refused.note() {
+            tracing::warn!("telegram: {n} webhook request(s) without the secret token refused (their bodies unread)");
+        }
         return StatusCode::UNAUTHORIZED;
     }
+    let body = match bub_kit::server::read_body(&hook.limits, body).await {
+        Ok(body) => body,
+        Err(bub_kit::server::BodyError::TooLarge(_)) => return StatusCode::PAYLOAD_TOO_LARGE,
+        Err(bub_kit::server::BodyError::TimedOut(_)) => return StatusCode::REQUEST_TIMEOUT,
+        Err(bub_kit::server::BodyError::Failed(_)) => return StatusCode::BAD_REQUEST,
+    };
     let Ok(raw) = serde_json::from_slice::<Value>(&body) else { return StatusCode::BAD_REQUEST };
     let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { return StatusCode::BAD_REQUEST };
     {

@@ -8,6 +8,7 @@ mod agent_loop;
 mod agent_run;
 mod allocators;
 mod app_hooks;
+mod bounds;
 mod builtin;
 mod chat;
 mod cli;

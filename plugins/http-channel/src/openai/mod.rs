@@ -235,7 +235,7 @@ enum Step {
 fn run_streamed(shared: &Arc<Shared>, mut message: Value, id: &str) -> impl Stream<Item = Step> + Send + 'static {
     message["context"]["_http_request"] = json!(id);
     message["stream_output"] = json!(true);
-    let (events, receiver) = mpsc::unbounded_channel();
+    let (events, receiver) = mpsc::channel(super::STREAM_QUEUE);
     shared.streams().insert(id.to_owned(), events);
     let (done_tx, done_rx) = oneshot::channel();
     let submitter = shared.clone();
