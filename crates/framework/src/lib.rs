@@ -39,6 +39,7 @@
 mod agent_plugins;
 pub mod app;
 mod error;
+pub mod repeats;
 pub mod scope;
 mod turn;
 
@@ -74,6 +75,10 @@ pub struct TurnResult {
     /// The model's stream events, in order (streamed turns only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<bub_abi::types::StreamEvent>,
+    /// The message was delivered before and ran then: this turn ran
+    /// nothing (see [`repeats`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub repeated: bool,
 }
 
 /// Runs turns and scopes over a host's plugins. Cheap to clone; clones share

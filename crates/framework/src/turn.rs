@@ -57,6 +57,24 @@ impl Framework {
         // for this turn only.
         let _attached = self.attach(&state);
 
+        // A delivery the platform repeats runs once (see `repeats`): after
+        // load_state, where a shared store holds the session's lock.
+        let keys = crate::repeats::keys_of(inbound);
+        if !keys.is_empty() && self.is_repeat(&session_id, &keys).await {
+            rt.save_state(&session_id, &state, message(), "").await?;
+            drop(state);
+            let state = state_map.into_map();
+            return Ok(TurnResult {
+                session_id,
+                prompt: Vec::new(),
+                model_output: String::new(),
+                outbounds: Vec::new(),
+                state,
+                events: Vec::new(),
+                repeated: true,
+            });
+        }
+
         // 3. build_prompt: the first non-None answer; falsy → the content.
         let content = self.prompt_for(message(), inbound, &session_id, &state).await?;
 
@@ -97,7 +115,7 @@ impl Framework {
         let mut state = state_map.into_map();
         // A marker for this turn only (see `Framework::attach`).
         state.shift_remove("_runtime_agent");
-        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events })
+        Ok(TurnResult { session_id, prompt: content, model_output, outbounds, state, events, repeated: false })
     }
 
     /// `resolve_session`: the first non-None answer; a falsy one (or none)

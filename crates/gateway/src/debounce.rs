@@ -3,7 +3,8 @@
 //! `debounce`; commands pass at once; inactive messages (a group chat's
 //! chatter) count only within `active_time_window` of an active one, and
 //! wait at most `max_wait`. A batch is the last message with every content
-//! joined by `\n` and the media concatenated.
+//! joined by `\n`, the media concatenated, and every message's
+//! `idempotency_keys` (see `bub_framework::repeats`).
 //!
 //! One task per debounced session. When the gateway stops it drops the
 //! sender: the task forwards what it holds at once, so a message the
@@ -11,7 +12,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::{
     sync::mpsc::{UnboundedReceiver, UnboundedSender},
     time::Instant,
@@ -85,9 +86,11 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
     let mut waiters = first.waiters;
     let mut marks = first.marks;
     let mut tickets = first.tickets;
+    let mut keys = bub_framework::repeats::keys_of(&first.message);
     let mut last = first.message;
     for m in messages {
         contents.push(content_of(&m.message));
+        keys.extend(bub_framework::repeats::keys_of(&m.message));
         media.extend(media_of(&m.message));
         waiters.extend(m.waiters);
         marks.extend(m.marks);
@@ -96,6 +99,12 @@ fn batch(messages: Vec<Inbound>) -> Option<Inbound> {
     }
     if let Value::Object(map) = &mut last {
         map.insert("content".into(), Value::String(contents.join("\n")));
+        // Every message of the batch ran in it: a repeat of any is known.
+        if !keys.is_empty() {
+            let mut seen = std::collections::HashSet::new();
+            keys.retain(|k| seen.insert(k.clone()));
+            map.insert(bub_framework::repeats::KEYS_FIELD.into(), json!(keys));
+        }
         if !media.is_empty() || map.contains_key("media") {
             map.insert("media".into(), Value::Array(media));
         }

@@ -564,6 +564,10 @@ impl Core {
         self.turns_done += 1;
         let session_id = turn.session_id.clone();
         let delivery = match outcome {
+            Ok((Ok(result), _)) if result.repeated => Delivery {
+                error: Some("delivered before, and already run: nothing runs again".into()),
+                ..status("dropped", &session_id)
+            },
             Ok((Ok(result), leftovers)) => {
                 if result.state.get("_runtime_quit").is_some_and(bub_kit::envelope::truthy) {
                     self.quit(&session_id, id);

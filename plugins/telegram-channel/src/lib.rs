@@ -489,7 +489,7 @@ impl Confirmed {
 async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, patience: Option<Duration>) -> bool {
     match serde_json::from_value::<Update>(raw) {
         Ok(Update { content: UpdateContent::Message(message), .. }) => {
-            on_message(shared, bot, *message, patience).await
+            on_message(shared, bot, id, *message, patience).await
         }
         Ok(_) => true,
         Err(e) => {
@@ -505,7 +505,13 @@ async fn take_update(shared: &Arc<Shared>, bot: &Bot, id: i64, raw: Value, patie
 /// (webhook mode) it returns when the message's turn has run (a turn
 /// cancelled before it ran counts as not taken), or once `patience` has
 /// passed, the turn running on.
-async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, patience: Option<Duration>) -> bool {
+async fn on_message(
+    shared: &Arc<Shared>,
+    bot: &Bot,
+    update: i64,
+    message: Message,
+    patience: Option<Duration>,
+) -> bool {
     let config = &shared.config;
     let chat = message.chat.id.to_string();
     let allowed_chat = config.allow_chats.is_empty() || config.allow_chats.contains(&chat);
@@ -544,7 +550,11 @@ async fn on_message(shared: &Arc<Shared>, bot: &Bot, message: Message, patience:
             return true;
         }
     }
-    let envelope = build_message(shared, bot, &message, &me).await;
+    let mut envelope = build_message(shared, bot, &message, &me).await;
+    // Telegram delivers an update again when unsure it arrived (a late
+    // webhook answer, an offset a killed poller never confirmed): the
+    // update's key makes the repeat run nothing (bub_framework::repeats).
+    envelope["idempotency_keys"] = json!([format!("{}:update:{update}", config.name)]);
     let active = envelope["is_active"] == json!(true) || envelope["kind"] == json!("command");
     let client = MessageHandlerClient(&shared.handler);
     if !active {

@@ -26,7 +26,10 @@
 //!   More connections serve more chats at once and give up that order.
 //! - A delivery repeated to the same gateway (an `update_id` taken in the
 //!   last 4,096, its turn running or done) is answered 200 at once and
-//!   runs nothing.
+//!   runs nothing. A repeat that comes later, after a restart, or to
+//!   another gateway runs nothing either: the message carries the
+//!   update's key (`idempotency_keys`), kept with the session's tape
+//!   (`bub_framework::repeats`), and is answered 200.
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 

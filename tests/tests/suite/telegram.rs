@@ -448,3 +448,74 @@ fn telegram_webhooks_answer_before_a_long_turn_ends_and_keep_the_order() {
     assert!(order.windows(2).all(|w| w[0] > w[1]), "newest first, so turn 3 first: {order:?}");
     drop(pg);
 }
+
+/// One webhook delivery to `url` with the secret, as Telegram makes it: its status.
+fn deliver_once(url: &str, update: &Value) -> u16 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let request =
+            reqwest::Client::new().post(url).json(update).header("X-Telegram-Bot-Api-Secret-Token", WEBHOOK_SECRET);
+        request.send().await.expect("a webhook delivery").status().as_u16()
+    })
+}
+
+/// Telegram repeats an update when unsure it arrived, for up to a day. A
+/// repeat runs nothing however it comes: to a gateway restarted since
+/// (its memory of taken updates gone; the update's key is kept with the
+/// session's tape), and to another gateway on the same PostgreSQL.
+#[test]
+fn telegram_repeats_run_nothing_after_a_restart_or_on_another_gateway() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(
+        &home,
+        &api,
+        json!({"webhook_url": "https://bub.example/telegram", "webhook_listen": "127.0.0.1:0",
+            "webhook_secret": WEBHOOK_SECRET}),
+    );
+    let url = |home: &Home| {
+        let file = home.path().join("data/telegram-channel/webhook-address");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if !text.trim().is_empty() {
+                return format!("http://{}/telegram", text.trim());
+            }
+            assert!(Instant::now() < deadline, "no webhook address");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let update = json!({"update_id": 3000, "message": private_text(7, "only once")});
+    let mut gateway = GatewayProcess::start(home.path(), &["--enable-channel", "telegram"], &[]);
+    assert_eq!(deliver_once(&url(&home), &update), 200);
+    assert_eq!(texts_to(&api, 7, 1).len(), 1);
+    gateway.signal("TERM");
+    assert!(gateway.wait(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", gateway.log());
+    let _ = std::fs::remove_file(home.path().join("data/telegram-channel/webhook-address"));
+    let gateway = GatewayProcess::start(home.path(), &["--enable-channel", "telegram"], &[]);
+    assert_eq!(deliver_once(&url(&home), &update), 200, "a repeat is answered, so Telegram stops repeating it");
+    let fresh = json!({"update_id": 3001, "message": private_text(7, "something new")});
+    assert_eq!(deliver_once(&url(&home), &fresh), 200);
+    let sent = texts_to(&api, 7, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api.sent_to(7).len(), 2, "the repeat ran nothing after the restart: {sent:?}");
+    assert!(sent[1].contains("something new"), "{sent:?}");
+    gateway.wait_for_log("delivered again", WAIT, "the repeat is logged");
+    drop(gateway);
+
+    let pg = match bub_tests::postgres::Postgres::start() {
+        Ok(pg) => pg,
+        Err(why) => return eprintln!("SKIPPED the two-gateway half of telegram_repeats_run_nothing…: {why}"),
+    };
+    let api = FakeBotApi::start();
+    let homes = [Home::new(), Home::new()];
+    let mut hooks = Webhooks::start(&pg, &api, &homes, json!({}), &[]);
+    let update = json!({"update_id": 4000, "message": private_text(8, "one gateway runs it")});
+    assert_eq!(hooks.deliver(0, &update, true).0, 200);
+    texts_to(&api, 8, 1);
+    assert_eq!(hooks.deliver(1, &update, true).0, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(api.sent_to(8).len(), 1, "the other gateway ran the repeat: {:?}", api.sent_to(8));
+    hooks.stop();
+    drop(pg);
+}
