@@ -81,6 +81,14 @@ struct State {
     opened: Vec<Instant>,
     deaf: bool,
     refuse_content_intent: bool,
+    // CDN files that never finish answering.
+    hung_files: std::collections::HashSet<String>,
+    // The next `GET /channels/{id}` answer 429 with these `retry_after`s.
+    lookup_limits: VecDeque<f64>,
+    // The next connections' Hello frames, as raw text (a hostile Gateway).
+    bad_hellos: VecDeque<String>,
+    // Each person's direct-message channel (`POST /users/@me/channels`).
+    dm_channels: HashMap<String, String>,
 }
 
 /// The fake.
@@ -175,6 +183,30 @@ impl FakeDiscord {
     pub fn add_file(&self, name: &str, bytes: &[u8]) -> String {
         self.state.lock().unwrap().files.insert(name.to_owned(), bytes.to_vec());
         format!("{}/{name}", self.cdn)
+    }
+
+    /// A file on the fake CDN whose download never finishes (the headers
+    /// come, the body does not); its URL.
+    pub fn add_hung_file(&self, name: &str) -> String {
+        self.state.lock().unwrap().hung_files.insert(name.to_owned());
+        format!("{}/{name}", self.cdn)
+    }
+
+    /// The next `n` channel lookups (`GET /channels/{id}`) answer `429`
+    /// with `retry_after` seconds.
+    pub fn rate_limit_lookups(&self, seconds: f64, n: usize) {
+        self.state.lock().unwrap().lookup_limits.extend(std::iter::repeat_n(seconds, n));
+    }
+
+    /// The next connections begin with these Hello frames (raw text) instead
+    /// of Discord's.
+    pub fn bad_hellos(&self, hellos: &[&str]) {
+        self.state.lock().unwrap().bad_hellos.extend(hellos.iter().map(|h| (*h).to_owned()));
+    }
+
+    /// Person `user`'s direct-message channel with the bot is `channel`.
+    pub fn dm_channel(&self, user: &str, channel: &str) {
+        self.state.lock().unwrap().dm_channels.insert(user.to_owned(), channel.to_owned());
     }
 
     /// What `GET /channels/{id}` answers for `id` (a thread: type 11).
@@ -339,14 +371,14 @@ fn dispatch(state: &mut State, name: &str, data: Value) {
 async fn serve_gateway(stream: tokio::net::TcpStream, state: Arc<Mutex<State>>, resume_url: String) {
     let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let interval = {
+    let (interval, bad_hello) = {
         let mut s = state.lock().unwrap();
         s.opened.push(Instant::now());
         s.deaf = false;
-        s.heartbeat_ms
+        (s.heartbeat_ms, s.bad_hellos.pop_front())
     };
-    let hello = json!({"op": 10, "d": {"heartbeat_interval": interval}});
-    if ws.send(Message::text(hello.to_string())).await.is_err() {
+    let hello = bad_hello.unwrap_or_else(|| json!({"op": 10, "d": {"heartbeat_interval": interval}}).to_string());
+    if ws.send(Message::text(hello)).await.is_err() {
         return;
     }
     let close =
@@ -456,6 +488,15 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
     if let Some(name) = target.strip_prefix("/cdn/") {
         let mut s = state.lock().unwrap();
         s.file_auth.push(auth);
+        if s.hung_files.contains(name) {
+            drop(s);
+            let _ = std::io::Write::write_all(
+                &mut out,
+                b"HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: 1000\r\n\r\n\x89PNG",
+            );
+            std::thread::sleep(Duration::from_secs(600));
+            return;
+        }
         match s.files.get(name).cloned() {
             Some(bytes) => write_answer(&mut out, 200, "", &bytes),
             None => write_answer(&mut out, 404, "", b"{}"),
@@ -537,8 +578,20 @@ fn serve_http(stream: std::net::TcpStream, state: &Mutex<State>, ws_url: &str) {
             (200, Value::Array(found))
         }
         ("GET", ["channels", channel]) => {
-            let known = s.channels.get(*channel).cloned();
-            (200, known.unwrap_or_else(|| json!({"id": channel, "type": 0, "name": "general"})))
+            if let Some(seconds) = s.lookup_limits.pop_front() {
+                headers = format!("retry-after: {}\r\n", seconds.ceil() as u64);
+                (429, json!({"message": "You are being rate limited.", "retry_after": seconds, "global": false}))
+            } else {
+                let known = s.channels.get(*channel).cloned();
+                (200, known.unwrap_or_else(|| json!({"id": channel, "type": 0, "name": "general"})))
+            }
+        }
+        ("POST", ["users", "@me", "channels"]) => {
+            let user = request.body["recipient_id"].as_str().unwrap_or_default().to_owned();
+            match s.dm_channels.get(&user).cloned() {
+                Some(id) => (200, json!({"id": id, "type": 1, "recipients": [{"id": user}]})),
+                None => (400, json!({"message": "Invalid Recipient(s)", "code": 50033})),
+            }
         }
         _ => (404, json!({"message": "404: Not Found", "code": 0})),
     };

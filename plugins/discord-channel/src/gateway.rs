@@ -24,8 +24,10 @@
 //!   (`bub_kit::channel::Backoff`: 1 s doubling to 30 s), so a peer that
 //!   accepts and closes cannot make the loop spin.
 //!
-//! Events are handled one at a time, in Discord's order: a message is
-//! handed to the gateway (queued) before the next frame is read.
+//! Events are read one at a time, in Discord's order: a message is
+//! queued on its channel's lane (`lanes.rs`) before the next frame is
+//! read, so each channel's messages keep their order and no channel's
+//! slow download holds another's.
 
 use std::{sync::Arc, time::Duration};
 
@@ -66,11 +68,15 @@ fn with_query(base: &str) -> String {
     format!("{}/?v=10&encoding=json", base.trim_end_matches('/'))
 }
 
-/// The heartbeat interval Hello asks for (Discord's is about 41 s),
-/// kept between 1 s and 10 min: a peer asking for a beat every
-/// millisecond would make the loop spin.
-fn heartbeat_interval(ms: u64) -> Duration {
-    Duration::from_millis(ms.clamp(1_000, 600_000))
+/// The heartbeat interval a Hello asks for (Discord's is about 41 s),
+/// kept between 1 s and 10 min (a peer asking for a beat every
+/// millisecond would make the loop spin); None when it names no number
+/// of milliseconds (`null`, `"x"`, a negative or endless one): such a
+/// Hello is refused and the connection made again, with backoff, rather
+/// than kept without heartbeats.
+fn heartbeat_interval(hello: &Value) -> Option<Duration> {
+    let ms = hello["d"]["heartbeat_interval"].as_f64().filter(|ms| ms.is_finite() && *ms > 0.0)?;
+    Some(Duration::from_millis(ms.clamp(1_000.0, 600_000.0) as u64))
 }
 
 /// What a close code means for the next connection.
@@ -200,10 +206,17 @@ async fn connection(
     let interval = match hello {
         Ok(Some(Ok(Frame::Text(text)))) => {
             let hello: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            match (hello["op"].as_u64(), hello["d"]["heartbeat_interval"].as_u64()) {
-                (Some(10), Some(ms)) => heartbeat_interval(ms),
+            match (hello["op"].as_u64(), heartbeat_interval(&hello)) {
+                (Some(10), Some(interval)) => interval,
+                (Some(10), None) => {
+                    tracing::warn!(
+                        "discord: the Gateway's Hello names no heartbeat interval ({}); reconnecting",
+                        hello["d"]["heartbeat_interval"]
+                    );
+                    return End::Resume;
+                }
                 _ => {
-                    tracing::warn!("discord: the Gateway did not begin with Hello; reconnecting");
+                    tracing::warn!("discord: the Gateway did not begin with a Hello it could read; reconnecting");
                     return End::Resume;
                 }
             }
@@ -310,7 +323,7 @@ async fn connection(
                     }
                     Some("RESUMED") => tracing::info!("discord: resumed the session"),
                     Some("MESSAGE_CREATE") => {
-                        crate::on_message(shared, data).await;
+                        shared.lanes.dispatch(shared, data.clone()).await;
                     }
                     _ => {}
                 }
@@ -350,8 +363,15 @@ mod tests {
         let End::Fatal(message) = after_close(4004) else { panic!("4004 is fatal") };
         assert!(message.contains("BUB_DISCORD_TOKEN"), "{message}");
         assert_eq!(INTENTS, 37376);
-        assert_eq!(heartbeat_interval(41_250), Duration::from_millis(41_250));
-        assert_eq!(heartbeat_interval(0), Duration::from_secs(1));
-        assert_eq!(heartbeat_interval(u64::MAX), Duration::from_secs(600));
+        let hello =
+            |d: &str| serde_json::from_str::<Value>(&format!(r#"{{"op": 10, "d": {{"heartbeat_interval": {d}}}}}"#));
+        assert_eq!(heartbeat_interval(&hello("41250").unwrap()), Some(Duration::from_millis(41_250)));
+        assert_eq!(heartbeat_interval(&hello("41250.7").unwrap()), Some(Duration::from_millis(41_250)));
+        assert_eq!(heartbeat_interval(&hello("1").unwrap()), Some(Duration::from_secs(1)));
+        assert_eq!(heartbeat_interval(&hello("18446744073709551615").unwrap()), Some(Duration::from_secs(600)));
+        for bad in ["null", "\"x\"", "0", "-5", "{}"] {
+            assert_eq!(heartbeat_interval(&hello(bad).unwrap()), None, "{bad}");
+        }
+        assert!(hello("1e400").is_err(), "a number past f64 is no JSON serde reads: the Hello is refused");
     }
 }

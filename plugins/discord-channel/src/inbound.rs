@@ -25,6 +25,13 @@ pub fn created_at(id: u64) -> f64 {
     ((id >> 22) + DISCORD_EPOCH_MS) as f64 / 1000.0
 }
 
+/// The smallest snowflake made at or after `unix` seconds (what a
+/// read-back `after=` from that moment names).
+pub fn snowflake_at(unix: f64) -> u64 {
+    let ms = (unix * 1000.0).max(0.0) as u64;
+    ms.saturating_sub(DISCORD_EPOCH_MS) << 22
+}
+
 /// An attachment of a message.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attachment {

@@ -60,6 +60,7 @@
 mod cursors;
 mod gateway;
 pub mod inbound;
+mod lanes;
 mod rest;
 
 use std::{
@@ -149,6 +150,7 @@ impl Plugin for DiscordPlugin {
             typing: Typing::default(),
             refusals: Mutex::new(RefusalPace::new(REFUSAL_INTERVAL, 4096)),
             cursors: Mutex::new(Cursors::load(self.data_dir.join("cursors.json"))),
+            lanes: lanes::Lanes::default(),
         };
         Some(vec![Object::channel(DiscordChannel(Arc::new(shared)))])
     }
@@ -177,6 +179,9 @@ pub(crate) struct Shared {
     // When a channel may next be told "Access denied.".
     refusals: Mutex<RefusalPace>,
     cursors: Mutex<Cursors>,
+    // Each channel's worker: its messages in Discord's order, apart from
+    // the other channels' (see `lanes`).
+    lanes: lanes::Lanes,
 }
 
 /// A channel's stranger is told "Access denied." at most this often.
@@ -184,6 +189,13 @@ const REFUSAL_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How many attachments of a message are fetched, at most.
 const MAX_ATTACHMENTS: usize = 10;
+
+/// How long a message's attachments may take in all: past it, the rest
+/// stay in the metadata only.
+const MEDIA_BUDGET: Duration = Duration::from_secs(30);
+
+/// How long a channel lookup (is it a "bub" thread?) may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many recent message ids are remembered.
 const SEEN: usize = 2048;
@@ -207,10 +219,19 @@ impl Shared {
             return *known;
         }
         let Ok(rest) = self.rest() else { return false };
-        let answer = match rest.channel(channel).await {
-            Ok(answer) => answer,
-            Err(e) => {
+        // Bounded: a lookup Discord rate-limits for minutes must not hold
+        // the channel's messages (unanswered: not a bub thread, asked again
+        // next time).
+        let answer = match tokio::time::timeout(LOOKUP_TIMEOUT, rest.channel(channel)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
                 tracing::debug!("discord: cannot read channel {channel}: {e}");
+                return false;
+            }
+            Err(_) => {
+                tracing::info!(
+                    "discord: looking up channel {channel} took over {LOOKUP_TIMEOUT:?}; taken as no bub thread"
+                );
                 return false;
             }
         };
@@ -339,19 +360,24 @@ impl Channel for DiscordChannel {
     }
 }
 
-/// One message from the Gateway or a read-back: handed to the gateway
-/// unless seen already; whether it is settled (taken, passed over, or a
-/// repeat). `false`: the gateway refused it (it is stopping), so the
-/// channel's cursor stays before it.
-pub(crate) async fn on_message(shared: &Arc<Shared>, message: &Value) -> bool {
+/// One message from the Gateway or a read-back, taken by its channel's
+/// worker (see `lanes`): handed to the gateway unless seen already;
+/// whether it is settled (taken, passed over, or a repeat). `false`: the
+/// gateway refused it (it is stopping), so the channel's cursor stays
+/// before it.
+pub(crate) async fn take(shared: &Arc<Shared>, message: &Value) -> bool {
     let me = bub_abi::sync::lock(&shared.me).clone();
     let id = inbound::snowflake(&message["id"]);
     let channel = message["channel_id"].as_str().unwrap_or_default().to_owned();
     let guild = message["guild_id"].as_str().map(str::to_owned);
     let Some(inbound) = inbound::parse(message, &me) else {
-        bub_abi::sync::lock(&shared.cursors).settled(&channel, id, guild.as_deref());
+        bub_abi::sync::lock(&shared.cursors).settled(&channel, id, guild.as_deref(), false);
         return true;
     };
+    // Listed channels and people keep their cursors whatever strangers do.
+    let config = &shared.config;
+    let keep = config.allow_channels.contains(&inbound.channel)
+        || (!config.allow_users.is_empty() && inbound.sender_names().iter().any(|n| config.allow_users.contains(*n)));
     {
         let mut seen = bub_abi::sync::lock(&shared.seen);
         if seen.contains(&inbound.id) {
@@ -365,9 +391,9 @@ pub(crate) async fn on_message(shared: &Arc<Shared>, message: &Value) -> bool {
     let taken = hand_over(shared, &me, inbound.clone()).await;
     let mut cursors = bub_abi::sync::lock(&shared.cursors);
     if taken {
-        cursors.settled(&channel, id, guild.as_deref());
+        cursors.settled(&channel, id, guild.as_deref(), keep);
     } else {
-        cursors.refused(&channel, id, guild.as_deref());
+        cursors.refused(&channel, id, guild.as_deref(), keep);
         // Not seen after all: the read-back after the next start must take it.
         bub_abi::sync::lock(&shared.seen).retain(|k| *k != inbound.id);
     }
@@ -377,12 +403,13 @@ pub(crate) async fn on_message(shared: &Arc<Shared>, message: &Value) -> bool {
 /// Reads back, after a new session's READY, what each known channel got
 /// since its cursor (see `cursors.rs`), oldest first.
 pub(crate) async fn catch_up(shared: &Arc<Shared>) {
-    let due = bub_abi::sync::lock(&shared.cursors).due();
     let Ok(rest) = shared.rest() else { return };
     let oldest = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|now| now.saturating_sub(shared.config.catch_up).as_secs_f64())
         .unwrap_or(0.0);
+    find_listed_dms(shared, &rest, oldest).await;
+    let due = bub_abi::sync::lock(&shared.cursors).due();
     let mut read = 0;
     for channel in due {
         let mut after = channel.after;
@@ -412,17 +439,16 @@ pub(crate) async fn catch_up(shared: &Arc<Shared>) {
                 let id = inbound::snowflake(&message["id"]);
                 after = after.max(id);
                 if inbound::created_at(id) < oldest {
-                    bub_abi::sync::lock(&shared.cursors).settled(&channel.channel, id, channel.guild.as_deref());
+                    bub_abi::sync::lock(&shared.cursors).settled(&channel.channel, id, channel.guild.as_deref(), false);
                     continue;
                 }
                 if let Some(guild) = &channel.guild {
                     message["guild_id"] = json!(guild);
                 }
                 read += 1;
-                if !on_message(shared, &message).await {
-                    tracing::info!("discord: the gateway stops; the rest is read back after the next start");
-                    return;
-                }
+                // Queued on the channel's worker before the Gateway's own
+                // events are read: a channel's order holds.
+                shared.lanes.dispatch(shared, message).await;
             }
             if !full {
                 break;
@@ -433,6 +459,31 @@ pub(crate) async fn catch_up(shared: &Arc<Shared>) {
         tracing::info!("discord: read back {read} messages that came while the gateway was stopping or down");
     }
 }
+
+/// The direct-message channels of the people `allow_users` names by id
+/// that have no cursor yet: read back from `oldest` (seconds since the
+/// epoch), so the first message of a conversation that began while the
+/// gateway was down is answered. (Discord gives a bot no list of its
+/// direct messages; people named by user name cannot be looked up.)
+async fn find_listed_dms(shared: &Arc<Shared>, rest: &Rest, oldest: f64) {
+    let users: Vec<&String> =
+        shared.config.allow_users.iter().filter(|u| rest::snowflake(u).is_ok()).take(MAX_LISTED_DMS).collect();
+    let after = inbound::snowflake_at(oldest);
+    for user in users {
+        match tokio::time::timeout(LOOKUP_TIMEOUT, rest.dm_channel(user)).await {
+            Ok(Ok(channel)) => {
+                if bub_abi::sync::lock(&shared.cursors).found_dm(&channel, after) {
+                    tracing::info!("discord: reading back the direct messages of listed user {user} ({channel})");
+                }
+            }
+            Ok(Err(e)) => tracing::debug!("discord: no direct-message channel with listed user {user}: {e}"),
+            Err(_) => tracing::debug!("discord: looking up the direct messages of {user} took too long"),
+        }
+    }
+}
+
+/// How many listed users' direct-message channels are looked up at READY.
+const MAX_LISTED_DMS: usize = 100;
 
 async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
     let config = &shared.config;
@@ -466,6 +517,9 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
         "channel": config.name,
         "chat_id": message.channel,
         "session_id": format!("{}:{}", config.name, message.channel),
+        // A message taken, then read back after a kill before its cursor
+        // moved, runs once (bub_framework::repeats).
+        "idempotency_keys": [format!("{}:message:{}", config.name, message.id)],
     });
     let command = message.command(me, prefix);
     // A command always runs; other messages are asked whether they
@@ -536,6 +590,7 @@ async fn hand_over(shared: &Arc<Shared>, me: &str, message: Inbound) -> bool {
 async fn fetch_media(shared: &Arc<Shared>, message: &Inbound) -> Vec<Value> {
     let Ok(rest) = shared.rest() else { return Vec::new() };
     let mut media = Vec::new();
+    let deadline = tokio::time::Instant::now() + MEDIA_BUDGET;
     // Discord allows ten attachments a message; a peer sending more gets ten fetched.
     for attachment in message.attachments.iter().take(MAX_ATTACHMENTS) {
         let Some(mime) = attachment.content_type.as_deref() else { continue };
@@ -554,10 +609,17 @@ async fn fetch_media(shared: &Arc<Shared>, message: &Inbound) -> Vec<Value> {
             );
             continue;
         }
-        match rest.download(&attachment.url, shared.config.max_file_bytes).await {
-            Ok(bytes) => media.push(json!({"type": kind, "media_type": mime,
+        match tokio::time::timeout_at(deadline, rest.download(&attachment.url, shared.config.max_file_bytes)).await {
+            Ok(Ok(bytes)) => media.push(json!({"type": kind, "media_type": mime,
                 "data": base64::engine::general_purpose::STANDARD.encode(bytes)})),
-            Err(e) => tracing::warn!("discord: cannot fetch {} of {}: {e}", attachment.filename, message.channel),
+            Ok(Err(e)) => tracing::warn!("discord: cannot fetch {} of {}: {e}", attachment.filename, message.channel),
+            Err(_) => {
+                tracing::warn!(
+                    "discord: the attachments of a message in {} took over {MEDIA_BUDGET:?}; the rest are not fetched",
+                    message.channel
+                );
+                break;
+            }
         }
     }
     media

@@ -94,6 +94,21 @@ fn route(method: &Method, path: &str) -> String {
     format!("{method} {}", segments.join("/"))
 }
 
+/// `id` if it is a snowflake (1–20 ASCII digits), else the error to
+/// answer: ids come from the Gateway, a message's fields and files, so
+/// they are a peer's word, and one that is not digits (`../../users/@me`)
+/// must never become part of a path the token is sent to.
+pub fn snowflake(id: &str) -> Result<&str, RestError> {
+    if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(id);
+    }
+    let shown: String = id.chars().take(40).collect();
+    Err(RestError::Discord {
+        status: 0,
+        message: format!("{shown:?} is not a Discord id (a snowflake is digits); not requested"),
+    })
+}
+
 /// The REST API with the bot token.
 #[derive(Clone)]
 pub struct Rest {
@@ -222,7 +237,8 @@ impl Rest {
 
     /// `POST /channels/{channel}/messages`: the new message's id.
     pub async fn post(&self, channel: &str, content: &str, reply_to: Option<&str>) -> Result<String, RestError> {
-        let body = Self::message_body(content, reply_to);
+        let channel = snowflake(channel)?;
+        let body = Self::message_body(content, reply_to.map(snowflake).transpose()?);
         let answer = self.call(Method::POST, &format!("/channels/{channel}/messages"), Some(body)).await?;
         Ok(answer["id"].as_str().unwrap_or_default().to_owned())
     }
@@ -230,7 +246,8 @@ impl Rest {
     /// A message posted once, with no retry: for what is dropped rather
     /// than waited for (a refusal to a stranger under a rate limit).
     pub async fn post_once(&self, channel: &str, content: &str, reply_to: Option<&str>) -> Result<(), RestError> {
-        let body = Self::message_body(content, reply_to);
+        let channel = snowflake(channel)?;
+        let body = Self::message_body(content, reply_to.map(snowflake).transpose()?);
         match self.once(Method::POST, &format!("/channels/{channel}/messages"), Some(&body)).await? {
             Ok(_) => Ok(()),
             Err(wait) => Err(RestError::RateLimited(wait)),
@@ -240,6 +257,7 @@ impl Rest {
     /// `PATCH /channels/{channel}/messages/{id}`, once: a failed edit is
     /// made good by the next.
     pub async fn edit(&self, channel: &str, id: &str, content: &str) -> Result<(), RestError> {
+        let (channel, id) = (snowflake(channel)?, snowflake(id)?);
         let body = json!({"content": content, "allowed_mentions": {"parse": []}});
         match self.once(Method::PATCH, &format!("/channels/{channel}/messages/{id}"), Some(&body)).await? {
             Ok(_) => Ok(()),
@@ -249,6 +267,7 @@ impl Rest {
 
     /// `POST /channels/{channel}/typing`, once (it shows for ten seconds).
     pub async fn typing(&self, channel: &str) -> Result<(), RestError> {
+        let channel = snowflake(channel)?;
         match self.once(Method::POST, &format!("/channels/{channel}/typing"), None).await? {
             Ok(_) => Ok(()),
             Err(wait) => Err(RestError::RateLimited(wait)),
@@ -257,12 +276,23 @@ impl Rest {
 
     /// `GET /channels/{channel}`: its type and name (is it a thread?).
     pub async fn channel(&self, channel: &str) -> Result<Value, RestError> {
+        let channel = snowflake(channel)?;
         self.call(Method::GET, &format!("/channels/{channel}"), None).await
+    }
+
+    /// `POST /users/@me/channels`: the id of the bot's direct-message
+    /// channel with `user` (Discord answers the existing one).
+    pub async fn dm_channel(&self, user: &str) -> Result<String, RestError> {
+        let user = snowflake(user)?;
+        let answer = self.call(Method::POST, "/users/@me/channels", Some(json!({"recipient_id": user}))).await?;
+        let id = answer["id"].as_str().unwrap_or_default();
+        Ok(snowflake(id)?.to_owned())
     }
 
     /// `GET /channels/{channel}/messages?after=…`: up to `limit` messages
     /// newer than `after`, oldest first.
     pub async fn messages_after(&self, channel: &str, after: u64, limit: u32) -> Result<Vec<Value>, RestError> {
+        let channel = snowflake(channel)?;
         let path = format!("/channels/{channel}/messages?after={after}&limit={limit}");
         let answer = self.call(Method::GET, &path, None).await?;
         let mut messages = match answer {
@@ -327,6 +357,14 @@ mod tests {
         let local = "http://127.0.0.1:4000/api/v10";
         assert!(may_fetch("http://127.0.0.1:4000/cdn/a.png", local));
         assert!(!may_fetch("http://127.0.0.1:4001/cdn/a.png", local));
+    }
+
+    #[test]
+    fn only_snowflakes_go_into_paths() {
+        assert_eq!(snowflake("1234567890123456789").unwrap(), "1234567890123456789");
+        for bad in ["", "../../users/@me", "12/34", "12a", "123456789012345678901", " 1", "１２"] {
+            assert!(snowflake(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
