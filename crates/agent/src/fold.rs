@@ -44,8 +44,17 @@ pub const ANCHOR: &str = "context/fold";
 pub const EVENT: &str = "context.fold";
 /// How the summary call's `run_id` starts (`fold-20261205T…Z`).
 pub const RUN_ID_PREFIX: &str = "fold-";
-/// The answer the summary call may give, in tokens.
+/// The answer the summary call may give, in tokens, at most: a quarter
+/// of the budget below that ([`summary_tokens`]).
 pub const SUMMARY_MAX_TOKENS: u64 = 2048;
+
+/// The summary's size under `budget`: a quarter of it, between 128 and
+/// [`SUMMARY_MAX_TOKENS`]. With a small window a 2,048-token summary
+/// alone left no room for the turn, and every turn after the first fold
+/// failed.
+pub fn summary_tokens(budget: u64) -> u64 {
+    (budget / 4).clamp(128, SUMMARY_MAX_TOKENS)
+}
 
 /// The summary call's system prompt.
 pub const SUMMARY_PROMPT: &str = "You compress a conversation between a user and an AI assistant so that the \
@@ -130,12 +139,19 @@ pub(crate) async fn fold(
     let input_limit = (plan.budget / 5 * 3).max(1_000);
     let lines: Vec<String> = plan.older.iter().chain(plan.tail).map(|m| render(m)).collect();
     let (transcript, left_out) = fit_transcript(lines, input_limit, calibration);
-    let (summary, summary_error) = match summarize(agent, cx, model, &transcript).await? {
+    let max_tokens = summary_tokens(plan.budget);
+    let (summary, summary_error) = match summarize(agent, cx, model, &transcript, max_tokens).await? {
         Ok(text) if !text.trim().is_empty() => (text, None),
         Ok(_) => (fallback_summary(plan.older), Some("the summary call answered nothing".to_owned())),
         Err(e) => (fallback_summary(plan.older), Some(e)),
     };
-    let summary = summary.trim();
+    // Bounded whoever wrote it (a model that ignores max_tokens, a
+    // plugin's own summary): a summary past its share of the budget would
+    // leave the next request no room, and be folded into itself forever.
+    let room =
+        (max_tokens as f64 / calibration.tokens_per_byte.unwrap_or(super::budget::DEFAULT_TOKENS_PER_BYTE)) as usize;
+    let summary = shorten(summary.trim(), room.max(200));
+    let summary = summary.as_str();
     let mut content = format!("{SUMMARY_HEAD}\n\n<summary>\n{summary}\n</summary>");
     if let Some(request) = &plan.current_request {
         content.push_str(&format!("\n\nThe request being worked on: {request}"));
@@ -178,6 +194,7 @@ async fn summarize(
     cx: &EventContext,
     model: &str,
     transcript: &str,
+    max_tokens: u64,
 ) -> Result<Result<String, String>, AgentError> {
     let run_id = super::run::stamped_id(RUN_ID_PREFIX);
     let messages = vec![
@@ -189,7 +206,7 @@ async fn summarize(
         model: model.to_owned(),
         messages,
         tool_names: Vec::new(),
-        max_tokens: Some(SUMMARY_MAX_TOKENS),
+        max_tokens: Some(max_tokens),
         hosted_cache: Default::default(),
         list_slot: Default::default(),
     };
@@ -333,17 +350,34 @@ pub fn shorten(text: &str, max: usize) -> String {
 /// each tool message's text to 8,000, 2,000, then 500 characters. Answers
 /// whether it fits in the end.
 pub fn shorten_tool_results(messages: &mut [Shared], fits: impl Fn(&[Shared]) -> bool) -> bool {
+    shorten_where(messages, |m| m.role() == "tool", "This tool result", &fits)
+}
+
+/// As [`shorten_tool_results`] for every other message but the system
+/// prompt (user messages, answers, a fold's summary): for a request that
+/// one message alone makes too long, which no fold can shrink (a pasted
+/// book, a summary a plugin made huge).
+pub fn shorten_other_messages(messages: &mut [Shared], fits: impl Fn(&[Shared]) -> bool) -> bool {
+    shorten_where(messages, |m| !matches!(m.role(), "tool" | "system"), "This message", &fits)
+}
+
+fn shorten_where(
+    messages: &mut [Shared],
+    which: impl Fn(&Message) -> bool,
+    what: &str,
+    fits: &dyn Fn(&[Shared]) -> bool,
+) -> bool {
     for max in [8_000, 2_000, 500] {
         if fits(messages) {
             return true;
         }
-        for m in messages.iter_mut().filter(|m| m.role() == "tool") {
+        for m in messages.iter_mut().filter(|m| which(m)) {
             let text = text_of(m.json().get("content"));
             if text.chars().count() <= max {
                 continue;
             }
             let note = format!(
-                "{}\n[This tool result was shortened to fit the context budget; the tape keeps it whole.]",
+                "{}\n[{what} was shortened to fit the context budget; the tape keeps it whole.]",
                 shorten(&text, max)
             );
             Arc::make_mut(m).json_mut()["content"] = json!(note);

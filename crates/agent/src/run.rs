@@ -108,6 +108,9 @@ pub(crate) fn stamped_id(prefix: &str) -> String {
 /// Large" and no word of context, and Bub then fails the turn; here the
 /// run folds its context and retries as for any other overflow.
 pub fn is_context_overflow(message: &str) -> bool {
+    if is_rate_limit(message) {
+        return false;
+    }
     let s = message.to_lowercase();
     if s.contains("provider returned http 413")
         || s.contains("request entity too large")
@@ -137,9 +140,26 @@ pub fn is_context_overflow(message: &str) -> bool {
 }
 
 /// Whether a step failed because its request was too long: the provider's
-/// HTTP 413, or an error text [`is_context_overflow`] recognizes.
+/// HTTP 413, or an error text [`is_context_overflow`] recognizes. A rate
+/// limit never is, whatever its words ("exceeded token rate limit"): it
+/// is retried with backoff by the provider client, and folding would
+/// only lose context.
 fn refused_as_too_long(e: &AgentError) -> bool {
+    if matches!(e, AgentError::Provider(ProviderError::Status { status: 429, .. })) {
+        return false;
+    }
     matches!(e, AgentError::Provider(ProviderError::Status { status: 413, .. })) || is_context_overflow(&e.to_string())
+}
+
+/// Whether a failure reads as a rate limit or an exhausted quota, in any
+/// provider's words: OpenAI's "Rate limit reached … tokens per min" and
+/// "You exceeded your current quota", Azure's "exceeded token rate
+/// limit", Anthropic's `rate_limit_error`.
+pub fn is_rate_limit(message: &str) -> bool {
+    let s = message.to_lowercase();
+    ["rate limit", "rate_limit", "ratelimit", "rate-limit", "too many requests", "current quota", "insufficient_quota"]
+        .iter()
+        .any(|w| s.contains(w))
 }
 
 fn is_empty_item(v: &Value) -> bool {
@@ -430,7 +450,8 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                 refusals_left -= 1;
                 let refused = run.last_estimate.load(Ordering::SeqCst);
                 if refused > 0 {
-                    run.cx.tape.contexts().calibrations.update(&run.model, |c| c.refused_at = Some(refused));
+                    let error = e.to_string();
+                    run.cx.tape.contexts().calibrations.update(&run.model, |c| c.refused(refused, &error));
                 }
                 *bub_abi::sync::lock(&run.fold_next) = Some(e.to_string());
                 let mut ev = Event::StepFinished {
@@ -606,9 +627,8 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         .iter()
         .map(|t| t.name.len() + t.description.len() + super::budget::json_bytes(&t.parameters) + 32)
         .sum();
-    let new_bytes: usize = new_messages.iter().map(super::budget::json_bytes).sum();
-    let fixed_bytes = system.as_ref().map_or(0, String::len) + tool_bytes + new_bytes;
-    let history = fit(run, history, fixed_bytes).await?;
+    let fixed_bytes = system.as_ref().map_or(0, String::len) + tool_bytes;
+    let (history, sent_new) = fit(run, history, fixed_bytes, &new_messages).await?;
     // The history is shared with the kept context (see `message`).
     let mut messages = Vec::with_capacity(history.len() + new_messages.len() + 1);
     if let Some(s) = &system {
@@ -619,7 +639,11 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     // back once the provider is done, `given_back`), and sent once: their
     // wire text goes straight into the body, not kept.
     let new_messages: Vec<Shared> = new_messages.into_iter().map(Message::sent_once).collect();
-    messages.extend(new_messages.iter().cloned());
+    match sent_new {
+        // Shortened copies for the request; the tape gets them whole.
+        Some(shortened) => messages.extend(shortened),
+        None => messages.extend(new_messages.iter().cloned()),
+    }
     // 6. LLMCallStarted.
     let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
     let request = CallRequest {
@@ -690,10 +714,13 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     agent.events.emit(&mut finished, cx).await?;
     drop(finished);
     let response = outcome?;
-    // 9. Usage, which also calibrates the budget's estimate.
-    if let Some(u) = response.usage.filter(|u| u.input_tokens > 0) {
-        calibrations.update(&run.model, |c| c.learn(sent_bytes, u.input_tokens));
-    }
+    // 9. Usage, which also calibrates the budget's estimate; a call taken
+    // counts toward lifting a refusal's cap.
+    let input_tokens = response.usage.map_or(0, |u| u.input_tokens);
+    calibrations.update(&run.model, |c| {
+        c.learn(sent_bytes, input_tokens);
+        c.accepted();
+    });
     let usage = response.usage.unwrap_or_default().to_json();
     *bub_abi::sync::lock(&run.usage) = Some(usage.clone());
     let _ = tx.send(Ok(event("usage", json!({"usage": usage, "elapsed_seconds": elapsed.as_secs_f64()}))));
@@ -765,20 +792,31 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
 }
 
 /// The step's context kept within the budget: when the request (the
-/// history and `fixed_bytes` of system prompt, tool schemas and new
-/// messages) would pass it, or the provider refused the last try, the
-/// older context is folded (only where the context starts after the last
-/// anchor: a plugin's own context selection is its own to keep small),
-/// then tool results are shortened until it fits.
-async fn fit(run: &Run, mut history: Vec<Shared>, fixed_bytes: usize) -> Result<Vec<Shared>, AgentError> {
+/// history, `fixed_bytes` of system prompt and tool schemas, and the
+/// step's `new` messages) would pass it, or the provider refused the last
+/// try, the older context is folded (only where the context starts after
+/// the last anchor: a plugin's own context selection is its own to keep
+/// small), then tool results are shortened, then any other message, then
+/// the step's new ones, until it fits. Everything shortened is a copy for
+/// the request: the tape keeps it whole. Answers the history, and the new
+/// messages to send when they had to be shortened.
+async fn fit(
+    run: &Run,
+    mut history: Vec<Shared>,
+    fixed_bytes: usize,
+    new: &[Value],
+) -> Result<(Vec<Shared>, Option<Vec<Shared>>), AgentError> {
     let (agent, cx) = (&run.agent, &run.cx);
     let calibration = cx.tape.contexts().calibrations.get(&run.model);
     let refused = bub_abi::sync::lock(&run.fold_next).take();
-    let Some(budget) = calibration.budget(agent.settings.context_budget(&run.model)) else { return Ok(history) };
-    let size = |messages: &[Shared]| fixed_bytes + messages.iter().map(|m| message_bytes(m)).sum::<usize>();
+    let Some(budget) = calibration.budget(agent.settings.context_budget(&run.model)) else {
+        return Ok((history, None));
+    };
+    let new_bytes: usize = new.iter().map(super::budget::json_bytes).sum();
+    let size = |messages: &[Shared]| fixed_bytes + new_bytes + messages.iter().map(|m| message_bytes(m)).sum::<usize>();
     let tokens_before = calibration.tokens(size(&history));
     if refused.is_none() && tokens_before <= budget {
-        return Ok(history);
+        return Ok((history, None));
     }
     let at = fold::open_tail(&history);
     let folds = agent.context.anchor.as_deref() == Some(bub_abi::types::TapeContextSpec::LAST_ANCHOR);
@@ -789,7 +827,7 @@ async fn fit(run: &Run, mut history: Vec<Shared>, fixed_bytes: usize) -> Result<
         let plan = fold::Plan {
             older: &history[..at],
             tail: &history[at..],
-            fixed_bytes,
+            fixed_bytes: fixed_bytes + new_bytes,
             tokens_before,
             budget,
             current_request,
@@ -798,8 +836,18 @@ async fn fit(run: &Run, mut history: Vec<Shared>, fixed_bytes: usize) -> Result<
         let summary = fold::fold(agent, cx, &run.model, &plan, &reason, calibration).await?;
         history.splice(..at, [summary]);
     }
-    fold::shorten_tool_results(&mut history, |m| calibration.tokens(size(m)) <= budget);
-    Ok(history)
+    let fits = |m: &[Shared]| calibration.tokens(size(m)) <= budget;
+    if fold::shorten_tool_results(&mut history, fits) || fold::shorten_other_messages(&mut history, fits) {
+        return Ok((history, None));
+    }
+    // The step's own messages alone pass the budget (a pasted book).
+    let history_bytes: usize = history.iter().map(|m| message_bytes(m)).sum();
+    let mut sent: Vec<Shared> = new.iter().cloned().map(Message::sent_once).collect();
+    let fits_new = |m: &[Shared]| {
+        calibration.tokens(fixed_bytes + history_bytes + m.iter().map(|m| message_bytes(m)).sum::<usize>()) <= budget
+    };
+    fold::shorten_other_messages(&mut sent, fits_new);
+    Ok((history, Some(sent)))
 }
 
 /// The JSON of messages shared with a request: moved out when the request
@@ -879,5 +927,12 @@ mod tests {
         assert!(is_context_overflow("Provider returned HTTP 413: <html><body>Request Entity Too Large</body></html>"));
         assert!(is_context_overflow("Provider returned HTTP 413: "));
         assert!(!is_context_overflow("Provider returned HTTP 429: slow down"));
+        // Rate limits in the providers' documented words are not overflows.
+        let azure = r#"Provider returned HTTP 429: {"error":{"code":"429","message": "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current AIServices S0 pricing tier. Please retry after 6 seconds."}}"#;
+        let openai = r#"Provider returned HTTP 429: {"error": {"message": "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000.", "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}"#;
+        let anthropic = r#"Provider returned HTTP 429: {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 40,000 input tokens per minute."}}"#;
+        for body in [azure, openai, anthropic] {
+            assert!(!is_context_overflow(body), "{body}");
+        }
     }
 }

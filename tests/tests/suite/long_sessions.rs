@@ -298,3 +298,203 @@ fn a_tool_result_past_the_budget_is_shortened_in_the_request_only() {
         .collect();
     assert_eq!(kept, [40_008; 3], "the tape keeps every result whole");
 }
+
+/// An agent whose model has a `context_window` of `window` tokens (so the
+/// budget is three quarters of it), with the 2 KB `blob` tool.
+fn agent_with_window(provider: &Provider, store: Store, window: u64) -> Agent {
+    let mut file = Map::new();
+    file.insert("model".into(), json!("openai:m"));
+    file.insert("api_base".into(), json!(provider.base_url));
+    file.insert("client_args".into(), json!({"retry_delay": 0.01, "max_retry_delay": 0.02, "context_window": window}));
+    let settings = ModelSettings::from_sources(vec![], &file).unwrap();
+    let mut agent = Agent::new(settings, store);
+    agent.add_tool(AgentTool::native(
+        "blob",
+        "Returns 2 KB of text.",
+        json!({"type": "object", "properties": {}}),
+        Exposure::Auto,
+        |_args, _cx| async move { Ok(json!("b".repeat(RESULT_BYTES))) },
+    ));
+    agent
+}
+
+/// A model with a 3,500-token window whose summaries use every token
+/// they are allowed (`max_tokens`, at four bytes a token): before, the
+/// 2,048-token summary alone left no room and every turn after the first
+/// fold failed. Now the summary keeps to a quarter of the budget, and 20
+/// turns all end well inside the window.
+#[test]
+fn a_3500_token_window_with_full_length_summaries_keeps_every_turn_working() {
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let r = refusals.clone();
+    let provider = Provider::respond(move |request| {
+        let asked = tokens(request);
+        if asked > 3_500 {
+            r.fetch_add(1, Ordering::SeqCst);
+            return chat::context_length_exceeded(3_500, asked);
+        }
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        if messages.first().is_some_and(|m| content(m) == fold::SUMMARY_PROMPT) {
+            let allowed = request.body["max_completion_tokens"].as_u64().unwrap_or(4096);
+            return chat::text_counted(&"summary ".repeat(allowed as usize / 2), asked);
+        }
+        match messages.last().and_then(|m| m["role"].as_str()) {
+            Some("tool") => chat::text_counted("done", asked),
+            _ => chat::tool_call_counted("c1", "blob", "{}", asked),
+        }
+    });
+    let store = Store::memory();
+    let agent = Arc::new(agent_with_window(&provider, store.clone(), 3_500));
+    bub_tests::block_on(session(agent, "small", 0..20));
+    assert_eq!(refusals.load(Ordering::SeqCst), 0, "every request inside the window");
+    let folds = every_entry_kept(&whole_tape(&store, "small"), 20);
+    assert!(folds.len() >= 3, "{} folds", folds.len());
+    let summary_calls: Vec<u64> = provider
+        .requests()
+        .iter()
+        .filter(|r| r.body["messages"][0]["content"] == fold::SUMMARY_PROMPT)
+        .map(|r| r.body["max_completion_tokens"].as_u64().unwrap())
+        .collect();
+    assert!(
+        summary_calls.iter().all(|m| *m <= 3_500 / 4 * 3 / 4),
+        "a quarter of the budget at most: {summary_calls:?}"
+    );
+}
+
+/// A summary made huge (256 KiB, by a plugin answering the summary call)
+/// is bounded to its share of the budget, and every turn after it works.
+#[test]
+fn a_huge_summary_is_bounded_and_the_session_goes_on() {
+    use bub_host::agent::events::{handler, Event, Filter};
+    let model = windowed(6_000);
+    let store = Store::memory();
+    let mut agent = agent(&model.provider, store.clone(), Some(4_000));
+    agent.events.on(
+        Filter::Any,
+        handler(|event, _cx| {
+            if let Event::LlmCallStarted { request, decision } = event {
+                if request.run_id.starts_with(fold::RUN_ID_PREFIX) {
+                    *decision = Some(bub_abi::types::LlmCallDecision::finish("huge ".repeat(256 * 1024 / 5)));
+                }
+            }
+            Box::pin(async { Ok(()) })
+        }),
+    );
+    bub_tests::block_on(session(Arc::new(agent), "huge-summary", 0..12));
+    assert_eq!(model.refusals.load(Ordering::SeqCst), 0);
+    let folds = every_entry_kept(&whole_tape(&store, "huge-summary"), 12);
+    assert!(!folds.is_empty());
+    for f in &folds {
+        let summary = f.payload["state"]["summary"].as_str().unwrap();
+        assert!(summary.len() < 4_000, "bounded to a quarter of the budget: {} bytes", summary.len());
+    }
+}
+
+/// A user message far past the window (a pasted 200 KB text) reaches the
+/// model shortened, so the turn works; the tape keeps it whole.
+#[test]
+fn a_user_message_past_the_window_is_shortened_in_the_request_only() {
+    let model = windowed(6_000);
+    let store = Store::memory();
+    let agent = Arc::new(agent(&model.provider, store.clone(), Some(4_000)));
+    let pasted = format!("start{}end", "p".repeat(200_000));
+    bub_tests::block_on(async {
+        let options = RunOptions { tape: "pasted".into(), merge_back: true, ..Default::default() };
+        let (events, error) = agent.start(vec![json!(pasted)], options).await.unwrap().collect().await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(events.last().map(|e| e.data["text"].clone()), Some(json!("done")));
+    });
+    assert_eq!(model.refusals.load(Ordering::SeqCst), 0);
+    let first = model.provider.requests()[0].body["messages"].to_string();
+    assert!(first.contains("start") && first.contains("was shortened to fit the context budget"), "{first:.300}");
+    let entries = whole_tape(&store, "pasted");
+    let user = entries.iter().find(|e| e.kind == "message" && e.payload["role"] == "user").unwrap();
+    assert_eq!(user.payload["content"].as_str().unwrap().len(), 200_008, "the tape keeps it whole");
+}
+
+/// A refusal that names no numbers caps the budget by a guess; refused
+/// three times in a row, the guesses compound, and before they were never
+/// lifted, so the session folded on most turns. Now the cap is lifted
+/// once the model has taken enough calls: the last turns fold no more.
+#[test]
+fn a_guessed_refusal_cap_is_lifted_and_folding_stops() {
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let r = refusals.clone();
+    let provider = Provider::respond(move |request| {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        if messages.first().is_some_and(|m| content(m) == fold::SUMMARY_PROMPT) {
+            return chat::text_counted("a summary", tokens(request));
+        }
+        // A proxy's bare refusal of the first request of turns 1 to 3, on a
+        // model whose window is far larger.
+        let last = messages.last().map(content).unwrap_or_default();
+        let turn = ["turn 1:", "turn 2:", "turn 3:"].iter().position(|t| last.contains(t));
+        if let Some(t) = turn {
+            if r.fetch_max(t + 1, Ordering::SeqCst) < t + 1 {
+                return Reply::Status(413, "Request Entity Too Large".into(), vec![]);
+            }
+        }
+        match messages.last().and_then(|m| m["role"].as_str()) {
+            Some("tool") => chat::text_counted("done", tokens(request)),
+            _ => chat::tool_call_counted("c1", "blob", "{}", tokens(request)),
+        }
+    });
+    let store = Store::memory();
+    let agent = Arc::new(agent(&provider, store.clone(), None));
+    bub_tests::block_on(session(agent, "guessed", 0..30));
+    assert_eq!(refusals.load(Ordering::SeqCst), 3, "turns 1 to 3 each met a refusal");
+    let entries = whole_tape(&store, "guessed");
+    let is_fold = |e: &TapeEntry| e.kind == "anchor" && e.payload["name"] == fold::ANCHOR;
+    let folds = entries.iter().filter(|e| is_fold(e)).count();
+    let last_fold = entries.iter().rposition(is_fold).unwrap();
+    let turns_after = entries[last_fold..]
+        .iter()
+        .filter(|e| e.kind == "message" && e.payload["role"] == "user" && e.meta.get("fold").is_none())
+        .count();
+    assert!(turns_after >= 10, "the last {turns_after} turns folded no more ({folds} folds in all)");
+}
+
+/// Rate limits are not overflows: Azure's "exceeded token rate limit",
+/// OpenAI's "Rate limit reached … tokens per min" and Anthropic's
+/// `rate_limit_error` (their documented 429 bodies) are retried with
+/// backoff and never folded; one that outlasts the retries fails the turn
+/// with the provider's words, still without a fold, and the next turn
+/// works.
+#[test]
+fn rate_limits_are_retried_and_never_folded() {
+    let azure = r#"{"error":{"code":"429","message": "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current AIServices S0 pricing tier. Please retry after 1 second."}}"#;
+    let openai = r#"{"error": {"message": "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 1s.", "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}"#;
+    let anthropic = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 40,000 input tokens per minute."}}"#;
+    for body in [azure, openai, anthropic] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let limited = body.to_owned();
+        let provider = Provider::respond(move |request| {
+            // Turn 0: two 429s, then served. Turn 1: 429 on every try.
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            if n < 2 || (4..7).contains(&n) {
+                return Reply::Status(429, limited.clone(), vec![("retry-after".into(), "0".into())]);
+            }
+            let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+            match messages.last().and_then(|m| m["role"].as_str()) {
+                Some("tool") => chat::text_counted("done", tokens(request)),
+                _ => chat::tool_call_counted("c1", "blob", "{}", tokens(request)),
+            }
+        });
+        let store = Store::memory();
+        let agent = Arc::new(agent(&provider, store.clone(), Some(4_000)));
+        bub_tests::block_on(async {
+            session(agent.clone(), "limited", 0..1).await;
+            let options = RunOptions { tape: "limited".into(), merge_back: true, ..Default::default() };
+            let (_, error) = agent.start(vec![json!("turn 1")], options).await.unwrap().collect().await;
+            let error = error.expect("a rate limit past the retries fails the turn").to_string();
+            assert!(error.contains("429"), "{error}");
+            session(agent.clone(), "limited", 2..3).await;
+        });
+        let entries = whole_tape(&store, "limited");
+        assert!(
+            !entries.iter().any(|e| e.kind == "anchor" && e.payload["name"] == fold::ANCHOR),
+            "folded on a 429: {body}"
+        );
+    }
+}
