@@ -34,6 +34,7 @@ mod owners;
 mod published;
 mod python;
 mod recorded;
+mod schedules;
 mod scope;
 mod sdk;
 mod security;
