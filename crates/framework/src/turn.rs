@@ -7,6 +7,10 @@ use bub_abi::{
 };
 use serde_json::{json, Value};
 
+/// How long a failed turn waits for its `on_error` observers before its
+/// failure is returned (they are still told; see `Framework::tell_error`).
+pub const TELLING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The host's map behind a [`TurnState`].
 pub type SharedState = bub_abi::sdk::state::SharedMap;
 
@@ -20,7 +24,8 @@ use bub_runtime::runtime::CallArgs;
 
 impl Framework {
     /// One turn for `inbound`. A map inbound gets `session_id` set if it
-    /// has none. On failure, `on_error(stage="turn")` is told first.
+    /// has none. On failure, `on_error(stage="turn")` is told first (see
+    /// [`Framework::tell_error`]).
     pub async fn process_inbound(
         &self,
         inbound: &mut Envelope,
@@ -30,9 +35,37 @@ impl Framework {
             Ok(result) => Ok(result),
             Err(e) => {
                 tracing::error!(target: "bub::framework", "Error processing inbound message: {e}");
-                self.runtime.notify_error("turn", &e.info(), Some(inbound)).await;
+                self.tell_error("turn", e.info(), inbound.clone()).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Tells the `on_error` observers of a failed turn, as Bub does before
+    /// the failure is raised, unless they take longer than
+    /// [`TELLING_PATIENCE`]: then the failure is returned and the telling
+    /// goes on apart. A turn that failed because a plugin blocked (a
+    /// Python hook holding the bridge's loop past its deadline) would
+    /// otherwise wait for that plugin again in its observers (a Python
+    /// `on_error` waits for the same loop), and its failure came when the
+    /// blocking call ended (12 s against a 3 s deadline) instead of at the
+    /// deadline. The observers run on the blocking pool, so one that
+    /// blocks its thread holds no worker and the wait can end.
+    pub(crate) async fn tell_error(&self, stage: &'static str, error: ErrorInfo, message: Envelope) {
+        let runtime = self.runtime.clone();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return runtime.notify_error(stage, &error, Some(&message)).await;
+        };
+        let driver = handle.clone();
+        let telling = handle.spawn_blocking(move || {
+            driver.block_on(async move { runtime.notify_error(stage, &error, Some(&message)).await })
+        });
+        if tokio::time::timeout(TELLING_PATIENCE, telling).await.is_err() {
+            tracing::warn!(
+                target: "bub::framework",
+                "the on_error observers of a failed turn ({stage}) take longer than {TELLING_PATIENCE:?}; the \
+                 failure is answered now, and they are told as they can"
+            );
         }
     }
 

@@ -15,11 +15,13 @@ impl Core {
     pub(super) async fn admit_and_schedule(&mut self, mut inbound: Inbound) {
         let session_id = match self.framework.resolve_session(&inbound.message).await {
             Ok(id) => id,
-            Err(bub_framework::FrameworkError::Hook(failure)) if failure.timed_out() => {
+            Err(bub_framework::FrameworkError::Hook(failure)) if failure.held_up() => {
                 // Held up, not failed (a Python plugin behind another that
-                // blocks their shared loop): the message waits and is
-                // admitted again, instead of being dropped. Its backlog
-                // place stays taken meanwhile, and a stop saves it.
+                // blocks their shared loop; an isolated plugin whose
+                // process was ended under the call, to start again): the
+                // message waits and is admitted again, instead of being
+                // dropped. Its backlog place stays taken meanwhile, and a
+                // stop saves it.
                 let wait = std::time::Duration::from_secs(1 << inbound.put_off.min(5));
                 inbound.put_off += 1;
                 tracing::warn!(

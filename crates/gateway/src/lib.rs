@@ -542,13 +542,37 @@ impl Core {
         let stream_output = self.settings.stream_output
             || field_of(&inbound.message, "stream_output").is_some_and(bub_kit::envelope::truthy);
         let mut message = inbound.message.clone();
+        // The turn answers its waiters itself, the moment it ends: the
+        // scheduler may be busy meanwhile (admitting messages whose
+        // plugins are held up), and a reply must not wait for it. The
+        // scheduler still settles the message's journal lines and queue.
+        let waiters = std::mem::take(&mut inbound.waiters);
+        let session = session_id.clone();
         let handle = self.turns.spawn(async move {
-            let result = framework.process_inbound(&mut message, stream_output).await;
-            let leftovers = match &result {
-                Ok(turn) => admission::drain_steering(&framework, turn).await,
-                Err(_) => Vec::new(),
+            use futures_util::FutureExt as _;
+            let turn = async {
+                let result = framework.process_inbound(&mut message, stream_output).await;
+                let leftovers = match &result {
+                    Ok(turn) => admission::drain_steering(&framework, turn).await,
+                    Err(_) => Vec::new(),
+                };
+                (result, leftovers)
             };
-            (result, leftovers)
+            match std::panic::AssertUnwindSafe(turn).catch_unwind().await {
+                Ok(mut output) => {
+                    answer(waiters, delivery_of(&session, &mut output.0));
+                    output
+                }
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    answer(waiters, failed(&session, format!("the turn panicked: {what}")));
+                    std::panic::resume_unwind(panic)
+                }
+            }
         });
         self.session(&session_id).running += 1;
         let running = Running { session_id, inbound, abort: handle.clone() };
@@ -563,11 +587,10 @@ impl Core {
         let Some(turn) = self.running.remove(&id) else { return };
         self.turns_done += 1;
         let session_id = turn.session_id.clone();
+        // The waiters were answered by the turn (see `start`): what is
+        // settled here is the journal's line and the session's queue.
         let delivery = match outcome {
-            Ok((Ok(result), _)) if result.repeated => Delivery {
-                error: Some("delivered before, and already run: nothing runs again".into()),
-                ..status("dropped", &session_id)
-            },
+            Ok((Ok(result), _)) if result.repeated => status("dropped", &session_id),
             Ok((Ok(result), leftovers)) => {
                 if result.state.get("_runtime_quit").is_some_and(bub_kit::envelope::truthy) {
                     self.quit(&session_id, id);
@@ -584,13 +607,7 @@ impl Core {
                         .pending
                         .extend(leftovers.into_iter().map(|message| Inbound::queued(message, journal.as_ref())));
                 }
-                Delivery {
-                    status: "processed".into(),
-                    session_id: Some(result.session_id),
-                    model_output: Some(result.model_output),
-                    outbounds: result.outbounds,
-                    error: None,
-                }
+                status("processed", &session_id)
             }
             Ok((Err(e), _)) => failed(&session_id, e.to_string()),
             Err(e) if e.is_cancelled() => status("cancelled", &session_id),
@@ -680,6 +697,35 @@ impl Core {
 
     fn into_leftovers(self) -> Vec<Envelope> {
         self.leftovers
+    }
+}
+
+/// What a turn that ended tells its message's waiters: its output and
+/// outbounds are moved into it (the scheduler needs neither).
+fn delivery_of(session_id: &str, result: &mut Result<TurnResult, FrameworkError>) -> Delivery {
+    match result {
+        Ok(result) if result.repeated => Delivery {
+            error: Some("delivered before, and already run: nothing runs again".into()),
+            ..status("dropped", session_id)
+        },
+        Ok(result) => Delivery {
+            status: "processed".into(),
+            session_id: Some(result.session_id.clone()),
+            model_output: Some(std::mem::take(&mut result.model_output)),
+            outbounds: std::mem::take(&mut result.outbounds),
+            error: None,
+        },
+        Err(e) => failed(session_id, e.to_string()),
+    }
+}
+
+/// Tells every waiter `delivery`.
+fn answer(mut waiters: Vec<oneshot::Sender<Delivery>>, delivery: Delivery) {
+    if let Some(last) = waiters.pop() {
+        for w in waiters {
+            let _ = w.send(delivery.clone());
+        }
+        let _ = last.send(delivery);
     }
 }
 

@@ -172,6 +172,15 @@ impl HookFailure {
     pub fn timed_out(&self) -> bool {
         self.error.kind == ErrorKind::ERROR && self.error.message.ends_with(crate::runtime::DEADLINE_MARK)
     }
+
+    /// Whether the plugin was held up rather than failing by itself: it
+    /// ran past its deadline ([`timed_out`](Self::timed_out)), or its
+    /// isolated process was ended under the call (another call of it
+    /// wedged the process; it starts again at the next call). A caller may
+    /// wait and try again.
+    pub fn held_up(&self) -> bool {
+        self.timed_out() || self.error.kind == ErrorKind::CLOSED
+    }
 }
 
 fn describe(plugin: &str, hook: &HookId, error: &HookError) -> String {

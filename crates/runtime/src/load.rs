@@ -227,6 +227,7 @@ fn load_isolated(
         program,
         env,
         sync_limit: settings.hook_timeout.unwrap_or(std::time::Duration::from_secs(300)),
+        async_limit: settings.hook_timeout,
     };
     match crate::isolation::supervisor::load(spec) {
         Ok(records) => records,

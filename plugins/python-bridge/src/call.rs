@@ -121,6 +121,8 @@ pub struct Waited {
     label: String,
     since: std::time::Instant,
     interp: &'static Interp,
+    // Whether the alarm is set to wake the wait at its give-up time.
+    alarmed: bool,
 }
 
 /// How long a loop busy past a call's end must have been busy to be named.
@@ -133,16 +135,21 @@ pub fn label(plugin: &str, hook: &str) -> String {
 
 impl Waited {
     fn new(plugin: &str, hook: &str, interp: &'static Interp) -> Waited {
-        Waited { label: label(plugin, hook), since: std::time::Instant::now(), interp }
+        Waited { label: label(plugin, hook), since: std::time::Instant::now(), interp, alarmed: false }
+    }
+
+    /// What holds the loop now, and for how many seconds.
+    fn holder(&self, py: Python<'_>) -> Option<(String, f64)> {
+        let on_loop = self.interp.module(py).call_method0("holder").ok();
+        let on_loop = on_loop.and_then(|h| h.extract::<Option<(String, f64)>>().ok()).flatten();
+        on_loop.or_else(crate::runner::holder)
     }
 
     /// The host gave up on this call: if the loop was held by something
     /// else all that time, name it (the call's own error names only the
     /// call, which may be innocent: it never got the loop).
     fn name_the_holder(&self, py: Python<'_>) {
-        let on_loop = self.interp.module(py).call_method0("holder").ok();
-        let on_loop = on_loop.and_then(|h| h.extract::<Option<(String, f64)>>().ok()).flatten();
-        let Some((what, held)) = on_loop.or_else(crate::runner::holder) else { return };
+        let Some((what, held)) = self.holder(py) else { return };
         let waited = self.since.elapsed();
         if held < NAMED_AFTER.as_secs_f64() || what == self.label {
             return;
@@ -213,7 +220,7 @@ impl<T> Future for Pending<T> {
             State::Ready(r) => {
                 Poll::Ready(r.take().unwrap_or_else(|| Err(HookError::plugin("polled after its answer"))))
             }
-            State::Running { slot, call, .. } => {
+            State::Running { slot, call, waited } => {
                 let mut v = bub_abi::sync::lock(&slot.value);
                 match v.0.take() {
                     Some(r) => {
@@ -223,6 +230,21 @@ impl<T> Future for Pending<T> {
                     }
                     None => {
                         v.1 = Some(cx.waker().clone());
+                        drop(v);
+                        // Waiting for a loop another call holds: held up,
+                        // said before the host's deadline blames this one.
+                        if let (Some(w), Some(limit)) = (waited.as_mut(), crate::held_up::limit()) {
+                            if w.since.elapsed() >= limit {
+                                let holder = Python::attach(|py| w.holder(py));
+                                if let Some(error) = crate::held_up::give_up(&w.label, w.since, holder) {
+                                    // The Python call is cancelled when this is dropped.
+                                    return Poll::Ready(Err(error));
+                                }
+                            } else if !w.alarmed {
+                                w.alarmed = true;
+                                crate::held_up::wake_at(w.since + limit, cx.waker().clone());
+                            }
+                        }
                         Poll::Pending
                     }
                 }

@@ -18,6 +18,7 @@
 mod call;
 mod convert;
 mod event_loop;
+mod held_up;
 mod host;
 mod interception;
 mod interp;
@@ -346,6 +347,9 @@ fn into_return(r: Result<Answer, HookError>, owner: &str, id: HookId) -> HookRet
         Ok(Answer::Value(v)) => HookReturn::value(v),
         Ok(Answer::Object(o)) => HookReturn::object(o.into_handle()),
         Ok(Answer::Objects(o)) => hook_objects(o),
+        // Held up behind another call (see `held_up`): not this plugin's
+        // failure, and said as such, its kind kept.
+        Err(e) if e.kind == bub_abi::ErrorKind::CLOSED => HookReturn::error(e),
         Err(e) => {
             let hook = id.name();
             tracing::error!("python plugin {owner}.{hook} failed:\n{}", e.message);

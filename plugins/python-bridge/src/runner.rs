@@ -155,16 +155,43 @@ impl<T: Send + 'static> Answer<T> {
             Answer::Later(pending) => pending.await,
             Answer::Waiting { rx, queued_at, label } => {
                 let mut waiting = Waiting { rx: Some(rx), queued_at, label };
+                let mut alarmed = false;
                 let outcome = std::future::poll_fn(|cx| {
                     let rx = waiting.rx.as_mut().expect("polled after its answer");
-                    std::pin::Pin::new(rx).poll(cx)
+                    let polled = std::pin::Pin::new(rx).poll(cx);
+                    if polled.is_pending() {
+                        // Waiting for a runner another call holds: held up,
+                        // said before the host's deadline blames this one.
+                        if let Some(limit) = crate::held_up::limit() {
+                            if waiting.queued_at.elapsed() >= limit {
+                                if let Some(e) = crate::held_up::give_up(&waiting.label, waiting.queued_at, holder()) {
+                                    return std::task::Poll::Ready(Err(e));
+                                }
+                            } else if !alarmed {
+                                alarmed = true;
+                                crate::held_up::wake_at(waiting.queued_at + limit, cx.waker().clone());
+                            }
+                        }
+                    }
+                    polled.map(Ok)
                 })
                 .await;
-                waiting.rx = None;
                 match outcome {
-                    Ok(Outcome::Done(result)) => result,
-                    Ok(Outcome::Later(pending)) => pending.await,
-                    Err(_) => Err(gone()),
+                    Ok(outcome) => {
+                        waiting.rx = None;
+                        match outcome {
+                            Ok(Outcome::Done(result)) => result,
+                            Ok(Outcome::Later(pending)) => pending.await,
+                            Err(_) => Err(gone()),
+                        }
+                    }
+                    // Held up (the error names the holder): the job is
+                    // skipped when the runner gets to it, its answer no
+                    // longer awaited.
+                    Err(e) => {
+                        waiting.rx = None;
+                        Err(e)
+                    }
                 }
             }
         }

@@ -508,33 +508,62 @@ fn blocking_hook_is_cut_off(venv: &Path, isolated: bool) {
     for (status, body, took) in &others {
         eprintln!("isolated={isolated} other: {status} {body} {took:?}");
     }
-    // The blocking hook itself is cut off at its deadline and named (the
-    // turn's later Python hooks wait for the loop, so its reply comes when
-    // the loop is free again).
+    // The blocking hook itself is cut off at its deadline and named.
     assert_eq!(status, 500, "{body}");
     let error = body["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("plugin 'probe' failed in hook 'build_prompt': did not finish within 3s"),
         "the blocking hook is named, with its deadline: {body}\n{log}"
     );
-    assert!(took < Duration::from_secs(40), "{took:?}");
-    // The log names what held the loop when it gives up on a call that
-    // only waited for it.
-    assert!(
-        log.contains("for the Python loop, which plugin 'probe' hook 'build_prompt' has held"),
-        "the holder is named: {log}"
-    );
+    // Within the deadline and a second: its on_error observers, which wait
+    // for the same held loop, are told apart, and the reply does not wait
+    // for the gateway's admissions (with slack for a loaded machine).
+    assert!(took < Duration::from_secs(3 + 1 + 2), "the failure came after {took:?}\n{log}");
     for (status, body, _) in &others {
         assert_eq!(*status, 200, "another session was not answered: {body}\n{log}");
     }
+    // Only the blocking plugin is named: a call that only waited for the
+    // held loop says it was held up, and by whom; no other plugin's call
+    // fails at its deadline as if it had been the one.
+    let blamed: Vec<&str> =
+        log.lines().filter(|l| l.contains("did not finish within") && !l.contains("build_prompt")).collect();
+    assert!(blamed.is_empty(), "an innocent call blamed: {blamed:#?}\n{log}");
+    if isolated {
+        // Its process is ended at the deadline, and starts again for the others.
+        assert!(log.contains("its process is ended and starts again at the next call"), "{log}");
+    } else {
+        assert!(
+            log.contains("held up: it waited") && log.contains("which plugin 'probe' hook 'build_prompt' has held"),
+            "the holder is named: {log}"
+        );
+    }
     println!(
-        "FAULT python time.sleep(12) in an async hook, deadline 3 s, isolated={isolated}: the hook cut off and named, \
-         {} of 3 other messages answered (after {:.1} s), 0 dropped",
+        "FAULT python time.sleep(12) in an async hook, deadline 3 s, isolated={isolated}: the failure at {:.1} s, the \
+         hook named, {} of 3 other messages answered (after {:.1} s), 0 dropped",
+        took.as_secs_f64(),
         others.iter().filter(|o| o.0 == 200).count(),
         others.iter().map(|o| o.2.as_secs_f64()).fold(0.0, f64::max)
     );
+    let runner_pids = runners_of(&home);
     gateway.signal("TERM");
     gateway.wait(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    let left = runners_of(&home);
+    assert!(left.is_empty(), "isolated processes outlived the gateway: {left:?} (ran: {runner_pids:?})");
+}
+
+/// The processes (isolated plugins' and what they started) that have a
+/// library of `home` mapped, this test process aside.
+fn runners_of(home: &Home) -> Vec<u32> {
+    let needle = home.path().join("plugins").display().to_string();
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&needle)))
+        .collect()
 }
 
 /// `os._exit()` in a Python hook ends the process without a signal or an
@@ -796,4 +825,33 @@ fn a_sync_hook_calls_the_rest_of_its_chain() {
     let line =
         trace.iter().find(|l| l.starts_with("rest.system_prompt")).unwrap_or_else(|| panic!("{trace:#?}\n{err}"));
     assert!(line.starts_with("rest.system_prompt list ") && line.ends_with("probed=True"), "{line}");
+}
+
+/// No process of an isolated plugin outlives its host: `bub run` whose
+/// isolated bridge blocks its loop past the deadline ends, and leaves
+/// neither the plugin's process nor anything it started.
+#[test]
+fn an_isolated_plugin_blocking_its_loop_leaves_no_process_after_bub_run() {
+    let Some(venv) = python::venv_or_skip("an_isolated_plugin_blocking_its_loop_leaves_no_process_after_bub_run")
+    else {
+        return;
+    };
+    let home = home_with(venv, true);
+    let env = ["BUB_PROBE_TRACE", "BUB_PROBE_BLOCK_SECONDS", "BUB_HOOK_TIMEOUT_SECONDS"];
+    home.isolate("python-bridge", json!({"enabled": true, "env": env}));
+    let started = std::time::Instant::now();
+    let (_, err, ok) = bub(
+        &home,
+        &["run", "py:block the loop"],
+        &[("BUB_HOOK_TIMEOUT_SECONDS", "2"), ("BUB_PROBE_BLOCK_SECONDS", "30")],
+    );
+    assert!(!ok && err.contains("did not finish within 2s"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "bub run waited for the blocking call: {:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let left = runners_of(&home);
+    assert!(left.is_empty(), "processes outlived bub run: {left:?}");
 }

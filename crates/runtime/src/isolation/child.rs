@@ -107,8 +107,17 @@ pub fn main() -> ExitCode {
         }
         _ => {}
     });
-    // The host is gone: nothing more to do. Libraries are never unloaded,
-    // and their destructors are not run (as when the host exits).
+    // The host is gone: nothing more to do. The process leads a group of
+    // its own (the host starts it so): the group ends at once, this
+    // process and whatever the plugin started (a server, a shell), none
+    // left behind its host. Not `exit`, whose handlers may wait for a
+    // thread the plugin holds forever (a Python hook blocking its loop).
+    // Libraries are never unloaded, and their destructors are not run (as
+    // when the host exits).
+    let me = rustix::process::getpid();
+    if rustix::process::getpgid(None).is_ok_and(|group| group == me) {
+        let _ = rustix::process::kill_process_group(me, rustix::process::Signal::KILL);
+    }
     std::process::exit(0)
 }
 

@@ -174,7 +174,8 @@ impl Supervisor {
             return self.answer_of(member, hook, object_arg, answer, peer);
         }
         let (id, rx) = peer.request(make);
-        let cancel = Cancel { peer: peer.clone(), id };
+        let limit = self.spec.async_limit.filter(|_| !matches!(hook, HookId::RunModel | HookId::RunModelStream));
+        let cancel = Cancel { peer: peer.clone(), id, hook, started: Instant::now(), limit, sup: Arc::downgrade(self) };
         let peer = peer.clone();
         HookReturn::pending(
             async move {
@@ -220,20 +221,47 @@ fn outcome_return(outcome: Outcome) -> HookReturn {
 }
 
 /// Tells the child to stop a call whose answer is no longer awaited (the
-/// host's deadline passed, or the turn was cancelled).
+/// turn was cancelled, or the host's deadline passed). A call given up at
+/// its deadline ends the process, which starts again at its next call:
+/// what runs in it past its deadline may hold it whole (a Python hook
+/// blocking the bridge's loop holds every Python plugin in it, and no
+/// cancellation reaches a blocking call), and isolation is what lets it be
+/// ended without ending the host.
 struct Cancel {
     peer: Arc<Peer>,
     id: u64,
+    hook: HookId,
+    started: Instant,
+    limit: Option<Duration>,
+    sup: Weak<Supervisor>,
 }
 
 impl Drop for Cancel {
     fn drop(&mut self) {
-        if self.peer.is_waiting(self.id) {
-            self.peer.forget(self.id);
-            self.peer.send(&Message::Cancel(self.id));
+        if !self.peer.is_waiting(self.id) {
+            return;
+        }
+        self.peer.forget(self.id);
+        self.peer.send(&Message::Cancel(self.id));
+        // Given up at its deadline (the host's timer, started as this one).
+        let at_deadline = self.limit.is_some_and(|limit| self.started.elapsed() + DEADLINE_SLACK >= limit);
+        if let (true, Some(sup)) = (at_deadline, self.sup.upgrade()) {
+            let limit = self.limit.unwrap_or_default().as_secs_f64();
+            sup.kill(
+                &self.peer,
+                format!(
+                    "{} did not finish within {limit:.0} s (BUB_HOOK_TIMEOUT_SECONDS); its process is ended and \
+                     starts again at the next call",
+                    self.hook
+                ),
+            );
         }
     }
 }
+
+/// How much earlier than its deadline a call given up still counts as
+/// given up at it (the host's timer and this clock start a moment apart).
+const DEADLINE_SLACK: Duration = Duration::from_millis(100);
 
 pub(crate) fn into_return(answer: Result<Answer, HookError>, peer: &Arc<Peer>) -> HookReturn {
     match answer {

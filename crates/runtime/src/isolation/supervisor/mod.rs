@@ -69,6 +69,9 @@ pub(crate) struct Spec {
     pub env: Vec<(OsString, OsString)>,
     /// How long a sync hook may take.
     pub sync_limit: Duration,
+    /// The deadline of its async hooks (`BUB_HOOK_TIMEOUT_SECONDS`; None:
+    /// none), but the model stage's: a call given up at it ends the process.
+    pub async_limit: Option<Duration>,
 }
 
 /// One isolated library and its process.
