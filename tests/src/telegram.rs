@@ -88,6 +88,14 @@ impl FakeBotApi {
         wake.notify_all();
     }
 
+    /// Queues an update of `message` with `update_id` as given (a broken or
+    /// hostile Bot API's), not the next one.
+    pub fn push_message_with_id(&self, update_id: i64, message: Value) {
+        let (lock, wake) = &*self.state;
+        lock.lock().unwrap().updates.push(json!({"update_id": update_id, "message": message}));
+        wake.notify_all();
+    }
+
     /// Serves `bytes` for `getFile(file_id)`.
     pub fn add_file(&self, file_id: &str, bytes: &[u8]) {
         self.state.0.lock().unwrap().files.insert(file_id.to_owned(), bytes.to_vec());

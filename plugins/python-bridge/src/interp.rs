@@ -62,15 +62,20 @@ pub fn running() -> Option<&'static Interp> {
 /// The `major.minor` of the venv's Python (from its `pyvenv.cfg`).
 pub fn venv_version(venv: &Path) -> Result<String, String> {
     let cfg = venv.join("pyvenv.cfg");
-    let text = std::fs::read_to_string(&cfg).map_err(|e| {
-        format!(
-            "{} is not a Python venv ({}: {e}); make one with `{} -m venv {}`",
-            venv.display(),
-            cfg.display(),
-            PYTHON,
-            venv.display()
-        )
-    })?;
+    // Read as a file that steers what runs: a regular file of the user
+    // (or root), not writable by others, small (a FIFO or a link to
+    // /dev/zero there would hang or exhaust the host).
+    let text = bub_kit::files::read_trusted(&cfg, 64 * 1024)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| {
+            format!(
+                "{} is not a Python venv ({}: {e}); make one with `{} -m venv {}`",
+                venv.display(),
+                cfg.display(),
+                PYTHON,
+                venv.display()
+            )
+        })?;
     for line in text.lines() {
         let (key, value) = line.split_once('=').unwrap_or((line, ""));
         let key = key.trim();

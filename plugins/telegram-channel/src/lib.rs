@@ -382,6 +382,7 @@ async fn edit(bot: &Bot, chat: &str, message_id: i32, text: &str) -> Result<(), 
 /// after the next start.
 async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>) {
     let mut confirmed = Confirmed::default();
+    let implausible = bub_kit::channel::LogPace::new(Duration::from_secs(60));
     let mut backoff = Backoff::default();
     let mut held = Duration::from_secs(1);
     loop {
@@ -422,6 +423,15 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
         let mut refused = false;
         for raw in updates {
             let Some(id) = raw.get("update_id").and_then(Value::as_i64) else { continue };
+            if !Confirmed::plausible(id) {
+                if implausible.note().is_some() {
+                    tracing::warn!(
+                        "telegram: skipping update_id {id}, which Telegram cannot have sent (ids are positive and \
+                         below 2^53); its offset would confirm every later update unseen"
+                    );
+                }
+                continue;
+            }
             if !confirmed.is_new(id) {
                 continue;
             }
@@ -458,28 +468,42 @@ async fn poll(shared: Arc<Shared>, bot: Bot, mut stopped: watch::Receiver<bool>)
 }
 
 /// The updates settled so far: the highest `update_id`, and the `offset`
-/// that confirms it. Ids are compared, never wrapped: an `update_id` of
-/// `i64::MAX` (from a broken or hostile server) cannot be passed with an
-/// offset, so it is confirmed as far as one can and then skipped if sent
-/// again, instead of wrapping to a negative offset that asks for
-/// everything anew.
+/// that confirms it.
+///
+/// By Telegram's rule an `offset` confirms every update below it, sent or
+/// not. So an id a broken or hostile server sends far past any real one
+/// (Telegram's are positive and grow by one; none comes near 2^53, the
+/// largest integer a JSON reader keeps exactly) is not settled: moving the
+/// offset past it would confirm every later real update unseen. Such an
+/// update is skipped and said once; the offset never passes the last
+/// plausible update seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Confirmed(Option<i64>);
+
+/// The largest `update_id` taken as Telegram's (2^53 - 1).
+const MAX_UPDATE_ID: i64 = (1 << 53) - 1;
 
 impl Confirmed {
     /// The `offset` for the next `getUpdates`.
     fn offset(self) -> Option<i64> {
-        self.0.map(|id| id.saturating_add(1))
+        self.0.map(|id| id + 1)
     }
 
-    /// Whether update `id` was not settled yet.
+    /// Whether `id` is one Telegram could have sent.
+    fn plausible(id: i64) -> bool {
+        (1..=MAX_UPDATE_ID).contains(&id)
+    }
+
+    /// Whether update `id` was not settled yet (an implausible one never is new).
     fn is_new(self, id: i64) -> bool {
-        self.0.is_none_or(|last| id > last)
+        Self::plausible(id) && self.0.is_none_or(|last| id > last)
     }
 
-    /// Update `id` is settled.
+    /// Update `id` is settled (an implausible one is not: see above).
     fn settle(&mut self, id: i64) {
-        self.0 = Some(self.0.map_or(id, |last| last.max(id)));
+        if Self::plausible(id) {
+            self.0 = Some(self.0.map_or(id, |last| last.max(id)));
+        }
     }
 }
 
@@ -731,15 +755,21 @@ mod tests {
     }
 
     #[test]
-    fn the_offset_confirms_settled_updates_and_never_wraps() {
+    fn the_offset_confirms_settled_updates_and_never_passes_a_plausible_one() {
         let mut confirmed = Confirmed::default();
         assert_eq!(confirmed.offset(), None, "nothing settled: no offset, Telegram sends from the oldest");
         assert!(confirmed.is_new(7));
         confirmed.settle(7);
         assert_eq!(confirmed.offset(), Some(8));
         assert!(!confirmed.is_new(7) && confirmed.is_new(8));
-        confirmed.settle(i64::MAX);
-        assert_eq!(confirmed.offset(), Some(i64::MAX), "saturates instead of wrapping to i64::MIN");
-        assert!(!confirmed.is_new(i64::MAX), "sent again, it is skipped, not handled twice");
+        // A hostile id would confirm every later real update unseen: it is
+        // not settled, and never new (skipped each time it is sent).
+        for absurd in [i64::MAX, MAX_UPDATE_ID + 1, 0, -5] {
+            assert!(!confirmed.is_new(absurd), "{absurd}");
+            confirmed.settle(absurd);
+            assert_eq!(confirmed.offset(), Some(8), "{absurd} moved the offset");
+        }
+        confirmed.settle(9);
+        assert_eq!(confirmed.offset(), Some(10), "the next real update still moves it");
     }
 }

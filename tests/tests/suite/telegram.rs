@@ -519,3 +519,26 @@ fn telegram_repeats_run_nothing_after_a_restart_or_on_another_gateway() {
     hooks.stop();
     drop(pg);
 }
+
+/// By Telegram's rule an offset confirms every update below it. A Bot API
+/// that sends an `update_id` no Telegram id comes near (`i64::MAX`) must
+/// not make the channel confirm every later real update unseen: it is
+/// skipped, and the next real message is answered.
+#[test]
+fn telegram_an_absurd_update_id_confirms_nothing_unseen() {
+    let home = Home::new();
+    let api = FakeBotApi::start();
+    telegram(&home, &api, json!({}));
+    let gateway = gateway(&home, &api, &[]);
+    api.push_message_with_id(i64::MAX, private_text(5, "from a hostile server"));
+    api.wait_for("the absurd update fetched", WAIT, |calls| {
+        calls.iter().filter(|c| c.method == "getUpdates").count() >= 3
+    });
+    api.push_message(private_text(5, "a real one"));
+    let sent = texts_to(&api, 5, 1);
+    assert!(sent[0].contains("a real one"), "{sent:?}");
+    let offsets: Vec<i64> = api.calls_of("getUpdates").iter().filter_map(|c| c.params["offset"].as_i64()).collect();
+    assert!(offsets.iter().all(|o| *o < 1 << 53), "an offset passed every real update: {offsets:?}");
+    assert!(gateway.log().contains("skipping update_id 9223372036854775807"), "{}", gateway.log());
+    drop(gateway);
+}
