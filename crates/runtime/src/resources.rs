@@ -388,13 +388,21 @@ impl TapeStore {
         const METHOD: &str = "append_many";
         let wanted = entries.len();
         let mut list = bub_abi::Value::array();
-        for entry in &entries {
-            match bub_abi::Value::from_serialize(entry) {
+        // Given up one by one as they are written into the list: the
+        // entries are never held twice (a run with a big prompt).
+        let mut entries = entries.into_iter();
+        while let Some(entry) = entries.next() {
+            match bub_abi::Value::from_serialize(&entry) {
                 Ok(v) => list.push(v),
-                Err(e) => return Err(self.not_stored(METHOD, e, entries)),
+                Err(e) => {
+                    let mut back: Vec<TapeEntry> =
+                        list.as_ref().items().filter_map(|item| item.deserialize::<TapeEntry>().ok()).collect();
+                    back.push(entry);
+                    back.extend(entries);
+                    return Err(self.not_stored(METHOD, e, back));
+                }
             };
         }
-        drop(entries);
         // The entries back from the list, for an error that hands them back.
         let give_back = |error: bub_abi::HookError| {
             let entries = list.as_ref().items().filter_map(|item| item.deserialize::<TapeEntry>().ok()).collect();

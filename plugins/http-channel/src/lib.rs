@@ -379,14 +379,13 @@ impl Channel for HttpChannel {
             // sent (the queue holds STREAM_QUEUE). One that stops reading
             // for write_timeout is cut off: its stream goes, and the turn
             // runs on to its end and its tape.
-            if sender.send_timeout(event, shared.config.limits.write_timeout).await.is_err() {
-                if shared.streams().remove(&id).is_some() {
-                    tracing::warn!(
-                        "http channel: a client stopped reading its event stream for {:?} (write_timeout_seconds); \
-                         cut off, the turn runs on",
-                        shared.config.limits.write_timeout
-                    );
-                }
+            let sent = sender.send_timeout(event, shared.config.limits.write_timeout).await;
+            if sent.is_err() && shared.streams().remove(&id).is_some() {
+                tracing::warn!(
+                    "http channel: a client stopped reading its event stream for {:?} (write_timeout_seconds); \
+                     cut off, the turn runs on",
+                    shared.config.limits.write_timeout
+                );
             }
             Ok(())
         }
