@@ -796,8 +796,9 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
 /// step's `new` messages) would pass it, or the provider refused the last
 /// try, the older context is folded (only where the context starts after
 /// the last anchor: a plugin's own context selection is its own to keep
-/// small), then tool results are shortened, then any other message, then
-/// the step's new ones, until it fits. Everything shortened is a copy for
+/// small), then tool results are shortened, then (against a budget the
+/// user or the provider gave, not the default guess) any other message,
+/// then the step's new ones, until it fits. Everything shortened is a copy for
 /// the request: the tape keeps it whole. Answers the history, and the new
 /// messages to send when they had to be shortened.
 async fn fit(
@@ -837,7 +838,13 @@ async fn fit(
         history.splice(..at, [summary]);
     }
     let fits = |m: &[Shared]| calibration.tokens(size(m)) <= budget;
-    if fold::shorten_tool_results(&mut history, fits) || fold::shorten_other_messages(&mut history, fits) {
+    if fold::shorten_tool_results(&mut history, fits) {
+        return Ok((history, None));
+    }
+    // Other messages only against a budget the user or the provider gave
+    // (a setting, a window, a refusal), never the default guess.
+    let known = agent.settings.knows_budget(&run.model) || calibration.refused_at.is_some();
+    if !known || fold::shorten_other_messages(&mut history, fits) {
         return Ok((history, None));
     }
     // The step's own messages alone pass the budget (a pasted book).

@@ -44,28 +44,25 @@ impl Framework {
     /// Tells the `on_error` observers of a failed turn, as Bub does before
     /// the failure is raised, unless they take longer than
     /// [`TELLING_PATIENCE`]: then the failure is returned and the telling
-    /// goes on apart. A turn that failed because a plugin blocked (a
-    /// Python hook holding the bridge's loop past its deadline) would
-    /// otherwise wait for that plugin again in its observers (a Python
-    /// `on_error` waits for the same loop), and its failure came when the
-    /// blocking call ended (12 s against a 3 s deadline) instead of at the
-    /// deadline. The observers run on the blocking pool, so one that
-    /// blocks its thread holds no worker and the wait can end.
+    /// goes on in a task of its own. A turn that failed because a plugin
+    /// blocked (a Python hook holding the bridge's loop past its deadline)
+    /// would otherwise wait for that plugin again in its observers (a
+    /// Python `on_error` waits for the same loop), and its failure came
+    /// when the blocking call ended (12 s against a 3 s deadline) instead
+    /// of at the deadline.
     pub(crate) async fn tell_error(&self, stage: &'static str, error: ErrorInfo, message: Envelope) {
         let runtime = self.runtime.clone();
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return runtime.notify_error(stage, &error, Some(&message)).await;
-        };
-        let driver = handle.clone();
-        let telling = handle.spawn_blocking(move || {
-            driver.block_on(async move { runtime.notify_error(stage, &error, Some(&message)).await })
-        });
-        if tokio::time::timeout(TELLING_PATIENCE, telling).await.is_err() {
+        let mut telling = Box::pin(async move { runtime.notify_error(stage, &error, Some(&message)).await });
+        if tokio::runtime::Handle::try_current().is_err() {
+            return telling.await;
+        }
+        if tokio::time::timeout(TELLING_PATIENCE, &mut telling).await.is_err() {
             tracing::warn!(
                 target: "bub::framework",
                 "the on_error observers of a failed turn ({stage}) take longer than {TELLING_PATIENCE:?}; the \
                  failure is answered now, and they are told as they can"
             );
+            tokio::spawn(telling);
         }
     }
 

@@ -140,6 +140,7 @@ impl Plugin for Schedule {
             handler: message_handler,
             tick: self.tick,
             running: Mutex::new(None),
+            firing: Arc::default(),
         })])
     }
 }
@@ -385,6 +386,7 @@ struct ScheduleChannel {
     handler: Object,
     tick: Duration,
     running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    firing: Arc<Firing>,
 }
 
 /// What the channel's loop and its firings share: the jobs being fired
@@ -541,7 +543,7 @@ impl Channel for ScheduleChannel {
 
     fn start(&self) -> impl Fut<()> {
         let (jobs, handler, tick) = (self.jobs.clone(), self.handler.clone(), self.tick);
-        let firing = Arc::new(Firing::default());
+        let firing = self.firing.clone();
         let task = tokio::spawn(async move {
             // The same problem (a refused file) is logged once, not every tick.
             let mut last_error = String::new();
@@ -591,10 +593,13 @@ impl Channel for ScheduleChannel {
         async { Ok(()) }
     }
 
+    /// Stops the loop; the jobs whose last run ended meanwhile are marked
+    /// done now (else they would fire again at the next start).
     fn stop(&self) -> impl Fut<()> {
         if let Some(task) = bub_abi::sync::lock(&self.running).take() {
             task.abort();
         }
+        Self::mark_done(&self.jobs, &self.firing);
         async { Ok(()) }
     }
 

@@ -426,6 +426,21 @@ impl ModelSettings {
         }
     }
 
+    /// Whether the budget for `spec` comes from what the user said (the
+    /// setting, or the model's `context_window`) rather than the default
+    /// guess: only then is a message other than a tool result shortened to
+    /// fit it (a 200 KB paste to a model with a 200K window must reach it
+    /// whole).
+    pub fn knows_budget(&self, spec: &str) -> bool {
+        if self.context_budget_tokens.is_some() {
+            return true;
+        }
+        let provider = spec.split_once(':').map_or(spec, |(p, _)| p);
+        let window = |m: Option<&Map<String, Value>>| m.and_then(|m| m.get("context_window")).and_then(Value::as_u64);
+        let custom = self.providers.get(provider).and_then(Value::as_object);
+        window(custom).or_else(|| window(Some(&self.client_args))).is_some_and(|w| w > 0)
+    }
+
     /// The model a turn uses when nothing else names one.
     pub fn default_model(&self) -> String {
         self.model.clone().unwrap_or_else(|| "echo".into())
