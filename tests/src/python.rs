@@ -34,6 +34,7 @@ const OPENAI_CLIENT: Spec =
     Spec { dir: "python-openai-venv", requirements: "openai-client-requirements.txt", own: &[] };
 const DISCORD_CLIENT: Spec =
     Spec { dir: "python-discord-venv", requirements: "discord-client-requirements.txt", own: &[] };
+const CRONITER: Spec = Spec { dir: "python-croniter-venv", requirements: "croniter-requirements.txt", own: &[] };
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -75,6 +76,13 @@ pub fn openai_client_venv_or_skip(test: &str) -> Option<&'static Path> {
 pub fn discord_client_venv_or_skip(test: &str) -> Option<&'static Path> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     made_or_skip(&VENV, &DISCORD_CLIENT, test)
+}
+
+/// A venv with croniter (`tests/python/croniter-requirements.txt`), the
+/// cron reference, or `None` (the test says it skipped, and why).
+pub fn croniter_venv_or_skip(test: &str) -> Option<&'static Path> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    made_or_skip(&VENV, &CRONITER, test)
 }
 
 fn made_or_skip(cell: &'static OnceLock<Result<PathBuf, String>>, spec: &Spec, test: &str) -> Option<&'static Path> {

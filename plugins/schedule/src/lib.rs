@@ -126,7 +126,7 @@ impl Plugin for Schedule {
     /// `schedule.add`, `schedule.list`, `schedule.remove`.
     fn provide_tools(&self) -> Option<Vec<Object>> {
         Some(
-            [Op::Add, Op::List, Op::Remove]
+            [Op::Add, Op::List, Op::Remove, Op::Next]
                 .into_iter()
                 .map(|op| Object::tool(JobTool { op, jobs: self.jobs.clone(), timezone: self.timezone.clone() }))
                 .collect(),
@@ -189,6 +189,7 @@ enum Op {
     Add,
     List,
     Remove,
+    Next,
 }
 
 struct JobTool {
@@ -277,6 +278,37 @@ fn add(jobs: &Jobs, args: &Map<String, Value>, context: &ToolCallContext, defaul
     Ok(shown)
 }
 
+/// `schedule.next`: the next `count` runs of `cron` after `after`, each
+/// in UTC and on the zone's clock.
+fn next_runs(args: &Map<String, Value>, default_tz: &str) -> Result<Value, String> {
+    let expr = text(args, "cron").ok_or("schedule.next needs `cron`")?;
+    let tz = match args.get("tz") {
+        None | Some(Value::Null) => default_tz.to_owned(),
+        Some(Value::String(name)) => name.trim().to_owned(),
+        Some(other) => other.to_string(),
+    };
+    let zone = zone(&tz)?;
+    let mut after = match text(args, "after") {
+        Some(at) => at_time(&at, &tz)?,
+        None => now(),
+    };
+    let count = match args.get("count") {
+        None | Some(Value::Null) => 5,
+        Some(v) => v.as_u64().or_else(|| v.as_str()?.trim().parse().ok()).ok_or("count must be a number")?,
+    }
+    .clamp(1, 100);
+    let mut runs = Vec::new();
+    for _ in 0..count {
+        let Some(next) = cron_next(&expr, after, &tz)? else { break };
+        let local = jiff::Timestamp::from_second(next as i64)
+            .map(|t| t.to_zoned(zone.clone()).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string())
+            .unwrap_or_default();
+        runs.push(json!({"utc": rfc3339(next), "local": local}));
+        after = next;
+    }
+    Ok(json!({"cron": expr, "tz": tz, "runs": runs}))
+}
+
 fn describe(job: &Job) -> Value {
     let tz = job.tz.as_deref().unwrap_or("UTC");
     // The next run as the zone's wall clock, with its offset.
@@ -328,6 +360,17 @@ impl Tool for JobTool {
                 "List this conversation's scheduled jobs (every job with all=true).",
                 json!({"type": "object", "properties": {"all": {"type": "boolean", "default": false}}}),
             ),
+            Op::Next => (
+                "schedule.next",
+                "Show when a cron expression runs: its next runs after a time (default now), in a time zone, \
+                 without scheduling anything.",
+                json!({"type": "object", "properties": {
+                    "cron": {"type": "string", "description": "min hour day month weekday (or 6 fields, seconds first)"},
+                    "tz": {"type": "string", "description": "IANA time zone; default: the setting, else UTC"},
+                    "after": {"type": "string", "description": "From this time (RFC 3339, or local in tz); default now"},
+                    "count": {"type": "integer", "default": 5, "description": "How many runs (at most 100)"},
+                }, "required": ["cron"]}),
+            ),
             Op::Remove => (
                 "schedule.remove",
                 "Remove a scheduled job by id.",
@@ -364,6 +407,7 @@ impl Tool for JobTool {
                         ))
                     })
                 }
+                Op::Next => next_runs(&arguments, &timezone),
                 Op::Remove => {
                     let id = text(&arguments, "id").ok_or("schedule.remove needs `id` (see schedule.list)")?;
                     jobs.change(|list| {

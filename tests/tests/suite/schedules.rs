@@ -193,3 +193,195 @@ fn a_thousand_due_jobs_fire_without_rewriting_the_list_per_job() {
     );
     assert!(written < list_bytes * 100, "wrote {written} bytes: the list was rewritten per job");
 }
+
+/// The reference: croniter (PyPI, pinned) reads each expression on the
+/// zone's wall clock (naive times), CPython's zoneinfo turns wall-clock
+/// times into instants (PEP 495: a skipped time with `fold=0` takes the
+/// offset before the jump, so it runs as far after it), and the documented
+/// rules pick among a repeated hour's two instants (both for a `*` in the
+/// minute or hour field, else the first). Cases are expressions × zones ×
+/// instants around daylight-saving days; for each, its next five runs.
+const REFERENCE: &str = r#"
+import json, sys
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+from croniter import croniter
+
+def runs(expr, tz, after, count):
+    z = ZoneInfo(tz)
+    after = datetime.fromisoformat(after.replace("Z", "+00:00"))
+    fields = expr.split()
+    minute, hour = (fields[0], fields[1]) if len(fields) == 5 else (fields[1], fields[2])
+    through = minute.startswith("*") or hour.startswith("*")
+    civil = after.astimezone(z).replace(tzinfo=None) - timedelta(hours=3)
+    it = croniter(expr, civil)
+    found, horizon = set(), None
+    for _ in range(200000):
+        c = it.get_next(datetime)
+        if horizon is not None and c > horizon:
+            break
+        first, second = c.replace(tzinfo=z, fold=0), c.replace(tzinfo=z, fold=1)
+        a, b = first.timestamp(), second.timestamp()
+        gap = datetime.fromtimestamp(a, z).replace(tzinfo=None) != c
+        if gap or a == b:
+            instants = [a]
+        else:
+            instants = [min(a, b), max(a, b)] if through else [min(a, b)]
+        found.update(t for t in instants if t > after.timestamp())
+        if len(found) >= count:
+            nth = sorted(found)[count - 1]
+            horizon = datetime.fromtimestamp(nth, z).replace(tzinfo=None) + timedelta(hours=3)
+    return [datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") for t in sorted(found)[:count]]
+
+cases = json.load(sys.stdin)
+print(json.dumps([runs(c["cron"], c["tz"], c["after"], 5) for c in cases]))
+"#;
+
+/// The cases: crontab's weekday numbers and names, both day fields, steps,
+/// lists and ranges, leap days; zones with and without daylight saving,
+/// half-hour and 45-minute offsets, Lord Howe's half-hour shift; instants
+/// before New York's, Europe's and Lord Howe's 2026 changes and on ordinary
+/// days.
+fn reference_cases() -> Vec<Value> {
+    let plain = [
+        "30 9 * * 1-5",
+        "0 0 * * 7",
+        "0 0 * * 0",
+        "0 0 * * 6,0",
+        "0 9 1 * 1",
+        "0 9 13 * 5",
+        "0 12 * * mon-fri",
+        "5 4 * * sun",
+        "0 0 1 jan *",
+        "0 0 29 2 *",
+        "59 23 31 12 *",
+        "15 */6 * * *",
+        "0 0,12 1 */2 *",
+        "*/7 * * * *",
+    ];
+    let dst = ["30 2 * * *", "0,30 2 * * *", "*/15 2 * * *", "30 1 * * *", "0 * * * *", "45 1 * * *"];
+    let mut cases = Vec::new();
+    for (i, expr) in plain.iter().enumerate() {
+        let tz = ["UTC", "Asia/Kathmandu", "Asia/Tokyo", "Europe/Berlin", "America/New_York"][i % 5];
+        for after in ["2026-12-05T00:00:00Z", "2027-02-27T13:30:00Z"] {
+            cases.push(json!({"cron": expr, "tz": tz, "after": after}));
+        }
+    }
+    for expr in dst {
+        for (tz, after) in [
+            ("America/New_York", "2026-03-07T12:00:00Z"),
+            ("America/New_York", "2026-10-31T12:00:00Z"),
+            ("America/New_York", "2026-11-01T05:45:00Z"),
+            ("Europe/Berlin", "2026-03-28T12:00:00Z"),
+            ("Europe/Berlin", "2026-10-24T12:00:00Z"),
+            ("Australia/Lord_Howe", "2026-10-03T00:00:00Z"),
+        ] {
+            cases.push(json!({"cron": expr, "tz": tz, "after": after}));
+        }
+    }
+    cases
+}
+
+/// bub-rs's next runs (`schedule.next`, through the real binary and
+/// loader) against the reference on 64 expression × zone × instant cases.
+#[test]
+fn cron_matches_a_reference_nobody_here_wrote() {
+    let Some(venv) = bub_tests::python::croniter_venv_or_skip("cron_matches_a_reference_nobody_here_wrote") else {
+        return;
+    };
+    let cases = reference_cases();
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    let mut child = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", REFERENCE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run croniter");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), Value::Array(cases.clone()).to_string().as_bytes())
+        .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let expected: Vec<Vec<String>> = serde_json::from_slice(&out.stdout).unwrap();
+
+    let home = home_with_schedule(1000);
+    let mut differ = Vec::new();
+    for (case, want) in cases.iter().zip(&expected) {
+        let line = format!(
+            ",schedule.next cron=\"{}\" tz={} after={} count=5",
+            case["cron"].as_str().unwrap(),
+            case["tz"].as_str().unwrap(),
+            case["after"].as_str().unwrap()
+        );
+        let (out, err, ok) = run_bub_env(&home, &["run", &line], &[]);
+        assert!(ok, "{line}: {err}");
+        let answer: Value = serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
+        let got: Vec<String> =
+            answer["runs"].as_array().unwrap().iter().map(|r| r["utc"].as_str().unwrap().to_owned()).collect();
+        if &got != want {
+            differ.push(format!("{case}\n  bub-rs:    {got:?}\n  reference: {want:?}"));
+        }
+    }
+    println!("REFERENCE cron: {} cases, {} differ", cases.len(), differ.len());
+    assert!(differ.is_empty(), "{} of {} cases differ:\n{}", differ.len(), cases.len(), differ.join("\n"));
+}
+
+/// Jobs fired by a real gateway across New York's spring-forward day,
+/// the clock moved by libfaketime (Debian's `faketime`, 120× from
+/// 2026-03-08 06:56 UTC): `*/15 2 * * *` runs four times after the jump
+/// (03:00, 03:15, 03:30, 03:45 EDT), `0,30 2 * * *` twice, `30 2 * * *`
+/// once, as the module documents.
+#[test]
+fn cron_jobs_fire_through_a_gateway_across_a_spring_forward_day() {
+    if std::process::Command::new("faketime").arg("--version").output().is_err() {
+        return eprintln!(
+            "SKIPPED cron_jobs_fire_through_a_gateway_across_a_spring_forward_day: faketime is not installed"
+        );
+    }
+    let home = home_with_schedule(100);
+    let faked = |start: &str| {
+        let script = home.path().join(format!("bub-at-{}.sh", start.replace([' ', ':'], "-")));
+        let text = format!(
+            "#!/bin/sh\nexport TZ=UTC FAKETIME_DONT_FAKE_MONOTONIC=1\nexec faketime -f '@{start} x120' {} \"$@\"\n",
+            bub_tests::bub_bin().display()
+        );
+        std::fs::write(&script, text).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        script
+    };
+    let adder = faked("2026-03-08 06:50:00");
+    let mut ids = Vec::new();
+    for expr in ["*/15 2 * * *", "0,30 2 * * *", "30 2 * * *"] {
+        let out = std::process::Command::new(&adder)
+            .arg("--home")
+            .arg(home.path())
+            .args([
+                "run",
+                "--session-id",
+                "dst",
+                &format!(",schedule.add message=x cron=\"{expr}\" tz=America/New_York"),
+            ])
+            .env_remove("BUB_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let job: Value = serde_json::from_str(text.lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
+        let first = if expr == "30 2 * * *" { "2026-03-08T07:30:00Z" } else { "2026-03-08T07:00:00Z" };
+        assert_eq!(job["next_run"], first, "{expr}: the first run, 03:00 or 03:30 EDT");
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    let mut gateway = GatewayProcess::start_bin(&faked("2026-03-08 06:56:00"), home.path(), &[], &[]);
+    gateway.address(home.path(), "http-channel");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while fired(&gateway, &ids[0]) < 4 || fired(&gateway, &ids[1]) < 2 || fired(&gateway, &ids[2]) < 1 {
+        assert!(Instant::now() < deadline, "not every run came:\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Past 03:50 EDT nothing more fires that day.
+    std::thread::sleep(Duration::from_secs(3));
+    let counts: Vec<usize> = ids.iter().map(|id| fired(&gateway, id)).collect();
+    println!("FAULT cron across New York's spring-forward day under faketime: runs {counts:?} (want [4, 2, 1])");
+    assert_eq!(counts, [4, 2, 1], "{}", gateway.log());
+}
