@@ -83,7 +83,13 @@ struct GatewayHandler {
 impl GatewayHandler {
     fn enqueue(&self, message: Envelope, waiter: Option<oneshot::Sender<Delivery>>) -> Result<(), HookError> {
         if !self.open.load(Ordering::SeqCst) {
-            return Err(HookError::plugin("the gateway is stopping and takes no new messages; send it again later"));
+            // `closed`: the gateway stops (a channel answers "retry
+            // elsewhere or later", HTTP 503); a full backlog is a plain
+            // error naming its setting (HTTP 429).
+            return Err(HookError::new(
+                bub_abi::ErrorKind::CLOSED,
+                "the gateway is stopping and takes no new messages; send it again later",
+            ));
         }
         let message = complete(message)?;
         let session = message.get("session_id").and_then(Value::as_str).unwrap_or_default();
@@ -93,7 +99,9 @@ impl GatewayHandler {
         let marks = super::Marks::new(journal.as_ref(), &message);
         let inbound =
             Inbound { message, waiters: waiter.into_iter().collect(), marks, tickets: vec![ticket], put_off: 0 };
-        self.tx.send(inbound).map_err(|_| HookError::plugin("the gateway has stopped; the message was not taken"))
+        self.tx.send(inbound).map_err(|_| {
+            HookError::new(bub_abi::ErrorKind::CLOSED, "the gateway has stopped; the message was not taken")
+        })
     }
 }
 

@@ -333,7 +333,10 @@ impl Channel for HttpChannel {
                 .route("/v1/chat/completions", post(openai::chat_completions))
                 .route("/v1/responses", post(openai::responses))
                 .route("/v1/models", get(openai::models))
+                .route("/v1/models/{id}", get(openai::model))
                 .route("/v1/health", get(|| async { "ok" }))
+                .fallback(openai::unknown)
+                .method_not_allowed_fallback(openai::wrong_method)
                 .with_state(shared.clone());
             let (stop, stopped) = oneshot::channel::<()>();
             let task = tokio::spawn(bub_kit::server::serve(
@@ -557,7 +560,7 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
         message["context"] = Value::Object(context);
         return match MessageHandlerClient(&shared.handler).submit(&message).await {
             Ok(delivery) => delivered(&shared.config.name, delivery),
-            Err(e) => not_taken(e.to_string()),
+            Err(e) => not_taken(&e),
         };
     }
 
@@ -600,9 +603,15 @@ async fn post_message(State(shared): State<Arc<Shared>>, headers: HeaderMap, bod
     Sse::new(stream).into_response()
 }
 
-fn not_taken(why: String) -> Response {
-    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, why);
-    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+/// A message the gateway did not take: 429 when its session's queue or
+/// the backlog is full (retry in a second), 503 when it is stopping
+/// (another gateway, or this one after its restart, takes it).
+fn not_taken(e: &bub_abi::resources::MethodError) -> Response {
+    let busy = e.error.kind != bub_abi::ErrorKind::CLOSED && e.error.message.contains("BUB_MAX_");
+    let (status, after) =
+        if busy { (StatusCode::TOO_MANY_REQUESTS, "1") } else { (StatusCode::SERVICE_UNAVAILABLE, "5") };
+    let mut response = error(status, e.to_string());
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static(after));
     response
 }
 

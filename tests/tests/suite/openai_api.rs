@@ -13,6 +13,7 @@ use bub_tests::{
     Home,
 };
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const TOKEN: &str = "openai-test-token";
 
@@ -273,4 +274,226 @@ print(json.dumps(out))
     let after = provider.requests()[0].body["messages"].to_string();
     assert!(after.contains("hunter2"), "the continued session's tape: {after}");
     stop(gw);
+}
+
+/// Status, body and headers of `curl -i` with `args` against `url`.
+fn curl_raw(url: &str, args: &[&str]) -> (u16, String, String) {
+    let out =
+        std::process::Command::new("curl").args(["-sS", "-i", "-m", "60"]).args(args).arg(url).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_lowercase(), body.to_owned())
+}
+
+/// Sends headers promising a 100-byte body, then 10 bytes, then waits:
+/// the status and body the channel answers.
+fn slow_body(base: &str, auth: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let address = base.trim_start_matches("http://");
+    let mut socket = std::net::TcpStream::connect(address).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\n{auth}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\nConnection: close\r\n\r\n{{\"model\":"
+    );
+    socket.write_all(head.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = socket.read_to_string(&mut answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// Errors as OpenAI answers them, on every status: `type` and `code` in
+/// OpenAI's shape for 401 (`invalid_api_key`), 404 (an unknown path:
+/// `unknown_url`; an unknown model: `model_not_found`), 403 (a session
+/// the rule refuses), 405, 408 and 413;
+/// a session whose queue is full is 429 with `Retry-After`; a gateway that
+/// stops answers 503 with `Retry-After`, a streamed request included, and
+/// before any 200; `models.retrieve` answers the model.
+#[test]
+fn the_openai_api_answers_errors_and_refusals_as_openai_does() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        return eprintln!("SKIPPED the_openai_api_answers_errors_and_refusals_as_openai_does: curl is not installed");
+    }
+    let home = Home::new();
+    let provider = Provider::respond(|_| chat::text("slow answer"));
+    home.install(
+        "http-channel",
+        &lib("http-channel"),
+        json!({"bind": "127.0.0.1:0", "token": TOKEN, "model_name": "bub-agent", "body_timeout_seconds": 1,
+            "max_body_bytes": 2000, "sessions": ["q", "mine"]}),
+    );
+    home.scripted("slow", "", json!({"load_state": {"async": true, "sleep_ms": 2500, "return": null}}));
+    let env = [
+        ("BUB_MODEL", "openai:m"),
+        ("BUB_API_BASE", provider.base_url.as_str()),
+        ("OPENAI_API_KEY", "none"),
+        ("BUB_MAX_SESSION_QUEUE", "1"),
+        ("BUB_SHUTDOWN_GRACE_SECONDS", "20"),
+    ];
+    let mut gw = GatewayProcess::start(home.path(), &[], &env);
+    let base = gw.address(home.path(), "http-channel");
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let error = |body: &str| -> Value {
+        serde_json::from_str::<Value>(body).unwrap_or_else(|e| panic!("{e}: {body}"))["error"].clone()
+    };
+
+    let (status, _, body) = curl_raw(&format!("{base}/v1/models"), &["-H", "Authorization: Bearer wrong"]);
+    assert_eq!((status, error(&body)["code"].clone()), (401, json!("invalid_api_key")), "{body}");
+    let (status, _, body) = curl_raw(&format!("{base}/v1/nothing"), &["-H", &auth]);
+    assert_eq!(status, 404);
+    assert_eq!(error(&body)["code"], "unknown_url");
+    assert_eq!(error(&body)["type"], "invalid_request_error");
+    let (status, _, body) = curl_raw(&format!("{base}/v1/chat/completions"), &["-H", &auth]);
+    assert_eq!((status, error(&body)["code"].clone()), (405, json!("method_not_allowed")), "{body}");
+    let (status, _, body) = curl_raw(&format!("{base}/v1/models/bub-agent"), &["-H", &auth]);
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["id"], "bub-agent");
+    let (status, _, body) = curl_raw(&format!("{base}/v1/models/gpt-9"), &["-H", &auth]);
+    assert_eq!((status, error(&body)["code"].clone()), (404, json!("model_not_found")), "{body}");
+    let big = json!({"model": "x", "messages": [{"role": "user", "content": "y".repeat(5000)}]}).to_string();
+    let (status, _, body) = curl_raw(&format!("{base}/v1/chat/completions"), &["-H", &auth, "-d", &big]);
+    assert_eq!((status, error(&body)["code"].clone()), (413, json!("request_too_large")), "{body}");
+    let theirs = json!({"model": "x", "user": "theirs", "messages": [{"role": "user", "content": "y"}]}).to_string();
+    let (status, _, body) = curl_raw(&format!("{base}/v1/chat/completions"), &["-H", &auth, "-d", &theirs]);
+    assert_eq!((status, error(&body)["code"].clone()), (403, json!("session_not_allowed")), "{body}");
+    // A body that stops arriving: 408 once body_timeout_seconds passes.
+    let (status, body) = slow_body(&base, &auth);
+    assert_eq!((status, error(&body)["code"].clone()), (408, json!("request_timeout")), "{body}");
+
+    // A session whose queue is full (BUB_MAX_SESSION_QUEUE=1, 2.5 s turns).
+    let ask = |stream: bool| {
+        let body =
+            json!({"model": "x", "user": "q", "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+        let (base, auth) = (base.clone(), auth.clone());
+        std::thread::spawn(move || {
+            curl_raw(&format!("{base}/v1/chat/completions"), &["-H", &auth, "-d", &body.to_string()])
+        })
+    };
+    let running = ask(false);
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = ask(false);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, head, body) = ask(false).join().unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert_eq!(error(&body)["code"], "rate_limit_exceeded");
+    assert_eq!(running.join().unwrap().0, 200);
+    assert_eq!(queued.join().unwrap().0, 200);
+
+    // A stop: a running turn finishes; a new request, streamed too, is 503
+    // with Retry-After before any event.
+    let running = ask(false);
+    std::thread::sleep(Duration::from_millis(500));
+    gw.signal("TERM");
+    gw.wait_for_log("stopping: no new messages", Duration::from_secs(30), "the gateway stopping");
+    for stream in [false, true] {
+        let (status, head, body) = ask(stream).join().unwrap();
+        assert_eq!(status, 503, "stream={stream}: {head}{body}");
+        assert!(head.contains("retry-after: 5") && head.contains("application/json"), "{head}");
+        assert_eq!(error(&body)["code"], "service_unavailable");
+    }
+    assert_eq!(running.join().unwrap().0, 200, "the running turn finished");
+    assert!(gw.wait(Duration::from_secs(30)).is_some_and(|s| s.success()));
+}
+
+/// The official Node client (`openai` from npm, pinned; installed once
+/// under the target folder): a chat completion, a stream with
+/// `include_usage` (the usage chunk before the end, with the counts the
+/// model reported), the Responses API with `previous_response_id`,
+/// `models.retrieve`, and its typed errors (`AuthenticationError`,
+/// `NotFoundError`, `BadRequestError` with OpenAI's codes).
+#[test]
+fn the_official_node_client_talks_to_the_agent() {
+    let Some(module) = node_openai() else {
+        return eprintln!("SKIPPED the_official_node_client_talks_to_the_agent: npm is not installed");
+    };
+    let home = Home::new();
+    let (gw, base, provider) = gateway(&home);
+    let script = r#"
+const OpenAI = require(process.argv[1]);
+const client = new OpenAI({ baseURL: process.argv[2] + "/v1", apiKey: process.argv[3] });
+(async () => {
+  const out = {};
+  const r = await client.chat.completions.create({ model: "bub-agent", user: "node-1",
+    messages: [{ role: "user", content: "hello node" }] });
+  out.plain = r.choices[0].message.content;
+  out.usage = r.usage;
+  const stream = await client.chat.completions.create({ model: "bub-agent", user: "node-1", stream: true,
+    stream_options: { include_usage: true }, messages: [{ role: "user", content: "stream node" }] });
+  let text = "", usage = null, after_usage = 0;
+  for await (const chunk of stream) {
+    if (usage) after_usage += 1;
+    if (chunk.choices.length) text += chunk.choices[0].delta?.content || "";
+    if (chunk.usage) usage = chunk.usage;
+  }
+  out.streamed = text; out.stream_usage = usage; out.after_usage = after_usage;
+  const first = await client.responses.create({ model: "bub-agent", input: "first node words" });
+  const second = await client.responses.create({ model: "bub-agent", input: "second node words",
+    previous_response_id: first.id });
+  out.responses = [first.output_text, second.output_text];
+  out.model = (await client.models.retrieve("bub-agent")).id;
+  const failures = {};
+  for (const [name, call] of Object.entries({
+    key: () => new OpenAI({ baseURL: process.argv[2] + "/v1", apiKey: "wrong" }).models.list(),
+    model: () => client.models.retrieve("gpt-9"),
+    previous: () => client.responses.create({ model: "x", input: "take over", previous_response_id: "resp_forged" }),
+  })) {
+    try { await call(); failures[name] = "accepted"; }
+    catch (e) { failures[name] = [e.constructor.name, e.status, e.code]; }
+  }
+  out.failures = failures;
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    let output = std::process::Command::new("node")
+        .args(["-e", script, module.to_str().unwrap(), &base, TOKEN])
+        .output()
+        .expect("run node");
+    assert!(output.status.success(), "{}\n{}", String::from_utf8_lossy(&output.stderr), gw.log());
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["plain"], "echo: hello node");
+    assert_eq!(out["usage"], json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}));
+    assert_eq!(out["streamed"], "echo: stream node");
+    assert_eq!(out["stream_usage"], json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}));
+    assert_eq!(out["after_usage"], 0, "the usage chunk is the last one");
+    assert_eq!(out["responses"], json!(["echo: first node words", "echo: second node words"]));
+    assert_eq!(out["model"], "bub-agent");
+    assert_eq!(
+        out["failures"],
+        json!({"key": ["AuthenticationError", 401, "invalid_api_key"], "model": ["NotFoundError", 404, "model_not_found"],
+            "previous": ["BadRequestError", 400, "previous_response_not_found"]})
+    );
+    let continued = provider.requests().last().unwrap().body["messages"].to_string();
+    assert!(continued.contains("first node words"), "the continued session's tape: {continued}");
+    stop(gw);
+}
+
+/// The official `openai` package for Node from npm (pinned), installed
+/// once per target folder; None when npm is missing.
+fn node_openai() -> Option<std::path::PathBuf> {
+    const PACKAGE: &str = "openai@6.49.0";
+    static INSTALLED: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            if std::process::Command::new("npm").arg("--version").output().is_err() {
+                return None;
+            }
+            let dir = bub_tests::target_dir().join("npm-openai");
+            let module = dir.join("node_modules/openai");
+            if !module.join("package.json").exists() {
+                std::fs::create_dir_all(&dir).unwrap();
+                let out = std::process::Command::new("npm")
+                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                    .arg(&dir)
+                    .arg(PACKAGE)
+                    .output()
+                    .expect("run npm");
+                assert!(out.status.success(), "npm install {PACKAGE} failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Some(module)
+        })
+        .clone()
 }

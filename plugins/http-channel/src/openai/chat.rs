@@ -45,36 +45,57 @@ pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, headers:
     let id = super::new_id(&shared, "chatcmpl");
     let model = shared.config.model_name.clone();
     if !request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
-        return match super::run(&shared, &message).await {
-            Ok(reply) => Json(json!({
+        return match super::run(&shared, message, &id).await {
+            Ok(ended) => Json(json!({
                 "id": id, "object": "chat.completion", "created": super::unix_now(), "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": ended.reply},
                     "finish_reason": "stop", "logprobs": null}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                "usage": ended.usage.chat(),
             }))
             .into_response(),
             Err(response) => response,
         };
     }
+    // `stream_options.include_usage`: a last chunk before `[DONE]` with
+    // no choices and the turn's usage; every other chunk says `usage: null`.
+    let include_usage = request.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let created = super::unix_now();
-    let steps = super::run_streamed(&shared, message, &id);
-    let chunk = move |delta: Value, finish: Option<&str>| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]})
-        .to_string()
+    let steps = match super::run_turn(&shared, message, &id).await {
+        Ok(steps) => steps,
+        Err(refusal) => return refusal.into_response(),
     };
-    let opening = chunk(json!({"role": "assistant", "content": ""}), None);
+    let chunk = move |delta: Value, finish: Option<&str>| {
+        let mut chunk = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]});
+        if include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
+    };
+    let opening = chunk(json!({"role": "assistant", "content": ""}), None).to_string();
     let frames = steps.flat_map(move |step| {
         let frames = match step {
-            Step::Delta(text) => vec![chunk(json!({"content": text}), None)],
-            Step::End(Ok(reply)) => {
-                let mut frames: Vec<String> = reply.map(|r| chunk(json!({"content": r}), None)).into_iter().collect();
-                frames.push(chunk(json!({}), Some("stop")));
+            Step::Delta(text) => vec![chunk(json!({"content": text}), None).to_string()],
+            Step::End(Ok(ended)) => {
+                let mut frames = Vec::new();
+                if !ended.streamed {
+                    frames.push(chunk(json!({"content": ended.reply}), None).to_string());
+                }
+                frames.push(chunk(json!({}), Some("stop")).to_string());
+                if include_usage {
+                    let mut last = chunk(json!({}), None);
+                    last["choices"] = json!([]);
+                    last["usage"] = ended.usage.chat();
+                    frames.push(last.to_string());
+                }
                 frames.push("[DONE]".to_owned());
                 frames
             }
-            Step::End(Err(why)) => {
-                vec![json!({"error": {"message": why, "type": "server_error"}}).to_string(), "[DONE]".to_owned()]
+            Step::End(Err(failed)) => {
+                let refusal = failed.refusal();
+                let error = json!({"error": {"message": refusal.message, "type": refusal.kind, "param": null,
+                    "code": refusal.code}});
+                vec![error.to_string(), "[DONE]".to_owned()]
             }
         };
         futures_util::stream::iter(frames)

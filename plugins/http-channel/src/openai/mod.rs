@@ -23,10 +23,20 @@
 //!   own prompt;
 //! - `model` may be anything: the agent is the one model (`GET /v1/models`
 //!   names it, `model_name`, default `bub`), and the answer names it too;
-//! - usage is zeros: the turn may have made several model calls, or none.
+//! - usage is the turn's: the input and output tokens of every model call
+//!   it made, summed (zeros for a command, which calls none). A streamed
+//!   chat sends it in a last chunk when `stream_options.include_usage`
+//!   asks, as OpenAI does.
 //!
-//! Errors are OpenAI's shape (`{"error": {"message", "type", "code"}}`),
-//! with the channel's statuses.
+//! Errors are OpenAI's shape (`{"error": {"message", "type", "param",
+//! "code"}}`) with the status, `type` and `code` OpenAI answers for the
+//! same case (`Refusal`), so a client's own error classes and retries
+//! work: 401 `invalid_api_key`, 404 `unknown_url`/`model_not_found`, 405
+//! `method_not_allowed`, 408/413 for a slow or large body, 429
+//! `rate_limit_exceeded` with `Retry-After` when the session's queue or
+//! the backlog is full, 503 with `Retry-After` while the gateway stops.
+//! The gateway takes or refuses a message before a streamed answer's 200,
+//! so a refusal is a status, never a broken stream.
 
 mod chat;
 mod ids;
@@ -41,9 +51,10 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use bub_abi::{resources::clients::MessageHandlerClient, types::Delivery};
+use bub_abi::resources::clients::MessageHandlerClient;
 use futures_util::Stream;
 use serde_json::{json, Value};
+use std::future::Future as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Shared;
@@ -52,46 +63,132 @@ pub(super) use chat::chat_completions;
 pub(super) use ids::{key_file, ResponseIds};
 pub(super) use responses::responses;
 
-fn openai_error(status: StatusCode, message: impl Into<String>, kind: &str) -> Response {
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": null, "code": null}});
-    (status, Json(body)).into_response()
-}
-
-/// An OpenAI-shaped error of a request's reading, made a response where
-/// it is answered (a `Response` is too large to pass around in results).
+/// An error in OpenAI's shape (`{"error": {"message", "type", "param",
+/// "code"}}`) with the status, `type` and `code` OpenAI answers with for
+/// the same case, and `Retry-After` where a retry can succeed. Made a
+/// response where it is answered (a `Response` is too large to pass
+/// around in results).
 struct Refusal {
     status: StatusCode,
     message: String,
-    // OpenAI's `code` and `param`, where its API names them.
+    kind: &'static str,
     code: Option<&'static str>,
     param: Option<&'static str>,
+    retry_after: Option<u64>,
 }
 
 impl Refusal {
+    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal { status, message: message.into(), kind, code: Some(code), param: None, retry_after: None }
+    }
+
+    /// 400: a request that cannot be run as it is.
     fn bad_request(message: impl Into<String>) -> Refusal {
-        Refusal { status: StatusCode::BAD_REQUEST, message: message.into(), code: None, param: None }
+        let mut r = Refusal::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request", message);
+        r.code = None;
+        r
+    }
+
+    /// 401: no key, or the wrong one (OpenAI's `invalid_api_key`).
+    fn unauthorized(message: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message)
+    }
+
+    /// 404 with OpenAI's `code` (`unknown_url`, `model_not_found`, …).
+    fn not_found(code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::NOT_FOUND, "invalid_request_error", code, message)
+    }
+
+    /// 429: the session's queue is full; try again shortly.
+    fn busy(message: impl Into<String>) -> Refusal {
+        let mut r = Refusal::new(StatusCode::TOO_MANY_REQUESTS, "requests", "rate_limit_exceeded", message);
+        r.retry_after = Some(1);
+        r
+    }
+
+    /// 503: the gateway is stopping; another gateway, or this one after
+    /// its restart, takes it.
+    fn unavailable(message: impl Into<String>) -> Refusal {
+        let mut r = Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "service_unavailable", message);
+        r.retry_after = Some(5);
+        r
+    }
+
+    /// A message the gateway did not take (`submit` failed): 429 when its
+    /// session's queue or the backlog is full, else (stopping) 503.
+    fn not_taken(error: &bub_abi::resources::MethodError) -> Refusal {
+        let why = error.error.message.clone();
+        if error.error.kind != bub_abi::ErrorKind::CLOSED && why.contains("BUB_MAX_") {
+            Refusal::busy(why)
+        } else {
+            Refusal::unavailable(why)
+        }
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let kind = if self.status == StatusCode::FORBIDDEN { "permission_error" } else { "invalid_request_error" };
-        let body = json!({"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}});
-        (self.status, Json(body)).into_response()
+        let body =
+            json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
+}
+
+fn openai_error(status: StatusCode, message: impl Into<String>, kind: &'static str) -> Response {
+    let code = match status {
+        StatusCode::INTERNAL_SERVER_ERROR => "server_error",
+        _ => "invalid_request",
+    };
+    Refusal::new(status, kind, code, message).into_response()
+}
+
+/// Any other path or method, as OpenAI answers it: 404 `unknown_url`, 405
+/// `method_not_allowed` (never an empty body, which OpenAI clients cannot
+/// read).
+pub(super) async fn unknown(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    Refusal::not_found("unknown_url", format!("Invalid URL ({method} {})", uri.path())).into_response()
+}
+
+/// A known path asked with a method it does not serve.
+pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let message = format!("{method} is not allowed on {} (see the API's reference)", uri.path());
+    Refusal::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", message).into_response()
 }
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+fn model_object(shared: &Shared) -> Value {
+    json!({"id": shared.config.model_name, "object": "model", "created": 0, "owned_by": "bub"})
+}
+
 /// `GET /v1/models`: the agent, as the one model.
 pub(super) async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if let Err(why) = super::check_token(&shared, &headers) {
-        return openai_error(StatusCode::UNAUTHORIZED, why, "invalid_request_error");
+        return Refusal::unauthorized(why).into_response();
     }
-    let model = json!({"id": shared.config.model_name, "object": "model", "created": 0, "owned_by": "bub"});
-    Json(json!({"object": "list", "data": [model]})).into_response()
+    Json(json!({"object": "list", "data": [model_object(&shared)]})).into_response()
+}
+
+/// `GET /v1/models/{id}` (`models.retrieve`): the agent's model, by its name.
+pub(super) async fn model(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(why) = super::check_token(&shared, &headers) {
+        return Refusal::unauthorized(why).into_response();
+    }
+    if id != shared.config.model_name {
+        let why = format!("The model '{id}' does not exist (this endpoint serves '{}')", shared.config.model_name);
+        return Refusal::not_found("model_not_found", why).into_response();
+    }
+    Json(model_object(&shared)).into_response()
 }
 
 /// The text of a message's content: a string, or its text parts
@@ -113,16 +210,30 @@ fn text_of(content: &Value) -> String {
 /// a good body in the error for a bad one.
 async fn read_request(shared: &Shared, headers: &HeaderMap, body: Body, example: &str) -> Result<Value, Response> {
     if let Err(why) = super::check_token(shared, headers) {
-        return Err(openai_error(StatusCode::UNAUTHORIZED, why, "invalid_request_error"));
+        return Err(Refusal::unauthorized(why).into_response());
     }
-    let body = super::read_body(&shared.config.limits, body).await?;
+    use bub_kit::server::BodyError;
+    let body = bub_kit::server::read_body(&shared.config.limits, body).await.map_err(|e| {
+        match e {
+            BodyError::TimedOut(after) => Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "request_timeout",
+                format!("the body did not arrive within {after:?} (the channel's body_timeout_seconds setting)"),
+            ),
+            BodyError::TooLarge(max) => Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                format!("the body is larger than {max} bytes (the channel's max_body_bytes setting)"),
+            ),
+            BodyError::Failed(why) => Refusal::bad_request(why),
+        }
+        .into_response()
+    })?;
     match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => Ok(v),
-        _ => Err(openai_error(
-            StatusCode::BAD_REQUEST,
-            format!("the body must be a JSON object like {example}"),
-            "invalid_request_error",
-        )),
+        _ => Err(Refusal::bad_request(format!("the body must be a JSON object like {example}")).into_response()),
     }
 }
 
@@ -176,7 +287,7 @@ fn named_session(shared: &Shared, headers: &HeaderMap, request: &Value) -> Resul
 fn allowed(shared: &Shared, session: String) -> Result<String, Refusal> {
     if !super::session_allowed(&shared.config.sessions, &session) {
         let why = format!("session {session:?} is not one this channel may name (its `sessions` setting)");
-        return Err(Refusal { status: StatusCode::FORBIDDEN, message: why, code: None, param: None });
+        return Err(Refusal::new(StatusCode::FORBIDDEN, "permission_error", "session_not_allowed", why));
     }
     Ok(session)
 }
@@ -184,11 +295,9 @@ fn allowed(shared: &Shared, session: String) -> Result<String, Refusal> {
 /// A session no one else has: `<prefix><32 hex digits>` from the kernel's
 /// CSPRNG.
 fn fresh_session(prefix: &str) -> Result<String, Refusal> {
-    let bytes = bub_kit::random::secret::<16>().map_err(|e| Refusal {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        message: format!("cannot read /dev/urandom for a new session: {e}"),
-        code: None,
-        param: None,
+    let bytes = bub_kit::random::secret::<16>().map_err(|e| {
+        let why = format!("cannot read /dev/urandom for a new session: {e}");
+        Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "server_error", why)
     })?;
     Ok(format!("{prefix}{}", bub_kit::random::hex(&bytes)))
 }
@@ -213,12 +322,65 @@ fn new_id(shared: &Shared, prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), shared.next_id.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Runs `message`'s turn: the reply text, or the error to answer.
-async fn run(shared: &Shared, message: &Value) -> Result<String, Response> {
-    match MessageHandlerClient(&shared.handler).submit(message).await {
-        Ok(d) if d.status == "processed" => Ok(super::reply_text(&shared.config.name, &d).unwrap_or_default()),
-        Ok(d) => Err(not_processed(&d)),
-        Err(e) => Err(openai_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), "server_error")),
+/// What a turn's model calls reported, summed (a turn may make several
+/// calls, or none: a command).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Usage {
+    input: u64,
+    output: u64,
+    total: u64,
+}
+
+impl Usage {
+    /// Adds one call's usage event (`{"usage": {input_tokens, …}}`).
+    fn add(&mut self, event: &Value) {
+        let usage = &event["usage"];
+        let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+        self.input += n("input_tokens");
+        self.output += n("output_tokens");
+        self.total += n("total_tokens").max(n("input_tokens") + n("output_tokens"));
+    }
+
+    /// Chat completions' usage object.
+    fn chat(&self) -> Value {
+        json!({"prompt_tokens": self.input, "completion_tokens": self.output, "total_tokens": self.total})
+    }
+
+    /// The Responses API's usage object.
+    fn responses(&self) -> Value {
+        json!({"input_tokens": self.input, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": self.output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.total})
+    }
+}
+
+/// How a turn ended.
+struct Ended {
+    /// The reply: the outbound for this channel, else the model output.
+    reply: String,
+    /// Whether text deltas carried the reply as it came.
+    streamed: bool,
+    usage: Usage,
+}
+
+/// Why a turn gave no reply: what became of its message
+/// (`dropped`, `ignored`, `cancelled`, `failed`), and why.
+struct Failed {
+    status: String,
+    why: String,
+}
+
+impl Failed {
+    /// As OpenAI's error: 409 dropped by admission, 422 ignored, 503
+    /// cancelled by a stop (`Retry-After`), 500 failed.
+    fn refusal(&self) -> Refusal {
+        let why = self.why.clone();
+        match self.status.as_str() {
+            "dropped" => Refusal::new(StatusCode::CONFLICT, "invalid_request_error", "conflict", why),
+            "ignored" => Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", "unprocessable", why),
+            "cancelled" => Refusal::unavailable(why),
+            _ => Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "server_error", why),
+        }
     }
 }
 
@@ -226,60 +388,91 @@ async fn run(shared: &Shared, message: &Value) -> Result<String, Response> {
 enum Step {
     /// Text the model wrote.
     Delta(String),
-    /// The turn is over: the whole reply when no delta carried it (a
-    /// command, a plugin's own model), or why it failed.
-    End(Result<Option<String>, String>),
+    /// The turn is over, or why it gave no reply.
+    End(Result<Ended, Failed>),
 }
 
-/// Runs `message`'s turn streamed (request id `id`): its steps.
-fn run_streamed(shared: &Arc<Shared>, mut message: Value, id: &str) -> impl Stream<Item = Step> + Send + 'static {
+/// Runs `message`'s turn with its events (request id `id`): its steps.
+/// The gateway takes or refuses the message before this answers (a
+/// streamed answer is refused before its 200, so a load balancer can send
+/// it elsewhere).
+async fn run_turn(
+    shared: &Arc<Shared>,
+    mut message: Value,
+    id: &str,
+) -> Result<impl Stream<Item = Step> + Send + 'static, Refusal> {
     message["context"]["_http_request"] = json!(id);
     message["stream_output"] = json!(true);
     let (events, receiver) = mpsc::channel(super::STREAM_QUEUE);
     shared.streams().insert(id.to_owned(), events);
+    let handler = shared.handler.clone();
+    let mut submitted = Box::pin(async move { MessageHandlerClient(&handler).submit(&message).await });
+    // Polled once here: the gateway takes or refuses the message now.
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(submitted.as_mut().poll(cx))).await;
     let (done_tx, done_rx) = oneshot::channel();
-    let submitter = shared.clone();
-    let key = id.to_owned();
-    tokio::spawn(async move {
-        let outcome = MessageHandlerClient(&submitter.handler).submit(&message).await;
-        submitter.streams().remove(&key);
-        let _ = done_tx.send(outcome.map_err(|e| e.to_string()));
-    });
+    match first {
+        std::task::Poll::Ready(Err(e)) => {
+            shared.streams().remove(id);
+            return Err(Refusal::not_taken(&e));
+        }
+        std::task::Poll::Ready(Ok(delivery)) => {
+            shared.streams().remove(id);
+            let _ = done_tx.send(Ok(delivery));
+        }
+        std::task::Poll::Pending => {
+            let submitter = shared.clone();
+            let key = id.to_owned();
+            tokio::spawn(async move {
+                let outcome = submitted.await;
+                submitter.streams().remove(&key);
+                let _ = done_tx.send(outcome.map_err(|e| e.to_string()));
+            });
+        }
+    }
     let channel = shared.config.name.clone();
-    let state = (receiver, Some(done_rx), false);
-    futures_util::stream::unfold(state, move |(mut events, mut done, mut streamed)| {
+    let state = (receiver, Some(done_rx), false, Usage::default());
+    Ok(futures_util::stream::unfold(state, move |(mut events, mut done, mut streamed, mut usage)| {
         let channel = channel.clone();
         async move {
             while let Some(event) = events.recv().await {
+                if event.kind == "usage" {
+                    usage.add(&event.data);
+                    continue;
+                }
                 let delta = bub_kit::envelope::text_delta(&event).unwrap_or("");
                 if !delta.is_empty() {
                     streamed = true;
-                    return Some((Step::Delta(delta.to_owned()), (events, done, streamed)));
+                    return Some((Step::Delta(delta.to_owned()), (events, done, streamed, usage)));
                 }
             }
             let end = match done.take()?.await {
                 Ok(Ok(d)) if d.status == "processed" => {
-                    Ok((!streamed).then(|| super::reply_text(&channel, &d).unwrap_or_default()))
+                    Ok(Ended { reply: super::reply_text(&channel, &d).unwrap_or_default(), streamed, usage })
                 }
-                Ok(Ok(d)) => Err(d.error.clone().unwrap_or_else(|| format!("the turn was {}", d.status))),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err("the turn was cancelled".to_owned()),
+                Ok(Ok(d)) => Err(Failed {
+                    why: d.error.clone().unwrap_or_else(|| format!("the turn was {}", d.status)),
+                    status: d.status,
+                }),
+                Ok(Err(why)) => Err(Failed { status: "failed".into(), why }),
+                Err(_) => Err(Failed { status: "cancelled".into(), why: "the turn was cancelled".into() }),
             };
-            Some((Step::End(end), (events, None, streamed)))
+            Some((Step::End(end), (events, None, streamed, usage)))
         }
-    })
+    }))
 }
 
-/// A turn that was not processed, as OpenAI's error.
-fn not_processed(d: &Delivery) -> Response {
-    let status = match d.status.as_str() {
-        "dropped" => StatusCode::CONFLICT,
-        "ignored" => StatusCode::UNPROCESSABLE_ENTITY,
-        "cancelled" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    let why = d.error.clone().unwrap_or_else(|| format!("the turn was {}", d.status));
-    openai_error(status, why, "server_error")
+/// Runs `message`'s turn to its end (a request that is not streamed): the
+/// reply and the usage, or the error to answer.
+async fn run(shared: &Arc<Shared>, message: Value, id: &str) -> Result<Ended, Response> {
+    use futures_util::StreamExt as _;
+    let steps = run_turn(shared, message, id).await.map_err(IntoResponse::into_response)?;
+    futures_util::pin_mut!(steps);
+    while let Some(step) = steps.next().await {
+        if let Step::End(end) = step {
+            return end.map_err(|failed| failed.refusal().into_response());
+        }
+    }
+    Err(openai_error(StatusCode::INTERNAL_SERVER_ERROR, "the turn ended without an answer", "server_error"))
 }
 
 #[cfg(test)]

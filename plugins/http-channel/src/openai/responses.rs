@@ -38,6 +38,7 @@ use serde_json::{json, Value};
 use super::{Shared, Step};
 
 /// A `response` object (`previous`: the `previous_response_id` it continues).
+#[allow(clippy::too_many_arguments)]
 fn response_object(
     id: &str,
     created: u64,
@@ -46,6 +47,7 @@ fn response_object(
     output: Value,
     error: Value,
     previous: &Value,
+    usage: &super::Usage,
 ) -> Value {
     json!({
         "id": id, "object": "response", "created_at": created, "status": status, "error": error,
@@ -54,8 +56,7 @@ fn response_object(
         "reasoning": {"effort": null, "summary": null}, "store": false, "temperature": null,
         "text": {"format": {"type": "text"}}, "tool_choice": "none", "tools": [], "top_p": null,
         "truncation": "disabled", "metadata": {},
-        "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+        "usage": usage.responses(),
     })
 }
 
@@ -94,12 +95,14 @@ fn session(
         Some(Value::String(id)) => match ids.session(id) {
             Some(session) => Some(session),
             None => {
-                return Err(super::Refusal {
-                    status: StatusCode::BAD_REQUEST,
-                    message: format!("Previous response with id '{id}' not found."),
-                    code: Some("previous_response_not_found"),
-                    param: Some("previous_response_id"),
-                })
+                let mut refusal = super::Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                    format!("Previous response with id '{id}' not found."),
+                );
+                refusal.param = Some("previous_response_id");
+                return Err(refusal);
             }
         },
         Some(_) => return Err(super::Refusal::bad_request("previous_response_id must be a string")),
@@ -121,7 +124,7 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
         Err(response) => return response,
     };
     let Some(ids) = shared.response_ids.get() else {
-        return super::openai_error(StatusCode::SERVICE_UNAVAILABLE, "the channel is starting", "server_error");
+        return super::Refusal::unavailable("the channel is starting").into_response();
     };
     let (session, content) =
         match input_text(&request).and_then(|content| Ok((session(&shared, &headers, &request, ids)?, content))) {
@@ -141,18 +144,24 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
     let created = super::unix_now();
     let previous = request.get("previous_response_id").cloned().unwrap_or(Value::Null);
     if !request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
-        return match super::run(&shared, &message).await {
-            Ok(reply) => {
-                let output = json!([message_item(&item, "completed", Some(&reply))]);
-                Json(response_object(&id, created, &model, "completed", output, Value::Null, &previous)).into_response()
+        return match super::run(&shared, message, &id).await {
+            Ok(ended) => {
+                let output = json!([message_item(&item, "completed", Some(&ended.reply))]);
+                let object =
+                    response_object(&id, created, &model, "completed", output, Value::Null, &previous, &ended.usage);
+                Json(object).into_response()
             }
             Err(response) => response,
         };
     }
-    let steps = super::run_streamed(&shared, message, &id);
-    let response = move |status: &str, output: Value, error: Value| {
-        response_object(&id, created, &model, status, output, error, &previous)
+    let steps = match super::run_turn(&shared, message, &id).await {
+        Ok(steps) => steps,
+        Err(refusal) => return refusal.into_response(),
     };
+    let response = move |status: &str, output: Value, error: Value, usage: &super::Usage| {
+        response_object(&id, created, &model, status, output, error, &previous, usage)
+    };
+    let none = super::Usage::default();
     let where_ = json!({"item_id": item, "output_index": 0, "content_index": 0});
     let with = |mut event: Value, extra: &Value| {
         for (k, v) in extra.as_object().into_iter().flatten() {
@@ -161,8 +170,8 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
         event
     };
     let opening = vec![
-        json!({"type": "response.created", "response": response("in_progress", json!([]), Value::Null)}),
-        json!({"type": "response.in_progress", "response": response("in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.created", "response": response("in_progress", json!([]), Value::Null, &none)}),
+        json!({"type": "response.in_progress", "response": response("in_progress", json!([]), Value::Null, &none)}),
         json!({"type": "response.output_item.added", "output_index": 0,
             "item": message_item(&item, "in_progress", None)}),
         with(
@@ -178,9 +187,9 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
                 text.push_str(&delta);
                 vec![with(json!({"type": "response.output_text.delta", "delta": delta, "logprobs": []}), &where_)]
             }
-            Step::End(Ok(reply)) => {
-                if let Some(reply) = reply {
-                    text = reply;
+            Step::End(Ok(ended)) => {
+                if !ended.streamed {
+                    text = ended.reply;
                 }
                 let part = json!({"type": "output_text", "text": text, "annotations": []});
                 let done = message_item(&item, "completed", Some(&text));
@@ -189,12 +198,13 @@ pub(crate) async fn responses(State(shared): State<Arc<Shared>>, headers: Header
                     with(json!({"type": "response.content_part.done", "part": part}), &where_),
                     json!({"type": "response.output_item.done", "output_index": 0, "item": done}),
                     json!({"type": "response.completed",
-                        "response": response("completed", json!([done]), Value::Null)}),
+                        "response": response("completed", json!([done]), Value::Null, &ended.usage)}),
                 ]
             }
-            Step::End(Err(why)) => {
-                let error = json!({"code": "server_error", "message": why});
-                vec![json!({"type": "response.failed", "response": response("failed", json!([]), error)})]
+            Step::End(Err(failed)) => {
+                let refusal = failed.refusal();
+                let error = json!({"code": refusal.code, "message": refusal.message});
+                vec![json!({"type": "response.failed", "response": response("failed", json!([]), error, &none)})]
             }
         };
         futures_util::stream::iter(events)
