@@ -133,10 +133,9 @@ impl Store {
         }
     }
 
-    /// A search across `tapes` (None: every tape but the sidecars), newest
-    /// first ([`bub_kit::tape::search_across`]): from the store's own
-    /// index where it has one (`search_tapes`, ABI 2.8), else each tape
-    /// searched in turn. A tape that cannot be read is skipped and logged.
+    /// A search across `tapes` (None: every tape but the sidecars), best
+    /// first ([`bub_kit::search`]): from the store's own index where it has
+    /// one (`search_tapes`, ABI 2.8), else [`Store::scan_tapes`].
     pub async fn search_tapes(
         &self,
         tapes: Option<&[String]>,
@@ -147,6 +146,13 @@ impl Store {
                 return Ok(found);
             }
         }
+        self.scan_tapes(tapes, query).await
+    }
+
+    /// The same search, by reading each tape in turn (each tape's best,
+    /// then the best of those): what a store's index must agree with. A
+    /// tape that cannot be read is skipped and logged.
+    pub async fn scan_tapes(&self, tapes: Option<&[String]>, query: &TapeQuery) -> Result<Vec<TapeMatch>, AgentError> {
         let names = match tapes {
             Some(t) => t.to_vec(),
             None => self.list_tapes().await?.into_iter().filter(|t| !t.contains(SIDECAR_MARK)).collect(),
@@ -166,7 +172,7 @@ impl Store {
                 Err(e) => tracing::warn!(target: "bub::tape", "searching tape {tape}: {e}"),
             }
         }
-        bub_kit::tape::search_across(found, query).map_err(AgentError::store)
+        bub_kit::search::search_across(found, query).map_err(AgentError::store)
     }
 
     /// `reset`.

@@ -62,7 +62,7 @@ pub fn tape_and_command_tools() -> Vec<AgentTool> {
                     },
                     "sessions": {
                         "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-                        "description": "Search other sessions too: 'all' (every session of this home, newest first) \
+                        "description": "Search other sessions too: 'all' (every session of this home; exact matches first, then the closest, then the newest) \
                             or a list of session ids (a comma-separated string in command mode). Each match then \
                             names its session (or, for a session not named here, its tape)."
                     }
@@ -185,7 +185,7 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
     if let Some(sessions) = args.get("sessions").filter(|v| !v.is_null()) {
         return search_sessions(sessions, &q, &cx).await;
     }
-    // The store's matches, newest first, then the run's own entries of those
+    // The store's matches, best first, then the run's own entries of those
     // kinds (Bub's fork store adds them unsearched).
     let mut filtered = 0;
     let mut matches = Vec::new();

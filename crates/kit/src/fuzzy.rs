@@ -1,72 +1,131 @@
-//! Bub's fuzzy tape search: RapidFuzz's `WRatio` over the words of an entry.
+//! Fuzzy tape search: RapidFuzz's `WRatio` over the words of an entry, as
+//! Bub's builtin store (`FuzzyFileTapeStore`) scores it, with two rules of
+//! our own that keep it to the words a user meant.
 //!
-//! Bub's builtin store (`FuzzyFileTapeStore`) matches a text query when it is
-//! a substring of the entry's text or when `process.extractOne(query, words,
+//! Bub matches a text query fuzzily when `process.extractOne(query, words,
 //! scorer=WRatio, score_cutoff=80)` finds a word (or a run of as many words
-//! as the query has) close enough. The edit metric is the `rapidfuzz` crate's
-//! `fuzz::ratio` (the same normalized Indel similarity RapidFuzz's Python
-//! package computes); `WRatio` and its partial/token helpers are ported from
-//! RapidFuzz's pure-Python reference (`fuzz_py.py`, MIT), score cutoffs left
-//! out as they only make it faster. The unit tests hold scores computed by
-//! Python RapidFuzz 3 so the port cannot drift.
+//! as the query has) close enough. Here a word shorter than three
+//! characters takes no part (on either side), and a candidate must share a
+//! trigram with the query ([`FuzzyQuery`] says why). The edit metric is the
+//! `rapidfuzz` crate's `fuzz::ratio` (the same normalized Indel similarity
+//! RapidFuzz's Python package computes); `WRatio` and its partial/token
+//! helpers are ported from RapidFuzz's pure-Python reference (`fuzz_py.py`,
+//! MIT), score cutoffs left out as they only make it faster. The unit tests
+//! hold scores computed by Python RapidFuzz 3 so the port cannot drift.
 
 use std::collections::BTreeSet;
 
-/// Bub's `MIN_FUZZY_QUERY_LENGTH`: shorter queries only match as substrings.
-const MIN_QUERY_CHARS: usize = 3;
+/// Bub's `MIN_FUZZY_QUERY_LENGTH`, here per word: a word shorter than
+/// this (in the query or in an entry) never takes part in a fuzzy match.
+/// One- and two-letter words are in nearly every text, and WRatio finds
+/// them in nearly every query.
+const MIN_WORD_CHARS: usize = 3;
 /// Bub's `MIN_FUZZY_SCORE`.
-const MIN_SCORE: f64 = 80.0;
-/// Bub's `MAX_FUZZY_CANDIDATES`.
+pub const MIN_SCORE: f64 = 80.0;
+/// Bub's `MAX_FUZZY_CANDIDATES`: the words (then runs of words) of an
+/// entry a query is compared with.
 const MAX_CANDIDATES: usize = 128;
 
 /// Whether `query` (already trimmed and lower-cased) fuzzily matches `text`
-/// (lower-cased) as Bub's `_is_fuzzy_match` decides.
+/// (lower-cased).
 pub fn is_fuzzy_match(query: &str, text: &str) -> bool {
-    FuzzyQuery::new(query).is_some_and(|q| q.matches(text))
+    FuzzyQuery::new(query).is_some_and(|q| q.score(text).is_some())
 }
 
-/// A query prepared once for a search over many entries: its words joined
-/// as the phrase WRatio compares, and how many there are.
+/// A query prepared once for a search over many entries: its words of
+/// three characters or more, joined as the phrase WRatio compares; how
+/// many there are; and their trigrams.
+///
+/// A candidate (a word of an entry, or a run of as many words as the
+/// query has) is compared only when it shares a trigram (three characters
+/// in a row of one word) with the query. WRatio can pass a word that
+/// shares none (`abcde` and `abxde` score 80), but such a match is a
+/// coincidence of letters rather than the word the user meant, and the
+/// rule is what lets a store's trigram index offer every entry a fuzzy
+/// match can find: the index and a scan then answer alike.
 pub struct FuzzyQuery {
     phrase: Vec<char>,
     window: usize,
+    trigrams: std::collections::HashSet<[char; 3]>,
 }
 
 impl FuzzyQuery {
     /// `query` trimmed and lower-cased; `None` when it can never fuzzily
-    /// match (shorter than 3 characters, or no words).
+    /// match (no word of three characters or more).
     pub fn new(query: &str) -> Option<FuzzyQuery> {
-        if query.chars().count() < MIN_QUERY_CHARS {
-            return None;
-        }
-        let query_words = words(query);
+        let query_words = long_words(query);
         if query_words.is_empty() {
             return None;
         }
-        Some(FuzzyQuery { phrase: query_words.join(" ").chars().collect(), window: query_words.len() })
+        let trigrams = query_words.iter().flat_map(|w| trigrams_of(w)).collect();
+        Some(FuzzyQuery { phrase: query_words.join(" ").chars().collect(), window: query_words.len(), trigrams })
     }
 
-    /// Whether lower-cased `text` matches (Bub's `_is_fuzzy_match`).
-    pub fn matches(&self, text: &str) -> bool {
-        let source = words(text);
-        let mut candidates: Vec<String> = source.iter().take(MAX_CANDIDATES).map(|w| w.to_string()).collect();
-        if self.window > 1 && candidates.len() < MAX_CANDIDATES {
+    /// The query's trigrams, each once, in the order of its words: what
+    /// every fuzzy match shares with its entry, for a trigram index to
+    /// offer candidates by.
+    pub fn trigrams(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let phrase: String = self.phrase.iter().collect();
+        for word in phrase.split(' ') {
+            for t in trigrams_of(word) {
+                let t: String = t.iter().collect();
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// The best WRatio (80 or more) of a candidate of lower-cased `text`,
+    /// or None when none is close enough.
+    pub fn score(&self, text: &str) -> Option<f64> {
+        let source = long_words(text);
+        let shares = |w: &str| trigrams_of(w).any(|t| self.trigrams.contains(&t));
+        let mut candidates: Vec<String> =
+            source.iter().take(MAX_CANDIDATES).filter(|w| shares(w)).map(|w| w.to_string()).collect();
+        let mut considered = source.len().min(MAX_CANDIDATES);
+        if self.window > 1 && considered < MAX_CANDIDATES {
             for run in source.windows(self.window) {
-                candidates.push(run.join(" "));
-                if candidates.len() >= MAX_CANDIDATES {
+                if run.iter().any(|w| shares(w)) {
+                    candidates.push(run.join(" "));
+                }
+                considered += 1;
+                if considered >= MAX_CANDIDATES {
                     break;
                 }
             }
         }
-        candidates.iter().any(|c| wratio_chars(&self.phrase, &c.chars().collect::<Vec<_>>()) >= MIN_SCORE)
+        let mut best: Option<f64> = None;
+        for c in candidates {
+            let score = wratio_chars(&self.phrase, &c.chars().collect::<Vec<_>>());
+            if score >= MIN_SCORE && best.is_none_or(|b| score > b) {
+                best = Some(score);
+                if score >= 100.0 {
+                    break;
+                }
+            }
+        }
+        best
     }
 }
 
 /// Bub's `WORD_PATTERN` (`[a-z0-9_/-]+`): the words of lower-cased text.
-fn words(text: &str) -> Vec<&str> {
+fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '/' | '-')))
         .filter(|w| !w.is_empty())
-        .collect()
+}
+
+/// The words a fuzzy match compares: those of three characters or more.
+fn long_words(text: &str) -> Vec<&str> {
+    words(text).filter(|w| w.len() >= MIN_WORD_CHARS).collect()
+}
+
+/// A word's trigrams (its characters are ASCII: see [`words`]).
+fn trigrams_of(word: &str) -> impl Iterator<Item = [char; 3]> + '_ {
+    let chars: Vec<char> = word.chars().collect();
+    (0..chars.len().saturating_sub(2)).map(move |i| [chars[i], chars[i + 1], chars[i + 2]])
 }
 
 /// RapidFuzz `fuzz.ratio`, 0–100.
@@ -242,5 +301,18 @@ mod tests {
         // Two-word queries compare against runs of two words.
         assert!(is_fuzzy_match("release note", "content: the release notes are out\n"));
         assert!(!is_fuzzy_match("zebra", "content: deploy to kubernetes\n"));
+    }
+
+    #[test]
+    fn short_words_and_words_sharing_no_trigram_never_match() {
+        // WRatio("abcde", "abxde") is 80, but they share no three letters.
+        assert!(!is_fuzzy_match("abcde", "content: abxde\n"));
+        assert!(is_fuzzy_match("abcde", "content: abcdx\n"));
+        // "at" would pass WRatio through "a"/"at" words; short words sit out.
+        assert!(!is_fuzzy_match("cat", "content: a cot at\n"));
+        assert!(FuzzyQuery::new("to a").is_none(), "no word of three letters");
+        let q = FuzzyQuery::new("go to prod").unwrap();
+        assert_eq!(q.trigrams(), ["pro", "rod"]);
+        assert_eq!(q.score("content: deploy prod now\n"), Some(100.0));
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Code that the host and many plugins need alike, but that is not part of
 //! the contract between them: reading an envelope or a prompt the way Bub
-//! does, selecting a tape's entries for a query (with Bub's fuzzy search),
+//! does, selecting a tape's entries for a query, text search over tapes
+//! (one ranking for every store, its index or a scan),
 //! the helpers every channel plugin writes, private files under
 //! `$BUB_HOME`, and a few small rooms (bounded caches, terminal-safe text,
 //! durations from untrusted numbers, random ids).
@@ -33,6 +34,7 @@ pub mod http;
 pub mod lru;
 pub mod prompt;
 pub mod random;
+pub mod search;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod tape;

@@ -5,7 +5,7 @@
 //! A store may push the cheap parts down (fetch only the entries after the
 //! anchor) and hand the rest to [`select`] with the anchor fields cleared.
 
-use bub_abi::types::{TapeEntry, TapeMatch, TapeQuery};
+use bub_abi::types::{TapeEntry, TapeQuery};
 use serde_json::{Map, Value};
 
 /// Why a query cannot be answered (Bub raises these as `BubError`s).
@@ -98,10 +98,10 @@ pub fn select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Vec<TapeEntry> {
 /// The entries of one tape, in order, that `query` selects, as Bub's
 /// builtin store answers: between two anchors, or after the last anchor (of
 /// a name; from the start when there is none); dated within
-/// `between_dates`; of the given kinds. A text query then answers newest
-/// first, one entry per distinct text, 20 by default, matching entries whose
-/// text contains it (case-insensitive) or fuzzily matches it
-/// ([`crate::fuzzy`]); without one, the first `limit` entries.
+/// `between_dates`; of the given kinds. A text query then answers its best
+/// matches ([`crate::search`]: exact before fuzzy, then by score, then
+/// newest), one entry per distinct text, 20 by default; without one, the
+/// first `limit` entries.
 pub fn try_select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<TapeEntry>, QueryError> {
     let kept = matching(&entries, query)?;
     let mut next = kept.iter().copied().peekable();
@@ -112,7 +112,7 @@ pub fn try_select(entries: Vec<TapeEntry>, query: &TapeQuery) -> Result<Vec<Tape
         })
     });
     if let Some(q) = &query.query {
-        return Ok(search(out.collect::<Vec<_>>().into_iter(), q, query.limit.unwrap_or(20)));
+        return Ok(crate::search::search_tape(out.collect(), q, query.limit.unwrap_or(20)));
     }
     // The first `limit` entries (Bub's `sliced[:limit]`).
     Ok(out.take(query.limit.unwrap_or(usize::MAX)).collect())
@@ -161,125 +161,6 @@ fn matching<E: EntryView>(entries: &[E], query: &TapeQuery) -> Result<Vec<usize>
             (query.kinds.is_empty() || query.kinds.iter().any(|k| k == e.kind())) && in_dates(e)
         })
         .collect())
-}
-
-/// Bub's `FuzzyFileTapeStore._filter_entries`: newest first, each distinct
-/// text once (counted before matching, as Bub does), substring or fuzzy.
-fn search(entries: impl DoubleEndedIterator<Item = TapeEntry>, query: &str, limit: usize) -> Vec<TapeEntry> {
-    let Some(text_query) = TextQuery::new(query) else { return Vec::new() };
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for entry in entries.rev() {
-        if out.len() >= limit {
-            break;
-        }
-        let text = entry_text(&entry.payload).to_lowercase();
-        if !seen.insert(text.clone()) {
-            continue;
-        }
-        if text_query.matches(&text) {
-            out.push(entry);
-        }
-    }
-    out
-}
-
-/// A text query as a search matches it: an entry's lower-cased text
-/// contains it (trimmed, lower-cased) or fuzzily matches it.
-struct TextQuery {
-    needle: String,
-    fuzzy: Option<crate::fuzzy::FuzzyQuery>,
-}
-
-impl TextQuery {
-    /// None for a query that is only whitespace (it matches nothing).
-    fn new(query: &str) -> Option<TextQuery> {
-        let needle = query.trim().to_lowercase();
-        let fuzzy = crate::fuzzy::FuzzyQuery::new(&needle);
-        (!needle.is_empty()).then_some(TextQuery { needle, fuzzy })
-    }
-
-    fn matches(&self, text: &str) -> bool {
-        text.contains(&self.needle) || self.fuzzy.as_ref().is_some_and(|q| q.matches(text))
-    }
-}
-
-/// A search across tapes (`TapeStore::search_tapes`) over `candidates`:
-/// the entries `query`'s kinds and dates select whose text contains the
-/// query or fuzzily matches it, as [`try_select`] matches on one tape,
-/// newest first across the tapes, each distinct text once per tape, at
-/// most `query.limit` (20). A store with a text index hands it the rows
-/// its index found (an entry found twice counts once: candidate lists may
-/// simply be joined); the host's scan, each tape's own matches.
-pub fn search_across(mut candidates: Vec<TapeMatch>, query: &TapeQuery) -> Result<Vec<TapeMatch>, QueryError> {
-    let Some(text_query) = TextQuery::new(query.query.as_deref().unwrap_or("")) else { return Ok(Vec::new()) };
-    let dates = date_bounds(query)?;
-    newest_first(&mut candidates);
-    let limit = query.limit.unwrap_or(20);
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for m in candidates {
-        if out.len() >= limit {
-            break;
-        }
-        let e = &m.entry;
-        if !(query.kinds.is_empty() || query.kinds.contains(&e.kind)) {
-            continue;
-        }
-        if !within(&e.date, dates) {
-            continue;
-        }
-        let text = entry_text(&e.payload).to_lowercase();
-        if !seen.insert((m.tape.clone(), text.clone())) {
-            continue;
-        }
-        if text_query.matches(&text) {
-            out.push(m);
-        }
-    }
-    Ok(out)
-}
-
-/// How much of an entry's text a store's search index holds: the first
-/// 64 KiB (a 60 MB prompt is not indexed whole; a scan still reads it).
-pub const INDEXED_TEXT_BYTES: usize = 64 << 10;
-
-/// What a store's text index holds for an entry: its searched text
-/// ([`entry_text`]), lower-cased, the first [`INDEXED_TEXT_BYTES`].
-pub fn indexed_text(payload: &Map<String, Value>) -> String {
-    let mut text = entry_text(payload).to_lowercase();
-    if text.len() > INDEXED_TEXT_BYTES {
-        let mut end = INDEXED_TEXT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
-}
-
-/// The trigrams of a query's words (of three characters or more), each
-/// once: what a fuzzy match shares with its entry, for a trigram index to
-/// find candidates by.
-pub fn query_trigrams(query: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for word in query.trim().to_lowercase().split(|c: char| !c.is_alphanumeric()) {
-        let chars: Vec<char> = word.chars().collect();
-        for w in chars.windows(3) {
-            let t: String = w.iter().collect();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-    }
-    out
-}
-
-/// Sorts matches newest first by their date (an unreadable date last),
-/// then by tape and id, newest first.
-pub fn newest_first(matches: &mut [TapeMatch]) {
-    matches
-        .sort_by_cached_key(|m| std::cmp::Reverse((boundary(&m.entry.date, false).ok(), m.tape.clone(), m.entry.id)));
 }
 
 /// The text a query searches: the payload as block YAML with sorted keys,
@@ -343,7 +224,7 @@ fn yaml_nested(value: &Value, list_indent: usize, map_indent: usize, out: &mut S
 
 /// `query.between_dates` as instants: the start's first and the end's last
 /// microsecond; None when unset.
-fn date_bounds(query: &TapeQuery) -> Result<Option<(jiff::Timestamp, jiff::Timestamp)>, QueryError> {
+pub(crate) fn date_bounds(query: &TapeQuery) -> Result<Option<(jiff::Timestamp, jiff::Timestamp)>, QueryError> {
     let Some((from, to)) = &query.between_dates else { return Ok(None) };
     let (from, to) = (boundary(from, false)?, boundary(to, true)?);
     if from > to {
@@ -353,8 +234,13 @@ fn date_bounds(query: &TapeQuery) -> Result<Option<(jiff::Timestamp, jiff::Times
 }
 
 /// Whether an entry dated `date` is within `bounds` (always, without any).
-fn within(date: &str, bounds: Option<(jiff::Timestamp, jiff::Timestamp)>) -> bool {
+pub(crate) fn within(date: &str, bounds: Option<(jiff::Timestamp, jiff::Timestamp)>) -> bool {
     bounds.is_none_or(|(from, to)| boundary(date, false).is_ok_and(|at| from <= at && at <= to))
+}
+
+/// An entry's date as an instant; None when it cannot be read.
+pub(crate) fn instant(date: &str) -> Option<jiff::Timestamp> {
+    boundary(date, false).ok()
 }
 
 /// Python's `_parse_datetime_boundary`: an ISO date is its first (or, for
@@ -449,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn text_search_is_newest_first_distinct_and_fuzzy() {
+    fn text_search_keeps_a_distinct_text_once_and_finds_typos() {
         // Entry 5 hides its duplicate 3; a typo still finds entry 1.
         assert_eq!(ids(json!({"tape": "t", "query": "RELEASE", "kinds": ["message"]})), Ok(vec![5]));
         assert_eq!(ids(json!({"tape": "t", "query": "kubernets"})), Ok(vec![1]));

@@ -12,9 +12,11 @@
 //!   one statement (`append_many`), all or none.
 //! - **Search across tapes** — `tape.search sessions=all` reads a trigram
 //!   index (`pg_trgm`, created when the database allows it) of each entry's
-//!   text (its first 64 KiB, in the column `search_text`): the entries
-//!   containing the query, and those whose words are most like it.
-//!   Without the extension the host reads each tape instead.
+//!   text (its first 64 KiB, all a search reads, in the column
+//!   `search_text`): it offers every entry that can match (those
+//!   containing the query, then those sharing a trigram with it) and
+//!   `bub_kit::search` decides, so the answer is a scan's. Without the
+//!   extension the host reads each tape instead.
 //! - **One turn per session at a time, across gateways** — `load_state`
 //!   (run first, `tryfirst`) takes a PostgreSQL advisory lock named after
 //!   the session on a connection of its own; `save_state` (run last,
@@ -169,10 +171,6 @@ CREATE EXTENSION IF NOT EXISTS pg_trgm;
 CREATE INDEX IF NOT EXISTS bub_tape_search ON bub_tape_entries USING gin (search_text gin_trgm_ops);
 ";
 
-/// How many of the fuzzy candidates (the entries whose words are most
-/// like the query's) a search reads, besides the entries that contain it.
-const FUZZY_CANDIDATES: i64 = 200;
-
 impl Shared {
     /// A frozen or unreachable server's error, naming the setting that bounds the wait.
     fn no_answer(&self) -> String {
@@ -254,13 +252,7 @@ impl Shared {
         let setup = format!("BEGIN; SELECT pg_advisory_xact_lock(4207); {TRIGRAM_SCHEMA} COMMIT;");
         let indexed = tokio::time::timeout(self.timeout, client.batch_execute(&setup)).await;
         match indexed {
-            // Fuzzy candidates share a third of their trigrams with the query
-            // (one transposed pair of letters leaves about half): the
-            // default 0.6 missed "kumqaut" for "kumquat".
-            Ok(Ok(())) => match client.batch_execute("SET pg_trgm.word_similarity_threshold = 0.3").await {
-                Ok(()) => self.trigrams.store(true, Ordering::SeqCst),
-                Err(e) => tracing::warn!("tape-postgres: cannot set the trigram threshold: {}", why(&e)),
-            },
+            Ok(Ok(())) => self.trigrams.store(true, Ordering::SeqCst),
             Ok(Err(e)) => {
                 let _ = client.batch_execute("ROLLBACK").await;
                 if !self.trigrams.swap(false, Ordering::SeqCst) {
@@ -292,7 +284,7 @@ impl Shared {
             let texts: Vec<String> = rows
                 .iter()
                 .map(|r| match r.get::<_, Value>(2) {
-                    Value::Object(m) => bub_kit::tape::indexed_text(&m),
+                    Value::Object(m) => bub_kit::search::searched_text(&m),
                     _ => String::new(),
                 })
                 .collect();
@@ -457,6 +449,62 @@ fn entry_of_at(row: &tokio_postgres::Row, at: usize) -> TapeEntry {
     }
 }
 
+/// Offers `search` the rows of the trigram index that can match: those
+/// containing its text (newest first: `C` collation, so dates compare as
+/// the RFC 3339 UTC text stores write, which is by time), until they
+/// settle the answer, then those containing one of its trigrams.
+async fn search_index(
+    db: &Client,
+    search: &mut bub_kit::search::Search,
+    tapes: &Option<Vec<String>>,
+    kinds: &Option<Vec<String>>,
+) -> Result<(), tokio_postgres::Error> {
+    use tokio_postgres::types::ToSql;
+    let like = |text: &str| format!("%{}%", text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    let filter = "($1::text[] IS NULL AND tape NOT LIKE '%\\_\\_sidecar\\_\\_%' OR tape = ANY($1)) \
+                  AND ($2::text[] IS NULL OR kind = ANY($2))";
+    let select = "SELECT tape, id, kind, date, payload, meta FROM bub_tape_entries";
+    let exact = format!(
+        "{select} WHERE search_text LIKE $3 AND {filter} \
+         ORDER BY date COLLATE \"C\" DESC, tape COLLATE \"C\" DESC, id DESC"
+    );
+    let needle = like(search.needle());
+    let params: [&(dyn ToSql + Sync); 3] = [tapes, kinds, &needle];
+    let rows = db.query_raw(&exact, params).await?;
+    let mut rows = std::pin::pin!(rows);
+    while let Some(row) = next_row(rows.as_mut()).await? {
+        let (tape, entry): (String, TapeEntry) = (row.get(0), entry_of_at(&row, 1));
+        if search.settled_before(&entry.date) {
+            break;
+        }
+        search.offer(&tape, entry);
+    }
+    let trigrams: Vec<String> = search.trigrams().iter().map(|t| like(t)).collect();
+    if search.exact_full() || trigrams.is_empty() {
+        return Ok(());
+    }
+    // One LIKE per trigram, ORed: each can use the GIN index (a LIKE ANY
+    // of an array cannot).
+    let any = (0..trigrams.len()).map(|i| format!("search_text LIKE ${}", i + 3)).collect::<Vec<_>>().join(" OR ");
+    let fuzzy = format!("{select} WHERE ({any}) AND {filter}");
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![tapes, kinds];
+    params.extend(trigrams.iter().map(|t| t as &(dyn ToSql + Sync)));
+    let rows = db.query_raw(&fuzzy, params).await?;
+    let mut rows = std::pin::pin!(rows);
+    while let Some(row) = next_row(rows.as_mut()).await? {
+        search.offer(&row.get::<_, String>(0), entry_of_at(&row, 1));
+    }
+    Ok(())
+}
+
+/// The next row of a streamed query.
+async fn next_row(
+    mut rows: std::pin::Pin<&mut tokio_postgres::RowStream>,
+) -> Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+    use futures_core::Stream as _;
+    std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await.transpose()
+}
+
 fn failed(what: &str, e: impl std::fmt::Display) -> BoxError {
     format!("tape-postgres: cannot {what}: {e}").into()
 }
@@ -493,11 +541,13 @@ impl TapeStore for PgStore {
         }
     }
 
-    /// From the trigram index: the entries whose text contains the query
-    /// (newest first), and those whose words are most like it (fuzzy
-    /// candidates, `<%`); `bub_kit::tape::search_across` then decides as a
-    /// scan would. Without the index, or for a query under three
-    /// characters, the host scans.
+    /// From the trigram index, decided by `bub_kit::search::Search` as a
+    /// scan decides: first the entries whose text contains the query,
+    /// newest first, until the best `limit` of them are settled; then,
+    /// unless those fill the answer, every entry containing one of the
+    /// query's trigrams (the only ones a fuzzy match can come from). Rows
+    /// are read as they come, never all held. Without the index, or for a
+    /// query under three characters, the host scans.
     fn search_tapes(&self, tapes: Option<Vec<String>>, query: TapeQuery) -> impl Fut<Option<Vec<TapeMatch>>> {
         let this = self.clone();
         async move {
@@ -507,33 +557,21 @@ impl TapeStore for PgStore {
             if needle.chars().count() < 3 || !this.0.trigrams.load(std::sync::atomic::Ordering::SeqCst) {
                 return Ok(None);
             }
-            let pattern = format!("%{}%", needle.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+            // Checked here, so a bad date is the query's error, not the database's.
+            if bub_kit::search::Search::new(&query)?.is_none() {
+                return Ok(Some(Vec::new()));
+            }
             let kinds: Option<Vec<String>> = (!query.kinds.is_empty()).then(|| query.kinds.clone());
-            let contained = (query.limit.unwrap_or(20) as i64).saturating_mul(10).saturating_add(100);
-            let filter = "($2::text[] IS NULL AND tape NOT LIKE '%\\_\\_sidecar\\_\\_%' OR tape = ANY($2)) \
-                          AND ($3::text[] IS NULL OR kind = ANY($3))";
-            let by_text = format!(
-                "SELECT tape, id, kind, date, payload, meta FROM bub_tape_entries \
-                 WHERE search_text LIKE $1 AND {filter} ORDER BY date DESC LIMIT $4"
-            );
-            let by_words = format!(
-                "SELECT tape, id, kind, date, payload, meta FROM bub_tape_entries \
-                 WHERE $1 <% search_text AND {filter} ORDER BY word_similarity($1, search_text) DESC LIMIT $4"
-            );
-            let (tapes, kinds, pattern, needle) = (&tapes, &kinds, &pattern, &needle);
-            let (by_text, by_words) = (&by_text, &by_words);
-            let rows = this
+            let (query, tapes, kinds) = (&query, &tapes, &kinds);
+            let found = this
                 .0
                 .with("search the tapes", true, |db| async move {
-                    let mut rows = db.query(by_text, &[pattern, tapes, kinds, &contained]).await?;
-                    rows.extend(db.query(by_words, &[needle, tapes, kinds, &FUZZY_CANDIDATES]).await?);
-                    Ok(rows)
+                    let mut search = bub_kit::search::Search::new(query).ok().flatten().expect("checked above");
+                    search_index(&db, &mut search, tapes, kinds).await?;
+                    Ok(search.finish())
                 })
                 .await?;
-            // An entry both queries found counts once (`search_across`).
-            let found: Vec<TapeMatch> =
-                rows.iter().map(|r| TapeMatch { tape: r.get(0), entry: entry_of_at(r, 1) }).collect();
-            Ok(Some(bub_kit::tape::search_across(found, &query)?))
+            Ok(Some(found))
         }
     }
 
@@ -597,7 +635,7 @@ impl TapeStore for PgStore {
             let dates: Vec<&str> = entries.iter().map(|e| e.date.as_str()).collect();
             let payloads: Vec<Value> = entries.iter().map(|e| Value::Object(e.payload.clone())).collect();
             let metas: Vec<Value> = entries.iter().map(|e| Value::Object(e.meta.clone())).collect();
-            let texts: Vec<String> = entries.iter().map(|e| bub_kit::tape::indexed_text(&e.payload)).collect();
+            let texts: Vec<String> = entries.iter().map(|e| bub_kit::search::searched_text(&e.payload)).collect();
             // The ids are taken by the insert (the tape's last id + the
             // row's position); a concurrent writer that took one of them
             // fails the whole statement on the primary key, and it tries

@@ -6,8 +6,10 @@
 //! list) works as with the builtin JSONL store; `bub_kit::tape::try_select`
 //! holds the query semantics, the anchor lookup is pushed down to SQL.
 //! A search across tapes (`tape.search sessions=all`) reads an FTS5
-//! trigram index of each entry's text (its first 64 KiB), built once for a
-//! database from before it existed.
+//! trigram index of each entry's text (its first 64 KiB, all a search
+//! reads), built once for a database from before it existed; the index
+//! offers every entry that can match and `bub_kit::search` decides, so the
+//! answer is a scan's.
 //!
 //! Several `bub` processes (a gateway and `bub run`s) share the file:
 //! WAL journal (readers never block the writer), a busy timeout (config
@@ -107,10 +109,6 @@ CREATE VIRTUAL TABLE IF NOT EXISTS tape_text USING fts5(
 /// existed is in it.
 const INDEXED: i64 = 1;
 
-/// How many of the fuzzy candidates (entries sharing the most trigrams with
-/// the query) a search reads, besides the entries that contain it.
-const FUZZY_CANDIDATES: i64 = 200;
-
 impl SqliteStore {
     fn open(&self) -> Result<Connection, BoxError> {
         let path = &self.settings.path;
@@ -199,7 +197,7 @@ fn index_text(conn: &Connection, tape: &str, id: i64, payload: &Map<String, Valu
         .execute(params![tape, id])?;
     let row = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO tape_text (rowid, text) VALUES (?1, ?2)")?
-        .execute(params![row, bub_kit::tape::indexed_text(payload)])?;
+        .execute(params![row, bub_kit::search::searched_text(payload)])?;
     Ok(())
 }
 
@@ -209,16 +207,22 @@ fn fts_string(text: &str) -> String {
 }
 
 fn entry_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<TapeEntry> {
+    entry_of_at(row, 0)
+}
+
+/// The entry in `row`'s columns `at..at + 5` (id, kind, date, payload,
+/// meta); a payload or meta that is not a JSON object reads as empty.
+fn entry_of_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<TapeEntry> {
     let json = |text: String| match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(m)) => m,
         _ => Map::new(),
     };
     Ok(TapeEntry {
-        id: row.get::<_, i64>(0)? as u64,
-        kind: row.get(1)?,
-        date: row.get(2)?,
-        payload: json(row.get(3)?),
-        meta: json(row.get(4)?),
+        id: row.get::<_, i64>(at)? as u64,
+        kind: row.get(at + 1)?,
+        date: row.get(at + 2)?,
+        payload: json(row.get(at + 3)?),
+        meta: json(row.get(at + 4)?),
     })
 }
 
@@ -253,10 +257,12 @@ impl TapeStore for SqliteStore {
         }
     }
 
-    /// From the trigram index: the entries that contain the query (newest
-    /// first), and the ones sharing the most trigrams with it (fuzzy
-    /// candidates); `bub_kit::tape::search_across` then decides as a scan
-    /// would. A query under three characters has no trigram: the host scans.
+    /// From the trigram index, decided by `bub_kit::search::Search` as a
+    /// scan decides: first the entries that contain the query, newest
+    /// first, until the best `limit` of them are settled; then, unless
+    /// those fill the answer, every entry sharing a trigram with the query
+    /// (the only ones a fuzzy match can come from). A query under three
+    /// characters has no trigram: the host scans.
     fn search_tapes(&self, tapes: Option<Vec<String>>, query: TapeQuery) -> impl Fut<Option<Vec<TapeMatch>>> {
         let this = self.clone();
         async move {
@@ -265,9 +271,9 @@ impl TapeStore for SqliteStore {
                 return Ok(None);
             }
             this.with("search the tapes", move |conn| {
+                let Some(mut search) = bub_kit::search::Search::new(&query)? else { return Ok(Some(Vec::new())) };
                 let tapes = tapes.map(|t| Value::from(t).to_string());
                 let kinds = (!query.kinds.is_empty()).then(|| Value::from(query.kinds.clone()).to_string());
-                let limit = query.limit.unwrap_or(20) as i64;
                 let sql = |order: &str| {
                     format!(
                         "SELECT r.tape, e.id, e.kind, e.date, e.payload, e.meta FROM tape_text t \
@@ -276,43 +282,35 @@ impl TapeStore for SqliteStore {
                          WHERE tape_text MATCH ?1 \
                          AND (?2 IS NULL AND r.tape NOT LIKE '%\\_\\_sidecar\\_\\_%' ESCAPE '\\' \
                               OR r.tape IN (SELECT value FROM json_each(?2))) \
-                         AND (?3 IS NULL OR e.kind IN (SELECT value FROM json_each(?3))) \
-                         ORDER BY {order} LIMIT ?4"
+                         AND (?3 IS NULL OR e.kind IN (SELECT value FROM json_each(?3))) {order}"
                     )
                 };
-                let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<TapeMatch> {
-                    let tape: String = r.get(0)?;
-                    let json = |text: String| match serde_json::from_str::<Value>(&text) {
-                        Ok(Value::Object(m)) => m,
-                        _ => Map::new(),
-                    };
-                    let entry = TapeEntry {
-                        id: r.get::<_, i64>(1)? as u64,
-                        kind: r.get(2)?,
-                        date: r.get(3)?,
-                        payload: json(r.get(4)?),
-                        meta: json(r.get(5)?),
-                    };
-                    Ok(TapeMatch { tape, entry })
+                let read = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, TapeEntry)> {
+                    Ok((r.get(0)?, entry_of_at(r, 1)?))
                 };
-                // Each distinct text counts once and dates filter later:
-                // read more than the limit.
-                let contained = limit.saturating_mul(10).saturating_add(100);
-                let mut found = conn
-                    .prepare(&sql("t.rowid DESC"))?
-                    .query_map(params![fts_string(&needle), tapes, kinds, contained], row)?
-                    .collect::<Result<Vec<_>, _>>()?;
-                let trigrams = bub_kit::tape::query_trigrams(&needle);
-                if !trigrams.is_empty() {
-                    let any = trigrams.iter().map(|t| fts_string(t)).collect::<Vec<_>>().join(" OR ");
-                    // An entry both queries found counts once (`search_across`).
-                    let fuzzy = conn
-                        .prepare(&sql("t.rank"))?
-                        .query_map(params![any, tapes, kinds, FUZZY_CANDIDATES], row)?
-                        .collect::<Result<Vec<_>, _>>()?;
-                    found.extend(fuzzy);
+                // Newest first, as a search ranks exact matches (dates as
+                // stores write them, RFC 3339 UTC, sort as they read).
+                let mut exact = conn.prepare(&sql("ORDER BY e.date DESC, r.tape DESC, e.id DESC"))?;
+                let mut rows = exact.query(params![fts_string(search.needle()), tapes, kinds])?;
+                while let Some(row) = rows.next()? {
+                    let (tape, entry) = read(row)?;
+                    if search.settled_before(&entry.date) {
+                        break;
+                    }
+                    search.offer(&tape, entry);
                 }
-                Ok(Some(bub_kit::tape::search_across(found, &query)?))
+                drop(rows);
+                let trigrams = search.trigrams();
+                if !search.exact_full() && !trigrams.is_empty() {
+                    let any = trigrams.iter().map(|t| fts_string(t)).collect::<Vec<_>>().join(" OR ");
+                    let mut fuzzy = conn.prepare(&sql(""))?;
+                    let mut rows = fuzzy.query(params![any, tapes, kinds])?;
+                    while let Some(row) = rows.next()? {
+                        let (tape, entry) = read(row)?;
+                        search.offer(&tape, entry);
+                    }
+                }
+                Ok(Some(search.finish()))
             })
             .await
         }
@@ -484,8 +482,8 @@ mod tests {
     }
 
     /// A search across tapes from the trigram index finds what a scan
-    /// finds: the entries containing the query and the fuzzy ones, newest
-    /// first, naming their tapes, never a sidecar's; a reset takes a
+    /// finds: the entries containing the query (newest first), then the
+    /// fuzzy ones, naming their tapes, never a sidecar's; a reset takes a
     /// tape's entries out of the index; a database written before the
     /// index existed is indexed when it is opened.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,9 +519,9 @@ mod tests {
         assert_eq!(
             found(None, json!({"tape": "", "query": "kumquat"})).await,
             [
-                ("b".to_owned(), json!("a kumqaut, misspelled")),
                 ("a".to_owned(), json!("I like the KUMQUAT tree")),
                 ("old".to_owned(), json!("an old kumquat")),
+                ("b".to_owned(), json!("a kumqaut, misspelled")),
             ]
         );
         assert_eq!(found(Some(vec!["a".into()]), json!({"tape": "", "query": "kumquat"})).await.len(), 1);

@@ -172,9 +172,16 @@ fn a_client_that_stops_reading_is_cut_off_and_the_turn_is_kept() {
 
     // Both turns ran to their end: their answers are on their tapes.
     for session in ["stalled", "plain"] {
-        let (found, err, ok) = run_bub(&home, &["run", "--session-id", session, ",tape.search query=19999 limit=1"]);
+        let (found, err, ok) = run_bub(&home, &["run", "--session-id", session, ",tape.search query=00000 limit=1"]);
         assert!(ok && found.contains("1 matches"), "the {session} turn's answer on its tape: {err}{found}");
     }
+    // Whole: a search reads an entry's first 64 KiB, so its end is checked on the tapes.
+    let whole = std::fs::read_dir(home.path().join("tapes"))
+        .unwrap()
+        .flatten()
+        .filter(|f| std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("19999 xxx")))
+        .count();
+    assert_eq!(whole, 2, "both answers whole on their tapes");
     drop(gateway);
 }
 

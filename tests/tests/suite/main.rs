@@ -37,6 +37,7 @@ mod recorded;
 mod schedules;
 mod scope;
 mod sdk;
+mod search;
 mod security;
 mod shells;
 mod skills;

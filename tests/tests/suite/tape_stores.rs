@@ -484,8 +484,8 @@ fn every_store_answers_after_id_and_the_kept_context_follows_other_writers() {
 
 /// A search across tapes answers the same on every store: the builtin
 /// JSONL store by reading each tape, tape-sqlite and tape-postgres from
-/// their trigram indexes. Newest first across tapes, substring and fuzzy
-/// matches, sidecars left out, a list of tapes, kinds, a limit.
+/// their trigram indexes. Exact matches newest first across tapes, then
+/// fuzzy ones, sidecars left out, a list of tapes, kinds, a limit.
 #[test]
 fn every_store_searches_across_tapes_alike() {
     use bub_host::agent::Store;
@@ -519,7 +519,7 @@ fn every_store_searches_across_tapes_alike() {
         };
         assert_eq!(
             search(None, json!({"tape": "", "query": "kumquat"})).await,
-            ["c:100% kumquat_jam", "b:kumqaut misspelled", "a:a KUMQUAT tree"],
+            ["c:100% kumquat_jam", "a:a KUMQUAT tree", "b:kumqaut misspelled"],
             "{name}"
         );
         // `_` is LIKE's "any one character": unescaped, "t_e" would find "tree".
@@ -528,7 +528,7 @@ fn every_store_searches_across_tapes_alike() {
         assert_eq!(search(None, json!({"tape": "", "query": "0% k"})).await, ["c:100% kumquat_jam"], "{name}");
         assert_eq!(
             search(Some(vec!["a".into(), "b".into()]), json!({"tape": "", "query": "kumquat", "limit": 1})).await,
-            ["b:kumqaut misspelled"],
+            ["a:a KUMQUAT tree"],
             "{name}"
         );
         assert_eq!(
