@@ -49,6 +49,11 @@ pub struct Calibration {
     pub refused_when: Option<std::time::Instant>,
     /// Whether the cap was guessed (the refusal named no numbers).
     pub guessed: bool,
+    /// The model's context window, prompt and answer together, as a
+    /// refusal named it (provider tokens): a fact about the model, kept.
+    pub window: Option<u64>,
+    /// The most output tokens a refusal said the model takes.
+    pub max_output: Option<u64>,
 }
 
 impl Calibration {
@@ -60,7 +65,13 @@ impl Calibration {
     /// The budget a step keeps to: `configured` (0: none), lowered under
     /// a refusal. None: no budget at all.
     pub fn budget(&self, configured: u64) -> Option<u64> {
-        let cap = self.refused_at.map(|r| r.max(1));
+        // A window a refusal named holds the answer too: three quarters
+        // of it, as for a configured `context_window`.
+        let from_window = self.window.map(|w| (w / 4 * 3).max(1));
+        let cap = match (self.refused_at.map(|r| r.max(1)), from_window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (configured, cap) {
             (0, cap) => cap,
             (b, Some(cap)) => Some(b.min(cap)),
@@ -72,6 +83,9 @@ impl Calibration {
     /// long, saying `error`: the budget is capped under it (lowered only,
     /// while a cap stands).
     pub fn refused(&mut self, estimate: u64, error: &str) {
+        if let Some((window, _)) = window_and_request(error) {
+            self.window = Some(self.window.map_or(window, |w| w.min(window)));
+        }
         let (cap, guessed) = match window_and_request(error) {
             // The provider's window, in the estimate's units, with a margin.
             Some((window, asked)) if asked > window => {
@@ -98,6 +112,32 @@ impl Calibration {
             self.refused_at = None;
             self.since_refusal = 0;
             self.refused_when = None;
+        }
+    }
+
+    /// The window a request must fit, prompt and answer together: the
+    /// smaller of the `configured` one and the one a refusal named.
+    pub fn known_window(&self, configured: Option<u64>) -> Option<u64> {
+        match (configured, self.window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The provider refused a request (`bytes` long) for the answer's
+    /// tokens it asked for: what the refusal named is learned (the window,
+    /// the model's output limit, and the prompt's size in the provider's
+    /// tokens, which calibrates the estimate). The budget is not cut: the
+    /// next request asks for fewer output tokens instead.
+    pub fn output_refused(&mut self, refusal: &OutputRefusal, bytes: usize) {
+        if let Some(window) = refusal.window {
+            self.window = Some(self.window.map_or(window, |w| w.min(window)));
+        }
+        if let Some(cap) = refusal.cap {
+            self.max_output = Some(self.max_output.map_or(cap, |c| c.min(cap)));
+        }
+        if let Some(prompt) = refusal.prompt {
+            self.learn(bytes, prompt);
         }
     }
 
@@ -135,10 +175,121 @@ pub fn window_and_request(error: &str) -> Option<(u64, u64)> {
         return Some((number_after(gt + "tokens >".len())?, asked));
     }
     let window = number_after(s.find("maximum context length is")? + "maximum context length is".len())?;
-    let asked = ["resulted in", "you requested", "requested"]
+    let asked = ["resulted in", "you requested", "your request has", "requested"]
         .iter()
         .find_map(|marker| s.find(marker).and_then(|at| number_after(at + marker.len())))?;
     Some((window, asked))
+}
+
+/// Output tokens a request asks for at least, where the configured
+/// `max_tokens` is larger: under it, an answer is cut off before it says
+/// much, so the prompt is folded instead.
+pub const OUTPUT_FLOOR: u64 = 256;
+
+/// What a refusal of the answer's tokens named, in the provider's tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputRefusal {
+    /// The window prompt and answer share.
+    pub window: Option<u64>,
+    /// The prompt, as the provider counted it.
+    pub prompt: Option<u64>,
+    /// The output tokens the request asked for.
+    pub asked: Option<u64>,
+    /// The most output tokens the model takes.
+    pub cap: Option<u64>,
+}
+
+/// A refusal of the output tokens a request asked for, in the words of
+/// vLLM ("'max_tokens' or 'max_completion_tokens' is too large: 16384.
+/// This model's maximum context length is 8192 tokens and your request has
+/// 2000 input tokens (16384 > 8192 - 2000)", and its older "you requested
+/// 8292 tokens (100 in the messages, 8192 in the completion)"), OpenAI
+/// ("max_tokens is too large: 16384. This model supports at most 4096
+/// completion tokens") and Anthropic ("max_tokens: 64001 > 64000, which is
+/// the maximum allowed number of output tokens"). None for any other
+/// error, a prompt too long among them.
+pub fn output_refusal(error: &str) -> Option<OutputRefusal> {
+    let s = error.to_lowercase();
+    let number_at = |rest: &str| -> Option<u64> {
+        let digits: String =
+            rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
+        digits.parse().ok()
+    };
+    let after = |marker: &str| s.find(marker).and_then(|at| number_at(&s[at + marker.len()..]));
+    let before = |marker: &str| {
+        let at = s.find(marker)?;
+        let head = s[..at].trim_end();
+        let start = head.rfind(|c: char| !c.is_ascii_digit() && c != ',').map_or(0, |i| i + 1);
+        head[start..].replace(',', "").parse().ok()
+    };
+    let mut r = OutputRefusal::default();
+    if s.contains("in the completion") {
+        r.window = after("maximum context length is");
+        r.prompt = before(" in the messages");
+        r.asked = before(" in the completion");
+    } else if s.contains("is too large") && s.contains("input tokens") {
+        r.window = after("maximum context length is");
+        r.prompt = after("your request has");
+        r.asked = after("is too large:");
+    } else if s.contains("completion tokens") && s.contains("supports at most") {
+        r.cap = after("supports at most");
+        r.asked = after("is too large:");
+    } else if s.contains("maximum allowed number of output tokens") {
+        r.cap = after(">");
+        r.asked = after("max_tokens:");
+    }
+    let named = (r.window.is_some() && r.prompt.is_some()) || r.cap.is_some();
+    named.then_some(r)
+}
+
+/// Why a request cannot be sent: its prompt leaves the answer less than
+/// the floor of the model's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom {
+    /// The window, in tokens.
+    pub window: u64,
+    /// The prompt, estimated.
+    pub prompt: u64,
+    /// What it leaves for the answer.
+    pub room: u64,
+    /// The least the answer gets.
+    pub floor: u64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the prompt (about {} tokens) leaves {} tokens of the model's {}-token context window for the answer, \
+             under the floor of {}: the context is folded to make room; if that is not enough, lower \
+             BUB_CONTEXT_BUDGET_TOKENS or set the model's context_window to what its server allows",
+            self.prompt, self.room, self.window, self.floor
+        )
+    }
+}
+
+/// The output tokens to ask for: `configured`, at most the model's
+/// output limit `cap`, and, with a known `window`, at most what a prompt
+/// of `prompt` tokens (estimated) leaves of it, with a margin for the
+/// estimate's error: a server that counts prompt and answer against the
+/// window (vLLM, OpenAI's older models) refuses a request asking more.
+/// Never under [`OUTPUT_FLOOR`] (or `configured`, when smaller): [`NoRoom`]
+/// then says so.
+pub fn output_tokens(configured: u64, window: Option<u64>, prompt: u64, cap: Option<u64>) -> Result<u64, NoRoom> {
+    let mut tokens = cap.map_or(configured, |c| configured.min(c.max(1)));
+    if let Some(window) = window {
+        // The estimate is calibrated on the last request, whose size may
+        // differ; a server also counts what the estimate does not see (its
+        // chat template, the request's other fields).
+        let margin = prompt / 10 + 128;
+        let room = window.saturating_sub(prompt + margin);
+        let floor = OUTPUT_FLOOR.min(tokens);
+        if room < floor {
+            return Err(NoRoom { window, prompt, room, floor });
+        }
+        tokens = tokens.min(room);
+    }
+    Ok(tokens)
 }
 
 /// Calibrations by model, bounded (a gateway that sees a thousand model
@@ -212,14 +363,17 @@ mod tests {
         let openai = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9,000 \
             tokens. Please reduce the length of the messages.";
         c.refused(10_000, openai);
-        assert_eq!(c.budget(64_000), Some(8_192));
+        assert_eq!(c.refused_at, Some(8_192));
+        // The window it named holds the answer too: three quarters of it.
+        assert_eq!((c.window, c.budget(64_000)), (Some(8_192), Some(6_144)));
         // A second refusal while capped lowers it by its own numbers, not by another quarter.
         c.refused(8_192, "prompt is too long: 8300 tokens > 8192 maximum");
-        assert_eq!(c.budget(64_000), Some(7_276));
+        assert_eq!(c.refused_at, Some(7_276));
         for _ in 0..RECOVER_AFTER_CALLS * 2 {
             c.accepted();
         }
-        assert_eq!(c.budget(64_000), Some(7_276), "the provider's numbers are a fact: kept (for an hour)");
+        assert_eq!(c.refused_at, Some(7_276), "the provider's numbers are a fact: kept (for an hour)");
+        assert_eq!(c.budget(64_000), Some(6_144));
         // A guessed cap compounds with refusals in a row, and is lifted.
         let mut g = Calibration::default();
         for estimate in [8_000, 6_000, 4_500] {
@@ -239,5 +393,63 @@ mod tests {
         assert_eq!(window_and_request(vllm), Some((4_096, 4_196)));
         assert_eq!(window_and_request("prompt is too long: 210000 tokens > 200000 maximum"), Some((200_000, 210_000)));
         assert_eq!(window_and_request("context_length_exceeded"), None);
+        let vllm_prompt = "This model's maximum context length is 1536 tokens. However, your request has 4176 input \
+            tokens. Please reduce the length of the input messages.";
+        assert_eq!(window_and_request(vllm_prompt), Some((1_536, 4_176)));
+    }
+
+    #[test]
+    fn refusals_of_output_tokens_are_read_in_each_providers_words() {
+        let vllm = "'max_tokens' or 'max_completion_tokens' is too large: 16384. This model's maximum context length \
+            is 8000 tokens and your request has 2778 input tokens (16384 > 8000 - 2778). None";
+        let r = output_refusal(vllm).unwrap();
+        assert_eq!((r.window, r.prompt, r.asked, r.cap), (Some(8_000), Some(2_778), Some(16_384), None));
+        let older = "This model's maximum context length is 4096 tokens. However, you requested 4196 tokens (100 in \
+            the messages, 4096 in the completion). Please reduce the length of the messages or completion.";
+        let r = output_refusal(older).unwrap();
+        assert_eq!((r.window, r.prompt, r.asked), (Some(4_096), Some(100), Some(4_096)));
+        let openai = "max_tokens is too large: 16384. This model supports at most 4096 completion tokens, whereas \
+            you provided 16384.";
+        assert_eq!(output_refusal(openai).unwrap().cap, Some(4_096));
+        let anthropic = "max_tokens: 64001 > 64000, which is the maximum allowed number of output tokens for \
+            claude-opus-4-20250514";
+        assert_eq!(output_refusal(anthropic).unwrap().cap, Some(64_000));
+        for other in [
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+            "This model's maximum context length is 1536 tokens. However, your request has 4176 input tokens.",
+            "rate limit reached",
+        ] {
+            assert_eq!(output_refusal(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_answer_gets_what_the_prompt_leaves_of_the_window() {
+        assert_eq!(output_tokens(16_384, None, 5_000, None), Ok(16_384));
+        assert_eq!(output_tokens(16_384, None, 5_000, Some(4_096)), Ok(4_096));
+        // 8,000 - 5,000 - (500 + 128).
+        assert_eq!(output_tokens(16_384, Some(8_000), 5_000, None), Ok(2_372));
+        assert_eq!(output_tokens(1_000, Some(8_000), 5_000, None), Ok(1_000));
+        let no_room = output_tokens(16_384, Some(8_000), 7_500, None).unwrap_err();
+        assert_eq!((no_room.room, no_room.floor), (0, OUTPUT_FLOOR));
+        assert!(crate::run::is_context_overflow(&no_room.to_string()), "{no_room}");
+        // A configured max_tokens under the floor is the floor.
+        assert_eq!(output_tokens(100, Some(8_000), 7_000, None), Ok(100));
+        assert!(output_tokens(100, Some(8_000), 7_200, None).is_err());
+    }
+
+    #[test]
+    fn a_window_a_refusal_named_is_kept_and_bounds_the_budget() {
+        let mut c = Calibration::default();
+        let vllm = "'max_tokens' or 'max_completion_tokens' is too large: 16384. This model's maximum context length \
+            is 8000 tokens and your request has 2000 input tokens (16384 > 8000 - 2000).";
+        c.output_refused(&output_refusal(vllm).unwrap(), 8_000);
+        assert_eq!(c.window, Some(8_000));
+        assert_eq!(c.budget(64_000), Some(6_000));
+        assert_eq!(c.tokens(8_000), 2_200, "the prompt's count calibrates the estimate");
+        for _ in 0..RECOVER_AFTER_CALLS * 2 {
+            c.accepted();
+        }
+        assert_eq!(c.budget(64_000), Some(6_000), "a fact about the model: kept");
     }
 }

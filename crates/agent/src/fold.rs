@@ -139,7 +139,12 @@ pub(crate) async fn fold(
     let input_limit = (plan.budget / 5 * 3).max(1_000);
     let lines: Vec<String> = plan.older.iter().chain(plan.tail).map(|m| render(m)).collect();
     let (transcript, left_out) = fit_transcript(lines, input_limit, calibration);
-    let max_tokens = summary_tokens(plan.budget);
+    // Its answer gets what the transcript leaves of a known window, too.
+    let transcript_tokens = calibration.tokens(transcript.len() + SUMMARY_PROMPT.len() + 64);
+    let window = calibration.known_window(agent.settings.context_window(model));
+    let share = summary_tokens(plan.budget);
+    let max_tokens =
+        super::budget::output_tokens(share, window, transcript_tokens, calibration.max_output).unwrap_or(share);
     let (summary, summary_error) = match summarize(agent, cx, model, &transcript, max_tokens).await? {
         Ok(text) if !text.trim().is_empty() => (text, None),
         Ok(_) => (fallback_summary(plan.older), Some("the summary call answered nothing".to_owned())),

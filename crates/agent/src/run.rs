@@ -186,9 +186,10 @@ struct Run {
     started: Instant,
     // The last provider call's usage (for StepFinished and continue_prompt).
     usage: std::sync::Mutex<Option<Value>>,
-    // The estimate (tokens) of the last request sent, and the refusal
-    // that makes the next step fold first (see `fold`).
+    // The estimate (tokens) and size (bytes) of the last request sent,
+    // and the refusal that makes the next step fold first (see `fold`).
     last_estimate: std::sync::atomic::AtomicU64,
+    last_bytes: std::sync::atomic::AtomicUsize,
     fold_next: std::sync::Mutex<Option<String>>,
 }
 
@@ -281,6 +282,7 @@ impl Agent {
             started: Instant::now(),
             usage: Default::default(),
             last_estimate: Default::default(),
+            last_bytes: Default::default(),
             fold_next: Default::default(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -427,6 +429,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
     let agent = &run.agent;
     let mut next_prompt: Option<Arc<[Value]>> = Some(run.prompt.clone());
     let mut refusals_left = 1;
+    let mut output_refusals_left = 1;
     let mut step = 0;
     loop {
         step += 1;
@@ -443,6 +446,29 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         let elapsed = || started.elapsed().as_millis() as u64;
         let should_continue = match one_step(run, next_prompt.clone(), tx).await {
             Ok(c) => c,
+            Err(e) if output_refusals_left > 0 && super::budget::output_refusal(&e.to_string()).is_some() => {
+                // The answer's tokens were refused (a server that counts
+                // them against the window, or a model's output limit): what
+                // the refusal named is learned, and the step is tried again
+                // asking for fewer; the context is folded only if the prompt
+                // then leaves too little room.
+                output_refusals_left -= 1;
+                if let Some(refusal) = super::budget::output_refusal(&e.to_string()) {
+                    let bytes = run.last_bytes.load(Ordering::SeqCst);
+                    run.cx.tape.contexts().calibrations.update(&run.model, |c| c.output_refused(&refusal, bytes));
+                }
+                let mut ev = Event::StepFinished {
+                    step,
+                    status: Status::Continue,
+                    elapsed_ms: elapsed(),
+                    error: Some(e.to_string()),
+                    next_prompt: None,
+                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
+                    usage: run.last_usage(),
+                };
+                agent.events.emit(&mut ev, &run.cx).await?;
+                continue;
+            }
             Err(e) if refusals_left > 0 && refused_as_too_long(&e) => {
                 // Folded at the next try (semantics §A2.9): the budget is
                 // capped under what this request was estimated at, and the
@@ -644,8 +670,18 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
         Some(shortened) => messages.extend(shortened),
         None => messages.extend(new_messages.iter().cloned()),
     }
-    // 6. LLMCallStarted.
-    let max_tokens = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
+    // 6. LLMCallStarted. The answer gets what the prompt leaves of a known
+    // window (a server may count both against it).
+    let configured = run.options.get("max_tokens").and_then(Value::as_u64).unwrap_or(agent.settings.max_tokens);
+    let calibration = cx.tape.contexts().calibrations.get(&run.model);
+    let prompt_bytes = tool_bytes + messages.iter().map(|m| message_bytes(m)).sum::<usize>();
+    let prompt_tokens = calibration.tokens(prompt_bytes);
+    let window = calibration.known_window(agent.settings.context_window(&run.model));
+    let (max_tokens, no_room) =
+        match super::budget::output_tokens(configured, window, prompt_tokens, calibration.max_output) {
+            Ok(n) => (n, None),
+            Err(no_room) => (configured, Some(no_room)),
+        };
     let request = CallRequest {
         run_id: run_id.clone(),
         model: run.model.clone(),
@@ -693,9 +729,15 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     let sent_bytes = tool_bytes + model_request.messages.iter().map(|m| message_bytes(m)).sum::<usize>();
     let calibrations = &cx.tape.contexts().calibrations;
     run.last_estimate.store(calibrations.get(&run.model).tokens(sent_bytes), Ordering::SeqCst);
+    run.last_bytes.store(sent_bytes, Ordering::SeqCst);
     let call_started = Instant::now();
     let mut text_so_far = String::new();
-    let outcome = call_model(agent, &request.model, &model_request, Some(tx), &mut text_so_far).await;
+    // A prompt that leaves the answer no room is not sent: it is answered
+    // as the provider would, an overflow, and folded.
+    let outcome = match no_room {
+        Some(no_room) => Err(ProviderError::Config(no_room.to_string())),
+        None => call_model(agent, &request.model, &model_request, Some(tx), &mut text_so_far).await,
+    };
     let elapsed = call_started.elapsed();
     let result = LlmCallResult {
         run_id: run_id.clone(),
@@ -843,7 +885,8 @@ async fn fit(
     }
     // Other messages only against a budget the user or the provider gave
     // (a setting, a window, a refusal), never the default guess.
-    let known = agent.settings.knows_budget(&run.model) || calibration.refused_at.is_some();
+    let known =
+        agent.settings.knows_budget(&run.model) || calibration.refused_at.is_some() || calibration.window.is_some();
     if !known || fold::shorten_other_messages(&mut history, fits) {
         return Ok((history, None));
     }

@@ -498,3 +498,142 @@ fn rate_limits_are_retried_and_never_folded() {
         );
     }
 }
+
+/// A server that counts the prompt and the requested answer against its
+/// window, as vLLM's OpenAI server does (and its refusals, in its words
+/// and error shape): the prompt is its own count (one token per two and a
+/// half bytes of the body, more than the agent's first estimate); a
+/// request without `max_tokens` gets what the prompt leaves; a model
+/// `output_cap`, when given, refuses more output tokens in OpenAI's words.
+struct CountsTheAnswer {
+    provider: Provider,
+    /// Refusals of the prompt alone, and of prompt + answer.
+    prompt_refusals: Arc<AtomicUsize>,
+    output_refusals: Arc<AtomicUsize>,
+    /// The largest prompt + max_tokens it accepted.
+    largest: Arc<AtomicU64>,
+}
+
+fn vllm_error(message: String) -> Reply {
+    let body = json!({"object": "error", "message": message, "type": "BadRequestError", "param": null, "code": 400});
+    Reply::Status(400, body.to_string(), vec![])
+}
+
+fn counts_the_answer(window: u64, output_cap: Option<u64>) -> CountsTheAnswer {
+    let (prompt_refusals, output_refusals) = <(Arc<AtomicUsize>, Arc<AtomicUsize>)>::default();
+    let largest = Arc::new(AtomicU64::new(0));
+    let (p, o, l) = (prompt_refusals.clone(), output_refusals.clone(), largest.clone());
+    let provider = Provider::respond(move |request| {
+        let input = (request.body.to_string().len() as f64 / 2.5) as u64;
+        if input >= window {
+            p.fetch_add(1, Ordering::SeqCst);
+            return vllm_error(format!(
+                "This model's maximum context length is {window} tokens. However, your request has {input} input \
+                 tokens. Please reduce the length of the input messages."
+            ));
+        }
+        let asked = ["max_completion_tokens", "max_tokens"].iter().find_map(|k| request.body[*k].as_u64());
+        if let (Some(cap), Some(max)) = (output_cap, asked) {
+            if max > cap {
+                o.fetch_add(1, Ordering::SeqCst);
+                let body = json!({"error": {"message": format!("max_tokens is too large: {max}. This model supports \
+                    at most {cap} completion tokens, whereas you provided {max}."), "type": "invalid_request_error",
+                    "param": "max_tokens", "code": "invalid_value"}});
+                return Reply::Status(400, body.to_string(), vec![]);
+            }
+        }
+        let max = asked.unwrap_or(window - input);
+        if input + max > window {
+            o.fetch_add(1, Ordering::SeqCst);
+            return vllm_error(format!(
+                "'max_tokens' or 'max_completion_tokens' is too large: {max}. This model's maximum context length \
+                 is {window} tokens and your request has {input} input tokens ({max} > {window} - {input}). None"
+            ));
+        }
+        l.fetch_max(input + max, Ordering::SeqCst);
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        if messages.first().is_some_and(|m| content(m) == fold::SUMMARY_PROMPT) {
+            return chat::text_counted("The user asked me to remember:kumquat", input);
+        }
+        match messages.last().and_then(|m| m["role"].as_str()) {
+            Some("tool") => chat::text_counted("done", input),
+            _ => chat::tool_call_counted("c1", "blob", "{}", input),
+        }
+    });
+    CountsTheAnswer { provider, prompt_refusals, output_refusals, largest }
+}
+
+/// With a known window (`context_window` 8,000) every request asks for at
+/// most what its prompt leaves (before, 16,384 every time, and a server
+/// counting both refused all 100 turns): 100 turns end well, nothing is
+/// refused, and no accepted request passes the window.
+#[test]
+fn requests_fit_a_window_that_counts_the_answer() {
+    let server = counts_the_answer(8_000, None);
+    let store = Store::memory();
+    let agent = Arc::new(agent_with_window(&server.provider, store.clone(), 8_000));
+    bub_tests::block_on(session(agent, "vllm", 0..100));
+    let refusals = (server.prompt_refusals.load(Ordering::SeqCst), server.output_refusals.load(Ordering::SeqCst));
+    assert_eq!(refusals, (0, 0), "(prompt, output) refusals");
+    assert!(server.largest.load(Ordering::SeqCst) <= 8_000);
+    let asked: Vec<u64> =
+        server.provider.requests().iter().filter_map(|r| r.body["max_completion_tokens"].as_u64()).collect();
+    assert!(asked.iter().all(|m| *m < 8_000 && *m >= bub_host::agent::budget::OUTPUT_FLOOR), "{asked:?}");
+    let folds = every_entry_kept(&whole_tape(&store, "vllm"), 100);
+    assert!(!folds.is_empty(), "the prompts grew to the budget (three quarters of the window)");
+}
+
+/// Without a known window, the server's refusal of the answer's tokens is
+/// learned from (its window, and the prompt's size in its tokens) and the
+/// step is tried again asking for less, without folding: 60 turns end
+/// well after one refusal, and the window the refusal named then bounds
+/// the budget, so the prompt never grows into a refusal. A model's output
+/// limit in OpenAI's words is learned the same way.
+#[test]
+fn a_refusal_of_the_answers_tokens_is_learned_once() {
+    let server = counts_the_answer(8_000, None);
+    let store = Store::memory();
+    let learning = Arc::new(agent(&server.provider, store.clone(), None));
+    bub_tests::block_on(session(learning, "learned", 0..60));
+    let refusals = (server.prompt_refusals.load(Ordering::SeqCst), server.output_refusals.load(Ordering::SeqCst));
+    assert_eq!(refusals, (0, 1), "(prompt, output) refusals: the first request only");
+    let entries = whole_tape(&store, "learned");
+    let folds = every_entry_kept(&entries, 60);
+    assert!(!folds.is_empty() && folds.iter().all(|f| f.payload["state"]["reason"] == "budget"), "{folds:?}");
+
+    let capped = counts_the_answer(1_000_000, Some(4_096));
+    let learning = Arc::new(agent(&capped.provider, Store::memory(), None));
+    bub_tests::block_on(session(learning, "capped", 0..5));
+    assert_eq!(capped.output_refusals.load(Ordering::SeqCst), 1, "refused once, then 4,096 asked");
+    let last = capped.provider.requests().last().unwrap().body["max_completion_tokens"].clone();
+    assert_eq!(last, json!(4_096));
+}
+
+/// A prompt that would leave the answer less than the floor (a budget
+/// set above the window) is not sent: it is folded as an overflow whose
+/// reason names the floor, and the session goes on without a refusal.
+#[test]
+fn a_prompt_that_leaves_no_room_for_the_answer_is_folded_first() {
+    let server = counts_the_answer(6_000, None);
+    let store = Store::memory();
+    let mut file = Map::new();
+    file.insert("model".into(), json!("openai:m"));
+    file.insert("api_base".into(), json!(server.provider.base_url));
+    file.insert("client_args".into(), json!({"retry_delay": 0.01, "max_retry_delay": 0.02, "context_window": 6_000}));
+    file.insert("context_budget_tokens".into(), json!(50_000));
+    let settings = ModelSettings::from_sources(vec![], &file).unwrap();
+    let mut agent = Agent::new(settings, store.clone());
+    agent.add_tool(AgentTool::native(
+        "blob",
+        "Returns 2 KB of text.",
+        json!({"type": "object", "properties": {}}),
+        Exposure::Auto,
+        |_args, _cx| async move { Ok(json!("b".repeat(RESULT_BYTES))) },
+    ));
+    bub_tests::block_on(session(Arc::new(agent), "floor", 0..30));
+    let refusals = (server.prompt_refusals.load(Ordering::SeqCst), server.output_refusals.load(Ordering::SeqCst));
+    assert_eq!(refusals, (0, 0), "(prompt, output) refusals");
+    let folds = every_entry_kept(&whole_tape(&store, "floor"), 30);
+    let error = folds[0].payload["state"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("under the floor of 256"), "{error}");
+}

@@ -417,13 +417,20 @@ impl ModelSettings {
         if let Some(n) = self.context_budget_tokens {
             return n;
         }
+        match self.context_window(spec) {
+            Some(w) => w / 4 * 3,
+            None => DEFAULT_CONTEXT_BUDGET,
+        }
+    }
+
+    /// The model's context window (prompt and answer together) as its
+    /// options say it: a custom provider's `context_window`, else
+    /// `client_args`'. None when unsaid (or 0).
+    pub fn context_window(&self, spec: &str) -> Option<u64> {
         let provider = spec.split_once(':').map_or(spec, |(p, _)| p);
         let window = |m: Option<&Map<String, Value>>| m.and_then(|m| m.get("context_window")).and_then(Value::as_u64);
         let custom = self.providers.get(provider).and_then(Value::as_object);
-        match window(custom).or_else(|| window(Some(&self.client_args))) {
-            Some(w) if w > 0 => w / 4 * 3,
-            _ => DEFAULT_CONTEXT_BUDGET,
-        }
+        window(custom).or_else(|| window(Some(&self.client_args))).filter(|w| *w > 0)
     }
 
     /// Whether the budget for `spec` comes from what the user said (the
@@ -432,13 +439,7 @@ impl ModelSettings {
     /// fit it (a 200 KB paste to a model with a 200K window must reach it
     /// whole).
     pub fn knows_budget(&self, spec: &str) -> bool {
-        if self.context_budget_tokens.is_some() {
-            return true;
-        }
-        let provider = spec.split_once(':').map_or(spec, |(p, _)| p);
-        let window = |m: Option<&Map<String, Value>>| m.and_then(|m| m.get("context_window")).and_then(Value::as_u64);
-        let custom = self.providers.get(provider).and_then(Value::as_object);
-        window(custom).or_else(|| window(Some(&self.client_args))).is_some_and(|w| w > 0)
+        self.context_budget_tokens.is_some() || self.context_window(spec).is_some()
     }
 
     /// The model a turn uses when nothing else names one.
