@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 pub mod discord;
 pub mod fake;
 pub mod gateway;
+pub mod npm;
 pub mod postgres;
 pub mod provider;
 pub mod proxy;

@@ -45,6 +45,8 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The JSON body.
     pub body: Value,
+    /// The body as text (a form, or anything not JSON).
+    pub text: String,
 }
 
 impl Request {
@@ -163,7 +165,12 @@ pub(crate) fn read_request(stream: &std::net::TcpStream) -> Option<Request> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some(Request { line: line.trim().to_owned(), headers, body: serde_json::from_slice(&body).unwrap_or(Value::Null) })
+    Some(Request {
+        line: line.trim().to_owned(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        text: String::from_utf8_lossy(&body).into_owned(),
+    })
 }
 
 fn write_reply(out: &mut std::net::TcpStream, reply: Reply) -> std::io::Result<()> {

@@ -25,16 +25,37 @@ struct Spec {
     dir: &'static str,
     requirements: &'static str,
     own: &'static [&'static str],
+    // The pins without the Bub plugins (lines `bub-…`): Python Bub alone,
+    // as a user has it before installing any plugin.
+    without_plugins: bool,
 }
 
-const TESTS: Spec = Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS };
-const BENCH: Spec = Spec { dir: "python-bench-venv", requirements: "bench-requirements.txt", own: &["bub-rs-bench"] };
-const PUBLISHED: Spec = Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[] };
-const OPENAI_CLIENT: Spec =
-    Spec { dir: "python-openai-venv", requirements: "openai-client-requirements.txt", own: &[] };
-const DISCORD_CLIENT: Spec =
-    Spec { dir: "python-discord-venv", requirements: "discord-client-requirements.txt", own: &[] };
-const CRONITER: Spec = Spec { dir: "python-croniter-venv", requirements: "croniter-requirements.txt", own: &[] };
+const TESTS: Spec =
+    Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS, without_plugins: false };
+const BENCH: Spec = Spec {
+    dir: "python-bench-venv",
+    requirements: "bench-requirements.txt",
+    own: &["bub-rs-bench"],
+    without_plugins: false,
+};
+const PUBLISHED: Spec =
+    Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[], without_plugins: false };
+const OPENAI_CLIENT: Spec = Spec {
+    dir: "python-openai-venv",
+    requirements: "openai-client-requirements.txt",
+    own: &[],
+    without_plugins: false,
+};
+const DISCORD_CLIENT: Spec = Spec {
+    dir: "python-discord-venv",
+    requirements: "discord-client-requirements.txt",
+    own: &[],
+    without_plugins: false,
+};
+const BUB_ALONE: Spec =
+    Spec { dir: "python-bub-alone-venv", requirements: "requirements.txt", own: &[], without_plugins: true };
+const CRONITER: Spec =
+    Spec { dir: "python-croniter-venv", requirements: "croniter-requirements.txt", own: &[], without_plugins: false };
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -76,6 +97,15 @@ pub fn openai_client_venv_or_skip(test: &str) -> Option<&'static Path> {
 pub fn discord_client_venv_or_skip(test: &str) -> Option<&'static Path> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     made_or_skip(&VENV, &DISCORD_CLIENT, test)
+}
+
+/// Python Bub 0.6.0a3 alone, no plugin (the pins of
+/// `tests/python/requirements.txt` without its `bub-` packages), or `None`
+/// (the test says it skipped, and why): Bub side by side with bub-rs where
+/// a plugin's hooks would make the two differ.
+pub fn bub_alone_venv_or_skip(test: &str) -> Option<&'static Path> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    made_or_skip(&VENV, &BUB_ALONE, test)
 }
 
 /// A venv with croniter (`tests/python/croniter-requirements.txt`), the
@@ -184,9 +214,15 @@ fn make(spec: &Spec) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("`{python} -m venv {}` failed ({status})", venv.display()));
     }
+    let mut requirements = workspace().join("tests/python").join(spec.requirements);
+    if spec.without_plugins {
+        let pins = std::fs::read_to_string(&requirements).map_err(|e| e.to_string())?;
+        let alone: String = pins.lines().filter(|l| !l.starts_with("bub-")).map(|l| format!("{l}\n")).collect();
+        requirements = venv.join("bub-rs-requirements.txt");
+        std::fs::write(&requirements, alone).map_err(|e| e.to_string())?;
+    }
     let mut pip = Command::new(venv.join("bin/python"));
-    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"])
-        .arg(workspace().join("tests/python").join(spec.requirements));
+    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"]).arg(&requirements);
     for plugin in spec.own {
         pip.arg(workspace().join("tests/python").join(plugin));
     }

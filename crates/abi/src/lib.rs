@@ -29,7 +29,7 @@
 //! search, channel helpers, private files under `$BUB_HOME`, durations from
 //! untrusted numbers. A plugin that needs none of it compiles none of it.
 //!
-//! The crate version is the ABI version ([`ABI_VERSION`], 2.8.0), separate
+//! The crate version is the ABI version ([`ABI_VERSION`], 2.9.0), separate
 //! from the host's version: a plugin built against `bub-abi 2.x` loads in
 //! every host speaking ABI 2.y; hooks added in a later minor are simply
 //! absent from it. `docs/plugin-guide.md` says what changed from ABI 1 and

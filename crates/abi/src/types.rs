@@ -564,6 +564,11 @@ pub struct CommandSpec {
     /// Its arguments, in order.
     #[serde(default)]
     pub args: Vec<CommandArg>,
+    /// The builtin command group it joins (ABI 2.9): `"login"` makes it
+    /// `bub login <name>`, as Bub's plugins attach commands to its `login`
+    /// group. None: a top-level `bub <name>`. Older hosts ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// One argument of a [`CommandSpec`].

@@ -523,6 +523,7 @@ impl Command for McpCommand {
                 a("url", "add: a streamable-HTTP server's URL", true, false),
                 a("tools", "list: connect and show each server's tools", true, true),
             ],
+            ..Default::default()
         }
     }
 

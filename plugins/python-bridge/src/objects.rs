@@ -391,6 +391,7 @@ impl bub_abi::resources::Command for PyCommand {
                 trailing: true,
                 ..Default::default()
             }],
+            ..Default::default()
         }
     }
 

@@ -26,6 +26,7 @@ mod host_api;
 mod install;
 mod isolation;
 mod loading;
+mod logins;
 mod long_sessions;
 mod mcp;
 mod openai;

@@ -230,22 +230,7 @@ fn everything_server() -> Option<std::path::PathBuf> {
     static INSTALLED: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     INSTALLED
         .get_or_init(|| {
-            if std::process::Command::new("npm").arg("--version").output().is_err() {
-                return None;
-            }
-            let dir = bub_tests::target_dir().join("npm-mcp-everything");
-            let bin = dir.join("node_modules/.bin/mcp-server-everything");
-            if !bin.exists() {
-                std::fs::create_dir_all(&dir).unwrap();
-                let out = std::process::Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                    .arg(&dir)
-                    .arg(PACKAGE)
-                    .output()
-                    .expect("run npm");
-                assert!(out.status.success(), "npm install {PACKAGE} failed: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            Some(bin)
+            bub_tests::npm::install("npm-mcp-everything", PACKAGE, "node_modules/.bin/mcp-server-everything")
         })
         .clone()
 }

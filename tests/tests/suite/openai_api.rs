@@ -478,22 +478,8 @@ fn node_openai() -> Option<std::path::PathBuf> {
     static INSTALLED: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     INSTALLED
         .get_or_init(|| {
-            if std::process::Command::new("npm").arg("--version").output().is_err() {
-                return None;
-            }
-            let dir = bub_tests::target_dir().join("npm-openai");
-            let module = dir.join("node_modules/openai");
-            if !module.join("package.json").exists() {
-                std::fs::create_dir_all(&dir).unwrap();
-                let out = std::process::Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                    .arg(&dir)
-                    .arg(PACKAGE)
-                    .output()
-                    .expect("run npm");
-                assert!(out.status.success(), "npm install {PACKAGE} failed: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            Some(module)
+            bub_tests::npm::install("npm-openai", PACKAGE, "node_modules/openai/package.json")
+                .map(|marker| marker.parent().expect("the package folder").to_owned())
         })
         .clone()
 }

@@ -224,6 +224,7 @@ mod tests {
             call_timeout: None,
             stream_limits: Default::default(),
             clients: Default::default(),
+            codex: None,
         }
     }
 

@@ -20,6 +20,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod codex;
 pub mod echo;
 pub mod http;
 pub mod responses;
@@ -167,6 +168,10 @@ pub enum ProviderError {
     /// The model spec or settings are unusable.
     #[error("{0}")]
     Config(String),
+    /// An account login is missing, unreadable or could not be refreshed
+    /// (Republic's `AuthenticationError`).
+    #[error("{0}")]
+    Auth(String),
 }
 
 /// A configured model: provider, wire format, endpoint and credentials.
@@ -198,6 +203,12 @@ pub enum ApiFormat {
 impl ModelClient {
     /// The wire format: `api_format` if given, else the provider's default.
     pub fn format(&self) -> Result<ApiFormat, ProviderError> {
+        if self.config.kind == "codex" && self.config.api_format.as_deref().is_some_and(|f| f != "responses") {
+            return Err(ProviderError::Config(format!(
+                "model {} is a Codex model, which speaks only the Responses API: remove api_format from client_args",
+                self.spec
+            )));
+        }
         match self.config.api_format.as_deref() {
             Some("chat" | "completion" | "chat_completions") => Ok(ApiFormat::Chat),
             Some("responses") => Ok(ApiFormat::Responses),
@@ -208,6 +219,7 @@ impl ModelClient {
             ))),
             None => Ok(match self.config.kind.as_str() {
                 "echo" => ApiFormat::Echo,
+                "codex" => ApiFormat::Responses,
                 "anthropic" => ApiFormat::Messages,
                 _ => ApiFormat::Chat,
             }),

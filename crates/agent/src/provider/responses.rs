@@ -121,7 +121,8 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
         parameters: &t.parameters,
         strict: false,
     });
-    if let Some(max) = request.max_tokens {
+    // Bub sends Codex no output limit (its endpoint refuses one).
+    if let Some(max) = request.max_tokens.filter(|_| client.config.kind != "codex") {
         body.insert("max_output_tokens".into(), json!(max));
     }
     for key in ["tool_choice", "temperature", "top_p", "parallel_tool_calls", "user"] {
@@ -134,6 +135,9 @@ fn encoded(client: &ModelClient, request: &ModelRequest) -> Result<Vec<u8>, Prov
     }
     body.insert("stream".into(), json!(true));
     apply_extra_body(client, request, &mut body);
+    if client.config.kind == "codex" {
+        super::codex::adjust_body(&mut body)?;
+    }
     Ok(encode(&body, &[("input", Spliced::Array(&input)), ("tools", Spliced::Text(&tools))]))
 }
 
@@ -157,8 +161,17 @@ pub async fn call(
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let url = format!("{}/responses", client.config.base_url);
-    let auth: Vec<(&str, String)> =
+    let mut auth: Vec<(&str, String)> =
         client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    if let Some(codex) = &client.config.codex {
+        // A ChatGPT login, read (and refreshed) for every call.
+        let login = codex.credentials().await?;
+        auth =
+            vec![("authorization", format!("Bearer {}", login.access_token)), ("ChatGPT-Account-Id", login.account_id)];
+        // Republic's defaults: a header the user set wins.
+        let unset = |k: &str| !client.config.headers.keys().any(|h| h.eq_ignore_ascii_case(k));
+        auth.extend(super::codex::HEADERS.iter().filter(|(k, _)| unset(k)).map(|(k, v)| (*k, (*v).to_owned())));
+    }
     let resp = http::post(&client.config, &url, &auth, encoded(client, request)?).await?;
     let mut events = http::events(&client.config, resp);
     let mut out = ModelResponse::default();

@@ -178,6 +178,8 @@ pub struct ProviderConfig {
     pub stream_limits: bub_sse::Limits,
     /// The HTTP clients (shared by the clients of one settings value).
     pub clients: super::http::Clients,
+    /// Where a `codex` provider's login is kept (`$CODEX_HOME/auth.json`).
+    pub codex: Option<super::codex::CodexAuth>,
 }
 
 fn json_setting(text: &str, name: &str) -> Result<Value, String> {
@@ -200,6 +202,7 @@ pub fn default_base(kind: &str) -> &'static str {
         "moonshot" => "https://api.moonshot.ai/v1",
         "vllm" => "http://localhost:8000/v1",
         "llamacpp" | "llama.cpp" => "http://localhost:8080/v1",
+        "codex" => super::codex::DEFAULT_BASE,
         _ => "https://api.openai.com/v1",
     }
 }
@@ -499,7 +502,13 @@ impl ModelSettings {
             call_timeout: self.model_timeout,
             stream_limits: self.stream_limits,
             clients: self.clients.clone(),
+            codex: None,
         };
+        let mut config = config;
+        if config.kind == "codex" {
+            let var = |k: &str| self.env.get(k).map(str::to_owned);
+            config.codex = Some(super::codex::CodexAuth::from_env(var));
+        }
         Ok(ModelClient { spec: spec.to_owned(), provider, model, config })
     }
 

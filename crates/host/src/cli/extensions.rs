@@ -189,6 +189,34 @@ pub fn run() -> Result<()> {
             );
             continue;
         }
+        if let Some(group) = &spec.group {
+            // Bub's plugins attach logins to its `login` group; no other
+            // group exists.
+            if group != "login" {
+                tracing::warn!(
+                    target: "bub::cli",
+                    "plugin '{}' puts command `{}` in the group `{}`: the only group is `login`; ignored",
+                    command.resource().plugin(),
+                    spec.name,
+                    bub_host::manifest::printable(group, 64),
+                );
+                continue;
+            }
+            let taken = Cli::command()
+                .find_subcommand("login")
+                .is_some_and(|login| login.get_subcommands().any(|c| c.get_name() == spec.name));
+            if taken || commands.iter().any(|(_, s)| s.group == spec.group && s.name == spec.name) {
+                tracing::warn!(
+                    target: "bub::cli",
+                    "plugin '{}' registers `bub login {}`, which is taken; ignored",
+                    command.resource().plugin(),
+                    spec.name
+                );
+                continue;
+            }
+            commands.push((command, spec));
+            continue;
+        }
         if builtin.contains(&spec.name) {
             tracing::warn!(
                 target: "bub::cli",
@@ -201,12 +229,23 @@ pub fn run() -> Result<()> {
         commands.push((command, spec));
     }
     let mut cli = Cli::command();
-    for (_, spec) in &commands {
+    for (_, spec) in commands.iter().filter(|(_, s)| s.group.is_none()) {
         cli = cli.subcommand(to_clap(spec));
     }
+    let logins: Vec<clap::Command> =
+        commands.iter().filter(|(_, s)| s.group.is_some()).map(|(_, spec)| to_clap(spec)).collect();
+    if !logins.is_empty() {
+        cli = cli.mut_subcommand("login", |login| login.subcommands(logins));
+    }
     let matches = cli.try_get_matches_from(&args).unwrap_or_else(|e| e.exit());
-    if let Some((name, sub)) = matches.subcommand() {
-        if let Some((command, spec)) = commands.iter().find(|(_, s)| s.name == name) {
+    // A plugin's login: `bub login <name> …`.
+    let chosen = match matches.subcommand() {
+        Some(("login", login)) => login.subcommand().map(|(name, sub)| (Some("login"), name, sub)),
+        Some((name, sub)) => Some((None, name, sub)),
+        None => None,
+    };
+    if let Some((group, name, sub)) = chosen {
+        if let Some((command, spec)) = commands.iter().find(|(_, s)| s.name == name && s.group.as_deref() == group) {
             let output = runtime
                 .block_on(command.run(&values(spec, sub)))
                 .with_context(|| format!("command `{name}` of plugin '{}' failed", command.resource().plugin()))?;

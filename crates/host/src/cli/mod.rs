@@ -6,6 +6,7 @@ mod extensions;
 mod gateway;
 mod hooks;
 mod interrupt;
+mod login;
 mod onboard;
 mod plugins;
 mod probe;
@@ -60,6 +61,9 @@ enum Command {
     /// List, install, remove, enable, disable and inspect plugins.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
+    /// Account authentication.
+    #[command(subcommand)]
+    Login(login::LoginCommand),
 }
 
 /// Options every subcommand shares, resolved.
@@ -145,6 +149,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Command::Onboard(args) => onboard::run(&ctx, &args),
         Command::Hooks(args) => hooks::run(&ctx, &args),
         Command::Plugins(cmd) => plugins::run(&ctx, &cmd),
+        Command::Login(cmd) => login::run(&ctx, &cmd),
     })
 }
 

@@ -118,7 +118,7 @@ impl Plugin for Sdk {
 
     /// A subcommand of `bub`: `bub greet NAME [--shout]`.
     fn register_cli_commands(&self, app: Object) -> Option<Vec<Object>> {
-        Some(vec![Object::cli_command(Greet { app })])
+        Some(vec![Object::cli_command(Greet { app }), Object::cli_command(Login)])
     }
 
     /// A tool, written against the typed trait.
@@ -173,6 +173,7 @@ impl Command for Greet {
                 CommandArg { name: "name".into(), help: "who".into(), required: true, ..Default::default() },
                 CommandArg { name: "shout".into(), help: "louder".into(), flag: true, ..Default::default() },
             ],
+            ..Default::default()
         }
     }
 
@@ -187,6 +188,30 @@ impl Command for Greet {
             }
             Ok(Value::String(text))
         }
+    }
+}
+
+/// `bub login tp-sdk`: a plugin's login, in Bub's `login` group (ABI 2.9).
+struct Login;
+
+impl Command for Login {
+    fn spec(&self) -> CommandSpec {
+        CommandSpec {
+            name: "tp-sdk".into(),
+            about: "Logs in to tp-sdk's pretend service".into(),
+            args: vec![CommandArg {
+                name: "token".into(),
+                help: "the token".into(),
+                option: true,
+                ..Default::default()
+            }],
+            group: Some("login".into()),
+        }
+    }
+
+    fn run(&self, args: Map<String, Value>) -> impl Fut<Value> {
+        let token = args.get("token").and_then(Value::as_str).unwrap_or("none").to_owned();
+        async move { Ok(Value::String(format!("tp-sdk login: ok (token {token})"))) }
     }
 }
 
