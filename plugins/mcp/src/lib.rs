@@ -11,7 +11,12 @@
 //! ```
 //!
 //! A `command` is a stdio server (started as a child process, stopped with
-//! the scope); a `url` a streamable-HTTP one. A stdio server gets only a
+//! the scope); a `url` a remote one: streamable HTTP, or the older HTTP with
+//! server-sent events (`transport: "sse"`, or a URL path ending in `/sse`,
+//! as fastmcp infers it; see [`sse`]). Each entry is read whole as bub-mcp
+//! hands it to fastmcp — `headers`, `auth` (a bearer token), `cwd`,
+//! `timeout`, `sse_read_timeout`, … — and an entry with a key bub-rs does
+//! not act on is left out, naming the key ([`config`]). A stdio server gets only a
 //! safe set of bub's environment (`HOME`, `LOGNAME`, `PATH`, `SHELL`,
 //! `TERM`, `USER`, as the official TypeScript and Python SDKs pass, plus
 //! `LANG`, `LC_ALL`, `TMPDIR`) and what its `env` names: never bub's API
@@ -62,8 +67,12 @@ use rmcp::{
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+mod config;
 mod output;
+mod sse;
 mod tasks;
+
+use config::{ServerConfig, Transport};
 
 /// The plugin.
 pub struct Mcp {
@@ -103,23 +112,13 @@ fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
-/// One server's entry in `mcp.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct ServerConfig {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    command: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    args: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    env: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    url: Option<String>,
-}
-
+/// `mcp.json`: each server's entry kept as written (read whole by
+/// [`ServerConfig::parse`] when it is used, so one bad entry leaves out
+/// that server only, and `bub mcp add` rewrites the others unchanged).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct McpFile {
     #[serde(rename = "mcpServers", default)]
-    servers: BTreeMap<String, ServerConfig>,
+    servers: BTreeMap<String, Value>,
     #[serde(flatten)]
     rest: Map<String, Value>,
 }
@@ -152,6 +151,10 @@ struct Server {
     /// For an HTTP server: the cap on one answer (rmcp closes the
     /// transport on a bigger one, without saying why).
     http_cap: Option<usize>,
+    /// Each tool call's limit (the entry's `timeout`).
+    call_timeout: Option<Duration>,
+    /// An SSE server's stream reader, stopped with the server.
+    _sse_reader: Option<sse::ReaderGuard>,
 }
 
 /// How long a stdio server may take to exit once its input is closed.
@@ -169,10 +172,14 @@ fn safe_environment() -> impl Iterator<Item = (String, String)> {
 async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Server, String> {
     let task_only = tasks::TaskOnly::default();
     let mut child = None;
-    let service = match (&config.command, &config.url) {
-        (Some(command), None) => {
+    let mut sse_reader = None;
+    let service = match (config.transport, &config.command, &config.url) {
+        (Transport::Stdio, Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args).env_clear().envs(safe_environment()).envs(&config.env).kill_on_drop(true);
+            if let Some(dir) = &config.cwd {
+                cmd.current_dir(dir);
+            }
             cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
             // Its own group: what it starts is killed with it.
             cmd.process_group(0);
@@ -189,17 +196,32 @@ async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Se
                 .with_max_line_length(limits.max_message.saturating_add(1));
             ().serve(transport).await.map_err(|e| format!("`{command}` did not start an MCP session: {e}"))?
         }
-        (None, Some(url)) => {
+        (Transport::Http, None, Some(url)) => {
             // rmcp's own limits (16 MiB per SSE event and per JSON body by
             // default) set to ours, so both transports cap the same.
-            let config =
+            let mut headers = std::collections::HashMap::new();
+            for (k, v) in &config.headers {
+                let name =
+                    reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k}: {e}"))?;
+                let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
+                headers.insert(name, value);
+            }
+            let http =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .max_sse_event_size(limits.max_message)
-                    .max_json_response_size(limits.max_message);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            ().serve(transport).await.map_err(|e| format!("{url} did not start an MCP session: {e}"))?
+                    .max_json_response_size(limits.max_message)
+                    .custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(http);
+            ().serve(transport).await.map_err(|e| format!("{url} did not start an MCP session: {}", http_error(&e)))?
         }
-        _ => return Err("needs either `command` (a stdio server) or `url` (streamable HTTP), not both".into()),
+        (Transport::Sse, None, Some(url)) => {
+            let session = sse::open(url, &config.headers, limits.max_message, config.sse_read_timeout).await?;
+            sse_reader = Some(session.reader);
+            ().serve((session.outgoing, session.incoming))
+                .await
+                .map_err(|e| format!("{url} did not start an MCP session: {e}"))?
+        }
+        _ => return Err("needs either `command` (a stdio server) or `url` (a remote one), not both".into()),
     };
     let mut tools = service.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
     let task_only = task_only.take();
@@ -229,7 +251,20 @@ async fn connect(name: &str, config: &ServerConfig, limits: Limits) -> Result<Se
         tools,
         child: tokio::sync::Mutex::new(child),
         http_cap: config.url.as_ref().map(|_| limits.max_message),
+        call_timeout: config.call_timeout,
+        _sse_reader: sse_reader,
     })
+}
+
+/// rmcp's error, with what to check when the server refused the
+/// credentials.
+fn http_error(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    if ["401", "403", "Unauthorized", "Auth"].iter().any(|needle| text.contains(needle)) {
+        format!("{text} (check the entry's `auth` token or `headers`)")
+    } else {
+        text
+    }
 }
 
 /// Connects to every configured server at once; the ones that fail are
@@ -247,6 +282,13 @@ async fn connect_all(home: &Path, limits: Limits) -> Vec<Arc<Server>> {
     let servers: Vec<_> = file
         .servers
         .into_iter()
+        .filter_map(|(name, entry)| match ServerConfig::parse(&entry) {
+            Ok(config) => Some((name, config)),
+            Err(e) => {
+                tracing::warn!("mcp: server '{name}' is left out: {e}");
+                None
+            }
+        })
         .map(|(name, config)| {
             tokio::spawn(async move {
                 match tokio::time::timeout(timeout, connect(&name, &config, limits)).await {
@@ -435,9 +477,20 @@ impl Tool for McpTool {
         let (peer, name) = (self.server.peer.clone(), self.tool.name.to_string());
         let server = self.server.name.clone();
         let http_cap = self.server.http_cap;
+        let call_timeout = self.server.call_timeout;
         async move {
             let params = CallToolRequestParams::new(name.clone()).with_arguments(arguments);
-            let result = peer.call_tool(params).await.map_err(|e| {
+            let call = peer.call_tool(params);
+            let answered = match call_timeout {
+                Some(limit) => tokio::time::timeout(limit, call).await.map_err(|_| {
+                    format!(
+                        "MCP server '{server}', tool {name}: no answer within {} ms (the entry's `timeout`)",
+                        limit.as_millis()
+                    )
+                })?,
+                None => call.await,
+            };
+            let result = answered.map_err(|e| {
                 // A tool an HTTP server runs only as a task (its list was not
                 // read through TaskScan) fails so: say why.
                 let hint = match &e {
@@ -520,7 +573,20 @@ impl Command for McpCommand {
                 CommandArg { required: true, ..a("action", "list, add or remove", false, false) },
                 a("name", "the server's name (add, remove)", false, false),
                 a("command", "add: a stdio server's command line (\"prog arg …\")", true, false),
-                a("url", "add: a streamable-HTTP server's URL", true, false),
+                a("url", "add: a remote server's URL (streamable HTTP, or SSE with --transport sse)", true, false),
+                a(
+                    "transport",
+                    "add: http (streamable HTTP, the default) or sse (the older HTTP with SSE)",
+                    true,
+                    false,
+                ),
+                a(
+                    "headers",
+                    "add: headers sent to a remote server, a JSON object ({\"X-Api-Key\": \"…\"})",
+                    true,
+                    false,
+                ),
+                a("auth", "add: a bearer token for a remote server", true, false),
                 a("tools", "list: connect and show each server's tools", true, true),
             ],
             ..Default::default()
@@ -539,18 +605,31 @@ impl Command for McpCommand {
                     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                         return Err(format!("{name:?}: a server name uses letters, digits, '-' and '_'").into());
                     }
-                    let config = match (arg(&args, "command"), arg(&args, "url")) {
+                    let remote_only = ["transport", "headers", "auth"];
+                    let entry = match (arg(&args, "command"), arg(&args, "url")) {
                         (Some(line), None) => {
+                            if let Some(key) = remote_only.iter().find(|k| arg(&args, k).is_some()) {
+                                return Err(format!("--{key} is for a remote server (--url)").into());
+                            }
                             let mut words =
                                 shlex::split(&line).ok_or_else(|| format!("cannot split {line:?} into words"))?;
                             if words.is_empty() {
                                 return Err("--command is empty".into());
                             }
                             let command = words.remove(0);
-                            ServerConfig { command: Some(command), args: words, env: BTreeMap::new(), url: None }
+                            json!({"command": command, "args": words})
                         }
                         (None, Some(url)) => {
-                            ServerConfig { command: None, args: Vec::new(), env: BTreeMap::new(), url: Some(url) }
+                            let headers = match arg(&args, "headers") {
+                                None => None,
+                                Some(text) => match serde_json::from_str::<Value>(&text) {
+                                    Ok(Value::Object(h)) => Some(h),
+                                    _ => return Err(format!("--headers must be a JSON object, got {text:?}").into()),
+                                },
+                            };
+                            let transport = arg(&args, "transport");
+                            let auth = arg(&args, "auth");
+                            config::remote_entry(&url, transport.as_deref(), headers.as_ref(), auth.as_deref())
                         }
                         _ => {
                             return Err(
@@ -558,9 +637,11 @@ impl Command for McpCommand {
                             )
                         }
                     };
+                    // Refused now, as the gateway would leave it out later.
+                    ServerConfig::parse(&entry).map_err(|e| format!("not added: {e}"))?;
                     change_file(&home, |file| {
                         let verb =
-                            if file.servers.insert(name.clone(), config).is_some() { "replaced" } else { "added" };
+                            if file.servers.insert(name.clone(), entry).is_some() { "replaced" } else { "added" };
                         Ok(format!("{verb} MCP server '{name}' in {}", file_of(&home).display()))
                     })?
                 }
@@ -584,15 +665,17 @@ async fn list(home: &Path, limits: Limits, tools: bool) -> Result<String, BoxErr
         return Ok(format!("no MCP servers in {} (add one with `bub mcp add`)", file_of(home).display()));
     }
     let mut out = Vec::new();
-    for (name, config) in &file.servers {
-        let target = match (&config.command, &config.url) {
-            (Some(c), _) => format!("stdio: {c} {}", config.args.join(" ")).trim_end().to_owned(),
-            (_, Some(u)) => format!("http: {u}"),
-            _ => "invalid: neither command nor url".into(),
+    for (name, entry) in &file.servers {
+        let config = match ServerConfig::parse(entry) {
+            Ok(config) => config,
+            Err(e) => {
+                out.push(format!("{name}  left out: {e}"));
+                continue;
+            }
         };
-        out.push(format!("{name}  {target}"));
+        out.push(format!("{name}  {}", config.target()));
         if tools {
-            match tokio::time::timeout(limits.timeout, connect(name, config, limits)).await {
+            match tokio::time::timeout(limits.timeout, connect(name, &config, limits)).await {
                 Ok(Ok(server)) => {
                     for tool in &server.tools {
                         // A description is the server's text: no control

@@ -285,3 +285,97 @@ fn an_http_mcp_answer_over_max_message_bytes_fails_its_call() {
     assert!(err.contains("larger than 20000 bytes") && err.contains("max_message_bytes"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "the call waited for its deadline");
 }
+
+/// A real MCP server from PyPI (fastmcp, pinned in the tests' venv) that
+/// demands a bearer token (fastmcp's own `StaticTokenVerifier`), over
+/// `transport` (`http`: streamable HTTP; `sse`: the older HTTP with
+/// server-sent events, which it then speaks alone); killed when dropped.
+struct GuardedServer(std::process::Child, String);
+
+const GUARDED_SERVER: &str = r#"
+import sys
+from fastmcp import FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+transport, port = sys.argv[1], int(sys.argv[2])
+auth = StaticTokenVerifier(tokens={"s3cret-token": {"client_id": "bub-test", "scopes": []}})
+mcp = FastMCP("guarded", auth=auth)
+@mcp.tool
+def whoami(text: str) -> str:
+    """Answers who it is."""
+    return f"guarded over {transport}: {text}"
+mcp.run(transport=transport, host="127.0.0.1", port=port, show_banner=False)
+"#;
+
+impl GuardedServer {
+    fn start(venv: &std::path::Path, transport: &str) -> GuardedServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let script = std::env::temp_dir().join(format!("bub-guarded-mcp-{}.py", std::process::id()));
+        std::fs::write(&script, GUARDED_SERVER).unwrap();
+        let child = std::process::Command::new(venv.join("bin/python"))
+            .arg(&script)
+            .args([transport, &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the fastmcp server");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the fastmcp server did not listen within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let path = if transport == "sse" { "sse" } else { "mcp" };
+        GuardedServer(child, format!("http://127.0.0.1:{port}/{path}"))
+    }
+}
+
+impl Drop for GuardedServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Servers that need credentials, or speak only the older SSE transport,
+/// as bub-mcp's `mcp.json` names them: fastmcp servers from PyPI that
+/// refuse a request without their bearer token work with `auth` (streamable
+/// HTTP) or an `Authorization` header (SSE, chosen by `transport` or a path
+/// ending in /sse); without the token the server is left out with what to
+/// check; an entry with a key bub-rs does not act on (a misspelt `header`)
+/// is left out naming the key, never loaded without it.
+#[test]
+fn servers_behind_a_token_and_older_sse_servers_work_and_unknown_keys_are_refused() {
+    let Some(venv) = bub_tests::python::venv_or_skip("servers_behind_a_token_and_older_sse_servers_work…") else {
+        return;
+    };
+    let http = GuardedServer::start(venv, "http");
+    let sse = GuardedServer::start(venv, "sse");
+    let home = Home::new();
+    home.install("mcp", &lib("mcp"), json!({"connect_timeout_seconds": 30}));
+    bub(&home, &["mcp", "add", "tokened", "--url", &http.1, "--auth", "s3cret-token"]);
+    let headers = json!({"Authorization": "Bearer s3cret-token"}).to_string();
+    bub(&home, &["mcp", "add", "older", "--url", &sse.1, "--headers", &headers]);
+    let listed = bub(&home, &["mcp", "list", "--tools"]);
+    assert!(listed.contains(&format!("older  sse: {}", sse.1)), "{listed}");
+    assert!(listed.contains("mcp.tokened_whoami") && listed.contains("mcp.older_whoami"), "{listed}");
+    assert!(!listed.contains("s3cret"), "a credential was shown: {listed}");
+    assert!(bub(&home, &["run", ",mcp.tokened_whoami text=hi"]).contains("guarded over http: hi"));
+    assert!(bub(&home, &["run", ",mcp.older_whoami text=hello"]).contains("guarded over sse: hello"));
+
+    // Without the token: refused by the server, left out, saying what to check.
+    let file = json!({"mcpServers": {
+        "bare": {"url": http.1},
+        "misspelt": {"url": http.1, "header": {"Authorization": "Bearer s3cret-token"}},
+        "older": {"url": sse.1, "transport": "sse", "headers": {"Authorization": "Bearer s3cret-token"}},
+    }});
+    bub_kit::files::write_private(&home.path().join("mcp.json"), file.to_string().as_bytes()).unwrap();
+    let (out, err, ok) = run_bub(&home, &["run", ",mcp.older_whoami text=still"]);
+    assert!(ok && out.contains("guarded over sse: still"), "the good server stopped working: {out}{err}");
+    assert!(
+        err.contains("server 'bare' is left out") && err.contains("check the entry's `auth` token or `headers`"),
+        "{err}"
+    );
+    assert!(err.contains("server 'misspelt' is left out: the key `header` is not one bub-rs acts on"), "{err}");
+    // `bub mcp add` refuses what the gateway would leave out.
+    let (_, err, ok) = run_bub(&home, &["mcp", "add", "x", "--url", &http.1, "--auth", "oauth"]);
+    assert!(!ok && err.contains("browser sign-in"), "{err}");
+}
