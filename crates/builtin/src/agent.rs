@@ -38,7 +38,12 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
         &plugin_dirs,
         Some(bub_runtime::places::config_file(framework.home())),
     )
-    .with_provided(&provided_skill_roots(framework))
+    .with_provided(
+        &crate::builtin_skills::root(framework.home())
+            .into_iter()
+            .chain(provided_skill_roots(framework))
+            .collect::<Vec<_>>(),
+    )
     .with_env(framework.settings().environment.clone())
 }
 

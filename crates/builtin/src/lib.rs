@@ -27,6 +27,7 @@
 //! one process share nothing.
 
 pub mod agent;
+pub mod builtin_skills;
 pub mod cli_channel;
 pub mod code_mode;
 pub mod confine;

@@ -95,6 +95,15 @@ fn the_prompt_lists_valid_skills_and_expands_the_named_one() {
     let requests = provider.requests();
     let system = system_prompt(&requests[0].body);
     let section = &system[system.find("<available_skills>").expect(&system)..];
+    // bub-rs's builtin skills are listed among them (by name; their own
+    // test is below), then left out of this comparison.
+    let builtin = ["- gh: ", "- skill-creator: ", "- telegram: "];
+    for line in builtin {
+        assert!(section.lines().any(|l| l.starts_with(line)), "{line} is not listed: {section}");
+    }
+    let section: String =
+        section.lines().filter(|l| !builtin.iter().any(|b| l.starts_with(b))).map(|l| format!("{l}\n")).collect();
+    let section = section.trim_end();
     let hello = s.ws.path().join(".agents/skills/hello").canonicalize().unwrap();
     let tele = s.user.path().join(".agents/skills/tele").canonicalize().unwrap();
     assert_eq!(
@@ -137,7 +146,8 @@ fn the_skill_tool_lists_and_loads() {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(results[0], "Available skills:\n- hello\n- shared\n- tele");
+    // The project's, the user's, then bub-rs's builtin ones, by name.
+    assert_eq!(results[0], "Available skills:\n- gh\n- hello\n- shared\n- skill-creator\n- tele\n- telegram");
     let shared = s.ws.path().join(".agents/skills/shared").canonicalize().unwrap();
     assert_eq!(results[1], format!("Location: {}/SKILL.md\n---\nproject body", shared.display()));
     assert_eq!(results[2], "(no such skill)");
@@ -219,4 +229,41 @@ fn a_skills_config_value_comes_from_the_environment_first() {
     let result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
     let text = result["content"].as_str().unwrap();
     assert!(text.ends_with("export BUB_TELEGRAM_TOKEN=FROM-ENV"), "{text}");
+}
+
+/// bub-rs's own builtin skills (`gh`, `skill-creator`, `telegram`) are
+/// listed after the others, as Bub lists its builtin source: written under
+/// `$BUB_HOME/builtin-skills/`, owner-only, their bodies in bub-rs's words
+/// (the telegram skill names bub-rs's channel and never prints the token);
+/// a project skill of the same name replaces one.
+#[test]
+fn the_builtin_skills_are_bub_rs_own_and_a_project_replaces_one() {
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("c1", "skill", r#"{"name": "telegram"}"#), ("c2", "skill", r#"{"name": "gh"}"#)]),
+        chat::text("done"),
+    ]);
+    let s = setup(&provider);
+    skill(&s.ws.path().join(".agents/skills"), "gh", "name: gh\ndescription: the project's gh", "project gh body");
+    let (_, err, ok) = bub(&s, &["run", "go"]);
+    assert!(ok, "{err}");
+    let second = &provider.requests()[1].body;
+    let results: Vec<String> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    let telegram = &results[0];
+    let location = telegram.lines().next().unwrap().trim_start_matches("Location: ").to_owned();
+    let root = s.home.path().join("builtin-skills").canonicalize().unwrap();
+    assert!(
+        location.starts_with(&root.display().to_string()) && location.ends_with("/telegram/SKILL.md"),
+        "{location}"
+    );
+    assert!(telegram.contains("telegram-channel") && telegram.contains("never\nprint it"), "{telegram}");
+    assert!(!telegram.contains("T0KEN"), "the token reached the model: {telegram}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&location).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(results[1].ends_with("project gh body"), "the project's gh did not win: {}", results[1]);
 }
