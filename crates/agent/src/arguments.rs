@@ -194,7 +194,7 @@ fn args_kwargs(args: &Map<String, Value>) -> String {
     if args.is_empty() {
         return "ArgsKwargs(())".to_owned();
     }
-    format!("ArgsKwargs((), {})", super::python::python_repr(&Value::Object(args.clone())))
+    format!("ArgsKwargs((), {})", bub_kit::python::python_repr(&Value::Object(args.clone())))
 }
 
 #[cfg(test)]

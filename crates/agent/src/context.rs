@@ -142,7 +142,7 @@ fn upgrade_call(c: &Value) -> Value {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("").to_owned();
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => s.clone(),
-            Some(v) if bub_kit::envelope::truthy(v) => crate::python::python_json(v),
+            Some(v) if bub_kit::envelope::truthy(v) => bub_kit::python::python_json(v),
             _ => "{}".to_owned(),
         };
         return json!({"id": text(c.get("id")), "name": text(f.get("name")), "arguments": arguments});
@@ -217,7 +217,8 @@ impl Selector {
             }
             "anchor" => {
                 let name = e.payload.get("name").and_then(Value::as_str).unwrap_or("");
-                let state = e.payload.get("state").cloned().unwrap_or(json!({}));
+                // Bub: `json.dumps(payload.get('state'), ensure_ascii=False)`.
+                let state = bub_kit::python::python_json(e.payload.get("state").unwrap_or(&Value::Null));
                 self.add(Message::new(
                     json!({"role": "assistant", "content": format!("[Anchor created: {name}]: {state}")}),
                 ));
@@ -291,7 +292,7 @@ pub fn tool_message_content(result: &Value) -> Value {
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => {
             o.get("content").cloned().unwrap_or(json!([]))
         }
-        other => Value::String(super::python::python_json(other)),
+        other => Value::String(bub_kit::python::python_json(other)),
     }
 }
 

@@ -58,7 +58,6 @@ mod follow;
 pub mod live;
 pub mod message;
 pub mod provider;
-pub mod python;
 pub mod recorder;
 pub mod rescue;
 pub mod run;

@@ -350,7 +350,7 @@ pub fn render(value: Value) -> Value {
     match value {
         Value::String(_) => value,
         Value::Object(ref o) if o.get("type").and_then(Value::as_str) == Some("tool_content") => value,
-        other => Value::String(super::python::python_json(&other)),
+        other => Value::String(bub_kit::python::python_json(&other)),
     }
 }
 

@@ -44,7 +44,26 @@ pub fn skill_roots(framework: &Framework) -> skills::SkillRoots {
             .chain(provided_skill_roots(framework))
             .collect::<Vec<_>>(),
     )
+    .with_skill_dirs(&agent_plugin_skills(framework, user_home.as_deref()))
     .with_env(framework.settings().environment.clone())
+}
+
+/// The skills of the Agent Plugins packages under the workspace and the
+/// user's home (`bub_kit::agent_plugins`); what a package gets wrong is
+/// logged and left out.
+fn agent_plugin_skills(framework: &Framework, user_home: Option<&std::path::Path>) -> Vec<std::path::PathBuf> {
+    let data = framework.home().join("agent-plugins");
+    let catalog = bub_kit::agent_plugins::discover(framework.workspace(), user_home, &data);
+    // Said once per process: the skills are listed at every step.
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = bub_abi::sync::lock(&SAID);
+    for line in &catalog.diagnostics {
+        if !said.contains(line) && said.len() < 1024 {
+            tracing::warn!(target: "bub::agent_plugins", "{line}");
+            said.push(line.clone());
+        }
+    }
+    catalog.skill_dirs()
 }
 
 /// The folders `provide_skill_roots` names (the python bridge: its venv's

@@ -203,7 +203,7 @@ async fn search(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Agen
 /// so that a search does not find itself.
 fn search_match(entry: &TapeEntry) -> Option<Value> {
     let found = json!({"date": entry.date, "content": entry.payload});
-    (!bub_agent::python::python_json(&found).contains("[tape.search]")).then_some(found)
+    (!bub_kit::python::python_json(&found).contains("[tape.search]")).then_some(found)
 }
 
 /// `tape.search` over other sessions' tapes (`sessions`: "all", or ids as a
@@ -322,7 +322,7 @@ fn render_search(r: &Value) -> String {
     for m in &matches {
         out.push('\n');
         // Non-ASCII only occurs inside strings, where \uXXXX means the same.
-        for c in bub_agent::python::python_json(m).chars() {
+        for c in bub_kit::python::python_json(m).chars() {
             if c.is_ascii() {
                 out.push(c);
             } else {

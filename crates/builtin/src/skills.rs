@@ -50,6 +50,8 @@ pub struct Skill {
 #[derive(Debug, Clone, Default)]
 pub struct SkillRoots {
     roots: Vec<(PathBuf, &'static str)>,
+    /// Single skill folders (Agent Plugins packages'), after the roots.
+    singles: Vec<PathBuf>,
     config: Option<PathBuf>,
     /// The host's environment: `BUB_<SECTION>_<KEY>` wins over the file.
     env: bub_runtime::settings::Environment,
@@ -74,7 +76,7 @@ impl SkillRoots {
             roots.push((home.join(PROJECT_SKILLS_DIR), "global"));
         }
         roots.extend(plugin_dirs.iter().map(|d| (d.join("skills"), "plugin")));
-        SkillRoots { roots, config, env: Default::default() }
+        SkillRoots { roots, singles: Vec::new(), config, env: Default::default() }
     }
 
     /// These roots, with `env` (the host's environment) for templates: a
@@ -92,6 +94,13 @@ impl SkillRoots {
         self
     }
 
+    /// These single skill folders after the roots, as Bub's builtin
+    /// source (bub-agent-plugins registers a package's skills there).
+    pub fn with_skill_dirs(mut self, dirs: &[PathBuf]) -> Self {
+        self.singles.extend(dirs.iter().cloned());
+        self
+    }
+
     /// Every valid skill, the first of each (case-folded) name, sorted by
     /// name (Bub's `discover_skills`). Read anew on each call: a skill
     /// written during a session is seen on the next step.
@@ -106,6 +115,13 @@ impl SkillRoots {
                     if !found.iter().any(|s| s.name.to_lowercase() == skill.name.to_lowercase()) {
                         found.push(skill);
                     }
+                }
+            }
+        }
+        for dir in &self.singles {
+            if let Some(skill) = read_skill(dir, "builtin") {
+                if !found.iter().any(|s| s.name.to_lowercase() == skill.name.to_lowercase()) {
+                    found.push(skill);
                 }
             }
         }

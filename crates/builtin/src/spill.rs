@@ -9,11 +9,11 @@
 //! bus after the plugins' `after_tool_call` hooks (where Bub's builtin
 //! `trylast` implementation runs).
 
+use bub_kit::python::python_json;
 use serde_json::{json, Map, Value};
 
 use bub_agent::{
     events::{handler, Event, EventBus, Filter},
-    python::python_json,
     tape::{context_false, entry, sidecar_tape_name, RunTape},
     tools::error_dict,
     AgentError,

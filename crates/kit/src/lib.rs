@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod agent_plugins;
 pub mod channel;
 pub mod envelope;
 pub mod files;
@@ -33,6 +34,7 @@ pub mod fuzzy;
 pub mod http;
 pub mod lru;
 pub mod prompt;
+pub mod python;
 pub mod random;
 pub mod search;
 #[cfg(feature = "server")]

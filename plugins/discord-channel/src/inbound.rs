@@ -251,7 +251,8 @@ impl Inbound {
                 }),
             );
         }
-        Value::Object(content).to_string()
+        // bub-discord: `json.dumps({...}, ensure_ascii=False)`.
+        bub_kit::python::python_json(&Value::Object(content))
     }
 }
 

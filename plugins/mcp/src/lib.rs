@@ -77,6 +77,7 @@ use config::{ServerConfig, Transport};
 /// The plugin.
 pub struct Mcp {
     home: PathBuf,
+    workspace: PathBuf,
     limits: Limits,
     connected: Arc<Mutex<Vec<Arc<Server>>>>,
 }
@@ -269,18 +270,29 @@ fn http_error(e: &impl std::fmt::Display) -> String {
 
 /// Connects to every configured server at once; the ones that fail are
 /// reported and left out.
-async fn connect_all(home: &Path, limits: Limits) -> Vec<Arc<Server>> {
+async fn connect_all(home: &Path, workspace: &Path, limits: Limits) -> Vec<Arc<Server>> {
     let timeout = limits.timeout;
-    let file = match read_file(home) {
-        Ok(f) => f,
+    let mut entries: Vec<(String, Value)> = match read_file(home) {
+        Ok(f) => f.servers.into_iter().collect(),
         Err(e) => {
-            tracing::warn!("mcp: {e}; no MCP tools this time");
-            return Vec::new();
+            tracing::warn!("mcp: {e}; no MCP tools from it this time");
+            Vec::new()
         }
     };
+    // The Agent Plugins packages' servers, after mcp.json's (a name
+    // mcp.json already has stays mcp.json's).
+    let user_home = std::env::var_os("HOME").map(PathBuf::from);
+    let catalog = bub_kit::agent_plugins::discover(workspace, user_home.as_deref(), &home.join("agent-plugins"));
+    for line in &catalog.diagnostics {
+        tracing::warn!("mcp: agent plugin {line}");
+    }
+    for (name, entry) in catalog.mcp_servers() {
+        if !entries.iter().any(|(n, _)| *n == name) {
+            entries.push((name, entry));
+        }
+    }
     // Spawned, so slow servers connect concurrently.
-    let servers: Vec<_> = file
-        .servers
+    let servers: Vec<_> = entries
         .into_iter()
         .filter_map(|(name, entry)| match ServerConfig::parse(&entry) {
             Ok(config) => Some((name, config)),
@@ -343,13 +355,19 @@ impl Plugin for Mcp {
                 .min(1e12) as usize,
         };
         let timeout = bub_kit::time::seconds(timeout).unwrap_or(bub_kit::time::MAX);
-        Ok(Mcp { home: ctx.home.clone(), limits: Limits { timeout, max_message }, connected: Default::default() })
+        Ok(Mcp {
+            home: ctx.home.clone(),
+            workspace: ctx.workspace.clone(),
+            limits: Limits { timeout, max_message },
+            connected: Default::default(),
+        })
     }
 
     /// Connects to the servers when a scope opens; disconnects when it closes.
     fn provide_lifespan(&self) -> Option<Object> {
         Some(Object::lifespan(Connections {
             home: self.home.clone(),
+            workspace: self.workspace.clone(),
             limits: self.limits,
             connected: self.connected.clone(),
         }))
@@ -378,6 +396,7 @@ bub_abi::export_plugin!(Mcp);
 
 struct Connections {
     home: PathBuf,
+    workspace: PathBuf,
     limits: Limits,
     connected: Arc<Mutex<Vec<Arc<Server>>>>,
 }
@@ -385,8 +404,9 @@ struct Connections {
 impl Lifespan for Connections {
     fn enter(&self) -> impl Fut<()> {
         let (home, limits, connected) = (self.home.clone(), self.limits, self.connected.clone());
+        let workspace = self.workspace.clone();
         async move {
-            let servers = connect_all(&home, limits).await;
+            let servers = connect_all(&home, &workspace, limits).await;
             bub_abi::sync::lock(&connected).extend(servers);
             Ok(())
         }

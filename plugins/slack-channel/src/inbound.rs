@@ -98,7 +98,8 @@ impl Inbound {
         if let Some(thread) = &self.thread_ts {
             content.insert("thread_ts".into(), json!(thread));
         }
-        Value::Object(content).to_string()
+        // As Bub's channels write the model's view of a message: `json.dumps`.
+        bub_kit::python::python_json(&Value::Object(content))
     }
 }
 

@@ -695,7 +695,8 @@ async fn build_message(shared: &Shared, bot: &Bot, message: &Message, me: &Me) -
     let mut content = Map::new();
     content.insert("message".into(), json!(parsed.content));
     content.extend(metadata);
-    envelope["content"] = json!(Value::Object(content).to_string());
+    // Bub: `json.dumps({"message": content, **metadata}, ensure_ascii=False)`.
+    envelope["content"] = json!(bub_kit::python::python_json(&Value::Object(content)));
     envelope["kind"] = json!("normal");
     envelope["is_active"] = json!(active);
     if !media.is_empty() {

@@ -76,8 +76,11 @@ fn discord_direct_messages_are_answered_as_split_replies_with_typing() {
     );
     assert!(!fake.calls("POST /channels/1001/typing").is_empty(), "typing while the turn ran");
     let request = provider.requests()[0].body.to_string();
-    assert!(request.contains(r#"\"message\":\"hello discord\""#), "Bub's JSON content: {request}");
-    assert!(request.contains(r#"\"sender_id\":\"U1\""#), "{request}");
+    assert!(
+        request.contains(r#"\"message\": \"hello discord\""#),
+        "Bub's JSON content (json.dumps spacing): {request}"
+    );
+    assert!(request.contains(r#"\"sender_id\": \"U1\""#), "{request}");
     drop(gateway);
 }
 

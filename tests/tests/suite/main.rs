@@ -5,6 +5,7 @@
 
 mod agent;
 mod agent_loop;
+mod agent_packages;
 mod agent_run;
 mod allocators;
 mod app_hooks;

@@ -238,6 +238,11 @@ fn plugins_install_python_installs_into_the_bridges_venv_and_shows_the_plugin() 
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(venv.join("pyvenv.cfg")).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "the venv is owner-only: {mode:o}");
+    let mode = std::fs::metadata(&venv).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the venv's folder is owner-only: {mode:o}");
+    // One installer run: no `ensurepip` made a pip inside the venv first.
+    assert!(!venv.join("bin/pip").exists(), "the venv was made with a pip of its own (a second installer run)");
+    assert!(!err.contains("group or others"), "a warning about the venv's modes: {err}");
     let (list, _, _) = bub(&home, &["plugins", "list"], &[]);
     let row = list.lines().find(|l| l.starts_with("tiny ")).unwrap_or_else(|| panic!("{list}"));
     assert!(row.contains("(python, via python-bridge)"), "{row}");

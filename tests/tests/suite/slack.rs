@@ -59,7 +59,7 @@ fn slack_direct_messages_are_acknowledged_and_answered() {
     assert!(posted.iter().all(|(t, thread)| t.chars().count() <= 100 && thread.is_none()), "{posted:?}");
     let reply: String = posted[1..].iter().map(|(t, _)| t.as_str()).collect();
     // (A cut at a space drops that space.)
-    assert!(reply.contains(r#""message":"hello"#) && reply.contains(r#""sender_id":"U1""#), "{reply}");
+    assert!(reply.contains(r#""message": "hello"#) && reply.contains(r#""sender_id": "U1""#), "{reply}");
     drop(gateway);
 }
 

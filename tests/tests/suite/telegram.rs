@@ -51,8 +51,8 @@ fn telegram_private_messages_are_answered_typing_and_split() {
     let sent = texts_to(&api, 5, 1);
     // The builtin's model-less echo: the prompt, whose content is Bub's
     // JSON of the message and its metadata.
-    assert!(sent[0].contains(r#""message":"hello telegram""#), "{sent:?}");
-    assert!(sent[0].contains(r#""sender_id":"5""#) && sent[0].contains(r#""type":"text""#), "{sent:?}");
+    assert!(sent[0].contains(r#""message": "hello telegram""#), "{sent:?}");
+    assert!(sent[0].contains(r#""sender_id": "5""#) && sent[0].contains(r#""type": "text""#), "{sent:?}");
     let typing = api.calls_of("sendChatAction");
     assert!(typing.iter().any(|c| c.params["chat_id"] == json!(5) && c.params["action"] == "typing"), "{typing:?}");
     assert!(home.path().join("tapes").read_dir().map(|d| d.count() > 0).unwrap_or(false), "the turn has a tape");
@@ -351,7 +351,7 @@ fn turns_on_tape(home: &Home, chat: i64, turns: usize) -> Vec<usize> {
         bub_tests::run_bub(home, &["run", "--session-id", &session, ",tape.search query=turn limit=50"]);
     assert!(ok, "{err}");
     let order: Vec<usize> =
-        (0..turns).map(|k| found.find(&format!(r#"\"message\":\"turn {k}\""#)).unwrap_or(usize::MAX)).collect();
+        (0..turns).map(|k| found.find(&format!(r#"\"message\": \"turn {k}\""#)).unwrap_or(usize::MAX)).collect();
     assert!(order.iter().all(|&at| at != usize::MAX), "every turn on the tape: {found}");
     order
 }
@@ -393,7 +393,7 @@ fn telegram_webhooks_on_two_gateways_answer_a_chat_once_and_in_order() {
     let sent_now = api.sent_to(7);
     assert_eq!(sent_now.len(), 6, "each turn answered once: {sent_now:?}");
     for (k, text) in sent.iter().enumerate() {
-        assert!(text.contains(&format!(r#""message":"turn {k}""#)), "reply {k} out of order: {sent:?}");
+        assert!(text.contains(&format!(r#""message": "turn {k}""#)), "reply {k} out of order: {sent:?}");
     }
     hooks.stop();
     let order = turns_on_tape(&homes[0], 7, 6);
@@ -441,7 +441,7 @@ fn telegram_webhooks_answer_before_a_long_turn_ends_and_keep_the_order() {
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(api.sent_to(9).len(), 4, "each turn answered once: {:?}", api.sent_to(9));
     for (k, text) in sent.iter().enumerate() {
-        assert!(text.contains(&format!(r#""message":"turn {k}""#)), "reply {k} out of order: {sent:?}");
+        assert!(text.contains(&format!(r#""message": "turn {k}""#)), "reply {k} out of order: {sent:?}");
     }
     hooks.stop();
     let order = turns_on_tape(&homes[1], 9, 4);

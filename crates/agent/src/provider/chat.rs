@@ -116,7 +116,7 @@ fn message<'a>(m: &'a Value, kind: &str) -> ChatMessage<'a> {
                     let arguments = match c.get("arguments") {
                         None | Some(Value::Null) => json!("{}"),
                         Some(Value::String(s)) => json!(s),
-                        Some(other) => json!(crate::python::python_json(other)),
+                        Some(other) => json!(bub_kit::python::python_json(other)),
                     };
                     json!({"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": arguments}})
                 })

@@ -358,17 +358,22 @@ async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -
     } else if ["http://", "https://", "gs://"].iter().any(|p| source.starts_with(p)) {
         let path = source.split(['?', '#']).next().unwrap_or_default();
         let path = path.split_once("://").map_or(path, |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
-        let mime = media_type(path)
-            .ok_or_else(|| invalid(format!("Cannot guess the media type of {source:?}; pass media_type explicitly")))?;
+        let mime = media_type(path).ok_or_else(|| {
+            invalid(format!(
+                "Cannot guess the media type of {}; pass media_type explicitly",
+                bub_kit::python::repr_str(&source)
+            ))
+        })?;
         json!({"type": kind, "media_type": mime, "url": source})
     } else {
-        let mime = media_type(&source).ok_or_else(|| invalid(format!("cannot guess the media type of {source:?}")))?;
+        let mime = media_type(&source)
+            .ok_or_else(|| invalid(format!("cannot guess the media type of {}", bub_kit::python::repr_str(&source))))?;
         let framework =
             Framework::of(&cx.state).ok_or_else(|| AgentError::value("attach needs a running framework"))?;
         let confined = framework.model_settings().is_ok_and(|s| s.confine_workspace);
         let path = crate::workspace_tools::resolve_in(framework.workspace(), confined, &source)
             .map_err(|e| invalid(e.to_string()))?;
-        let bytes = tokio::fs::read(&path).await.map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+        let bytes = tokio::fs::read(&path).await.map_err(|e| invalid(bub_kit::python::os_error(&e, &path)))?;
         use base64::Engine;
         json!({"type": kind, "media_type": mime, "data": base64::engine::general_purpose::STANDARD.encode(bytes)})
     };

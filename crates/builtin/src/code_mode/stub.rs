@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use bub_agent::{python::python_repr, tools::AgentTool};
+use bub_agent::tools::AgentTool;
+use bub_kit::python::python_repr;
 use serde_json::Value;
 
 const HEADER: &str = r#""""Tools available inside `run_code` as `tools.<name>(...)`.

@@ -121,7 +121,10 @@ impl BridgeBuild {
 /// The requirement is installed in one run of pip (or uv) beside the Bub
 /// release the bridge runs plugins of (`bub[app]==<release>`): plugins
 /// depend on an unpinned `bub`, which would otherwise resolve to the last
-/// stable release, whose API the bridge does not follow.
+/// stable release, whose API the bridge does not follow. A venv made here
+/// is made without a pip of its own (`--without-pip`: `ensurepip` would be
+/// a second installer run) in a folder created owner-only, and filled by
+/// uv, or by the making Python's pip aimed at it (`pip --python`).
 pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
     let installer = ctx.installer();
     let manifest = installer.manifest(BRIDGE).map_err(|e| {
@@ -144,10 +147,9 @@ pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
     if made {
         let python = setting("python").unwrap_or_else(|| build.python.clone());
         eprintln!("making the plugin venv {} with {python} (Python {})…", venv.display(), build.python_version);
-        if let Some(parent) = venv.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        let made_venv = Command::new(&python).args(["-m", "venv"]).arg(&venv).status();
+        // Owner-only from the start: the venv holds what plugins keep.
+        bub_kit::files::create_private_dir(&venv).with_context(|| format!("creating {}", venv.display()))?;
+        let made_venv = Command::new(&python).args(["-m", "venv", "--without-pip"]).arg(&venv).status();
         let status = made_venv.with_context(|| {
             format!(
                 "running `{python} -m venv` (set the bridge's `python` setting to a Python {})",
@@ -176,13 +178,33 @@ pub fn python(ctx: &Context, requirement: &str) -> Result<()> {
     }
     let interpreter = venv.join("bin/python");
     let uv = Command::new("uv").arg("--version").output().is_ok_and(|o| o.status.success());
+    let has_pip = |python: &Path| {
+        Command::new(python).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success())
+    };
     let mut cmd = if uv {
         let mut c = Command::new("uv");
         c.args(["pip", "install", "--python"]).arg(&interpreter);
         c
-    } else {
+    } else if has_pip(&interpreter) {
         let mut c = Command::new(&interpreter);
         c.args(["-m", "pip", "install", "--disable-pip-version-check"]);
+        c
+    } else {
+        // The making Python's pip, installing into the venv.
+        let python = PathBuf::from(setting("python").unwrap_or_else(|| build.python.clone()));
+        if !has_pip(&python) {
+            if made {
+                let _ = std::fs::remove_dir_all(&venv);
+            }
+            bail!(
+                "neither uv nor pip is available to install {requirement}: install uv, or pip for {} \
+                 (`{} -m ensurepip`)",
+                python.display(),
+                python.display()
+            );
+        }
+        let mut c = Command::new(&python);
+        c.args(["-m", "pip", "--python"]).arg(&interpreter).args(["install", "--disable-pip-version-check"]);
         c
     };
     let bub = format!("bub[app]=={}", build.bub);

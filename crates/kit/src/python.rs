@@ -1,7 +1,9 @@
-//! JSON values as Python writes them: what the model or code reads must be
-//! Bub's text byte for byte, and Bub writes with `json.dumps` (tool
-//! results) and `repr` (pydantic's error inputs, the code mode stub's
-//! defaults and literals).
+//! Values as Python writes them: what the model, code or a channel's
+//! reader sees must be Bub's text byte for byte, and Bub writes with
+//! `json.dumps` (tool results, anchors in the context, the Telegram
+//! channel's message payload), `repr` (pydantic's error inputs, the code
+//! mode stub's defaults and literals, names in errors) and `OSError`'s
+//! `str` (a file that is not there).
 
 use serde_json::Value;
 
@@ -83,4 +85,40 @@ fn string_repr(s: &str) -> String {
     }
     out.push(quote);
     out
+}
+
+/// A string as Python's `repr` writes it (`'clip.qqq'`): how Bub names a
+/// file or a value in an error (`f"{name!r}"`).
+pub fn repr_str(s: &str) -> String {
+    string_repr(s)
+}
+
+/// An I/O error on `path` as Python's `str(OSError)` writes it:
+/// `[Errno 2] No such file or directory: '/ws/clip.png'` (Rust writes
+/// `No such file or directory (os error 2)`).
+pub fn os_error(e: &std::io::Error, path: &std::path::Path) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => {
+            let strerror = text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text);
+            format!("[Errno {code}] {strerror}: {}", string_repr(&path.to_string_lossy()))
+        }
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_errors_read_as_pythons() {
+        let e = std::fs::read("/no/such/file").unwrap_err();
+        assert_eq!(
+            os_error(&e, std::path::Path::new("/no/such/file")),
+            "[Errno 2] No such file or directory: '/no/such/file'"
+        );
+        assert_eq!(repr_str("clip.qqq"), "'clip.qqq'");
+        assert_eq!(python_json(&serde_json::json!({"a": [1, "é"]})), "{\"a\": [1, \"é\"]}");
+    }
 }
