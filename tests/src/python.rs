@@ -28,34 +28,66 @@ struct Spec {
     // The pins without the Bub plugins (lines `bub-…`): Python Bub alone,
     // as a user has it before installing any plugin.
     without_plugins: bool,
+    // More pins, installed in the same run.
+    extra: Option<&'static str>,
 }
 
-const TESTS: Spec =
-    Spec { dir: "python-venv", requirements: "requirements.txt", own: OWN_PLUGINS, without_plugins: false };
+const TESTS: Spec = Spec {
+    dir: "python-venv",
+    requirements: "requirements.txt",
+    own: OWN_PLUGINS,
+    without_plugins: false,
+    extra: None,
+};
 const BENCH: Spec = Spec {
     dir: "python-bench-venv",
     requirements: "bench-requirements.txt",
     own: &["bub-rs-bench"],
     without_plugins: false,
+    extra: None,
 };
-const PUBLISHED: Spec =
-    Spec { dir: "python-published-venv", requirements: "published-requirements.txt", own: &[], without_plugins: false };
+const PUBLISHED: Spec = Spec {
+    dir: "python-published-venv",
+    requirements: "published-requirements.txt",
+    own: &[],
+    without_plugins: false,
+    extra: None,
+};
 const OPENAI_CLIENT: Spec = Spec {
     dir: "python-openai-venv",
     requirements: "openai-client-requirements.txt",
     own: &[],
     without_plugins: false,
+    extra: None,
 };
 const DISCORD_CLIENT: Spec = Spec {
     dir: "python-discord-venv",
     requirements: "discord-client-requirements.txt",
     own: &[],
     without_plugins: false,
+    extra: None,
 };
-const BUB_ALONE: Spec =
-    Spec { dir: "python-bub-alone-venv", requirements: "requirements.txt", own: &[], without_plugins: true };
-const CRONITER: Spec =
-    Spec { dir: "python-croniter-venv", requirements: "croniter-requirements.txt", own: &[], without_plugins: false };
+const BUB_ALONE: Spec = Spec {
+    dir: "python-bub-alone-venv",
+    requirements: "requirements.txt",
+    own: &[],
+    without_plugins: true,
+    extra: None,
+};
+const BUB_TRACE: Spec = Spec {
+    dir: "python-bub-trace-venv",
+    requirements: "requirements.txt",
+    own: &[],
+    without_plugins: true,
+    extra: Some("trace-requirements.txt"),
+};
+const CRONITER: Spec = Spec {
+    dir: "python-croniter-venv",
+    requirements: "croniter-requirements.txt",
+    own: &[],
+    without_plugins: false,
+    extra: None,
+};
 
 /// The interpreter the bridge is built with.
 pub fn python() -> String {
@@ -108,6 +140,14 @@ pub fn bub_alone_venv_or_skip(test: &str) -> Option<&'static Path> {
     made_or_skip(&VENV, &BUB_ALONE, test)
 }
 
+/// Python Bub 0.6.0a3 alone with its `trace` extra and opentelemetry-proto
+/// (`tests/python/trace-requirements.txt`), or `None` (the test says it
+/// skipped, and why).
+pub fn bub_trace_venv_or_skip(test: &str) -> Option<&'static Path> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    made_or_skip(&VENV, &BUB_TRACE, test)
+}
+
 /// A venv with croniter (`tests/python/croniter-requirements.txt`), the
 /// cron reference, or `None` (the test says it skipped, and why).
 pub fn croniter_venv_or_skip(test: &str) -> Option<&'static Path> {
@@ -151,6 +191,9 @@ pub fn venv_or_skip(test: &str) -> Option<&'static Path> {
 fn stamp(spec: &Spec) -> String {
     let mut text =
         std::fs::read_to_string(workspace().join("tests/python").join(spec.requirements)).unwrap_or_default();
+    if let Some(extra) = spec.extra {
+        text.push_str(&std::fs::read_to_string(workspace().join("tests/python").join(extra)).unwrap_or_default());
+    }
     for plugin in spec.own {
         let dir = workspace().join("tests/python").join(plugin);
         let mut files: Vec<PathBuf> = walk(&dir);
@@ -223,6 +266,9 @@ fn make(spec: &Spec) -> Result<PathBuf, String> {
     }
     let mut pip = Command::new(venv.join("bin/python"));
     pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"]).arg(&requirements);
+    if let Some(extra) = spec.extra {
+        pip.arg("-r").arg(workspace().join("tests/python").join(extra));
+    }
     for plugin in spec.own {
         pip.arg(workspace().join("tests/python").join(plugin));
     }

@@ -151,6 +151,8 @@ pub enum Event {
         request: CallRequest,
         /// What came back.
         result: LlmCallResult,
+        /// The provider's id, model and finish reason for it, when given.
+        response: super::provider::ResponseMeta,
     },
     /// A tool call is about to run; handlers may rewrite or decide it.
     ToolCallStarted {

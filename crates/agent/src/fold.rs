@@ -239,7 +239,7 @@ async fn summarize(
         duration_ms: started_at.elapsed().as_millis() as u64,
     };
     request.messages = model_request.messages;
-    let mut finished = Event::LlmCallFinished { request, result };
+    let mut finished = Event::LlmCallFinished { request, result, response: Default::default() };
     agent.events.emit(&mut finished, cx).await?;
     Ok(outcome.map(|r| r.text).map_err(|e| e.to_string()))
 }

@@ -752,7 +752,8 @@ async fn one_step(run: &Run, prompt: Option<Arc<[Value]>>, tx: &Tx) -> Result<bo
     };
     request.messages = model_request.messages;
     let model = request.model.clone();
-    let mut finished = Event::LlmCallFinished { request, result };
+    let response_meta = outcome.as_ref().map(|r| r.meta.clone()).unwrap_or_default();
+    let mut finished = Event::LlmCallFinished { request, result, response: response_meta };
     agent.events.emit(&mut finished, cx).await?;
     drop(finished);
     let response = outcome?;

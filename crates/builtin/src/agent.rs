@@ -142,6 +142,8 @@ pub async fn build(framework: &Framework) -> Result<Agent, AgentError> {
     if agent.sidecars.iter().any(|s| s == spill::SIDECAR) {
         spill::subscribe(&mut agent.events, spill_threshold);
     }
+    // Last: the spans see what the hooks made of each call.
+    crate::otel::subscribe(&mut agent.events, &framework.settings().environment);
     Ok(agent)
 }
 

@@ -35,6 +35,7 @@ pub mod environment;
 pub mod inbox;
 mod local_time;
 pub mod onboarding;
+pub mod otel;
 pub mod own_tools;
 pub mod shells;
 pub mod skills;

@@ -61,7 +61,7 @@ impl PluginAgentHooks {
                             }
                             *decision = d;
                         }
-                        Event::LlmCallFinished { request, result } if r.has(HookId::AfterLlmCall) => {
+                        Event::LlmCallFinished { request, result, .. } if r.has(HookId::AfterLlmCall) => {
                             r.after_llm_call_value(request.hosted(), result, &cx.state).await
                         }
                         Event::ToolCallStarted { call, decision } => {

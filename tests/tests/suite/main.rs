@@ -47,5 +47,6 @@ mod slack;
 mod special;
 mod tape_stores;
 mod telegram;
+mod traces;
 mod trust;
 mod turn;

@@ -187,7 +187,12 @@ pub async fn call(
         let event = event?;
         let Ok(data) = serde_json::from_str::<Value>(&event.data) else { continue };
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
-            "message_start" => apply_usage(&mut usage, &data["message"]["usage"]),
+            "message_start" => {
+                apply_usage(&mut usage, &data["message"]["usage"]);
+                let named = |k: &str| data["message"].get(k).and_then(Value::as_str).map(str::to_owned);
+                out.meta.id = named("id");
+                out.meta.model = named("model");
+            }
             "content_block_start" => {
                 let b = &data["content_block"];
                 let index = data["index"].as_u64().unwrap_or(0);
@@ -232,6 +237,9 @@ pub async fn call(
             }
             "message_delta" => {
                 apply_usage(&mut usage, &data["usage"]);
+                if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                    out.meta.finish_reason = Some(reason.to_owned());
+                }
                 // A refusal ends the message with its explanation (Republic).
                 if data["delta"]["stop_reason"] == "refusal" {
                     if let Some(why) = data["delta"]["stop_details"]["explanation"].as_str() {

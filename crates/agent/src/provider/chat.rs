@@ -268,10 +268,20 @@ pub async fn call(
         if let Some(e) = chunk.get("error").filter(|e| !e.is_null()) {
             return Err(ProviderError::Response(error_text(e)));
         }
+        let named = |k: &str| chunk.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+        if let Some(id) = named("id") {
+            out.meta.id = Some(id);
+        }
+        if let Some(model) = named("model") {
+            out.meta.model = Some(model);
+        }
         // Choice 0 only, as Republic: other choices of an `n > 1` stream
         // would be interleaved into one garbled answer.
         let first = |c: &&Value| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0;
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten().filter(first) {
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+                out.meta.finish_reason = Some(reason.to_owned());
+            }
             let delta = &choice["delta"];
             let reasoning = delta.get("reasoning_content").or_else(|| delta.get("reasoning")).and_then(Value::as_str);
             if let Some(r) = reasoning.filter(|r| !r.is_empty()) {

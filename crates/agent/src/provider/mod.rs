@@ -125,6 +125,21 @@ pub struct ModelResponse {
     /// (`{"api_format", "payload"}`: Anthropic's thinking blocks and their
     /// order), kept on the tape with the assistant message.
     pub provider_data: Vec<Value>,
+    /// What the provider said of its answer (for traces).
+    pub meta: ResponseMeta,
+}
+
+/// The provider's own names for an answer, when it gave them: its id, the
+/// model that answered and why it stopped (what a trace reports as
+/// `gen_ai.response.*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseMeta {
+    /// The response id (`chatcmpl-…`).
+    pub id: Option<String>,
+    /// The model that answered.
+    pub model: Option<String>,
+    /// Why it stopped (`stop`, `tool_calls`, `length`, …).
+    pub finish_reason: Option<String>,
 }
 
 /// A live delta of a call.

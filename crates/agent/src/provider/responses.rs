@@ -218,6 +218,9 @@ pub async fn call(
                 calls.add(key, None, None, data["delta"].as_str());
             }
             "response.completed" | "response.incomplete" => {
+                let named = |k: &str| data["response"].get(k).and_then(Value::as_str).map(str::to_owned);
+                out.meta.id = named("id");
+                out.meta.model = named("model");
                 if let Some(u) = data["response"].get("usage").filter(|u| u.is_object()) {
                     out.usage = Some(usage(u));
                 }

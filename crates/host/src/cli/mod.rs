@@ -154,6 +154,8 @@ fn dispatch(cli: Cli) -> ExitCode {
 }
 
 fn finish(result: anyhow::Result<()>) -> ExitCode {
+    // Traces still in the exporter's batch are sent before the process ends.
+    bub_builtin::otel::shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
