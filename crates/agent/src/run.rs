@@ -444,7 +444,19 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
         agent.events.emit(&mut ev, &run.cx).await?;
         drop(ev);
         let elapsed = || started.elapsed().as_millis() as u64;
-        let should_continue = match one_step(run, next_prompt.clone(), tx).await {
+        let outcome = one_step(run, next_prompt.clone(), tx).await;
+        // How a step that failed is told: its status, the error, the prompt
+        // it had.
+        let failed = |status: Status, error: String| Event::StepFinished {
+            step,
+            status,
+            elapsed_ms: elapsed(),
+            error: Some(error),
+            next_prompt: None,
+            prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
+            usage: run.last_usage(),
+        };
+        let should_continue = match outcome {
             Ok(c) => c,
             Err(e) if output_refusals_left > 0 && super::budget::output_refusal(&e.to_string()).is_some() => {
                 // The answer's tokens were refused (a server that counts
@@ -457,15 +469,7 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     let bytes = run.last_bytes.load(Ordering::SeqCst);
                     run.cx.tape.contexts().calibrations.update(&run.model, |c| c.output_refused(&refusal, bytes));
                 }
-                let mut ev = Event::StepFinished {
-                    step,
-                    status: Status::Continue,
-                    elapsed_ms: elapsed(),
-                    error: Some(e.to_string()),
-                    next_prompt: None,
-                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
-                    usage: run.last_usage(),
-                };
+                let mut ev = failed(Status::Continue, e.to_string());
                 agent.events.emit(&mut ev, &run.cx).await?;
                 continue;
             }
@@ -480,28 +484,12 @@ async fn steps(run: &Run, tx: &Tx) -> Result<(), AgentError> {
                     run.cx.tape.contexts().calibrations.update(&run.model, |c| c.refused(refused, &error));
                 }
                 *bub_abi::sync::lock(&run.fold_next) = Some(e.to_string());
-                let mut ev = Event::StepFinished {
-                    step,
-                    status: Status::AutoHandoff,
-                    elapsed_ms: elapsed(),
-                    error: Some(e.to_string()),
-                    next_prompt: None,
-                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
-                    usage: run.last_usage(),
-                };
+                let mut ev = failed(Status::AutoHandoff, e.to_string());
                 agent.events.emit(&mut ev, &run.cx).await?;
                 continue;
             }
             Err(e) => {
-                let mut ev = Event::StepFinished {
-                    step,
-                    status: Status::Error,
-                    elapsed_ms: elapsed(),
-                    error: Some(e.to_string()),
-                    next_prompt: None,
-                    prompt: next_prompt.as_deref().map(<[Value]>::to_vec),
-                    usage: run.last_usage(),
-                };
+                let mut ev = failed(Status::Error, e.to_string());
                 agent.events.emit(&mut ev, &run.cx).await?;
                 return Err(e);
             }
