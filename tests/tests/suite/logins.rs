@@ -166,12 +166,19 @@ struct Seen {
     login: Value,
 }
 
-fn one_turn(python: Option<&Path>) -> (Seen, String) {
-    let stub = Stub::start();
+/// A temporary folder with a Bub home, a Codex home (not made: a login
+/// writes it) and a workspace.
+fn folders() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let (home, codex_home, ws) = (dir.path().join("home"), dir.path().join("codex"), dir.path().join("ws"));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&ws).unwrap();
+    (dir, home, codex_home, ws)
+}
+
+fn one_turn(python: Option<&Path>) -> (Seen, String) {
+    let stub = Stub::start();
+    let (dir, home, codex_home, ws) = folders();
     expired_login(&codex_home);
     let env = codex_env(&stub, &home, &codex_home);
     let (output, ok) = match python {
@@ -285,13 +292,11 @@ fn bub_and_python_bub_refresh_a_codex_login_and_call_codex_alike() {
 #[test]
 fn a_fresh_codex_login_is_used_without_refreshing() {
     let stub = Stub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (home, codex_home) = (dir.path().join("home"), dir.path().join("codex"));
-    std::fs::create_dir_all(&home).unwrap();
+    let (_dir, home, codex_home, ws) = folders();
     expired_login(&codex_home);
     let env = codex_env(&stub, &home, &codex_home);
     for _ in 0..2 {
-        let (out, ok) = run(&bub_bin(), &["run", "hi"], dir.path(), &env, &[]);
+        let (out, ok) = run(&bub_bin(), &["run", "hi"], &ws, &env, &[]);
         assert!(ok && out.contains("hello from codex"), "{out}");
     }
     assert_eq!(stub.token_requests().len(), 1, "the second turn refreshed again");
@@ -304,12 +309,10 @@ fn a_fresh_codex_login_is_used_without_refreshing() {
 #[test]
 fn an_unusable_codex_login_says_what_to_do() {
     let stub = Stub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (home, codex_home) = (dir.path().join("home"), dir.path().join("codex"));
-    std::fs::create_dir_all(&home).unwrap();
+    let (_dir, home, codex_home, ws) = folders();
     std::fs::create_dir_all(&codex_home).unwrap();
     let env = codex_env(&stub, &home, &codex_home);
-    let turn = || run(&bub_bin(), &["run", "hi"], dir.path(), &env, &[]).0;
+    let turn = || run(&bub_bin(), &["run", "hi"], &ws, &env, &[]).0;
     assert!(turn().contains("Cannot read Codex credentials; run codex login with file storage"), "{}", turn());
     let write = |v: Value| {
         bub_kit::files::write_private(&codex_home.join("auth.json"), v.to_string().as_bytes()).unwrap();
@@ -430,10 +433,7 @@ fn the_real_codex_cli_and_bub_share_one_login_file() {
         return eprintln!("SKIPPED the_real_codex_cli_and_bub_share_one_login_file: npm is not installed");
     };
     let stub = Stub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (home, codex_home, ws) = (dir.path().join("home"), dir.path().join("codex"), dir.path().join("ws"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
+    let (dir, home, codex_home, ws) = folders();
     expired_login(&codex_home);
     let env = codex_env(&stub, &home, &codex_home);
 

@@ -124,6 +124,17 @@ fn the_prompt_lists_valid_skills_and_expands_the_named_one() {
     assert!(system.contains("- hello: Say hello properly.\n- shared"), "{system}");
 }
 
+/// The tool messages' texts of a request, in order.
+fn tool_results(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// `skill()` lists every skill; `skill(name)` returns its location and
 /// body; an unknown name is the tool's answer `(no such skill)`.
 #[test]
@@ -138,14 +149,7 @@ fn the_skill_tool_lists_and_loads() {
     let s = setup(&provider);
     let (_, err, ok) = bub(&s, &["run", "go"]);
     assert!(ok, "{err}");
-    let second = &provider.requests()[1].body;
-    let results: Vec<String> = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect();
+    let results = tool_results(&provider.requests()[1].body);
     // The project's, the user's, then bub-rs's builtin ones, by name.
     assert_eq!(results[0], "Available skills:\n- gh\n- hello\n- shared\n- skill-creator\n- tele\n- telegram");
     let shared = s.ws.path().join(".agents/skills/shared").canonicalize().unwrap();
@@ -246,14 +250,7 @@ fn the_builtin_skills_are_bub_rs_own_and_a_project_replaces_one() {
     skill(&s.ws.path().join(".agents/skills"), "gh", "name: gh\ndescription: the project's gh", "project gh body");
     let (_, err, ok) = bub(&s, &["run", "go"]);
     assert!(ok, "{err}");
-    let second = &provider.requests()[1].body;
-    let results: Vec<String> = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect();
+    let results = tool_results(&provider.requests()[1].body);
     let telegram = &results[0];
     let location = telegram.lines().next().unwrap().trim_start_matches("Location: ").to_owned();
     let root = s.home.path().join("builtin-skills").canonicalize().unwrap();
