@@ -135,7 +135,10 @@ def request_view(req):
             continue
         msgs.append(norm(m))
     view = {"path": req["path"], "messages": msgs}
-    for k in ("model", "stream", "stream_options", "max_completion_tokens", "max_tokens"):
+    # The last five: what model-written code's `republic` models send
+    # (embeddings, System One decisions, chat options).
+    for k in ("model", "stream", "stream_options", "max_completion_tokens", "max_tokens",
+              "input", "encoding_format", "dimensions", "state", "questions", "temperature"):
         if k in body:
             view[k] = body[k]
     return view

@@ -93,7 +93,9 @@ pub fn check(
     Ok(args)
 }
 
-/// The types a schema allows (`type`, or each branch of `anyOf`).
+/// The types a schema allows (`type`, or each branch of `anyOf`); none
+/// (anything goes) when a branch says no type (a `$ref`, as the media
+/// tools' `republic.Image | str`).
 fn types(schema: &Value) -> Vec<&str> {
     if let Some(t) = schema.get("type") {
         return match t {
@@ -103,7 +105,11 @@ fn types(schema: &Value) -> Vec<&str> {
         };
     }
     let branches = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array);
-    branches.into_iter().flatten().flat_map(types).collect()
+    let each: Vec<Vec<&str>> = branches.into_iter().flatten().map(types).collect();
+    if each.iter().any(Vec::is_empty) {
+        return Vec::new();
+    }
+    each.into_iter().flatten().collect()
 }
 
 type Refusal = (&'static str, &'static str);

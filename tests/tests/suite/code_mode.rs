@@ -3,7 +3,8 @@
 //! `<code_mode>` prompt and its stub file, `run_code` in a real `python3`
 //! whose `tools.<name>` calls go through the tool hooks (a policy plugin
 //! denies one, the audit log records them), media attached from code,
-//! failures and timeouts — through `bub run` against a scripted provider.
+//! failures and timeouts, the `republic` module's models served by the
+//! host — through `bub run` against a scripted provider.
 
 use bub_tests::{
     lib,
@@ -104,7 +105,7 @@ fn code_mode_offers_direct_tools_and_runs_code_through_the_tool_hooks() {
     let stub = std::fs::read_to_string(stub_path).unwrap();
     assert!(stub.contains("async def tape_search(*, query: str, limit: int = 20"), "{stub}");
     assert!(stub.contains("sessions: str | list[str] = ..."), "searching other sessions from code: {stub}");
-    assert!(stub.contains("async def attach_image(*, image: str) -> Any:"), "{stub}");
+    assert!(stub.contains("async def attach_image(*, image: republic.Image | str) -> str:"), "{stub}");
     assert!(!stub.contains("def bash("), "direct tools are not in the stub: {stub}");
 
     // What the code printed, with the denial, and the attached image.
@@ -250,4 +251,102 @@ fn an_attached_image_reaches_the_model_in_every_wire_format() {
         let image = image.unwrap_or_else(|| panic!("{model} {client_args}: no image in {text}"));
         assert!(image.as_str().unwrap().starts_with("data:image/png;base64,iVBORw0KGgo"), "{model}: {image}");
     }
+}
+
+/// The code's `republic` module, as Bub's runner gives it: a chat
+/// (unstreamed, as Republic's `chat()` sends it) with a system message and
+/// an image, a stream, embeddings and a System One decision, each made by
+/// the host with its own credentials against the provider's documented
+/// endpoint; a provider without decisions refused in Bub's words; a
+/// `republic.Image` attached as it is.
+#[test]
+fn republic_models_in_code_are_called_by_the_host() {
+    if !python3() {
+        return;
+    }
+    let code = r#"
+from republic.decisions import Noul, Choice
+model = republic.get_model()
+chart = republic.Image("image/png", data=b"\x89PNG")
+reply = await model.chat([republic.system("Be brief."), republic.user("Describe", chart)], temperature=0.2, max_tokens=50)
+print("chat:", reply.text, reply.finish_reason, reply.token_usage.input_tokens, reply.message.role, reply.refusal)
+async with model.stream("Write a haiku.") as stream:
+    kinds = [type(event).__name__ async for event in stream]
+print("stream:", stream.text, sorted(set(kinds)), kinds[-1])
+emb = await republic.get_embedding_model("openai:text-embedding-3-small").embed_many(["a", "b"], dimensions=2)
+print("vectors:", emb.vectors, emb.vector, emb.token_usage.input_tokens)
+d = await republic.get_decision_model("openrouter:typesafe/jev").decide(
+    {"x": 1}, questions={"ok": Noul("Is it ok?"), "pick": Choice("Which?", ["a", "b"])})
+print("decide:", d.ok.noul, d.pick.choice, d.answers["pick"].confidence)
+try:
+    await republic.get_decision_model("openai:m").decide("s", questions={"q": Noul("?")})
+except Exception as e:
+    print("refused:", type(e).__name__, e)
+print(await tools.attach_image(image=republic.Image("image/png", url="https://example.com/a.png")))
+"#;
+    let json_reply = |body: Value| bub_tests::provider::Reply::Status(200, body.to_string(), vec![]);
+    let provider = Provider::start(vec![
+        chat::tool_calls("", &[("c1", "run_code", &json!({"code": code}).to_string())]),
+        json_reply(json!({"id": "c-1", "model": "m-2024", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "A chart."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3}})),
+        chat::text("an old pond"),
+        json_reply(json!({"model": "text-embedding-3-small", "usage": {"prompt_tokens": 2},
+            "data": [{"index": 1, "embedding": [0.3, 0.4]}, {"index": 0, "embedding": [0.1, 0.2]}]})),
+        json_reply(json!({"model": "typesafe/jev", "usage": {"input_tokens": 9, "output_tokens": 0}, "answers": {
+            "ok": {"type": "noul", "noul": 0.8},
+            "pick": {"type": "choice", "choice": "b", "probabilities": {"a": 0.1, "b": 0.9}, "confidence": 0.9}}})),
+        chat::text("done"),
+    ]);
+    let (home, ws) = setup(&provider);
+    assert!(bub(&home, &ws, &["run", ",code_mode enable=true"]).2);
+    let (out, err, ok) = bub(&home, &ws, &["run", "use republic"]);
+    assert!(ok && out.contains("done"), "{out}\n{err}");
+    let requests = provider.requests();
+    let result = serde_json::to_string(&tool_messages(&requests.last().unwrap().body)).unwrap();
+    let result: String = serde_json::from_str::<Value>(&result).unwrap().to_string();
+    assert!(result.contains("chat: A chart. stop 7 assistant None"), "{result}");
+    assert!(result.contains("stream: an old pond ['Completed', 'TextDelta', 'UsageDelta'] Completed"), "{result}");
+    assert!(result.contains("vectors: [[0.1, 0.2], [0.3, 0.4]] [0.1, 0.2] 2"), "{result}");
+    assert!(result.contains("decide: 0.8 b 0.9"), "{result}");
+    assert!(
+        result.contains(
+            "refused: BubError [tool] republic.decide failed: UnsupportedApiFormatError: Provider 'openai' supports \
+             no decision API format"
+        ),
+        "{result}"
+    );
+    assert!(result.contains("The image is attached to the run_code result."), "{result}");
+    assert!(result.contains("https://example.com/a.png"), "the republic.Image is attached: {result}");
+
+    // What the host sent for the code: the session's model and key.
+    let [_, chat_call, stream_call, embed_call, decide_call, _] = &requests[..] else {
+        panic!("{} requests: {:?}", requests.len(), requests.iter().map(|r| &r.line).collect::<Vec<_>>())
+    };
+    assert!(chat_call.line.contains("/v1/chat/completions"), "{}", chat_call.line);
+    assert_eq!(chat_call.header("authorization"), Some("Bearer sk-test"));
+    assert!(chat_call.body.get("stream").is_none(), "chat() is unstreamed: {}", chat_call.body);
+    assert_eq!(chat_call.body["temperature"], 0.2);
+    assert_eq!(chat_call.body["max_completion_tokens"], 50);
+    assert_eq!(
+        chat_call.body["messages"],
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": [
+            {"type": "text", "text": "Describe"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}]}])
+    );
+    assert!(chat_call.body.get("tools").is_none());
+    assert_eq!(stream_call.body["stream"], true);
+    assert_eq!(stream_call.body["messages"], json!([{"role": "user", "content": "Write a haiku."}]));
+    assert!(embed_call.line.contains("/v1/embeddings"), "{}", embed_call.line);
+    assert_eq!(
+        embed_call.body,
+        json!({"model": "text-embedding-3-small", "input": ["a", "b"], "encoding_format": "float", "dimensions": 2})
+    );
+    assert!(decide_call.line.contains("/v1/systemone"), "{}", decide_call.line);
+    assert_eq!(
+        decide_call.body,
+        json!({"model": "typesafe/jev", "state": {"x": 1}, "questions": {
+            "ok": {"type": "noul", "instructions": "Is it ok?"},
+            "pick": {"type": "choice", "instructions": "Which?", "criteria": {"a": null, "b": null}}}})
+    );
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     apply_extra_body, content_text, encode, http, repair_tool_calls, splice_tools, Delta, ModelClient, ModelRequest,
-    ModelResponse, ProviderError, Spliced, ToolCallFragments, Usage, SPLICED,
+    ModelResponse, ProviderError, ResponseMeta, Spliced, ToolCallFragments, Usage, SPLICED,
 };
 use crate::message::{JsonArray, Message, Part, WireForm};
 
@@ -308,6 +308,44 @@ pub async fn call(
         }
     }
     Err(ProviderError::Incomplete)
+}
+
+/// Runs a call unstreamed, as Republic's `ChatModel.chat` does (no
+/// `stream` keys; one JSON answer): what model-written code's
+/// `republic.get_model().chat(...)` sends.
+pub async fn call_whole(client: &ModelClient, request: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+    let url = format!("{}/chat/completions", client.config.base_url);
+    let auth: Vec<(&str, String)> =
+        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    let mut body: Map<String, Value> = serde_json::from_slice(&encoded(client, request)).expect("the body is JSON");
+    body.remove("stream");
+    body.remove("stream_options");
+    let body = serde_json::to_vec(&body).expect("JSON values serialize");
+    let answer = http::json(&client.config, http::post(&client.config, &url, &auth, body).await?).await?;
+    if let Some(e) = answer.get("error").filter(|e| !e.is_null()) {
+        return Err(ProviderError::Response(error_text(e)));
+    }
+    let choice = answer["choices"].get(0).ok_or_else(|| ProviderError::Response(format!("no choices in {answer}")))?;
+    let message = &choice["message"];
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+    let mut out = ModelResponse {
+        text: text(message.get("content")),
+        refusal: text(message.get("refusal")),
+        reasoning: text(message.get("reasoning_content").or_else(|| message.get("reasoning"))),
+        ..ModelResponse::default()
+    };
+    let named = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    out.meta = ResponseMeta {
+        id: named(&answer, "id"),
+        model: named(&answer, "model"),
+        finish_reason: named(choice, "finish_reason"),
+    };
+    if let Some(u) = answer.get("usage").filter(|u| u.is_object()) {
+        let mut total = Usage::default();
+        usage(u, &mut total);
+        out.usage = Some(total);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -174,6 +174,43 @@ pub async fn post(
     }
 }
 
+/// POSTs `body` to `path` under the client's base URL with its bearer
+/// key, and reads the JSON answer (embeddings, decisions).
+pub async fn post_json(
+    client: &super::ModelClient,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, ProviderError> {
+    let url = format!("{}{path}", client.config.base_url);
+    let auth: Vec<(&str, String)> =
+        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    let bytes = serde_json::to_vec(body).expect("JSON values serialize");
+    json(&client.config, post(&client.config, &url, &auth, bytes).await?).await
+}
+
+/// A whole JSON answer (an unstreamed chat, embeddings, decisions), read
+/// within the call's stream limit so a hostile server cannot fill memory.
+pub async fn json(config: &ProviderConfig, mut resp: reqwest::Response) -> Result<serde_json::Value, ProviderError> {
+    let limit = config.stream_limits.max_stream_bytes;
+    let mut body = Vec::new();
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(ProviderError::Timeout),
+            Err(e) => return Err(ProviderError::Connection(format!("reading the answer: {e}"))),
+        };
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Err(ProviderError::TooLarge(limit_text(bub_sse::LimitError::StreamTooLarge { limit })));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        let start = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        ProviderError::Response(format!("the answer is not JSON ({e}): {start}"))
+    })
+}
+
 /// The response's server-sent events, within the call's stream limits; a
 /// read failure mid-stream is an error (never retried: the stream already
 /// opened). An event the server did not close with a blank line is still

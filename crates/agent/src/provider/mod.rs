@@ -21,7 +21,9 @@
 pub mod anthropic;
 pub mod chat;
 pub mod codex;
+pub mod decisions;
 pub mod echo;
+pub mod embeddings;
 pub mod http;
 pub mod responses;
 pub mod settings;
@@ -238,6 +240,20 @@ impl ModelClient {
                 "anthropic" => ApiFormat::Messages,
                 _ => ApiFormat::Chat,
             }),
+        }
+    }
+
+    /// Runs one call whole, as Republic's `ChatModel.chat` does: one JSON
+    /// answer in the chat-completions format; the other formats stream and
+    /// are gathered.
+    pub async fn call_whole(&self, request: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        if self.format()? != ApiFormat::Chat {
+            return self.call(request, &mut |_| {}).await;
+        }
+        let call = chat::call_whole(self, request);
+        match self.config.call_timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
+            None => call.await,
         }
     }
 

@@ -203,6 +203,8 @@ pub fn default_base(kind: &str) -> &'static str {
         "vllm" => "http://localhost:8000/v1",
         "llamacpp" | "llama.cpp" => "http://localhost:8080/v1",
         "codex" => super::codex::DEFAULT_BASE,
+        "typesafe" => "https://api.typesafe.ai/v1",
+        "magpie" => "http://127.0.0.1:3425/v1",
         _ => "https://api.openai.com/v1",
     }
 }

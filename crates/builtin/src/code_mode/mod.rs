@@ -13,12 +13,11 @@
 //! comes back here and goes through `before_tool_call` / `after_tool_call`
 //! like the model's own calls, with `code_mode` set, so a policy plugin
 //! sees and can deny it. `attach_image/audio/video` (code-only tools) add
-//! media to the `run_code` result.
-//!
-//! Not ported [inferred]: Bub's `republic` module inside the code (its
-//! models called back through the host); code that imports it fails with
-//! `ModuleNotFoundError`.
+//! media to the `run_code` result. The code's `republic` module (media
+//! values, messages, and models whose calls the host makes with its own
+//! credentials) is served by [`republic`].
 
+mod republic;
 mod stub;
 
 use std::{
@@ -46,8 +45,8 @@ const RUN_CODE_DESCRIPTION: &str = "Run Python code in the environment and retur
 
 Tools are async functions available as `tools.<name>(...)`: await them with keyword arguments
 (top-level `await` is allowed). See the tool stub referenced in the system prompt for their
-signatures and result types. Media passed to `tools.attach_image/audio/video`, as a path or URL,
-is attached to the result. The code is stopped after timeout_seconds.";
+signatures and result types. The `republic` module provides media loaders and models. Media passed
+to `tools.attach_image/audio/video`, as an object, path or URL, is attached to the result. The code is stopped after timeout_seconds.";
 
 /// `run_code`, the media tools and the `code_mode` command, in Bub's order.
 pub fn tools() -> Vec<AgentTool> {
@@ -63,22 +62,25 @@ pub fn tools() -> Vec<AgentTool> {
         run_code,
     )];
     for kind in ["image", "audio", "video"] {
-        let (verb, what) = match kind {
-            "image" => ("see", "an image"),
-            "audio" => ("hear", "audio"),
-            _ => ("watch", "a video"),
+        let (verb, what, class) = match kind {
+            "image" => ("see", "an image", "Image"),
+            "audio" => ("hear", "audio", "Audio"),
+            _ => ("watch", "a video", "Video"),
         };
         let description = format!(
-            "Attach {what} to the result of this `run_code` call, so you can {verb} it.\n\n`{kind}` is a file path in \
-             the environment, an http(s) URL, or a data URL."
+            "Attach {what} to the result of this `run_code` call, so you can {verb} it.\n\n`{kind}` is a \
+             `republic.{class}`, a file path in the environment, an http(s) URL, or a data URL."
         );
-        out.push(AgentTool::native(
-            &format!("attach_{kind}"),
-            &description,
-            schema(json!({ kind: {"type": "string"} }), &[kind]),
-            Exposure::Code,
-            move |args, cx| attach(kind, args, cx),
-        ));
+        out.push(
+            AgentTool::native(
+                &format!("attach_{kind}"),
+                &description,
+                schema(json!({ kind: media_schema(class) }), &[kind]),
+                Exposure::Code,
+                move |args, cx| attach(kind, args, cx),
+            )
+            .returning("str"),
+        );
     }
     out.push(AgentTool::native(
         "code_mode",
@@ -90,6 +92,25 @@ pub fn tools() -> Vec<AgentTool> {
         set_code_mode,
     ));
     out
+}
+
+/// The parameter schema Bub's media tools have (pydantic's for
+/// `republic.Image | str`): the stub declares it as `republic.Image | str`.
+fn media_schema(class: &str) -> Value {
+    let optional = |title: &str, of: Value| json!({"anyOf": [of, {"type": "null"}], "default": null, "title": title});
+    json!({
+        "$defs": {class: {
+            "properties": {
+                "media_type": {"title": "Media Type", "type": "string"},
+                "data": optional("Data", json!({"format": "binary", "type": "string"})),
+                "url": optional("Url", json!({"type": "string"})),
+            },
+            "required": ["media_type"],
+            "title": class,
+            "type": "object",
+        }},
+        "anyOf": [{"$ref": format!("#/$defs/{class}")}, {"type": "string"}],
+    })
 }
 
 async fn set_code_mode(args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
@@ -137,8 +158,7 @@ fn stub_dir(home: &std::path::Path, workspace: &std::path::Path, session: &str) 
     home.join("codemode").join(&hex[..16])
 }
 
-/// Bub's `render_code_mode_prompt` for a stub file, without the `republic`
-/// paragraph (see the module docs).
+/// Bub's `render_code_mode_prompt` for a stub file.
 fn prompt(stub: &std::path::Path) -> String {
     let t = tools::RUN_CODE;
     format!(
@@ -147,9 +167,11 @@ fn prompt(stub: &std::path::Path) -> String {
          you have not used yet. Always `await` tool calls (top-level `await` is allowed) and pass keyword \
          arguments; they return structured values and raise on failure. `{t}` returns only what the code prints, \
          so print the results you need, and combine several tool calls in one run when possible. To look at an \
-         image, audio or video, pass its path or URL to `tools.attach_image(image=...)`, \
+         image, audio or video, pass its path, URL or `republic` media object to `tools.attach_image(image=...)`, \
          `tools.attach_audio(audio=...)` or `tools.attach_video(video=...)`: it is attached to the `{t}` result.\n\
-         </code_mode>",
+         The code can also use the `republic` module (see the end of the stub) to call models with \
+         `republic.get_model()`, `republic.get_embedding_model(spec)` and `republic.get_decision_model(spec)`; \
+         `get_model()` without a spec is the default model of this session.\n</code_mode>",
         stub.display()
     )
 }
@@ -200,11 +222,14 @@ async fn run_code(args: Map<String, Value>, cx: ToolContext) -> Result<Value, Ag
     let pid = child.id();
     let run = Arc::new(Mutex::new(CodeRun::default()));
     let output = Arc::new(Mutex::new(String::new()));
+    let session_model =
+        cx.state.get_value("model").and_then(|v| v.as_str().filter(|m| !m.is_empty()).map(str::to_owned));
     let session = Session {
         stdin: tokio::sync::Mutex::new(child.stdin.take().expect("piped")),
         cx: &cx,
         tools: &by_name,
         output: output.clone(),
+        republic: republic::Republic::new(framework.model_settings(), session_model),
     };
     let mut stderr = child.stderr.take().expect("piped");
     let stderr_text = async move {
@@ -268,6 +293,8 @@ struct Session<'a> {
     cx: &'a ToolContext,
     tools: &'a std::collections::HashMap<String, AgentTool>,
     output: Arc<Mutex<String>>,
+    /// The code's `republic` calls (its open streams end with the session).
+    republic: republic::Republic,
 }
 
 impl Session<'_> {
@@ -326,6 +353,12 @@ impl Session<'_> {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         let name = message.get("name").and_then(Value::as_str).unwrap_or_default();
         let reply = match (self.tools.get(name), message.get("arguments")) {
+            (None, Some(Value::Object(arguments))) if name.starts_with(republic::CALL_PREFIX) => {
+                match self.republic.call(name, arguments.clone()).await {
+                    Ok(value) => json!({"type": "result", "id": id, "value": value}),
+                    Err(e) => json!({"type": "error", "id": id, "message": e}),
+                }
+            }
             (Some(tool), Some(Value::Object(arguments))) => match self.cx.call_from_code(tool, arguments.clone()).await
             {
                 Ok(value) => json!({"type": "result", "id": id, "value": value}),
@@ -343,8 +376,17 @@ impl Session<'_> {
 
 /// `attach_<kind>`: a URL as it is; a path read from the workspace.
 async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -> Result<Value, AgentError> {
-    let source = args.get(kind).and_then(Value::as_str).unwrap_or_default().to_owned();
     let invalid = |e: String| AgentError::bub("invalid_input", format!("Cannot load the {kind}: {e}"), None);
+    let given = args.get(kind).cloned().unwrap_or_default();
+    if given.is_object() {
+        // A `republic` media object the code made: attached as it is; one
+        // of another kind is refused as pydantic refuses `Image | str`.
+        let part = republic::media_part(&given).filter(|p| p["type"] == kind).ok_or_else(|| {
+            AgentError::bub("invalid_input", format!("Tool 'attach_{kind}' argument validation failed."), None)
+        })?;
+        return attached(kind, part);
+    }
+    let source = given.as_str().unwrap_or_default().to_owned();
     // As Republic loads media: a data URL becomes its data, a remote one
     // keeps its URL with the media type its path shows.
     let part = if let Some(rest) = source.strip_prefix("data:") {
@@ -377,6 +419,11 @@ async fn attach(kind: &'static str, args: Map<String, Value>, cx: ToolContext) -
         use base64::Engine;
         json!({"type": kind, "media_type": mime, "data": base64::engine::general_purpose::STANDARD.encode(bytes)})
     };
+    attached(kind, part)
+}
+
+/// Adds `part` to the running `run_code` call's result.
+fn attached(kind: &str, part: Value) -> Result<Value, AgentError> {
     let attached = ACTIVE.try_with(|run| bub_abi::sync::lock(run).media.push(part));
     if attached.is_err() {
         return Err(AgentError::bub(

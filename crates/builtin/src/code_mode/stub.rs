@@ -1,6 +1,7 @@
 //! The Python stub that tells model-written code the tools' signatures
 //! (Bub's `render_tool_stub`, for the JSON schemas our tools have: scalar
-//! types, arrays, enums, objects as `dict[str, Any]`). A result is typed as
+//! types, arrays, enums, local `$ref`s, `republic` media, objects as
+//! `dict[str, Any]`), and, at its end, the `republic` module's members. A result is typed as
 //! Bub's function annotates it when the tool says so (`AgentTool::returns`,
 //! the builtin's own tools), with the TypedDicts it names; else `Any` (a
 //! plugin's tool declares no result schema).
@@ -17,9 +18,64 @@ Every tool is an async function: `await` it (top-level `await` is allowed) and p
 arguments only. Each call returns the structured value described by its return type and
 raises an exception when the tool fails. Use `asyncio.gather` to run independent calls
 concurrently.
+
+The `republic` module is also available (preset as a global and importable); it is documented
+at the end of this file.
 """
 
-from typing import Any, Literal, NotRequired, TypedDict"#;
+from typing import Any, Literal, NotRequired, TypedDict
+
+import republic"#;
+
+/// The `republic` module's declaration, in Bub's words (the runner serves
+/// these names; the host makes the model calls).
+const REPUBLIC: &str = r#"# ---------------------------------------------------------------------------
+# `republic`: media and models inside `run_code`. Models are served by the host with
+# its credentials and settings; every model method is async. Only the members below exist.
+#
+# class republic.Image / republic.Audio / republic.Video:
+#     __init__(media_type: str, data: bytes | None = None, url: str | None = None)
+#     media_type: str; data: bytes | None; url: str | None
+#     base64_data: str; data_url: str
+#     `tools.attach_image/audio/video` also take a file path in the environment, an http(s)/gs URL
+#     or a data URL instead, and load it for you.
+#
+# republic.system(text: str) -> Message
+# republic.user(*content: str | Image | Audio | Video) -> Message
+# republic.assistant(*content: str | Image | Audio | Video) -> Message
+#     Message has .role, .content (list of text and media) and .text.
+#
+# republic.get_model(spec: str | None = None) -> ChatModel
+#     A "provider:model" spec; None is the model running this session.
+#     await model.chat(prompt: str | Message | list[str | Message], **options) -> response
+#         options: max_tokens, temperature, top_p, top_k, stop, seed, reasoning_effort, extra_body...
+#         (no tools). A plain string is a user message.
+#         response.text, .reasoning, .refusal, .finish_reason, .model,
+#         .token_usage.input_tokens / .output_tokens, .message (append it to continue the conversation)
+#     model.stream(prompt, **options) -> Stream   # same arguments as chat(); not awaited
+#         async with model.stream(...) as stream:
+#             async for event in stream: ...
+#         Events from republic.events: TextDelta(.chunk), ReasoningDelta(.chunk), RefusalDelta(.chunk),
+#         UsageDelta(.usage), ImageReady(.image), CitationAdded(.citation), Completed(.response, last).
+#         After iterating: stream.response (as returned by chat()), stream.text, .reasoning, .token_usage.
+# republic.get_embedding_model(spec: str) -> EmbeddingModel
+#     await model.embed(text: str, *, dimensions: int | None = None) -> response   # response.vector
+#     await model.embed_many(texts: list[str], *, dimensions: int | None = None) -> response   # response.vectors
+# republic.get_decision_model(spec: str) -> DecisionModel
+#     await model.decide(state, *, questions: dict[str, Question]) -> response
+#         Questions from republic.decisions: Noul(instructions, criteria=None) (yes/no),
+#         Choice(instructions, criteria) (pick one), Score(instructions, criteria) (ordered levels).
+#         response.answers[id] or response.<id>: .noul | .choice/.probabilities/.confidence | .score/...
+#
+# Example:
+#     model = republic.get_model()
+#     chart = republic.Image("image/png", data=open("chart.png", "rb").read())
+#     reply = await model.chat([republic.user("Describe this chart.", chart)])
+#     print(reply.text)
+#     async with model.stream("Write a haiku.") as stream:
+#         async for event in stream:
+#             if isinstance(event, republic.events.TextDelta):
+#                 print(event.chunk, end="")"#;
 
 /// Bub's result TypedDicts, as its stub writes them, in its order.
 const TYPED_DICTS: &[(&str, &str)] = &[
@@ -79,11 +135,42 @@ fn is_identifier(name: &str) -> bool {
         && !KEYWORDS.contains(&name)
 }
 
+/// Bub's `_media_class`: the schema of a `republic.Image`, `Audio` or
+/// `Video` parameter.
+fn media_class(o: &serde_json::Map<String, Value>) -> Option<&str> {
+    let title = o.get("title").and_then(Value::as_str).filter(|t| matches!(*t, "Image" | "Audio" | "Video"))?;
+    let props = o.get("properties").and_then(Value::as_object)?;
+    let mut keys: Vec<&str> = props.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    (keys == ["data", "media_type", "url"]).then_some(title)
+}
+
+/// A schema's own definitions (`$defs`, or the older `definitions`).
+fn defs_of(schema: &Value) -> Option<&serde_json::Map<String, Value>> {
+    schema.get("$defs").or_else(|| schema.get("definitions")).and_then(Value::as_object)
+}
+
 fn type_hint(schema: &Value) -> String {
+    hint_in(schema, &serde_json::Map::new())
+}
+
+/// The hint for `schema`, its `$ref`s resolved in `defs` and its own.
+fn hint_in(schema: &Value, defs: &serde_json::Map<String, Value>) -> String {
     let Some(o) = schema.as_object().filter(|o| !o.is_empty()) else { return "Any".into() };
+    if let Some(class) = media_class(o) {
+        return format!("republic.{class}");
+    }
+    let mut defs = std::borrow::Cow::Borrowed(defs);
+    if let Some(own) = defs_of(schema) {
+        defs.to_mut().extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    if let Some(reference) = o.get("$ref").and_then(Value::as_str) {
+        let name = reference.rsplit('/').next().unwrap_or_default();
+        return defs.get(name).map_or_else(|| "Any".into(), |target| hint_in(target, &defs));
+    }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(options)) = o.get(key) {
-            return union(options.iter().map(type_hint));
+            return union(options.iter().map(|option| hint_in(option, &defs)));
         }
     }
     if let Some(c) = o.get("const") {
@@ -96,12 +183,12 @@ fn type_hint(schema: &Value) -> String {
         Some(Value::Array(types)) => union(types.iter().map(|t| {
             let mut one = o.clone();
             one.insert("type".into(), t.clone());
-            type_hint(&Value::Object(one))
+            hint_in(&Value::Object(one), &defs)
         })),
         Some(Value::String(t)) => match t.as_str() {
-            "array" => format!("list[{}]", o.get("items").map_or_else(|| "Any".into(), type_hint)),
+            "array" => format!("list[{}]", o.get("items").map_or_else(|| "Any".into(), |i| hint_in(i, &defs))),
             "object" => match o.get("additionalProperties") {
-                Some(extra @ Value::Object(m)) if !m.is_empty() => format!("dict[str, {}]", type_hint(extra)),
+                Some(extra @ Value::Object(m)) if !m.is_empty() => format!("dict[str, {}]", hint_in(extra, &defs)),
                 _ => "dict[str, Any]".into(),
             },
             "string" => "str".into(),
@@ -205,6 +292,8 @@ pub fn render(tools: &[&AgentTool]) -> String {
         out.push_str("\n\n\n");
         out.push_str(&function(t));
     }
+    out.push_str("\n\n\n");
+    out.push_str(REPUBLIC);
     out.push('\n');
     out
 }
@@ -249,6 +338,19 @@ mod tests {
         );
         assert_eq!(identifier("class"), "_class");
         assert_eq!(identifier("2fa"), "_2fa");
+    }
+
+    /// Bub's media tools' parameter (pydantic's `republic.Image | str`,
+    /// a `$ref` into its own `$defs`) is declared as Bub declares it, and
+    /// the stub ends with the `republic` module's members.
+    #[test]
+    fn media_parameters_are_republic_classes_and_the_stub_documents_republic() {
+        let tools = crate::code_mode::tools();
+        let attach = tools.iter().find(|t| t.name == "attach_image").unwrap();
+        assert!(function(attach).starts_with("async def attach_image(*, image: republic.Image | str) -> str:"));
+        let stub = render(&[attach]);
+        assert!(stub.contains("\nimport republic\n"), "{stub}");
+        assert!(stub.trim_end().ends_with("print(event.chunk, end=\"\")"), "{stub}");
     }
 
     /// Results typed as Bub's stub types them: the annotation, and the
