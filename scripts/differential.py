@@ -17,6 +17,7 @@ tests/differential/known-differences.json ({scenario or "*": {aspect: reason}});
 a difference not listed there fails the run.
 """
 import argparse
+import base64
 import hashlib
 import json
 import time
@@ -34,9 +35,37 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "tests" / "differential"
 
 
-def sse(reply):
+def responses_sse(reply):
+    """A Responses API stream, as Codex's backend sends one: each output
+    item added, its text or arguments, done; then the completed response."""
+    items = []
+    if reply.get("text"):
+        items.append({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": reply["text"], "annotations": []}]})
+    for cid, name, args in reply.get("tool_calls", []):
+        items.append({"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name,
+                      "arguments": args, "status": "completed"})
+    events = [{"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}}]
+    for i, item in enumerate(items):
+        events.append({"type": "response.output_item.added", "output_index": i, "item": {**item, "content": []} if item["type"] == "message" else {**item, "arguments": ""}})
+        if item["type"] == "message":
+            events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": i,
+                           "content_index": 0, "delta": reply["text"]})
+        else:
+            events.append({"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                           "output_index": i, "delta": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    usage = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    events.append({"type": "response.completed",
+                   "response": {"id": "resp_1", "status": "completed", "output": items, "usage": usage}})
+    return 200, "".join(f"data: {json.dumps(e)}\n\n" for e in events), "text/event-stream"
+
+
+def sse(reply, path=""):
     if "status" in reply:
         return reply["status"], reply.get("body", ""), "application/json"
+    if path.endswith("/responses"):
+        return responses_sse(reply)
     chunks = []
     if reply.get("text"):
         chunks.append({"choices": [{"index": 0, "delta": {"role": "assistant", "content": reply["text"]}}]})
@@ -59,9 +88,12 @@ class Server:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                outer.requests.append({"path": self.path, "body": body})
+                # Headers the Codex backend checks (who, which account, which client).
+                headers = {k.lower(): v for k, v in self.headers.items()
+                           if k.lower() in ("authorization", "chatgpt-account-id", "originator", "openai-beta")}
+                outer.requests.append({"path": self.path, "body": body, "headers": headers})
                 reply = outer.replies.pop(0) if outer.replies else {"status": 500, "body": "script exhausted"}
-                status, text, ctype = sse(reply)
+                status, text, ctype = sse(reply, self.path)
                 data = text.encode()
                 self.send_response(status)
                 self.send_header("content-type", ctype)
@@ -135,11 +167,21 @@ def request_view(req):
             continue
         msgs.append(norm(m))
     view = {"path": req["path"], "messages": msgs}
-    # The last five: what model-written code's `republic` models send
+    if "/backend-api/codex/" in req["path"]:
+        view["headers"] = req["headers"]
+        # The Responses input, the system prompt blanked as above.
+        view["input"] = [{"role": "system"} if isinstance(i, dict) and i.get("role") in ("system", "developer")
+                         else norm(i) for i in body.get("input", [])]
+        # The keys the backend is sent, and the values that say how to answer.
+        view["keys"] = sorted(body)
+        for k in ("store", "include", "parallel_tool_calls", "tool_choice", "reasoning", "text"):
+            if k in body:
+                view[k] = body[k]
+    # The last six: what model-written code's `republic` models send
     # (embeddings, System One decisions, chat options).
     for k in ("model", "stream", "stream_options", "max_completion_tokens", "max_tokens",
               "input", "encoding_format", "dimensions", "state", "questions", "temperature"):
-        if k in body:
+        if k in body and k not in view:
             view[k] = body[k]
     return view
 
@@ -154,10 +196,30 @@ def run_impl(impl, binary, scenario, server, workdir):
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_", "CODEX_"))}
     client_args = {"api_format": "chat", "retry_delay": 0.01, "max_retry_delay": 0.05}
     env.update({"BUB_HOME": str(home), "BUB_MODEL": "openai:m", "BUB_API_KEY": "k", "BUB_API_BASE": server.base,
                 "BUB_CLIENT_ARGS": json.dumps(client_args), "NO_COLOR": "1"})
+    if scenario.get("codex"):
+        # A ChatGPT login as the Codex CLI writes it, fresh (refreshing one
+        # is compared in the suite, where the token endpoint can be
+        # stubbed for both), and Codex's backend at the scripted server.
+        codex_home = workdir / f"codex-{impl}"
+        codex_home.mkdir()
+        # The same token for both (it expires in 2100).
+        account = {"exp": 4102444800, "email": "ann@example.com",
+                   "https://api.openai.com/auth": {"chatgpt_account_id": "acct-1", "chatgpt_plan_type": "plus"}}
+        token = ".".join(base64.urlsafe_b64encode(json.dumps(p).encode()).decode().rstrip("=")
+                         for p in ({"alg": "RS256", "typ": "JWT"}, account)) + ".c2ln"
+        login = {"OPENAI_API_KEY": None, "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "tokens": {"id_token": token, "access_token": token, "refresh_token": "rt-1", "account_id": "acct-1"}}
+        (codex_home / "auth.json").write_text(json.dumps(login, indent=2) + "\n")
+        (codex_home / "auth.json").chmod(0o600)
+        root = server.base.removesuffix("/v1")
+        env.pop("BUB_API_KEY")
+        env.update({"BUB_MODEL": "codex:gpt-5.1-codex", "BUB_API_BASE": f"{root}/backend-api/codex",
+                    "CODEX_HOME": str(codex_home),
+                    "BUB_CLIENT_ARGS": json.dumps({"retry_delay": 0.01, "max_retry_delay": 0.05})})
     plugin = scenario.get("plugin")
     # `bridge`: bub-rs runs the very same Python plugin through the python
     # bridge (pointed at Python Bub's venv, with the same PYTHONPATH)
@@ -204,7 +266,8 @@ def run_impl(impl, binary, scenario, server, workdir):
         outputs.append({"ok": p.returncode == 0, "stdout": norm_text("\n".join(out[1:]) if out[:1] == ["[cli:local]"] else "\n".join(out))})
     raw = server.requests[requests_before:]
     requests = [request_view(r) for r in raw]
-    tools = sorted({t["function"]["name"] for r in raw for t in r["body"].get("tools", [])})
+    # Chat completions name a tool under `function`; the Responses API at its top.
+    tools = sorted({t.get("function", t)["name"] for r in raw for t in r["body"].get("tools", [])})
     return {"output": outputs, "requests": requests, "tape": tape_view(home), "tools": tools}
 
 
