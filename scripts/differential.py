@@ -10,7 +10,9 @@ Aspects compared per scenario: `output` (what `bub run` printed, and
 whether it succeeded), `requests` (every request body the provider got:
 messages except the system prompt, model, streaming and token keys),
 `tape` (every session-tape entry: kind, payload, meta keys; system prompts
-blanked), `tools` (the tool names offered to the model).
+blanked), `tools` (the tool names offered to the model), `spans` (the OTLP
+span tree of scenarios with traces on: names, kinds, parents, attribute
+keys).
 
 Scenarios: tests/differential/scenarios.json. Deliberate differences:
 tests/differential/known-differences.json ({scenario or "*": {aspect: reason}});
@@ -109,6 +111,61 @@ class Server:
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
 
+class OtlpReceiver:
+    """An OTLP/HTTP endpoint keeping each export's protobuf body as sent."""
+
+    def __init__(self):
+        self.bodies = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.bodies.append(self.rfile.read(int(self.headers.get("content-length", 0))))
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+# Decodes export bodies (base64 lines on stdin) with the official
+# opentelemetry-proto package: one JSON span per line.
+DECODE_SPANS = """
+import base64, json, sys
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+for line in sys.stdin:
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(base64.b64decode(line))
+    for resource in request.resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                print(json.dumps({"name": span.name, "kind": span.kind, "span_id": span.span_id.hex(),
+                                  "parent": span.parent_span_id.hex(),
+                                  "attributes": sorted(f"{a.key}:{a.value.WhichOneof('value')}" for a in span.attributes)}))
+"""
+
+
+def span_view(bodies):
+    """Each span as its name, kind, its parent's name and its attribute
+    keys with their types (values differ: ids, durations, prompts)."""
+    if not bodies:
+        return []
+    python = Path(os.environ["BUB_RS_PYTHON_VENV"]) / "bin" / "python"
+    decoded = subprocess.run([str(python), "-c", DECODE_SPANS], input="\n".join(base64.b64encode(b).decode() for b in bodies),
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": os.environ["BUB_RS_TRACE_SITE"]})
+    spans = [json.loads(line) for line in decoded.stdout.splitlines()]
+    names = {s["span_id"]: s["name"] for s in spans}
+    return sorted(f"{s['name']} (kind {s['kind']}) under {names.get(s['parent'], '-')}: {' '.join(s['attributes'])}"
+                  for s in spans)
+
+
 DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
 RUN_ID = re.compile(r"run-\d{8}T\d{6}\d*Z")
 # The random file name run_code gives the model's code (both sides).
@@ -196,7 +253,7 @@ def run_impl(impl, binary, scenario, server, workdir):
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_", "CODEX_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUB_", "OPENAI_", "ANTHROPIC_", "CODEX_", "OTEL_"))}
     client_args = {"api_format": "chat", "retry_delay": 0.01, "max_retry_delay": 0.05}
     env.update({"BUB_HOME": str(home), "BUB_MODEL": "openai:m", "BUB_API_KEY": "k", "BUB_API_BASE": server.base,
                 "BUB_CLIENT_ARGS": json.dumps(client_args), "NO_COLOR": "1"})
@@ -220,6 +277,12 @@ def run_impl(impl, binary, scenario, server, workdir):
         env.update({"BUB_MODEL": "codex:gpt-5.1-codex", "BUB_API_BASE": f"{root}/backend-api/codex",
                     "CODEX_HOME": str(codex_home),
                     "BUB_CLIENT_ARGS": json.dumps({"retry_delay": 0.01, "max_retry_delay": 0.05})})
+    receiver = None
+    if scenario.get("otlp"):
+        # Traces on (Bub's `bub[trace]` extra on the Python side), to a
+        # receiver of this scenario's own.
+        receiver = OtlpReceiver()
+        env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"})
     plugin = scenario.get("plugin")
     # `bridge`: bub-rs runs the very same Python plugin through the python
     # bridge (pointed at Python Bub's venv, with the same PYTHONPATH)
@@ -240,6 +303,8 @@ def run_impl(impl, binary, scenario, server, workdir):
         # `true`: bub-schedule's site; a name: that package set's site.
         kind = scenario["pypi"]
         paths.append(os.environ["BUB_RS_PYPI_SITE" if kind is True else f"BUB_RS_PYPI_{kind.upper()}_SITE"])
+    if receiver is not None and impl == "python":
+        paths.append(os.environ["BUB_RS_TRACE_SITE"])
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     if impl == "rust" and bridge:
@@ -268,7 +333,11 @@ def run_impl(impl, binary, scenario, server, workdir):
     requests = [request_view(r) for r in raw]
     # Chat completions name a tool under `function`; the Responses API at its top.
     tools = sorted({t.get("function", t)["name"] for r in raw for t in r["body"].get("tools", [])})
-    return {"output": outputs, "requests": requests, "tape": tape_view(home), "tools": tools}
+    spans = []
+    if receiver is not None:
+        receiver.httpd.shutdown()
+        spans = span_view(receiver.bodies)
+    return {"output": outputs, "requests": requests, "tape": tape_view(home), "tools": tools, "spans": spans}
 
 
 def chat_session(binary, ws, env, line):
@@ -395,7 +464,7 @@ def main():
             rs = run_impl("rust", args.rust_bub, sc, server, Path(tmp))
         server.httpd.shutdown()
         report[sc["name"]] = {"python": py, "rust": rs}
-        for aspect in ("output", "requests", "tape", "tools"):
+        for aspect in ("output", "requests", "tape", "tools", "spans"):
             pa, ra = (apply_known(sc["name"], aspect, x[aspect], known) for x in (py, rs))
             d = diff(pa, ra, aspect)
             reason = known.get(sc["name"], {}).get(aspect) or known.get("*", {}).get(aspect)

@@ -36,6 +36,14 @@ if [ ! -d "$nowledge/nowledge_mem_bub" ]; then
         "$(grep -iE '^nowledge-mem-bub==' tests/python/published-requirements.txt)" >&2
 fi
 export BUB_RS_PYPI_NOWLEDGE_SITE="$(cd "$nowledge" && pwd)"
+# Bub's `trace` extra and opentelemetry-proto (the "otlp" scenarios'
+# Python Bub exports with it; the receiver decodes with it), pinned.
+trace="$target/diff-trace-site"
+if [ ! -d "$trace/opentelemetry/sdk" ]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$trace" \
+        -r tests/python/trace-requirements.txt >&2
+fi
+export BUB_RS_TRACE_SITE="$(cd "$trace" && pwd)"
 export BUB_RS_PYTHON_VENV="$venv"
 cargo build --quiet --release -p bub-tests --example steer_run
 export BUB_RS_STEER_RUN="$(cd "$target/release/examples" && pwd)/steer_run"

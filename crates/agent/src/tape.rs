@@ -8,7 +8,10 @@
 //! list-valued `content` / `prompt` field: user images reach the model once
 //! and never the tape.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{atomic::Ordering, Arc},
+};
 
 use bub_abi::types::{TapeEntry, TapeMatch, TapeQuery};
 use bub_kit::tape::try_select;
@@ -248,6 +251,10 @@ pub struct RunTape {
     // Where entries the store would not take are kept (None: they are lost
     // with an error).
     rescue: Option<super::rescue::Rescue>,
+    // What every entry's meta gets unless it says otherwise: the open
+    // trace span's ids when traces are on (Bub's `tracing.correlation()`).
+    correlation: std::sync::Mutex<Option<Map<String, Value>>>,
+    correlated: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RunTape {
@@ -292,6 +299,30 @@ impl RunTape {
             merge_back,
             contexts,
             rescue: None,
+            correlation: std::sync::Mutex::new(None),
+            correlated: Default::default(),
+        }
+    }
+
+    /// Sets the meta every entry appended from now on carries (its own
+    /// meta wins), as Bub stamps the open trace span's `trace_id` and
+    /// `span_id` on each entry; `None` stops it. The first time, the run's
+    /// entries written so far (its bootstrap, before the run's span could
+    /// open) get it too: in Bub the run's span opens before them.
+    pub async fn set_correlation(&self, meta: Option<Map<String, Value>>) {
+        let first = {
+            let mut slot = bub_abi::sync::lock(&self.correlation);
+            let first = slot.is_none() && meta.is_some() && !self.correlated.swap(true, Ordering::Relaxed);
+            slot.clone_from(&meta);
+            first
+        };
+        if let (true, Some(meta)) = (first, meta) {
+            let mut overlay = self.overlay.lock().await;
+            for entry in overlay.values_mut().flat_map(|o| o.entries.iter_mut()) {
+                for (k, v) in &meta {
+                    entry.meta.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
         }
     }
 
@@ -367,6 +398,11 @@ impl RunTape {
     /// `answer`, a copy of it as stored (with its id) for the caller.
     async fn put(&self, tape: &str, mut entry: TapeEntry, answer: bool) -> Result<Option<TapeEntry>, AgentError> {
         strip_media(&mut entry.payload);
+        if let Some(correlation) = bub_abi::sync::lock(&self.correlation).as_ref() {
+            for (k, v) in correlation {
+                entry.meta.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
         if !self.managed.iter().any(|t| t == tape) {
             let stored = self.store.append(tape, &entry).await?;
             return Ok(answer.then_some(stored));

@@ -96,8 +96,15 @@ pub fn subscribe(bus: &mut EventBus, env: &Environment) {
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "parameters": *t.parameters, "type": "function"}))
                 .collect();
+            let run_tape = cx.tape.clone();
             Box::pin(async move {
-                bub_abi::sync::lock(&trace).observe(event, &session, &tape, &definitions);
+                let correlation = {
+                    let mut trace = bub_abi::sync::lock(&trace);
+                    trace.observe(event, &session, &tape, &definitions);
+                    trace.correlation()
+                };
+                // Every entry the run appends carries the open span's ids.
+                run_tape.set_correlation(correlation).await;
                 Ok(())
             })
         }),
@@ -123,6 +130,25 @@ struct Run {
 }
 
 impl Trace {
+    /// The innermost open span's `trace_id` and `span_id`, as Bub's
+    /// `tracing.correlation()` writes them into tape entries' meta.
+    fn correlation(&self) -> Option<serde_json::Map<String, Value>> {
+        let context = if let Some((_, _, span)) = self.tools.last() {
+            span.span_context().clone()
+        } else if let Some((span, _)) = &self.chat {
+            span.span_context().clone()
+        } else {
+            self.runs.last()?.cx.span().span_context().clone()
+        };
+        if !context.is_valid() {
+            return None;
+        }
+        let mut meta = serde_json::Map::new();
+        meta.insert("trace_id".into(), json!(format!("{:032x}", context.trace_id())));
+        meta.insert("span_id".into(), json!(format!("{:016x}", context.span_id())));
+        Some(meta)
+    }
+
     fn observe(&mut self, event: &mut Event, session: &str, tape: &str, definitions: &[Value]) {
         let Some(tracer) = self.tracer.clone() else { return };
         let parent = self.runs.last().map(|r| r.cx.clone()).unwrap_or_default();

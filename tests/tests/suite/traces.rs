@@ -171,6 +171,23 @@ fn a_turn_is_traced_as_python_bub_traces_it() {
     let only_py: Vec<_> = py_shape.difference(&rs_shape).collect();
     let only_rs: Vec<_> = rs_shape.difference(&py_shape).collect();
     assert!(only_py.is_empty() && only_rs.is_empty(), "Python Bub's only:\n{only_py:#?}\nbub-rs's only:\n{only_rs:#?}");
+    // Every entry of the turn's tape names its trace and an open span, as
+    // Bub stamps them (the bootstrap anchor included).
+    for (who, spans) in [("py", &py), ("rs", &rs)] {
+        let ids: BTreeSet<String> = spans.iter().map(|s| s["span_id"].as_str().unwrap().to_owned()).collect();
+        let tapes = std::fs::read_dir(dir.path().join(who).join("home/tapes")).unwrap();
+        let entries: Vec<Value> = tapes
+            .map(|f| f.unwrap().path())
+            .filter(|p| !p.to_string_lossy().contains("__sidecar__"))
+            .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_owned).collect::<Vec<_>>())
+            .map(|l| serde_json::from_str(&l).unwrap())
+            .collect();
+        assert!(!entries.is_empty(), "{who}: no tape");
+        for e in &entries {
+            assert_eq!(e["meta"]["trace_id"], spans[0]["trace_id"], "{who}: {e}");
+            assert!(ids.contains(e["meta"]["span_id"].as_str().unwrap_or("")), "{who}: {e}");
+        }
+    }
     let tool = rs.iter().find(|s| s["name"] == "execute_tool fs_read").expect("the tool's span");
     assert_eq!(tool["values"]["gen_ai.tool.call.id"], json!("call_1"));
     assert_eq!(

@@ -238,7 +238,17 @@ pub async fn call(
             "message_delta" => {
                 apply_usage(&mut usage, &data["usage"]);
                 if let Some(reason) = data["delta"]["stop_reason"].as_str() {
-                    out.meta.finish_reason = Some(reason.to_owned());
+                    // Republic's names for Anthropic's stop reasons.
+                    const STOP_REASONS: &[(&str, &str)] = &[
+                        ("end_turn", "stop"),
+                        ("stop_sequence", "stop"),
+                        ("max_tokens", "length"),
+                        ("model_context_window_exceeded", "length"),
+                        ("tool_use", "tool_calls"),
+                        ("refusal", "refusal"),
+                        ("pause_turn", "pause"),
+                    ];
+                    out.meta.finish_reason = Some(super::finish_reason_of(STOP_REASONS, Some(reason)));
                 }
                 // A refusal ends the message with its explanation (Republic).
                 if data["delta"]["stop_reason"] == "refusal" {

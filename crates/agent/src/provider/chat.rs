@@ -17,6 +17,15 @@ use crate::message::{JsonArray, Message, Part, WireForm};
 const MAX_TOKENS_PROVIDERS: &[&str] = &["ollama", "together", "deepseek", "mistral"];
 /// Providers that want reasoning replayed as `reasoning_content`.
 const REASONING_CONTENT_PROVIDERS: &[&str] = &["deepseek", "moonshot", "zai", "minimax"];
+/// Republic's names for chat completions' finish reasons (another is
+/// `other`).
+const FINISH_REASONS: &[(&str, &str)] = &[
+    ("stop", "stop"),
+    ("length", "length"),
+    ("tool_calls", "tool_calls"),
+    ("function_call", "tool_calls"),
+    ("content_filter", "content_filter"),
+];
 /// Options passed through as body keys.
 const PASSED: &[&str] = &[
     "tool_choice",
@@ -280,7 +289,7 @@ pub async fn call(
         let first = |c: &&Value| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0;
         for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten().filter(first) {
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str).filter(|r| !r.is_empty()) {
-                out.meta.finish_reason = Some(reason.to_owned());
+                out.meta.finish_reason = Some(super::finish_reason_of(FINISH_REASONS, Some(reason)));
             }
             let delta = &choice["delta"];
             let reasoning = delta.get("reasoning_content").or_else(|| delta.get("reasoning")).and_then(Value::as_str);
@@ -338,7 +347,7 @@ pub async fn call_whole(client: &ModelClient, request: &ModelRequest) -> Result<
     out.meta = ResponseMeta {
         id: named(&answer, "id"),
         model: named(&answer, "model"),
-        finish_reason: named(choice, "finish_reason"),
+        finish_reason: named(choice, "finish_reason").map(|r| super::finish_reason_of(FINISH_REASONS, Some(&r))),
     };
     if let Some(u) = answer.get("usage").filter(|u| u.is_object()) {
         let mut total = Usage::default();

@@ -144,6 +144,28 @@ pub struct ResponseMeta {
     pub finish_reason: Option<String>,
 }
 
+/// A provider's finish reason in Republic's words (`table`'s; `other`
+/// for one it does not name).
+pub(crate) fn finish_reason_of(table: &[(&str, &str)], reason: Option<&str>) -> String {
+    let found = table.iter().find(|(raw, _)| Some(*raw) == reason);
+    found.map_or("other", |(_, name)| name).to_owned()
+}
+
+impl ModelResponse {
+    /// Republic's `finish_reason`: the provider's when it is not `stop`;
+    /// else `refusal` when the model refused, `tool_calls` when it called
+    /// tools (a stream that never said why it stopped included), else the
+    /// provider's.
+    fn settle_finish_reason(&mut self) {
+        let stopped = self.meta.finish_reason.as_deref().is_none_or(|r| r == "stop");
+        if stopped && !self.refusal.is_empty() {
+            self.meta.finish_reason = Some("refusal".into());
+        } else if stopped && !self.tool_calls.is_empty() {
+            self.meta.finish_reason = Some("tool_calls".into());
+        }
+    }
+}
+
 /// A live delta of a call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delta {
@@ -251,10 +273,12 @@ impl ModelClient {
             return self.call(request, &mut |_| {}).await;
         }
         let call = chat::call_whole(self, request);
-        match self.config.call_timeout {
+        let mut response = match self.config.call_timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
             None => call.await,
-        }
+        }?;
+        response.settle_finish_reason();
+        Ok(response)
     }
 
     /// Runs one call, sending deltas to `on_delta` as they arrive.
@@ -272,10 +296,12 @@ impl ModelClient {
             }
         };
         // `model_timeout_seconds` bounds the whole call, streaming included.
-        match self.config.call_timeout {
+        let mut response = match self.config.call_timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
             None => call.await,
-        }
+        }?;
+        response.settle_finish_reason();
+        Ok(response)
     }
 }
 

@@ -221,6 +221,18 @@ pub async fn call(
                 let named = |k: &str| data["response"].get(k).and_then(Value::as_str).map(str::to_owned);
                 out.meta.id = named("id");
                 out.meta.model = named("model");
+                // Republic's reading of the response's status.
+                out.meta.finish_reason = match named("status").as_deref() {
+                    Some("completed") => Some("stop".into()),
+                    Some("incomplete") => {
+                        let reason = data["response"]["incomplete_details"]["reason"].as_str();
+                        Some(super::finish_reason_of(
+                            &[("max_output_tokens", "length"), ("content_filter", "content_filter")],
+                            reason,
+                        ))
+                    }
+                    _ => None,
+                };
                 if let Some(u) = data["response"].get("usage").filter(|u| u.is_object()) {
                     out.usage = Some(usage(u));
                 }
