@@ -174,6 +174,13 @@ impl FakeDiscord {
         }
         complete(&mut message);
         let channel = message["channel_id"].as_str().unwrap().to_owned();
+        if message.get("guild_id").is_none() {
+            // Discord knows a direct message's channel as one: `GET
+            // /channels/{id}` answers it as a DM (type 1) with its person.
+            let dm =
+                json!({"id": channel, "type": 1, "recipients": [message["author"].clone()], "last_message_id": null});
+            state.channels.entry(channel.clone()).or_insert(dm);
+        }
         state.history.entry(channel).or_default().push(message.clone());
         dispatch(&mut state, "MESSAGE_CREATE", message);
         id

@@ -36,9 +36,10 @@ pub(crate) fn wait_seeing(server: &str, what: &str, done: impl Fn() -> bool, cal
 /// A fake server's JSON answer: `code`, extra `headers` (each line ending
 /// in `\r\n`), then `body`, and the connection closed.
 pub(crate) fn write_answer(out: &mut std::net::TcpStream, code: u16, headers: &str, body: &[u8]) {
-    let head = format!(
-        "HTTP/1.1 {code} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
-        body.len()
-    );
+    // An empty answer (Discord's `204 No Content`) names no content type:
+    // a client that parses JSON by the header (discord.py) would choke.
+    let kind = if body.is_empty() { "" } else { "content-type: application/json\r\n" };
+    let head =
+        format!("HTTP/1.1 {code} Fake\r\n{kind}content-length: {}\r\nconnection: close\r\n{headers}\r\n", body.len());
     let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body)).and_then(|()| out.flush());
 }

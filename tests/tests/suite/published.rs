@@ -221,3 +221,295 @@ fn bub_mcp_server_answers_the_turns_model_output_as_under_bub() {
     assert_eq!(requests.len(), 2, "one model call each");
     assert_eq!(last_user(&requests[0]), last_user(&requests[1]), "the same prompt reached the model");
 }
+
+/// Points discord.py at the fake Discord (`DISCORD_FAKE_API`,
+/// `DISCORD_FAKE_GATEWAY`) in whichever host imports it: discord.py names
+/// Discord's addresses as class attributes, with no setting.
+const DISCORD_SITECUSTOMIZE: &str = r#"
+import os
+if os.environ.get("DISCORD_FAKE_API"):
+    import discord, yarl
+    discord.http.Route.BASE = os.environ["DISCORD_FAKE_API"]
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(os.environ["DISCORD_FAKE_GATEWAY"])
+"#;
+
+/// A Python Bub gateway, killed when dropped (a failing test leaves no
+/// process behind holding its ports).
+struct PythonGateway(std::process::Child);
+
+impl Drop for PythonGateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts Python Bub's `bub gateway --enable-channel <channel>` from `venv`,
+/// logging to `<home>/gateway.log`. bub-mcp-server, installed beside, serves
+/// on a free port.
+fn python_gateway(venv: &Path, home: &Path, ws: &Path, channel: &str, env: &[(String, String)]) -> PythonGateway {
+    let log = std::fs::File::create(home.join("gateway.log")).unwrap();
+    let mut cmd = Command::new(venv.join("bin/bub"));
+    cmd.args(["gateway", "--enable-channel", channel]).current_dir(ws).env("BUB_HOME", home);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.env("BUB_MCP_SERVER_PORT", free_port().to_string());
+    PythonGateway(cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("Python Bub's gateway"))
+}
+
+/// What one host did with one direct message to bub-discord: the replies
+/// the fake holds (text, the message each answers), how often it showed
+/// "typing…", and the prompt that reached the model.
+fn bub_discord_turn(venv: &Path, python: bool) -> (Vec<(String, bool)>, usize, Value) {
+    use bub_tests::discord::{FakeDiscord, TOKEN};
+    // Snowflakes: discord.py reads ids as numbers.
+    const DM: &str = "1100000000000000001";
+    const PERSON: &str = "1100000000000000002";
+    let fake = FakeDiscord::start();
+    let provider = Provider::start(vec![chat::text("hello from the model")]);
+    let (dir, py_home, py_ws) = python_home(if python { "python" } else { "rust" });
+    let site = dir.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("sitecustomize.py"), DISCORD_SITECUSTOMIZE).unwrap();
+    let mut env = model_env(&provider);
+    env.extend([
+        ("BUB_DISCORD_TOKEN".into(), TOKEN.into()),
+        ("DISCORD_FAKE_API".into(), fake.api_base.clone()),
+        ("DISCORD_FAKE_GATEWAY".into(), fake.gateway_url.clone()),
+        ("PYTHONPATH".into(), site.display().to_string()),
+    ]);
+    let home = rust_home(venv);
+    let mut python_child: Option<PythonGateway> = None;
+    let mut gateway = None;
+    if python {
+        python_child = Some(python_gateway(venv, &py_home, &py_ws, "discord", &env));
+    } else {
+        let port = free_port().to_string();
+        let mut all: Vec<(&str, &str)> = vec![("VIRTUAL_ENV", ""), ("BUB_MCP_SERVER_PORT", &port)];
+        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        gateway = Some(GatewayProcess::start(home.path(), &["--enable-channel", "discord"], &all));
+    }
+    let log = || match &gateway {
+        Some(g) => g.log(),
+        None => std::fs::read_to_string(py_home.join("gateway.log")).unwrap_or_default(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !fake.connected() {
+        assert!(Instant::now() < deadline, "bub-discord never connected (python: {python}):\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let asked = fake.push_message(FakeDiscord::user_message(DM, None, PERSON, "hello bub"));
+    while fake.posted(DM).is_empty() {
+        assert!(Instant::now() < deadline, "no reply (python: {python}):\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let replies: Vec<(String, bool)> =
+        fake.posted(DM).into_iter().map(|(text, to)| (text, to.as_deref() == Some(asked.as_str()))).collect();
+    let typing = fake.calls(&format!("POST /channels/{DM}/typing")).len();
+    drop(python_child);
+    if let Some(mut g) = gateway {
+        g.signal("TERM");
+        let _ = g.wait(Duration::from_secs(30));
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1, "one model call (python: {python})");
+    // The prompt is bub-discord's JSON of the message; its id and date are
+    // the fake's, different on each run.
+    let prompt = last_user(&requests[0]);
+    let json_start = prompt.find('{').unwrap_or_else(|| panic!("no message JSON in {prompt:?}"));
+    let mut message: Value = serde_json::from_str(&prompt[json_start..]).unwrap();
+    for key in ["message_id", "date"] {
+        message.as_object_mut().unwrap().remove(key);
+    }
+    (replies, typing, message)
+}
+
+/// bub-discord 0.0.2, with its own discord.py, against the project's fake
+/// Discord (held to discord.py's expectations in the discord suite) in
+/// both hosts: a direct message reaches the model as the same JSON, is
+/// answered once in its channel as a reply to it, with "typing…" shown
+/// while the turn runs.
+#[test]
+fn bub_discord_answers_a_direct_message_as_under_bub() {
+    let Some(venv) = python::published_venv_or_skip("bub_discord_answers_a_direct_message_as_under_bub") else {
+        return;
+    };
+    let (py_replies, py_typing, py_prompt) = bub_discord_turn(venv, true);
+    let (rs_replies, rs_typing, rs_prompt) = bub_discord_turn(venv, false);
+    assert_eq!(py_replies, vec![("hello from the model".to_owned(), true)], "Python Bub");
+    assert_eq!(rs_replies, py_replies, "bub-rs (right) and Python Bub (left)");
+    assert_eq!(rs_prompt, py_prompt, "the message as the model reads it");
+    assert_eq!(py_prompt["message"], "hello bub");
+    assert!(py_typing >= 1 && rs_typing >= 1, "typing: Python Bub {py_typing}, bub-rs {rs_typing}");
+}
+
+/// Points lark-oapi (bub-feishu's Feishu SDK) at the fake Feishu
+/// (`FEISHU_FAKE_ORIGIN`): its clients take the open platform's address as
+/// an argument bub-feishu leaves at Feishu's.
+const FEISHU_SITECUSTOMIZE: &str = r#"
+import os
+if os.environ.get("FEISHU_FAKE_ORIGIN"):
+    origin = os.environ["FEISHU_FAKE_ORIGIN"]
+    import lark_oapi.client
+    import lark_oapi.ws.client
+    _ws_init = lark_oapi.ws.client.Client.__init__
+    def _ws_at_the_fake(self, *args, **kwargs):
+        kwargs["domain"] = origin
+        _ws_init(self, *args, **kwargs)
+    lark_oapi.ws.client.Client.__init__ = _ws_at_the_fake
+    _build = lark_oapi.client.ClientBuilder.build
+    def _build_at_the_fake(self):
+        self.domain(origin)
+        return _build(self)
+    lark_oapi.client.ClientBuilder.build = _build_at_the_fake
+"#;
+
+/// The fake Feishu (`tests/python/fake_feishu.py`), run by `venv`'s
+/// Python (it speaks Feishu's frames with lark-oapi's own protobuf module).
+struct FakeFeishu {
+    child: std::process::Child,
+    origin: String,
+    state: PathBuf,
+}
+
+impl FakeFeishu {
+    fn start(venv: &Path, dir: &Path) -> FakeFeishu {
+        let state = dir.join("feishu-calls.jsonl");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/fake_feishu.py");
+        let mut child = Command::new(venv.join("bin/python"))
+            .arg(&script)
+            .arg(&state)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the fake Feishu");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert!(line.starts_with("http://"), "the fake Feishu did not start: {line:?}");
+        FakeFeishu { child, origin: line.trim().to_owned(), state }
+    }
+
+    fn seen(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.state).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    fn calls(&self, prefix: &str) -> Vec<Value> {
+        self.seen().into_iter().filter(|c| c["call"].as_str().is_some_and(|c| c.starts_with(prefix))).collect()
+    }
+
+    /// Sends `event` over the client's connection (one must be open).
+    fn push(&self, event: &Value) {
+        use std::io::{Read as _, Write as _};
+        let body = event.to_string();
+        let mut stream = std::net::TcpStream::connect(self.origin.trim_start_matches("http://")).unwrap();
+        let head = format!(
+            "POST /fake/push HTTP/1.1\r\nhost: fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let sent: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+        assert_eq!(sent["sent"], 1, "one client connected");
+    }
+}
+
+impl Drop for FakeFeishu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An `im.message.receive_v1` event as Feishu sends one (schema 2.0) for a
+/// person's text in a one-to-one chat.
+fn feishu_text_event(message_id: &str, text: &str) -> Value {
+    json!({"schema": "2.0", "header": {"event_id": format!("ev-{message_id}"), "token": "", "create_time": "1764979200000",
+        "event_type": "im.message.receive_v1", "tenant_key": "tenant-1", "app_id": "cli_fake_app"},
+        "event": {"sender": {"sender_id": {"union_id": "on_1", "user_id": "u_1", "open_id": "ou_1"},
+            "sender_type": "user", "tenant_key": "tenant-1"},
+            "message": {"message_id": message_id, "create_time": "1764979200000", "chat_id": "oc_1", "chat_type": "p2p",
+                "message_type": "text", "content": json!({"text": text}).to_string()}}})
+}
+
+/// What one host did with bub-feishu: the prompt of a person's message, the
+/// reply to a command, and the events it acknowledged.
+fn bub_feishu_turns(venv: &Path, python: bool) -> (Value, Vec<Value>, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeFeishu::start(venv, dir.path());
+    let provider = Provider::start(vec![chat::text("noted")]);
+    let (_py_dir, py_home, py_ws) = python_home(if python { "python" } else { "rust" });
+    let site = dir.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("sitecustomize.py"), FEISHU_SITECUSTOMIZE).unwrap();
+    let mut env = model_env(&provider);
+    env.extend([
+        ("BUB_FEISHU_APP_ID".into(), "cli_fake_app".into()),
+        ("BUB_FEISHU_APP_SECRET".into(), "fake-secret".into()),
+        ("FEISHU_FAKE_ORIGIN".into(), fake.origin.clone()),
+        ("PYTHONPATH".into(), site.display().to_string()),
+    ]);
+    let home = rust_home(venv);
+    let mut python_child: Option<PythonGateway> = None;
+    let mut gateway = None;
+    if python {
+        python_child = Some(python_gateway(venv, &py_home, &py_ws, "feishu", &env));
+    } else {
+        let port = free_port().to_string();
+        let mut all: Vec<(&str, &str)> = vec![("VIRTUAL_ENV", ""), ("BUB_MCP_SERVER_PORT", &port)];
+        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        gateway = Some(GatewayProcess::start(home.path(), &["--enable-channel", "feishu"], &all));
+    }
+    let log = || match &gateway {
+        Some(g) => g.log(),
+        None => std::fs::read_to_string(py_home.join("gateway.log")).unwrap_or_default(),
+    };
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !done() {
+            assert!(Instant::now() < deadline, "no {what} (python: {python}):\n{}\n{:#?}", log(), fake.seen());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait("connection", &|| fake.seen().iter().any(|c| c.get("connected").is_some()));
+    fake.push(&feishu_text_event("om_1", "hello bub"));
+    wait("model call", &|| !provider.requests().is_empty());
+    fake.push(&feishu_text_event("om_2", ",help"));
+    wait("command reply", &|| !fake.calls("POST /open-apis/im/v1/messages").is_empty());
+    let acks = fake.seen().iter().filter(|c| c.get("ack").is_some_and(|a| a["code"] == 200)).count();
+    drop(python_child);
+    if let Some(mut g) = gateway {
+        g.signal("TERM");
+        let _ = g.wait(Duration::from_secs(30));
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1, "one model call (python: {python})");
+    let prompt = last_user(&requests[0]);
+    let json_start = prompt.find('{').unwrap_or_else(|| panic!("no message JSON in {prompt:?}"));
+    let message: Value = serde_json::from_str(&prompt[json_start..]).unwrap();
+    (message, fake.calls("POST /open-apis/im/v1/messages"), acks)
+}
+
+/// bub-feishu 0.0.2, with its own lark-oapi SDK, against a fake of
+/// Feishu's documented long-connection events and message API in both
+/// hosts: a person's message reaches the model as the same JSON (with the
+/// sender's name the contact API answered) and, as bub-feishu sends it to
+/// no channel, is not answered in Feishu; a command is answered as a reply
+/// to it; each event is acknowledged.
+#[test]
+fn bub_feishu_carries_messages_and_commands_as_under_bub() {
+    let Some(venv) = python::published_venv_or_skip("bub_feishu_carries_messages_and_commands_as_under_bub") else {
+        return;
+    };
+    let (py_prompt, py_sent, py_acks) = bub_feishu_turns(venv, true);
+    let (rs_prompt, rs_sent, rs_acks) = bub_feishu_turns(venv, false);
+    assert_eq!(py_prompt["message"], "hello bub");
+    assert_eq!(py_prompt["sender_name"], "Ann Example");
+    assert_eq!(rs_prompt, py_prompt, "the message as the model reads it: bub-rs (right), Python Bub (left)");
+    let shape = |sent: &[Value]| -> Vec<(String, Value)> {
+        sent.iter().map(|c| (c["call"].as_str().unwrap().to_owned(), c["body"]["msg_type"].clone())).collect()
+    };
+    assert_eq!(shape(&py_sent), vec![("POST /open-apis/im/v1/messages/om_2/reply".to_owned(), json!("text"))]);
+    assert_eq!(shape(&rs_sent), shape(&py_sent), "bub-rs (right) and Python Bub (left) answered the command alike");
+    assert!(py_acks >= 2 && rs_acks >= 2, "acknowledged: Python Bub {py_acks}, bub-rs {rs_acks}");
+}
