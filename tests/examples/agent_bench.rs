@@ -100,7 +100,16 @@ fn main() {
         install_into(&home.path().join("plugins"), &format!("p{i}"), &noop, json!({}));
     }
     let search = SearchPath::new(home.path(), None);
-    let host = HostBuilder::new().home(home.path()).workspace(&ws).builtin().discovered(&search).build();
+    // The OpenTelemetry variables only (scripts/otel-bench.sh turns traces
+    // on and off with them); nothing else of the shell's reaches the host.
+    let otel = std::env::vars_os().filter(|(k, _)| k.to_string_lossy().starts_with("OTEL_"));
+    let host = HostBuilder::new()
+        .settings(bub_host::settings::RuntimeSettings::from_vars(otel))
+        .home(home.path())
+        .workspace(&ws)
+        .builtin()
+        .discovered(&search)
+        .build();
     assert_eq!(host.registry().plugins().iter().filter(|p| p.status.as_str() == "loaded").count(), 11);
     let fw = Framework::new(&host, &ws);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
