@@ -151,6 +151,56 @@ for line in sys.stdin:
 """
 
 
+# A fastmcp server from PyPI that demands a bearer token (its own
+# StaticTokenVerifier), over `transport`: streamable HTTP, or the older
+# SSE transport alone.
+GUARDED_MCP_SERVER = """
+import sys
+from fastmcp import FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+transport, port = sys.argv[1], int(sys.argv[2])
+auth = StaticTokenVerifier(tokens={"s3cret-token": {"client_id": "bub-diff", "scopes": []}})
+mcp = FastMCP("guarded", auth=auth)
+@mcp.tool
+def whoami(text: str) -> str:
+    \"\"\"Answers who it is.\"\"\"
+    return f"guarded over {transport}: {text}"
+mcp.run(transport=transport, host="127.0.0.1", port=port, show_banner=False)
+"""
+
+
+def guarded_mcp_servers(workdir):
+    """Starts the guarded servers (streamable HTTP behind `auth`, SSE behind
+    an `Authorization` header) and answers their processes and the
+    `mcp.json` that names them as bub-mcp reads it."""
+    import socket
+    script = workdir / "guarded_mcp.py"
+    script.write_text(GUARDED_MCP_SERVER)
+    python = Path(os.environ["BUB_RS_PYTHON_VENV"]) / "bin" / "python"
+    procs, urls = [], {}
+    for transport in ("http", "sse"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs.append(subprocess.Popen([str(python), str(script), transport, str(port)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"the fastmcp {transport} server did not listen")
+                time.sleep(0.1)
+        urls[transport] = f"http://127.0.0.1:{port}/{'sse' if transport == 'sse' else 'mcp'}"
+    config = {"mcpServers": {
+        "tokened": {"url": urls["http"], "auth": "s3cret-token"},
+        "older": {"url": urls["sse"], "transport": "sse", "headers": {"Authorization": "Bearer s3cret-token"}},
+    }}
+    return procs, config
+
+
 def span_view(bodies):
     """Each span as its name, kind, its parent's name and its attribute
     keys with their types (values differ: ids, durations, prompts)."""
@@ -277,6 +327,13 @@ def run_impl(impl, binary, scenario, server, workdir):
         env.update({"BUB_MODEL": "codex:gpt-5.1-codex", "BUB_API_BASE": f"{root}/backend-api/codex",
                     "CODEX_HOME": str(codex_home),
                     "BUB_CLIENT_ARGS": json.dumps({"retry_delay": 0.01, "max_retry_delay": 0.05})})
+    mcp_procs = []
+    if scenario.get("mcp_servers"):
+        # Servers behind a token: bub-mcp (from PyPI) under Python Bub, the
+        # native `mcp` plugin under bub-rs, one mcp.json.
+        mcp_procs, mcp_config = guarded_mcp_servers(workdir)
+        (home / "mcp.json").write_text(json.dumps(mcp_config))
+        (home / "mcp.json").chmod(0o600)
     receiver = None
     if scenario.get("otlp"):
         # Traces on (Bub's `bub[trace]` extra on the Python side), to a
@@ -305,8 +362,13 @@ def run_impl(impl, binary, scenario, server, workdir):
         paths.append(os.environ["BUB_RS_PYPI_SITE" if kind is True else f"BUB_RS_PYPI_{kind.upper()}_SITE"])
     if receiver is not None and impl == "python":
         paths.append(os.environ["BUB_RS_TRACE_SITE"])
+    if mcp_procs and impl == "python":
+        paths.append(os.environ["BUB_RS_PYPI_MCP_SITE"])
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
+    if impl == "rust" and mcp_procs:
+        lib = Path(os.environ["BUB_RS_TARGET"]).resolve() / "libmcp.so"
+        subprocess.run([binary, "plugins", "install", str(lib)], env=env, check=True, capture_output=True)
     if impl == "rust" and bridge:
         install_bridge(binary, home, env)
     elif impl == "rust" and plugin:
@@ -333,6 +395,9 @@ def run_impl(impl, binary, scenario, server, workdir):
     requests = [request_view(r) for r in raw]
     # Chat completions name a tool under `function`; the Responses API at its top.
     tools = sorted({t.get("function", t)["name"] for r in raw for t in r["body"].get("tools", [])})
+    for proc in mcp_procs:
+        proc.kill()
+        proc.wait()
     spans = []
     if receiver is not None:
         receiver.httpd.shutdown()

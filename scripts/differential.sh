@@ -18,7 +18,7 @@ venv="${BUB_BENCH_VENV:-/tmp/bub06}"
 # "bridge"/"pypi" run Python plugins under both hosts).
 PYO3_PYTHON="$(cd "$venv" && pwd)/bin/python"
 export PYO3_PYTHON
-cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted -p python-bridge
+cargo build --quiet --release -p bub-host -p tool-policy -p tp-scripted -p python-bridge -p mcp
 # The PyPI plugins the "pypi" scenarios load, with what they need beyond
 # Bub itself, pinned as in tests/python/requirements.txt (once).
 site="$target/diff-pypi-site"
@@ -36,6 +36,14 @@ if [ ! -d "$nowledge/nowledge_mem_bub" ]; then
         "$(grep -iE '^nowledge-mem-bub==' tests/python/published-requirements.txt)" >&2
 fi
 export BUB_RS_PYPI_NOWLEDGE_SITE="$(cd "$nowledge" && pwd)"
+# bub-mcp (its own site: under Python Bub it serves the "mcp_servers"
+# scenarios' servers; fastmcp is in Python Bub's venv already).
+mcp_site="$target/diff-pypi-mcp"
+if [ ! -d "$mcp_site/bub_mcp" ]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$mcp_site" \
+        "$(grep -iE '^bub-mcp==' tests/python/requirements.txt)" >&2
+fi
+export BUB_RS_PYPI_MCP_SITE="$(cd "$mcp_site" && pwd)"
 # Bub's `trace` extra and opentelemetry-proto (the "otlp" scenarios'
 # Python Bub exports with it; the receiver decodes with it), pinned.
 trace="$target/diff-trace-site"
