@@ -256,6 +256,74 @@ fn python_gateway(venv: &Path, home: &Path, ws: &Path, channel: &str, env: &[(St
     PythonGateway(cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("Python Bub's gateway"))
 }
 
+/// One host's gateway running a published channel plugin from `venv`:
+/// Python Bub's own, or bub-rs's with the python bridge; stopped when
+/// dropped. Its environment adds a `sitecustomize` (`sitecustomize`, put
+/// on `PYTHONPATH`) that points the plugin's SDK at a fake.
+enum HostGateway {
+    // Each holds what it must keep until dropped (the process, its folders).
+    Python { _gateway: PythonGateway, dir: tempfile::TempDir },
+    Rust { gateway: GatewayProcess, _home: Home, _dir: tempfile::TempDir },
+}
+
+impl HostGateway {
+    fn start(venv: &Path, python: bool, channel: &str, sitecustomize: &str, env: &[(String, String)]) -> HostGateway {
+        let (dir, home, ws) = python_home(if python { "python" } else { "rust" });
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(&site).unwrap();
+        std::fs::write(site.join("sitecustomize.py"), sitecustomize).unwrap();
+        let mut env = env.to_vec();
+        env.push(("PYTHONPATH".into(), site.display().to_string()));
+        if python {
+            return HostGateway::Python { _gateway: python_gateway(venv, &home, &ws, channel, &env), dir };
+        }
+        let home = rust_home(venv);
+        let port = free_port().to_string();
+        let mut all: Vec<(&str, &str)> = vec![("VIRTUAL_ENV", ""), ("BUB_MCP_SERVER_PORT", &port)];
+        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let gateway = GatewayProcess::start(home.path(), &["--enable-channel", channel], &all);
+        HostGateway::Rust { gateway, _home: home, _dir: dir }
+    }
+
+    fn log(&self) -> String {
+        match self {
+            HostGateway::Python { dir, .. } => {
+                std::fs::read_to_string(dir.path().join("python-home/gateway.log")).unwrap_or_default()
+            }
+            HostGateway::Rust { gateway, .. } => gateway.log(),
+        }
+    }
+
+    /// Waits up to 90 s for `done`, failing with the gateway's log and `seen`.
+    fn wait(&self, what: &str, done: &dyn Fn() -> bool, seen: &dyn Fn() -> String) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !done() {
+            let host = if matches!(self, HostGateway::Python { .. }) { "Python Bub" } else { "bub-rs" };
+            assert!(Instant::now() < deadline, "no {what} under {host}:\n{}\n{}", self.log(), seen());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(self) {
+        if let HostGateway::Rust { mut gateway, .. } = self {
+            gateway.signal("TERM");
+            let _ = gateway.wait(Duration::from_secs(30));
+        }
+    }
+}
+
+/// The JSON a channel plugin made of a message, from the prompt that
+/// reached the model, without `volatile` keys (ids and dates of the fake's).
+fn message_json(request: &Request, volatile: &[&str]) -> Value {
+    let prompt = last_user(request);
+    let json_start = prompt.find('{').unwrap_or_else(|| panic!("no message JSON in {prompt:?}"));
+    let mut message: Value = serde_json::from_str(&prompt[json_start..]).unwrap();
+    for key in volatile {
+        message.as_object_mut().unwrap().remove(*key);
+    }
+    message
+}
+
 /// What one host did with one direct message to bub-discord: the replies
 /// the fake holds (text, the message each answers), how often it showed
 /// "typing…", and the prompt that reached the model.
@@ -266,61 +334,24 @@ fn bub_discord_turn(venv: &Path, python: bool) -> (Vec<(String, bool)>, usize, V
     const PERSON: &str = "1100000000000000002";
     let fake = FakeDiscord::start();
     let provider = Provider::start(vec![chat::text("hello from the model")]);
-    let (dir, py_home, py_ws) = python_home(if python { "python" } else { "rust" });
-    let site = dir.path().join("site");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("sitecustomize.py"), DISCORD_SITECUSTOMIZE).unwrap();
     let mut env = model_env(&provider);
     env.extend([
         ("BUB_DISCORD_TOKEN".into(), TOKEN.into()),
         ("DISCORD_FAKE_API".into(), fake.api_base.clone()),
         ("DISCORD_FAKE_GATEWAY".into(), fake.gateway_url.clone()),
-        ("PYTHONPATH".into(), site.display().to_string()),
     ]);
-    let home = rust_home(venv);
-    let mut python_child: Option<PythonGateway> = None;
-    let mut gateway = None;
-    if python {
-        python_child = Some(python_gateway(venv, &py_home, &py_ws, "discord", &env));
-    } else {
-        let port = free_port().to_string();
-        let mut all: Vec<(&str, &str)> = vec![("VIRTUAL_ENV", ""), ("BUB_MCP_SERVER_PORT", &port)];
-        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        gateway = Some(GatewayProcess::start(home.path(), &["--enable-channel", "discord"], &all));
-    }
-    let log = || match &gateway {
-        Some(g) => g.log(),
-        None => std::fs::read_to_string(py_home.join("gateway.log")).unwrap_or_default(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !fake.connected() {
-        assert!(Instant::now() < deadline, "bub-discord never connected (python: {python}):\n{}", log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let host = HostGateway::start(venv, python, "discord", DISCORD_SITECUSTOMIZE, &env);
+    let seen = || format!("{:?}", fake.calls(""));
+    host.wait("connection", &|| fake.connected(), &seen);
     let asked = fake.push_message(FakeDiscord::user_message(DM, None, PERSON, "hello bub"));
-    while fake.posted(DM).is_empty() {
-        assert!(Instant::now() < deadline, "no reply (python: {python}):\n{}", log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    host.wait("reply", &|| !fake.posted(DM).is_empty(), &seen);
     let replies: Vec<(String, bool)> =
         fake.posted(DM).into_iter().map(|(text, to)| (text, to.as_deref() == Some(asked.as_str()))).collect();
     let typing = fake.calls(&format!("POST /channels/{DM}/typing")).len();
-    drop(python_child);
-    if let Some(mut g) = gateway {
-        g.signal("TERM");
-        let _ = g.wait(Duration::from_secs(30));
-    }
+    host.stop();
     let requests = provider.requests();
     assert_eq!(requests.len(), 1, "one model call (python: {python})");
-    // The prompt is bub-discord's JSON of the message; its id and date are
-    // the fake's, different on each run.
-    let prompt = last_user(&requests[0]);
-    let json_start = prompt.find('{').unwrap_or_else(|| panic!("no message JSON in {prompt:?}"));
-    let mut message: Value = serde_json::from_str(&prompt[json_start..]).unwrap();
-    for key in ["message_id", "date"] {
-        message.as_object_mut().unwrap().remove(key);
-    }
-    (replies, typing, message)
+    (replies, typing, message_json(&requests[0], &["message_id", "date"]))
 }
 
 /// bub-discord 0.0.2, with its own discord.py, against the project's fake
@@ -438,56 +469,24 @@ fn bub_feishu_turns(venv: &Path, python: bool) -> (Value, Vec<Value>, usize) {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeFeishu::start(venv, dir.path());
     let provider = Provider::start(vec![chat::text("noted")]);
-    let (_py_dir, py_home, py_ws) = python_home(if python { "python" } else { "rust" });
-    let site = dir.path().join("site");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("sitecustomize.py"), FEISHU_SITECUSTOMIZE).unwrap();
     let mut env = model_env(&provider);
     env.extend([
         ("BUB_FEISHU_APP_ID".into(), "cli_fake_app".into()),
         ("BUB_FEISHU_APP_SECRET".into(), "fake-secret".into()),
         ("FEISHU_FAKE_ORIGIN".into(), fake.origin.clone()),
-        ("PYTHONPATH".into(), site.display().to_string()),
     ]);
-    let home = rust_home(venv);
-    let mut python_child: Option<PythonGateway> = None;
-    let mut gateway = None;
-    if python {
-        python_child = Some(python_gateway(venv, &py_home, &py_ws, "feishu", &env));
-    } else {
-        let port = free_port().to_string();
-        let mut all: Vec<(&str, &str)> = vec![("VIRTUAL_ENV", ""), ("BUB_MCP_SERVER_PORT", &port)];
-        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        gateway = Some(GatewayProcess::start(home.path(), &["--enable-channel", "feishu"], &all));
-    }
-    let log = || match &gateway {
-        Some(g) => g.log(),
-        None => std::fs::read_to_string(py_home.join("gateway.log")).unwrap_or_default(),
-    };
-    let wait = |what: &str, done: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !done() {
-            assert!(Instant::now() < deadline, "no {what} (python: {python}):\n{}\n{:#?}", log(), fake.seen());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait("connection", &|| fake.seen().iter().any(|c| c.get("connected").is_some()));
+    let host = HostGateway::start(venv, python, "feishu", FEISHU_SITECUSTOMIZE, &env);
+    let seen = || format!("{:#?}", fake.seen());
+    host.wait("connection", &|| fake.seen().iter().any(|c| c.get("connected").is_some()), &seen);
     fake.push(&feishu_text_event("om_1", "hello bub"));
-    wait("model call", &|| !provider.requests().is_empty());
+    host.wait("model call", &|| !provider.requests().is_empty(), &seen);
     fake.push(&feishu_text_event("om_2", ",help"));
-    wait("command reply", &|| !fake.calls("POST /open-apis/im/v1/messages").is_empty());
+    host.wait("command reply", &|| !fake.calls("POST /open-apis/im/v1/messages").is_empty(), &seen);
     let acks = fake.seen().iter().filter(|c| c.get("ack").is_some_and(|a| a["code"] == 200)).count();
-    drop(python_child);
-    if let Some(mut g) = gateway {
-        g.signal("TERM");
-        let _ = g.wait(Duration::from_secs(30));
-    }
+    host.stop();
     let requests = provider.requests();
     assert_eq!(requests.len(), 1, "one model call (python: {python})");
-    let prompt = last_user(&requests[0]);
-    let json_start = prompt.find('{').unwrap_or_else(|| panic!("no message JSON in {prompt:?}"));
-    let message: Value = serde_json::from_str(&prompt[json_start..]).unwrap();
-    (message, fake.calls("POST /open-apis/im/v1/messages"), acks)
+    (message_json(&requests[0], &[]), fake.calls("POST /open-apis/im/v1/messages"), acks)
 }
 
 /// bub-feishu 0.0.2, with its own lark-oapi SDK, against a fake of

@@ -272,13 +272,7 @@ impl ModelClient {
         if self.format()? != ApiFormat::Chat {
             return self.call(request, &mut |_| {}).await;
         }
-        let call = chat::call_whole(self, request);
-        let mut response = match self.config.call_timeout {
-            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
-            None => call.await,
-        }?;
-        response.settle_finish_reason();
-        Ok(response)
+        self.finish(chat::call_whole(self, request)).await
     }
 
     /// Runs one call, sending deltas to `on_delta` as they arrive.
@@ -295,7 +289,15 @@ impl ModelClient {
                 ApiFormat::Echo => Ok(echo::call(request, on_delta)),
             }
         };
-        // `model_timeout_seconds` bounds the whole call, streaming included.
+        self.finish(call).await
+    }
+
+    /// Runs `call` within `model_timeout_seconds` (the whole call,
+    /// streaming included), its finish reason in Republic's words.
+    async fn finish(
+        &self,
+        call: impl std::future::Future<Output = Result<ModelResponse, ProviderError>>,
+    ) -> Result<ModelResponse, ProviderError> {
         let mut response = match self.config.call_timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(ProviderError::Deadline(limit))),
             None => call.await,
