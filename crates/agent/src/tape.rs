@@ -254,12 +254,21 @@ pub struct RunTape {
     // What every entry's meta gets unless it says otherwise: the open
     // trace span's ids when traces are on (Bub's `tracing.correlation()`).
     correlation: std::sync::Mutex<Option<Map<String, Value>>>,
+    // Whether one was ever set: the first stamps the run's bootstrap, and
+    // until then `put` need not look.
     correlated: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RunTape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RunTape({})", self.name)
+    }
+}
+
+/// Adds `meta`'s keys to `entry`'s meta, keeping those it has.
+fn stamp(entry: &mut TapeEntry, meta: &Map<String, Value>) {
+    for (k, v) in meta {
+        entry.meta.entry(k.clone()).or_insert_with(|| v.clone());
     }
 }
 
@@ -319,9 +328,7 @@ impl RunTape {
         if let (true, Some(meta)) = (first, meta) {
             let mut overlay = self.overlay.lock().await;
             for entry in overlay.values_mut().flat_map(|o| o.entries.iter_mut()) {
-                for (k, v) in &meta {
-                    entry.meta.entry(k.clone()).or_insert_with(|| v.clone());
-                }
+                stamp(entry, &meta);
             }
         }
     }
@@ -398,9 +405,10 @@ impl RunTape {
     /// `answer`, a copy of it as stored (with its id) for the caller.
     async fn put(&self, tape: &str, mut entry: TapeEntry, answer: bool) -> Result<Option<TapeEntry>, AgentError> {
         strip_media(&mut entry.payload);
-        if let Some(correlation) = bub_abi::sync::lock(&self.correlation).as_ref() {
-            for (k, v) in correlation {
-                entry.meta.entry(k.clone()).or_insert_with(|| v.clone());
+        // Untraced runs (nearly all) never take the lock.
+        if self.correlated.load(Ordering::Relaxed) {
+            if let Some(correlation) = bub_abi::sync::lock(&self.correlation).as_ref() {
+                stamp(&mut entry, correlation);
             }
         }
         if !self.managed.iter().any(|t| t == tape) {

@@ -253,9 +253,7 @@ pub async fn call(
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let url = format!("{}/chat/completions", client.config.base_url);
-    let auth: Vec<(&str, String)> =
-        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
-    let resp = http::post(&client.config, &url, &auth, encoded(client, request)).await?;
+    let resp = http::post(&client.config, &url, &http::bearer(&client.config), encoded(client, request)).await?;
     let mut events = http::events(&client.config, resp);
     let mut out = ModelResponse::default();
     let mut calls = ToolCallFragments::default();
@@ -323,14 +321,12 @@ pub async fn call(
 /// `stream` keys; one JSON answer): what model-written code's
 /// `republic.get_model().chat(...)` sends.
 pub async fn call_whole(client: &ModelClient, request: &ModelRequest) -> Result<ModelResponse, ProviderError> {
-    let url = format!("{}/chat/completions", client.config.base_url);
-    let auth: Vec<(&str, String)> =
-        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
-    let mut body: Map<String, Value> = serde_json::from_slice(&encoded(client, request)).expect("the body is JSON");
-    body.remove("stream");
-    body.remove("stream_options");
-    let body = serde_json::to_vec(&body).expect("JSON values serialize");
-    let answer = http::json(&client.config, http::post(&client.config, &url, &auth, body).await?).await?;
+    let mut sent = body(client, request);
+    if let Some(keys) = sent.as_object_mut() {
+        keys.remove("stream");
+        keys.remove("stream_options");
+    }
+    let answer = http::post_json(client, "/chat/completions", &sent).await?;
     if let Some(e) = answer.get("error").filter(|e| !e.is_null()) {
         return Err(ProviderError::Response(error_text(e)));
     }

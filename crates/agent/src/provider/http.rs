@@ -174,18 +174,22 @@ pub async fn post(
     }
 }
 
+/// The `authorization` header of the provider's API key, if it has one.
+pub fn bearer(config: &ProviderConfig) -> Vec<(&'static str, String)> {
+    config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect()
+}
+
 /// POSTs `body` to `path` under the client's base URL with its bearer
-/// key, and reads the JSON answer (embeddings, decisions).
+/// key, and reads the JSON answer (an unstreamed chat, embeddings,
+/// decisions).
 pub async fn post_json(
     client: &super::ModelClient,
     path: &str,
     body: &serde_json::Value,
 ) -> Result<serde_json::Value, ProviderError> {
     let url = format!("{}{path}", client.config.base_url);
-    let auth: Vec<(&str, String)> =
-        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
     let bytes = serde_json::to_vec(body).expect("JSON values serialize");
-    json(&client.config, post(&client.config, &url, &auth, bytes).await?).await
+    json(&client.config, post(&client.config, &url, &bearer(&client.config), bytes).await?).await
 }
 
 /// A whole JSON answer (an unstreamed chat, embeddings, decisions), read

@@ -161,8 +161,7 @@ pub async fn call(
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let url = format!("{}/responses", client.config.base_url);
-    let mut auth: Vec<(&str, String)> =
-        client.config.api_key.iter().map(|k| ("authorization", format!("Bearer {k}"))).collect();
+    let mut auth = http::bearer(&client.config);
     if let Some(codex) = &client.config.codex {
         // A ChatGPT login, read (and refreshed) for every call.
         let login = codex.credentials().await?;

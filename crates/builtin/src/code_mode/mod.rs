@@ -352,22 +352,17 @@ impl Session<'_> {
     async fn serve(&self, message: Value) {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         let name = message.get("name").and_then(Value::as_str).unwrap_or_default();
-        let reply = match (self.tools.get(name), message.get("arguments")) {
+        let outcome = match (self.tools.get(name), message.get("arguments")) {
             (None, Some(Value::Object(arguments))) if name.starts_with(republic::CALL_PREFIX) => {
-                match self.republic.call(name, arguments.clone()).await {
-                    Ok(value) => json!({"type": "result", "id": id, "value": value}),
-                    Err(e) => json!({"type": "error", "id": id, "message": e}),
-                }
+                self.republic.call(name, arguments.clone()).await
             }
-            (Some(tool), Some(Value::Object(arguments))) => match self.cx.call_from_code(tool, arguments.clone()).await
-            {
-                Ok(value) => json!({"type": "result", "id": id, "value": value}),
-                Err(e) => json!({"type": "error", "id": id, "message": e}),
-            },
-            (None, Some(Value::Object(_))) => {
-                json!({"type": "error", "id": id, "message": format!("unknown tool: tools.{name}")})
-            }
-            _ => json!({"type": "error", "id": id, "message": format!("malformed tool call: {name:?}")}),
+            (Some(tool), Some(Value::Object(arguments))) => self.cx.call_from_code(tool, arguments.clone()).await,
+            (None, Some(Value::Object(_))) => Err(format!("unknown tool: tools.{name}")),
+            _ => Err(format!("malformed tool call: {name:?}")),
+        };
+        let reply = match outcome {
+            Ok(value) => json!({"type": "result", "id": id, "value": value}),
+            Err(e) => json!({"type": "error", "id": id, "message": e}),
         };
         // A runner that already exited is reported by `run`.
         let _ = self.send(reply).await;
